@@ -1,0 +1,1 @@
+"""The real runtime: the simulator's configurations executed with torch.distributed."""

@@ -1,0 +1,245 @@
+"""Collectives placed on the cluster's links, by algorithm and by backend.
+
+A collective call in an SPMD program runs in every group of a `GroupLayout` at once
+(e.g. all partition groups of ZeRO-2D all-gather together). It becomes a short list of
+`Phase`s: each phase is the bytes every link carries (all ring edges of all groups) and
+a latency (steps × the slowest hop). Phases run one after another; a phase lasts its
+latency plus the time its most loaded link needs (pipelined ring: the bottleneck edge
+sets the pace). Sizes follow nccl-tests: S is the whole array (the all-gather output,
+the reduce-scatter input).
+
+Algorithms (named choices):
+- ring: NCCL's and gloo's ring; edges follow rank order, so a group of consecutive ranks
+  crosses each node boundary once per direction.
+- tree: NCCL's tree for all-reduce: a chain inside each node and a double binary tree
+  over nodes, each tree carrying half the data up (reduce) and down (broadcast).
+- hierarchical: intra-node reduce-scatter, inter-node all-reduce of S/k among ranks of
+  the same local index (k rings in parallel), intra-node all-gather; for all-gather
+  (MiCS) inter-node all-gather of S/k among same-local-index ranks, then intra-node
+  all-gather; reduce-scatter is its mirror.
+Backend semantics: gloo's reduce-scatter is an all-reduce of the whole tensor then a
+local chunk; gloo has ring algorithms only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from simulator.errors import ConfigError
+from simulator.links import LinkGraph
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+ALGOS = ("ring", "tree", "hierarchical")
+
+# nccl-tests doc/PERFORMANCE.md: busbw = algbw × factor(n)
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Ranks [start, start+count) split into groups of `size`.
+
+    strided=False: groups are consecutive ranks (reshape(-1, size)); strided=True: groups
+    are the columns of reshape(size, -1) (rank i goes with i + count/size, ...), the
+    replica groups of ZeRO-2D.
+    """
+
+    start: int
+    count: int
+    size: int
+    strided: bool = False
+    reverse: bool = False  # reverse each group's order (the backward direction of send/recv)
+
+    def groups(self) -> np.ndarray:
+        r = np.arange(self.start, self.start + self.count)
+        g = r.reshape(self.size, -1).T.copy() if self.strided else r.reshape(-1, self.size)
+        return g[:, ::-1].copy() if self.reverse else g
+
+    @staticmethod
+    def world(world: int) -> GroupLayout:
+        return GroupLayout(0, world, world)
+
+
+@dataclass(frozen=True)
+class Phase:
+    links: np.ndarray
+    load: np.ndarray  # bytes per link, per byte of S (scaled by the caller)
+    latency_s: float
+
+
+def _ring_edges(rings: np.ndarray, wrap: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    src = rings if wrap else rings[:, :-1]
+    dst = np.roll(rings, -1, axis=1) if wrap else rings[:, 1:]
+    return src.ravel(), dst.ravel()
+
+
+def _ring_phase(g: LinkGraph, rings: np.ndarray, per_edge: float, steps_per_rank: int, wrap: bool = True) -> Phase:
+    """All rings at once; every edge carries `per_edge` bytes (per byte of S)."""
+    n = rings.shape[1]
+    if n < 2 or per_edge <= 0:
+        return Phase(np.zeros(0, np.int64), np.zeros(0), 0.0)
+    src, dst = _ring_edges(rings, wrap)
+    links, load = g.edge_loads(src, dst, per_edge)
+    return Phase(links, load, steps_per_rank * g.edge_latency(src, dst))
+
+
+def _by_node(g: LinkGraph, groups: np.ndarray) -> np.ndarray | None:
+    """Reshape groups (G, n) into (G, m nodes, k local) when every node holds k of them."""
+    k_dev = g.cluster.devices_per_node
+    G, n = groups.shape
+    nodes = groups // k_dev
+    m = len(np.unique(nodes[0]))
+    if n % m:
+        return None
+    k = n // m
+    arr = groups.reshape(G, m, k)
+    if not (arr // k_dev == arr[:, :, :1] // k_dev).all():
+        return None
+    return arr
+
+
+def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
+    """NCCL-style tree all-reduce: intra-node chains + double binary tree over node heads."""
+    arr = _by_node(g, groups)
+    if arr is None:
+        raise ConfigError("tree all-reduce needs the same number of group ranks on every node", field="algo")
+    G, m, k = arr.shape
+    src_parts, dst_parts, bytes_parts = [], [], []
+    # chain inside each node: local i <-> i+1 carries S up (reduce) and S down (broadcast)
+    if k > 1:
+        a, b = arr[:, :, :-1].ravel(), arr[:, :, 1:].ravel()
+        src_parts += [b, a]
+        dst_parts += [a, b]
+        bytes_parts += [np.ones(a.size), np.ones(a.size)]
+    depth = 0
+    if m > 1:
+        heads = arr[:, :, 0]  # (G, m)
+        for mirror in (False, True):
+            pos = np.arange(m)
+            order = heads[:, ::-1] if mirror else heads
+            child = pos[1:]
+            parent = (child - 1) // 2
+            c, p = order[:, child].ravel(), order[:, parent].ravel()
+            # half of S per tree, up and down
+            src_parts += [c, p]
+            dst_parts += [p, c]
+            bytes_parts += [np.full(c.size, 0.5), np.full(c.size, 0.5)]
+        depth = int(math.floor(math.log2(m)))
+    src = np.concatenate(src_parts)
+    dst = np.concatenate(dst_parts)
+    links, load = g.edge_loads(src, dst, np.concatenate(bytes_parts))
+    latency = 2 * (depth * g.inter_latency_s + (k - 1) * g.intra_latency_s)
+    return [Phase(links, load, latency)]
+
+
+def _ring_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:
+    n = groups.shape[1]
+    f = (n - 1) / n
+    if op == "all_reduce":
+        return [_ring_phase(g, groups, 2 * f, 2 * (n - 1))]
+    if op in ("all_gather", "reduce_scatter"):
+        return [_ring_phase(g, groups, f, n - 1)]
+    if op == "broadcast":
+        return [_ring_phase(g, groups, 1.0, n - 1, wrap=False)]
+    if op == "send_recv":
+        return [_ring_phase(g, groups, 1.0, 1, wrap=False)]
+    raise ConfigError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}", field="op")
+
+
+def _hier_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:
+    arr = _by_node(g, groups)
+    if arr is None or arr.shape[1] == 1 or arr.shape[2] == 1:
+        return _ring_plan(g, op, groups)  # one node, or one rank per node: a plain ring
+    G, m, k = arr.shape
+    intra = arr.reshape(G * m, k)
+    inter = arr.transpose(0, 2, 1).reshape(G * k, m)
+    fk, fm = (k - 1) / k, (m - 1) / m
+    if op == "all_reduce":
+        return [
+            _ring_phase(g, intra, fk, k - 1),
+            _ring_phase(g, inter, 2 * fm / k, 2 * (m - 1)),
+            _ring_phase(g, intra, fk, k - 1),
+        ]
+    if op == "all_gather":
+        return [_ring_phase(g, inter, fm / k, m - 1), _ring_phase(g, intra, fk, k - 1)]
+    if op == "reduce_scatter":
+        return [_ring_phase(g, intra, fk, k - 1), _ring_phase(g, inter, fm / k, m - 1)]
+    raise ConfigError(
+        f"hierarchical {op} is not modelled; expected all_reduce, all_gather or reduce_scatter", field="algo"
+    )
+
+
+def algo_for(op: str, algo: str, layout: GroupLayout, devices_per_node: int, backend: str) -> str:
+    """The algorithm a call really uses. `auto`: MiCS's hierarchical all-gather when a group
+    spans nodes (as SageMaker's sharded data parallelism does), ring otherwise; tree only
+    applies to all-reduce, hierarchical to all-reduce/all-gather/reduce-scatter; gloo has
+    rings only."""
+    if backend == "gloo":
+        return "ring"
+    if algo == "auto":
+        g = layout.groups()[0]
+        spans_nodes = g.size > 1 and (g[0] // devices_per_node) != (g[-1] // devices_per_node)
+        return "hierarchical" if op == "all_gather" and spans_nodes else "ring"
+    if algo == "tree" and op != "all_reduce":
+        return "ring"
+    if algo == "hierarchical" and op not in ("all_reduce", "all_gather", "reduce_scatter"):
+        return "ring"
+    return algo
+
+
+def check_algo(op: str, algo: str, backend: str) -> None:
+    if op not in OPS:
+        raise ConfigError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}", field="op")
+    if algo not in ALGOS:
+        raise ConfigError(f"unknown algorithm {algo!r}; expected one of {', '.join(ALGOS)}", field="algo")
+    if backend not in ("nccl", "gloo"):
+        raise ConfigError(f"unknown backend {backend!r}; expected nccl or gloo", field="backend")
+    if backend == "gloo" and algo != "ring":
+        raise ConfigError(f"gloo implements ring collectives only, not {algo}", field="algo")
+    if algo == "tree" and op != "all_reduce":
+        raise ConfigError(f"NCCL's tree algorithm is for all_reduce only, not {op}", field="algo")
+
+
+@lru_cache(maxsize=4096)
+def _plan_cached(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str) -> tuple[Phase, ...]:
+    groups = layout.groups()
+    if groups.shape[1] < 2:
+        return ()
+    if backend == "gloo" and op == "reduce_scatter":
+        op = "all_reduce"  # gloo: all-reduce of the whole tensor, then keep one chunk
+    if algo == "tree":
+        phases = _tree_phases(g, groups)
+    elif algo == "hierarchical":
+        phases = _hier_plan(g, op, groups)
+    else:
+        phases = _ring_plan(g, op, groups)
+    return tuple(p for p in phases if p.links.size)
+
+
+def plan(g: LinkGraph, op: str, layout: GroupLayout, algo: str = "ring", backend: str = "nccl") -> tuple[Phase, ...]:
+    """Per-byte phases of one SPMD collective call over all groups of `layout`."""
+    check_algo(op, algo, backend)
+    return _plan_cached(g, op, layout, algo, backend)
+
+
+def phase_time(g: LinkGraph, phase: Phase, nbytes: float) -> float:
+    """Time of one phase alone on the network."""
+    return phase.latency_s + float(np.max(phase.load * nbytes / g.capacity[phase.links]))
+
+
+def run_phases(net, g: LinkGraph, phases: tuple[Phase, ...], nbytes: float, tag: str = ""):
+    """simpy process body: the phases one after another on a shared Network."""
+    for ph in phases:
+        if ph.latency_s:
+            yield net.env.timeout(ph.latency_s)
+        yield net.transfer(ph.links, ph.load * nbytes, tag)

@@ -1,0 +1,68 @@
+"""Compute time of blocks on a device: roofline-style, per operation kind.
+
+time = matmul FLOPs / (peak[precision] × matmul_efficiency[precision])
+     + memory-bound bytes / (memory bandwidth × memory_efficiency)
+The two terms add (no overlap between GEMMs and elementwise kernels): a named
+simplification. A measured profile (`shardsim profile`) replaces both when given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+from simulator.topology import DeviceSpec
+from simulator.workload import Block
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
+ADAM_BYTES_PER_PARAM = 7 * 4  # fp32 Adam: read param, grad, m, v; write param, m, v (foreach kernels)
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    fwd_s: float  # per microbatch
+    bwd_s: float  # per microbatch, without recompute
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    device: DeviceSpec
+    precision: str
+    profile: dict[str, tuple[float, float]] | None = None  # block name → (fwd, bwd) s per sample
+
+    def __post_init__(self) -> None:
+        if not self.device.supports(self.precision):
+            have = ", ".join(self.device.peak_tflops)
+            raise ConfigError(
+                f"{self.device.model} has no {self.precision} support (peak_tflops lists {have})", field="precision"
+            )
+
+    @property
+    def flops_per_s(self) -> float:
+        d = self.device
+        return d.peak_tflops[self.precision] * 1e12 * d.matmul_efficiency[self.precision]
+
+    @property
+    def mem_bytes_per_s(self) -> float:
+        return self.device.memory_bandwidth_GBps * 1e9 * self.device.memory_efficiency
+
+    def block(self, b: Block, batch: int) -> BlockCost:
+        if self.profile and b.name in self.profile:
+            f, bw = self.profile[b.name]
+            return BlockCost(f * batch, bw * batch)
+        esize = DTYPE_BYTES[self.precision]
+        mem = b.fwd_mem_elems * batch * esize / self.mem_bytes_per_s
+        fwd = b.fwd_flops * batch / self.flops_per_s + mem
+        bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
+        return BlockCost(fwd, bwd)
+
+    def optimizer(self, local_params: float) -> float:
+        """Adam step over the parameters this rank owns (memory-bound)."""
+        if self.profile and "optimizer_per_param" in self.profile:
+            return self.profile["optimizer_per_param"][0] * local_params
+        return local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
+
+    @property
+    def peak_flops(self) -> float:
+        return self.device.peak_tflops[self.precision] * 1e12

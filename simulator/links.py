@@ -1,0 +1,122 @@
+"""The cluster's links as arrays: who carries which bytes from one rank to another.
+
+Every device has a port to its node's fabric (tx and rx, each at the port rate); a PCIe
+node may also have one shared resource (the host bridge) that all its intra-node traffic
+crosses; every node has NICs (tx and rx). Rates are spec × efficiency, in bytes/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.topology import Cluster
+
+
+@dataclass(frozen=True, eq=False)  # identity hash: plans are cached per graph
+class LinkGraph:
+    cluster: Cluster
+    capacity: np.ndarray  # bytes/s per link
+    names: tuple[str, ...]
+    intra_latency_s: float
+    inter_latency_s: float
+    _port_tx: int
+    _port_rx: int
+    _bridge: int  # -1 when the node has no shared bridge
+    _nic_tx: int
+    _nic_rx: int
+
+    @property
+    def n_links(self) -> int:
+        return len(self.capacity)
+
+    def edge_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes each link carries when every src[i] sends nbytes to dst[i] (vectorized).
+
+        Returns (link indices, bytes) with indices unique. Inter-node bytes are spread evenly
+        over the node's NICs: NCCL opens several channels (rings) whose node crossings use
+        different NICs (assumption named NCCL_CHANNEL_SPREAD). On PCIe and loopback fabrics
+        inter-node bytes also cross the device port and the host bridge (no GPUDirect RDMA
+        on these instances); on NVLink/NVSwitch nodes they go GPU → PCIe switch → NIC,
+        which is not modelled as a bottleneck.
+        """
+        c = self.cluster
+        k = c.devices_per_node
+        nics = c.instance.nic.count
+        src = np.asarray(src, dtype=np.int64).ravel()
+        dst = np.asarray(dst, dtype=np.int64).ravel()
+        b = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape)
+        keep = src != dst
+        src, dst, b = src[keep], dst[keep], b[keep]
+        sn, dn = src // k, dst // k
+        intra = sn == dn
+        idx_parts = []
+        byte_parts = []
+        via_device = self.cluster.instance.fabric.kind in ("pcie", "loopback")
+        # device ports: all intra traffic, and inter traffic on PCIe-style nodes
+        use_port = intra | via_device
+        idx_parts += [self._port_tx + src[use_port], self._port_rx + dst[use_port]]
+        byte_parts += [b[use_port], b[use_port]]
+        if self._bridge >= 0:
+            # intra traffic crosses the bridge once; inter traffic once at each end
+            idx_parts += [self._bridge + sn[use_port], self._bridge + dn[use_port & ~intra]]
+            byte_parts += [b[use_port], b[use_port & ~intra]]
+        inter = ~intra
+        if inter.any():
+            share = b[inter] / nics
+            for j in range(nics):
+                idx_parts += [self._nic_tx + sn[inter] * nics + j, self._nic_rx + dn[inter] * nics + j]
+                byte_parts += [share, share]
+        idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
+        byt = np.concatenate(byte_parts) if byte_parts else np.zeros(0)
+        loads = np.bincount(idx, weights=byt, minlength=self.n_links)
+        nz = np.flatnonzero(loads)
+        return nz, loads[nz]
+
+    def edge_latency(self, src: np.ndarray, dst: np.ndarray) -> float:
+        """The largest one-hop latency among these edges (a ring step waits for its slowest hop)."""
+        k = self.cluster.devices_per_node
+        src = np.asarray(src).ravel()
+        dst = np.asarray(dst).ravel()
+        if src.size == 0:
+            return 0.0
+        inter = (src // k) != (dst // k)
+        return self.inter_latency_s if inter.any() else self.intra_latency_s
+
+
+def build_links(cluster: Cluster) -> LinkGraph:
+    inst = cluster.instance
+    n, k = cluster.nodes, cluster.devices_per_node
+    fab, nic = inst.fabric, inst.nic
+    port = fab.port_GBps * 1e9 * fab.efficiency
+    nic_rate = nic.rate_gbps * 1e9 / 8 * nic.efficiency
+    caps: list[np.ndarray] = []
+    names: list[str] = []
+    offset = 0
+
+    def add(count: int, rate: float, label: str) -> int:
+        nonlocal offset
+        start = offset
+        caps.append(np.full(count, rate))
+        names.extend(f"{label}[{i}]" for i in range(count))
+        offset += count
+        return start
+
+    port_tx = add(n * k, port, "port_tx")
+    port_rx = add(n * k, port, "port_rx")
+    bridge = add(n, fab.shared_GBps * 1e9 * fab.efficiency, "bridge") if fab.shared_GBps else -1
+    nic_tx = add(n * nic.count, nic_rate, "nic_tx")
+    nic_rx = add(n * nic.count, nic_rate, "nic_rx")
+    return LinkGraph(
+        cluster=cluster,
+        capacity=np.concatenate(caps),
+        names=tuple(names),
+        intra_latency_s=fab.latency_us * 1e-6,
+        inter_latency_s=nic.latency_us * 1e-6,
+        _port_tx=port_tx,
+        _port_rx=port_rx,
+        _bridge=bridge,
+        _nic_tx=nic_tx,
+        _nic_rx=nic_rx,
+    )

@@ -1,0 +1,167 @@
+"""One step prediction: config → plan → simulated timeline → StepPrediction."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from simulator.compute import ComputeModel
+from simulator.config import Resolved, RunConfig, resolve
+from simulator.engine import Span, simulate
+from simulator.errors import ConfigError
+from simulator.links import build_links
+from simulator.memory import MemoryBreakdown, rank_memory
+from simulator.plan import Plan, build_plan
+from simulator.timeline import length, subtract, union, write_chrome_trace
+from simulator.topology import Cluster, make_cluster
+from simulator.workload import Workload, load_workload, stage_ranges
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    config: dict
+    cluster: str
+    strategy: str
+    world: int
+    global_batch: int
+    step_time_s: float
+    samples_per_s: float
+    breakdown: dict[str, float]
+    tflops_per_device: float
+    mfu: float
+    memory_per_rank_gib: float
+    device_memory_gib: float
+    fits: bool
+    fit_reason: str
+    memory: dict[str, float]
+    collectives: dict[str, int]
+    cost_per_hour_usd: float | None
+    spans: list[Span] = field(default_factory=list, repr=False, compare=False)
+    class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("spans")
+        d.pop("class_labels")
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def load_profile(path: str, workload: Workload) -> dict[str, tuple[float, float]]:
+    """A measured per-block profile (written by `shardsim profile`)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read profile: {exc.strerror}", where=path) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON (line {exc.lineno})", where=path) from None
+    if doc.get("workload") != workload.name:
+        raise ConfigError(f"profile is for workload {doc.get('workload')!r}, not {workload.name!r}", where=path)
+    blocks = doc.get("blocks_per_sample_s")
+    if not isinstance(blocks, dict):
+        raise ConfigError(
+            "missing; expected a mapping of block → [fwd_s, bwd_s]", where=path, field="blocks_per_sample_s"
+        )
+    prof = {k: (float(v[0]), float(v[1])) for k, v in blocks.items()}
+    if "optimizer_per_param_s" in doc:
+        prof["optimizer_per_param"] = (float(doc["optimizer_per_param_s"]), 0.0)
+    return prof
+
+
+def _critical_breakdown(p: Plan, spans: list[Span], rc: int) -> dict[str, float]:
+    mine = [s for s in spans if s.rank_class == rc]
+    end = max(s.end for s in mine)
+    compute = [(s.start, s.end) for s in mine if s.kind == "compute"]
+    opt = [(s.start, s.end) for s in mine if s.kind == "optimizer"]
+    comm = [(s.start, s.end) for s in spans if s.kind == "comm" and (s.rank_class == rc or p.ops[s.op].peer == rc)]
+    busy = union(compute + opt)
+    idle = subtract([(0.0, end)], busy)
+    exposed = length(idle) - length(subtract(idle, comm))
+    return {
+        "compute_s": float(length(compute)),
+        "exposed_comm_s": float(exposed),
+        "bubble_s": float(length(idle) - exposed),
+        "optimizer_s": float(length(subtract(opt, compute))),
+        "comm_total_s": float(length(comm)),
+    }
+
+
+def predict(
+    cfg: RunConfig,
+    *,
+    algo: str = "auto",
+    workload: Workload | None = None,
+    cluster: Cluster | None = None,
+) -> StepPrediction:
+    """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`."""
+    cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
+    w = workload or load_workload(cfg.workload)
+    cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks))
+    if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
+        raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
+    profile = load_profile(cfg.profile, w) if cfg.profile else None
+    cm = ComputeModel(cluster.instance.device, cfg.precision, profile)
+    plan = build_plan(cfg, res, w, cm)
+    g = build_links(cluster)
+    spans = simulate(plan, g, algo, cfg.backend)
+    return _summarize(cfg, res, w, cluster, cm, plan, spans)
+
+
+def _summarize(
+    cfg, res: Resolved, w: Workload, cluster: Cluster, cm: ComputeModel, plan: Plan, spans
+) -> StepPrediction:
+    ends = {}
+    for s in spans:
+        ends[s.rank_class] = max(ends.get(s.rank_class, 0.0), s.end)
+    critical = max(ends, key=lambda rc: ends[rc])
+    step = ends[critical]
+    bd = _critical_breakdown(plan, spans, critical)
+    samples = res.global_batch
+    flops = w.train_flops * samples  # model FLOPs (recompute not counted), the MFU convention
+    tflops = flops / step / res.world / 1e12 if step > 0 else 0.0
+    dev = cluster.instance.device
+    # memory: the worst rank class
+    layers = [b for b in w.blocks if b.kind == "layer"]
+    mems: list[MemoryBreakdown] = []
+    if cfg.strategy.kind == "pipeline":
+        embed = [b for b in w.blocks if b.kind == "embed"]
+        head = [b for b in w.blocks if b.kind == "head"]
+        for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp)):
+            blocks = (embed if s == 0 else []) + layers[a:b] + (head if s == res.pp - 1 else [])
+            mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev))
+    else:
+        mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev))
+    worst = max(mems, key=lambda m: m.total_gib)
+    fits = worst.total_gib <= dev.memory_gib
+    reason = "" if fits else (f"needs {worst.total_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB")
+    counts = Counter(op.coll for op in plan.ops if op.kind == "comm")
+    price = cluster.price_per_hour_usd
+    return StepPrediction(
+        config=cfg.to_dict(),
+        cluster=cluster.describe(),
+        strategy=cfg.strategy.label(),
+        world=res.world,
+        global_batch=samples,
+        step_time_s=step,
+        samples_per_s=samples / step if step > 0 else float("inf"),
+        breakdown=bd,
+        tflops_per_device=tflops,
+        mfu=tflops * 1e12 / cm.peak_flops,
+        memory_per_rank_gib=worst.total_gib,
+        device_memory_gib=dev.memory_gib,
+        fits=fits,
+        fit_reason=reason,
+        memory=worst.to_dict(),
+        collectives=dict(counts),
+        cost_per_hour_usd=price,
+        spans=spans,
+        class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes],
+    )
+
+
+def save_trace(pred: StepPrediction, path: str | Path) -> None:
+    write_chrome_trace(path, pred.spans, pred.class_labels, {"prediction": pred.to_dict()})

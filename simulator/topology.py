@@ -1,0 +1,226 @@
+"""Instance types and clusters, read from YAML files under ``topologies/``.
+
+A topology file describes one node (instance type): its devices, the intra-node fabric,
+its NICs, its host and its price. A cluster is an instance type times a node count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from simulator.errors import ConfigError
+from simulator.yamlio import Fields, load_yaml
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator (or a CPU socket share standing in for one)."""
+
+    model: str
+    count: int
+    memory_gib: float
+    peak_tflops: dict[str, float]  # dense peak per precision; a missing key = unsupported
+    matmul_efficiency: dict[str, float]  # achieved / peak on large GEMMs, per precision
+    memory_bandwidth_GBps: float
+    memory_efficiency: float  # achieved / peak on streaming (memory-bound) kernels
+    kind: str = "gpu"
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.peak_tflops
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """Intra-node links: each device has a port (tx and rx) to the fabric."""
+
+    kind: str
+    port_GBps: float  # per device, per direction (spec sheet)
+    efficiency: float  # achieved / spec for bulk collective traffic
+    latency_us: float
+    shared_GBps: float | None = None  # a node-wide shared resource (PCIe host bridge)
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    """Inter-node network interfaces of one node."""
+
+    count: int
+    rate_gbps: float  # per NIC, per direction
+    efficiency: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    cores: int
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class EmulationSpec:
+    """How a topology is emulated on this machine (network namespaces + tc)."""
+
+    nodes: int
+    subnet: str
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    description: str
+    device: DeviceSpec
+    fabric: FabricSpec
+    nic: NicSpec
+    host: HostSpec
+    price_per_hour_usd: float | None
+    path: str
+    emulated: EmulationSpec | None = None
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An instance type times a node count; ranks are numbered node-major."""
+
+    instance: InstanceType
+    nodes: int
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.instance.device.count
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.devices_per_node
+
+    @property
+    def price_per_hour_usd(self) -> float | None:
+        p = self.instance.price_per_hour_usd
+        return None if p is None else p * self.nodes
+
+    def describe(self) -> str:
+        return f"{self.nodes} x {self.instance.name} ({self.world} x {self.instance.device.model})"
+
+
+def _figures(f: Fields, keys: list[str], sources: dict[str, str]) -> None:
+    for key in keys:
+        src = f.source(key)
+        if src:
+            sources[f"{f.prefix}{key}"] = src
+
+
+def parse_instance(data: dict, where: str) -> InstanceType:
+    """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
+    top = Fields(data, where)
+    sources: dict[str, str] = {}
+    name = top.text("name")
+
+    dev = top.sub("device")
+    peak = dev.sub("peak_tflops")
+    peaks: dict[str, float] = {}
+    for prec in PRECISIONS:
+        if peak.has(prec):
+            peaks[prec] = peak.number(prec)
+    _figures(peak, list(PRECISIONS), sources)
+    if not peaks:
+        raise ConfigError("expected at least one of fp32, fp16, bf16", where=where, field="device.peak_tflops")
+    eff = dev.sub("matmul_efficiency")
+    effs = {p: eff.number(p, maximum=1.0) for p in peaks}
+    _figures(eff, list(PRECISIONS), sources)
+    device = DeviceSpec(
+        model=dev.text("model"),
+        count=dev.integer("count"),
+        memory_gib=dev.number("memory_gib"),
+        peak_tflops=peaks,
+        matmul_efficiency=effs,
+        memory_bandwidth_GBps=dev.number("memory_bandwidth_GBps"),
+        memory_efficiency=dev.number("memory_efficiency", maximum=1.0),
+        kind=dev.text("kind", default="gpu", choices=("gpu", "cpu")),
+    )
+    _figures(dev, ["count", "memory_gib", "memory_bandwidth_GBps", "memory_efficiency"], sources)
+
+    fab = top.sub("fabric")
+    fabric = FabricSpec(
+        kind=fab.text("kind", choices=FABRICS),
+        port_GBps=fab.number("port_GBps"),
+        efficiency=fab.number("efficiency", maximum=1.0),
+        latency_us=fab.number("latency_us", minimum=0.0, strict=False),
+        shared_GBps=fab.number("shared_GBps", required=False),
+    )
+    _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps"], sources)
+
+    nic_f = top.sub("nic")
+    nic = NicSpec(
+        count=nic_f.integer("count"),
+        rate_gbps=nic_f.number("rate_gbps"),
+        efficiency=nic_f.number("efficiency", maximum=1.0),
+        latency_us=nic_f.number("latency_us", minimum=0.0, strict=False),
+    )
+    _figures(nic_f, ["count", "rate_gbps", "efficiency", "latency_us"], sources)
+
+    host_f = top.sub("host")
+    host = HostSpec(cores=host_f.integer("cores"), memory_gib=host_f.number("memory_gib"))
+    _figures(host_f, ["cores", "memory_gib"], sources)
+
+    price = top.number("price_per_hour_usd", required=False)
+    _figures(top, ["price_per_hour_usd"], sources)
+
+    emulated = None
+    emu = top.sub("emulated", required=False)
+    if emu is not None:
+        emulated = EmulationSpec(nodes=emu.integer("nodes"), subnet=emu.text("subnet", default="10.213.0.0/24"))
+
+    return InstanceType(
+        name=name,
+        description=top.text("description", default=""),
+        device=device,
+        fabric=fabric,
+        nic=nic,
+        host=host,
+        price_per_hour_usd=price,
+        path=where,
+        emulated=emulated,
+        sources=sources,
+    )
+
+
+def builtin_topology_dir() -> Path:
+    """The folder of shipped topology files (works from a checkout and from a wheel)."""
+    return Path(str(resources.files("topologies")))
+
+
+def builtin_topologies() -> list[str]:
+    return sorted(p.stem for p in builtin_topology_dir().glob("*.yaml"))
+
+
+def load_instance(name_or_path: str) -> InstanceType:
+    """Find a topology by shipped name (``p4d.24xlarge``) or by a path to a YAML file."""
+    path = Path(name_or_path)
+    looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path
+    if looks_like_path:
+        if not path.is_file():
+            raise ConfigError(f"topology file not found: {name_or_path}")
+    else:
+        path = builtin_topology_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            known = ", ".join(builtin_topologies())
+            raise ConfigError(f"unknown topology {name_or_path!r}; known: {known} (or give a path to a YAML file)")
+    return parse_instance(load_yaml(path), str(path) if looks_like_path else f"topologies/{path.name}")
+
+
+def make_cluster(topology: str | InstanceType, nodes: int | None = None) -> Cluster:
+    """A cluster of `nodes` instances; emulated topologies default to their own node count."""
+    inst = load_instance(topology) if isinstance(topology, str) else topology
+    if nodes is None:
+        nodes = inst.emulated.nodes if inst.emulated else 1
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"expected a node count >= 1, got {nodes!r}", field="nodes")
+    return Cluster(inst, nodes)

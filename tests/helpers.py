@@ -1,0 +1,44 @@
+"""Shared test helpers: synthetic topologies built in code."""
+
+from __future__ import annotations
+
+from simulator.topology import Cluster, InstanceType, parse_instance
+
+
+def instance(
+    *,
+    devices: int = 1,
+    nic_gbps: float = 100.0,
+    nic_count: int = 1,
+    nic_latency_us: float = 5.0,
+    fabric: str = "nvswitch",
+    port_GBps: float = 100.0,
+    fabric_latency_us: float = 1.0,
+    shared_GBps: float | None = None,
+    memory_gib: float = 16.0,
+    name: str = "test-node",
+) -> InstanceType:
+    fab = {"kind": fabric, "port_GBps": port_GBps, "efficiency": 1.0, "latency_us": fabric_latency_us}
+    if shared_GBps:
+        fab["shared_GBps"] = shared_GBps
+    data = {
+        "name": name,
+        "device": {
+            "model": "TestGPU",
+            "count": devices,
+            "memory_gib": memory_gib,
+            "memory_bandwidth_GBps": 1000.0,
+            "memory_efficiency": 1.0,
+            "peak_tflops": {"fp32": 10.0, "fp16": 100.0, "bf16": 100.0},
+            "matmul_efficiency": {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0},
+        },
+        "fabric": fab,
+        "nic": {"count": nic_count, "rate_gbps": nic_gbps, "efficiency": 1.0, "latency_us": nic_latency_us},
+        "host": {"cores": 8, "memory_gib": 64},
+    }
+    return parse_instance(data, "<test>")
+
+
+def one_tier(nodes: int, nic_gbps: float = 100.0, latency_us: float = 5.0) -> Cluster:
+    """n nodes of one device each: every edge crosses exactly one NIC pair (one tier)."""
+    return Cluster(instance(devices=1, nic_gbps=nic_gbps, nic_latency_us=latency_us), nodes)

@@ -1,0 +1,1 @@
+"""Shipped instance-type descriptions (YAML). Loaded by name via simulator.topology."""
