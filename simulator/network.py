@@ -104,9 +104,14 @@ class Network:
             if not self.active:
                 yield self._wake
                 continue
-            dt = min(t.remaining / t.rate for t in self.active)
-            yield self.env.timeout(max(dt, 0.0)) | self._wake
+            target = min(self.active, key=lambda t: t.remaining / t.rate)
+            timer = self.env.timeout(max(target.remaining / target.rate, 0.0))
+            fired = yield timer | self._wake
             self._advance()
+            if timer in fired:
+                # the timer was set for `target`: it is done by definition, even when its last
+                # sliver of time is below float resolution at this clock value
+                target.remaining = 0.0
             finished = [t for t in self.active if t.remaining <= _EPS]
             if finished:
                 self.active = [t for t in self.active if t.remaining > _EPS]

@@ -107,21 +107,33 @@ def _layer_block(a: Arch, index: int) -> Block:
     if a.family == "mlp":
         params = 2 * h * f + f + h
         fwd = 2.0 * s * (2 * h * f)
+        # Backward: input and weight gradients of fc1 and fc2, except that the first block of a
+        # model without an embedding gets the raw batch, which needs no gradient: autograd skips
+        # fc1's input gradient there (torch measures 3/4 of 2 * fwd).
+        bwd = 2 * fwd - (2.0 * s * h * f if index == 0 else 0.0)
         # memory-bound: GELU reads/writes f, residual add reads 2h writes h
         mem = s * (2 * f + 3 * h)
         act = s * (h + 2 * f)  # fc1 input, fc1 output (GELU input), GELU output (fc2 input)
-        return Block(f"block{index}", params, fwd, 2 * fwd, mem, act, s * h, s * h)
+        return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h)
     params = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h  # attn (qkv+proj, biases), MLP, 2 LayerNorms
     matmul = 2.0 * s * (4 * h * h + 2 * h * f)
-    attn = 4.0 * s * s * h  # QK^T and PV: 2 batched matmuls of s*s*h MACs each
+    # QK^T and PV: 2 batched matmuls of s*s*h MACs each. Counted in full even when causal, as
+    # torch's FlopCounterMode counts the fused SDPA kernels (the work a causal kernel skips is
+    # not subtracted; a known over-count of up to 2x on the attention part for gpt).
+    attn = 4.0 * s * s * h
     fwd = matmul + attn
+    # Backward: 2x the forward for the matmuls (input + weight gradients); 2.5x for attention,
+    # because the fused kernels recompute QK^T in backward: 5 bmm against 2 in forward (that is
+    # FlopCounterMode's formula for the flash/efficient/cudnn SDPA backward).
+    bwd = 2 * matmul + 2.5 * attn
     # Memory-bound forward traffic (assumption, named): 2 LayerNorms (read+write s*h each),
     # 2 residual adds (read 2, write 1), GELU (read+write s*f), attention softmax fused in SDPA.
     mem = s * (2 * 2 * h + 2 * 3 * h + 2 * f)
     # Saved for backward (flash/efficient SDPA keeps no s*s matrix): LN1 in, LN1 out, q, k, v,
-    # attention out, LN2 in, LN2 out, fc1 out, GELU out.
-    act = s * (8 * h + 2 * f) + s * a.heads  # + softmax log-sum-exp per head and token
-    return Block(f"layer{index}", params, fwd, 2 * fwd, mem, act, s * h, s * h)
+    # attention out, LN2 in, LN2 out, fc1 out, GELU out; the softmax log-sum-exp per head and
+    # token; the mean and rstd per token of each LayerNorm.
+    act = s * (8 * h + 2 * f) + s * a.heads + 2 * 2 * s
+    return Block(f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h)
 
 
 def _embed_block(a: Arch) -> Block | None:
@@ -133,30 +145,37 @@ def _embed_block(a: Arch) -> Block | None:
         n_patches = s - 1
         params = patch_in * h + h + h + s * h  # conv weight+bias, [CLS], positions
         fwd = 2.0 * n_patches * patch_in * h
-        return Block(
-            "embed", params, fwd, fwd, 3 * s * h, n_patches * patch_in, a.channels * a.image**2, s * h, "embed"
-        )
+        # backward = forward: the image needs no gradient, only the conv weight gradient is computed.
+        # memory-bound: [CLS] concat (reads the patches, writes s*h), position add (reads s*h, writes s*h)
+        mem = n_patches * h + 3 * s * h
+        # saved: the image (conv input)
+        return Block("embed", params, fwd, fwd, mem, n_patches * patch_in, a.channels * a.image**2, s * h, "embed")
     params = a.vocab * h + s * h  # token + position embeddings
-    return Block("embed", params, 0.0, 0.0, 3 * s * h, 0.0, s, s * h, "embed")
+    # saved: the token ids (the embedding's backward needs them)
+    return Block("embed", params, 0.0, 0.0, 3 * s * h, s, s, s * h, "embed")
 
 
 def _head_block(a: Arch) -> Block:
+    # The head's figures include the cross-entropy loss, which saves its log-softmax output
+    # (one element per logit) and the targets (one per prediction).
     h, s = a.hidden, a.tokens
     if a.family == "mlp":
         params = h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
-        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, h, h, a.classes, "head")
+        act = h + a.classes + 1  # classifier input, log-softmax, target
+        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head")
     if a.family == "vit":
-        # final LayerNorm on all tokens, classifier on [CLS]
+        # final LayerNorm on all tokens, classifier on [CLS]; the classifier saves its input, a
+        # view of the whole LayerNorm output, which keeps all s*h elements alive
         params = 2 * h + h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
-        return Block("head", params, fwd, 2 * fwd, 2 * s * h, 2 * s * h, s * h, a.classes, "head")
+        act = 2 * s * h + 2 * s + a.classes + 1  # LN in, LN out, LN mean+rstd, log-softmax, target
+        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, s * h, a.classes, "head")
     # final LayerNorm + untied LM head over every token
     params = 2 * h + h * a.vocab
     fwd = 2.0 * s * h * a.vocab
-    return Block(
-        "head", params, fwd, 2 * fwd, 2 * s * h + 3 * s * a.vocab, 2 * s * h + s * a.vocab, s * h, s * a.vocab, "head"
-    )
+    act = 2 * s * h + 2 * s + s * a.vocab + s  # LN in, LN out, LN mean+rstd, log-softmax, targets
+    return Block("head", params, fwd, 2 * fwd, 2 * s * h + 3 * s * a.vocab, act, s * h, s * a.vocab, "head")
 
 
 def from_arch(name: str, a: Arch) -> Workload:
