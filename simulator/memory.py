@@ -12,6 +12,9 @@ from simulator.units import GIB
 from simulator.workload import Block
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
+# torch.optim.Adam(foreach=True), the default on CUDA, materializes sqrt(exp_avg_sq) for all of a
+# rank's parameters at once during step(): one fp32 temporary the size of the local parameters.
+ADAM_STEP_TEMPORARY = 1.0
 FSDP_GATHERED_LAYERS = 2  # current + prefetched layer unsharded at once (FSDP2 limits in-flight all-gathers)
 
 
@@ -65,7 +68,7 @@ def rank_memory(
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    optim = local * 8  # Adam exp_avg and exp_avg_sq in fp32
+    optim = local * 4 * (2 + ADAM_STEP_TEMPORARY)  # Adam exp_avg, exp_avg_sq (fp32) + step temporary
     gathered = 0.0
     if fsdp:
         root = next((p for n, p in rc.units if n == "root"), 0.0)

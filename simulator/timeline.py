@@ -73,4 +73,5 @@ def write_chrome_trace(path: str | Path, spans: list[Span], class_labels: list[s
     fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:
         json.dump(doc, fh)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
