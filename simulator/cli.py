@@ -85,7 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("workloads", help="list the workload presets")
     w.set_defaults(func=_cmd_workloads)
 
-    for module in ("simulator.predict_cli", "simulator.sweep_cli", "runtime.cli"):
+    subcommands = (
+        "simulator.predict_cli",
+        "simulator.sweep_cli",
+        "runtime.cli",
+        "runtime.profile",
+        "runtime.cluster_cli",
+    )
+    for module in subcommands:
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 from simulator.collectives import algo_for, run_phases
@@ -25,11 +26,19 @@ class Span:
     end: float
 
 
-def simulate(p: Plan, g: LinkGraph, algo: str, backend: str) -> list[Span]:
+def simulate(p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int | None = None) -> list[Span]:
     """Execute the plan; every op starts when its dependencies (including the previous op on
-    its stream, recorded by the plan) are done. Returns one span per op."""
+    its stream, recorded by the plan) are done. Returns one span per op.
+
+    `shared_cores`: all ranks run on one host with this many cores (an emulated cluster).
+    Compute then becomes processor sharing: a compute op of a rank class is `count` ranks
+    each needing `duration` core-seconds; ranks computing at once split the cores, and no
+    rank runs faster than one core (measured here: 8 processes on 2 cores take 4x as long)."""
     env = simpy.Environment()
-    net = Network(env, g.capacity)
+    capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
+    cpu = np.array([len(g.capacity)])
+    net = Network(env, capacity)
+    counts = [c.count for c in p.classes]
     done = [env.event() for _ in p.ops]
     spans: list[Span | None] = [None] * len(p.ops)
 
@@ -41,6 +50,8 @@ def simulate(p: Plan, g: LinkGraph, algo: str, backend: str) -> list[Span]:
             used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend)
             phases = plan_collective(g, op.coll, op.layout, used, backend)
             yield from run_phases(net, g, phases, op.nbytes, op.name)
+        elif op.duration > 0 and shared_cores is not None:
+            yield net.transfer(cpu, np.array([counts[op.rank_class] * op.duration]), op.name, max_rate=1 / op.duration)
         elif op.duration > 0:
             yield env.timeout(op.duration)
         spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, env.now)

@@ -42,13 +42,20 @@ class Network:
     def __post_init__(self) -> None:
         self.env.process(self._run())
 
-    def transfer(self, links: np.ndarray, load: np.ndarray, tag: str = "") -> simpy.Event:
-        """Start moving `load[i]` bytes over `links[i]` now; the event fires when done."""
+    def transfer(
+        self, links: np.ndarray, load: np.ndarray, tag: str = "", max_rate: float | None = None
+    ) -> simpy.Event:
+        """Start moving `load[i]` units over `links[i]` now; the event fires when done.
+
+        `max_rate` caps the progress rate (1/duration) for work that cannot go faster than
+        alone however idle the resource is (a rank computes on at most one core)."""
         done = self.env.event()
         if links.size == 0 or float(load.max(initial=0.0)) <= 0:
             done.succeed()
             return done
         alone = float(np.min(self.capacity[links] / load))
+        if max_rate is not None:
+            alone = min(alone, max_rate)
         self._advance()
         self.active.append(Transfer(links, load, done, alone, tag=tag))
         self._reallocate()

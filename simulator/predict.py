@@ -107,7 +107,9 @@ def predict(
     cm = ComputeModel(cluster.instance.device, cfg.precision, profile)
     plan = build_plan(cfg, res, w, cm)
     g = build_links(cluster)
-    spans = simulate(plan, g, algo, cfg.backend)
+    # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
+    shared = cluster.instance.host.cores if cluster.instance.emulated else None
+    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared)
     return _summarize(cfg, res, w, cluster, cm, plan, spans)
 
 

@@ -1,0 +1,54 @@
+"""`shardsim cluster up|down|status TOPOLOGY`: the emulated cluster by hand (see runtime/emulation.py).
+
+``up`` leaves the cluster up until ``down`` (``shardsim run`` brings its own up and down);
+``status --measure`` also measures the link between node 0 and node 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _cmd_cluster(ns: argparse.Namespace) -> int:
+    from runtime.emulation import down, format_status, measure_link, plan_cluster, status, up
+    from simulator.topology import load_instance
+
+    cluster = plan_cluster(load_instance(ns.topology), ns.nodes)
+    if ns.action == "up":
+        up(cluster)
+        print(format_status(status(cluster)))
+        print(
+            f"run CMD on node I: GLOO_SOCKET_IFNAME={cluster.nodes[0].ifname} ip netns exec {cluster.prefix}-nI CMD; "
+            f"then: shardsim cluster down {ns.topology}"
+        )
+    elif ns.action == "down":
+        removed = down(cluster)
+        print(f"{cluster.topology}: down ({len(removed)} namespaces removed)")
+    else:
+        st = status(cluster)
+        print(format_status(st))
+        if ns.measure:
+            if not st.is_up:
+                print("  (not measured: the cluster is not up)")
+            elif len(cluster.nodes) >= 2:
+                m = measure_link(cluster)
+                print(
+                    f"  link n0 -> n1: {m.bandwidth_Bps * 8 / 1e6:.1f} Mbit/s TCP payload "
+                    f"({m.bandwidth_Bps * 8 / cluster.rate_bps:.1%} of the shaped rate), "
+                    f"latency {m.latency_s * 1e6:.0f} us one way"
+                )
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "cluster",
+        help="bring an emulated cluster (network namespaces + tc) up or down, or show it (needs root)",
+        description="Nodes of an emulated topology as network namespaces joined by a bridge, "
+        "each NIC shaped with tc tbf in both directions.",
+    )
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("topology", help="an emulated topology (emu-2x2, emu-4x2) or a YAML path")
+    p.add_argument("--nodes", type=int, default=None, help="number of nodes (default: the topology's emulated count)")
+    p.add_argument("--measure", action="store_true", help="status: also measure bandwidth and latency n0 -> n1")
+    p.set_defaults(func=_cmd_cluster)

@@ -1,0 +1,292 @@
+"""The emulated cluster (runtime/emulation.py): planning without root; as root, namespaces up,
+shaped links at their rate, no route out, and nothing left behind, also on errors and signals."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from runtime import cluster_cli, emulation
+from runtime.emulation import down, emulated, measure_link, plan_cluster, run_in_node, status, up
+from simulator.errors import ConfigError
+from simulator.topology import load_instance
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TAG = f"t{os.getpid()}"  # our own names: a cluster someone else has up on this machine is left alone
+
+
+def _can_emulate() -> str | None:
+    if os.geteuid() != 0:
+        return "the emulated cluster needs root"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "the emulated cluster needs iproute2 (ip, tc)"
+    return None
+
+
+needs_root = pytest.mark.skipif(_can_emulate() is not None, reason=_can_emulate() or "")
+
+
+def _sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def _root_links() -> set[str]:
+    return {link["ifname"] for link in json.loads(_sh("ip", "-j", "link", "show"))}
+
+
+def _our_namespaces(cluster) -> set[str]:
+    return {ns for ns in emulation.existing_namespaces() if ns.startswith(cluster.prefix + "-")}
+
+
+@pytest.fixture
+def cluster_of():
+    made = []
+
+    def make(topology: str, nodes: int | None = None):
+        c = plan_cluster(load_instance(topology), nodes, tag=TAG)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:  # whatever a failing test left
+        if _can_emulate() is None:
+            down(c)
+
+
+# ---------------------------------------------------------------------------- planning (no root needed)
+
+
+def test_plan_names_addresses_and_rate():
+    c = plan_cluster(load_instance("emu-2x2"))
+    assert c.namespaces == ("ss-emu-2x2-n0", "ss-emu-2x2-n1", "ss-emu-2x2-br")
+    assert c.rate_bps == 200_000_000 and c.ranks_per_node == 2 and c.world == 4
+    net = ipaddress.ip_network("10.213.0.0/24")
+    addrs = [n.address for n in c.nodes]
+    assert len(set(addrs)) == 2 and all(ipaddress.ip_address(a) in net for a in addrs)
+    assert c.master_addr == c.nodes[0].address == "10.213.0.1"
+    assert c.burst_bytes >= c.mtu + 14  # the bucket holds a full frame
+    for n in c.nodes:
+        assert len(n.ifname) <= 15 and len(n.peer_ifname) <= 15  # IFNAMSIZ
+    c4 = plan_cluster("emu-4x2", tag="x")
+    assert len(c4.nodes) == 4 and c4.rate_bps == 300_000_000 and c4.nodes[3].address == "10.213.1.4"
+    assert c4.prefix == "ss-x-emu-4x2" and all(ns.startswith("ss-x-emu-4x2-") for ns in c4.namespaces)
+    assert "tbf" in c4.tbf_args() and "300000000bit" in c4.tbf_args()
+
+
+def test_plan_refuses_non_emulated_and_bad_counts():
+    with pytest.raises(ConfigError, match="not emulated") as err:
+        plan_cluster(load_instance("p4d.24xlarge"))
+    assert "\n" not in str(err.value)
+    inst = load_instance("emu-2x2")
+    with pytest.raises(ConfigError, match="node count"):
+        plan_cluster(inst, 0)
+    tiny = dataclasses.replace(inst, emulated=dataclasses.replace(inst.emulated, subnet="10.9.0.0/30"))
+    assert len(plan_cluster(tiny, 2).nodes) == 2
+    with pytest.raises(ConfigError, match="too few for 3 nodes"):
+        plan_cluster(tiny, 3)
+
+
+def test_torchrun_argv():
+    c = plan_cluster("emu-2x2")
+    argv = emulation.torchrun_argv(c, 1, ["-m", "runtime.train", "--steps", "3"], master_port=29600)
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    joined = " ".join(argv)
+    assert "--nnodes 2 --node_rank 1 --nproc_per_node 2 --master_addr 10.213.0.1 --master_port 29600" in joined
+    assert joined.endswith("--module runtime.train --steps 3")
+    assert emulation.node_env(c, 1, {"X": "1"})["GLOO_SOCKET_IFNAME"] == "nic0"
+
+
+def test_refuses_without_root_or_tools(monkeypatch):
+    c = plan_cluster("emu-2x2", tag=TAG)
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
+    for fn in (up, down, status):
+        with pytest.raises(ConfigError, match="needs root") as err:
+            fn(c)
+        assert "\n" not in str(err.value)
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 0)
+    real_which = shutil.which
+    monkeypatch.setattr(emulation.shutil, "which", lambda tool: None if tool == "tc" else real_which(tool))
+    with pytest.raises(ConfigError, match="needs `tc`"):
+        up(c)
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    p = argparse.ArgumentParser(prog="shardsim")
+    cluster_cli.register(p.add_subparsers(dest="command", required=True))
+    ns = p.parse_args(argv)
+    try:
+        rc = ns.func(ns)
+    except ConfigError as exc:  # as simulator.cli.main does
+        print(f"shardsim: error: {exc}", file=sys.stderr)
+        rc = 2
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_refusals(capsys, monkeypatch):
+    rc, _, err = _cli(["cluster", "up", "p4d.24xlarge"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "not emulated" in err
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
+    rc, _, err = _cli(["cluster", "status", "emu-2x2"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "needs root" in err
+
+
+# ---------------------------------------------------------------------------- the real thing (root)
+
+_REACH = textwrap.dedent(
+    """
+    import json, socket, sys
+    def reach(host, port):
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            return "connected"
+        except ConnectionRefusedError:
+            return "refused"      # a host answered: reachable
+        except OSError as exc:
+            return f"unreachable: {exc.strerror}"
+    srv = socket.create_server(("127.0.0.1", 0))
+    print(json.dumps({"loopback": reach("127.0.0.1", srv.getsockname()[1]),
+                      "peer": reach(sys.argv[1], 9),
+                      "root": reach(sys.argv[2], int(sys.argv[3]))}))
+    """
+)
+
+
+def _root_address() -> str:
+    """An address of the root namespace (not loopback, which every namespace has its own of)."""
+    for link in json.loads(_sh("ip", "-j", "-4", "addr", "show")):
+        for a in link.get("addr_info", []):
+            if link["ifname"] != "lo":
+                return a["local"]
+    return "192.0.2.1"  # none here (TEST-NET-1): still, nothing outside the subnet may be reachable
+
+
+@needs_root
+@pytest.mark.parametrize("topology", ["emu-2x2", "emu-4x2"])
+def test_up_status_rate_isolation_down(cluster_of, topology):
+    c = cluster_of(topology)
+    links_before = _root_links()
+    up(c)
+    assert _root_links() == links_before, "nothing may be attached to the root namespace"
+
+    st = status(c)
+    assert st.is_up and _our_namespaces(c) == set(c.namespaces)
+    for node, ns_st in zip(c.nodes, st.namespaces, strict=False):
+        assert ns_st.addresses == (f"nic0 {node.cidr}",)
+        assert ns_st.qdiscs == (f"nic0 tbf {c.rate_bps / 1e6:g} Mbit/s",)
+        assert not any(r.startswith("default") for r in ns_st.routes), ns_st.routes
+    assert len(st.namespaces[-1].qdiscs) == len(c.nodes)  # the ingress side of every node, in the bridge
+
+    # a shaped link: TCP payload within 15 % of the tbf rate (it is ~95.6 %: 1448 of 1514 bytes per frame)
+    shaped = c.rate_bps / 8
+    m = measure_link(c)
+    assert 0.85 * shaped <= m.bandwidth_Bps <= 1.15 * shaped, (m, shaped)
+    assert 0 < m.latency_s < 0.005
+    if len(c.nodes) == 4:
+        m23 = measure_link(c, 3, 2)
+        assert 0.85 * shaped <= m23.bandwidth_Bps <= 1.15 * shaped, (m23, shaped)
+
+    # no route out: the node reaches its own loopback and a peer node, never the root namespace
+    with socket.create_server(("0.0.0.0", 0)) as srv:
+        root_ip, port = _root_address(), srv.getsockname()[1]
+        p = run_in_node(c, 0, [sys.executable, "-c", _REACH, c.nodes[1].address, root_ip, str(port)],
+                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+        res = json.loads(p.communicate(timeout=20)[0])
+    assert res["loopback"] == "connected" and res["peer"] == "refused", res
+    assert res["root"].startswith("unreachable"), res
+
+    # GLOO_SOCKET_IFNAME names the node's NIC, which carries the node's address
+    p = run_in_node(
+        c, 1, ["sh", "-c", 'ip -o -4 addr show dev "$GLOO_SOCKET_IFNAME"'], stdout=subprocess.PIPE, text=True
+    )
+    assert c.nodes[1].cidr in p.communicate(timeout=10)[0]
+
+    # a process still running in a node is killed by down; nothing is left
+    sleeper = run_in_node(c, 1, ["sleep", "60"])
+    time.sleep(0.1)
+    assert sleeper.pid in status(c).namespaces[1].pids
+    assert set(down(c)) == set(c.namespaces)
+    assert sleeper.wait(timeout=5) is not None
+    assert not _our_namespaces(c) and _root_links() == links_before
+    assert status(c).is_down
+
+
+@needs_root
+def test_leftovers_and_idempotent_down(cluster_of):
+    c = cluster_of("emu-2x2")
+    up(c)
+    up(c)  # as after a crashed run: the old namespaces are replaced, not an error
+    assert status(c).is_up
+    subprocess.run(["ip", "netns", "delete", c.nodes[0].namespace], check=True)  # half torn down
+    assert set(down(c)) == {c.nodes[1].namespace, c.bridge_namespace}
+    assert down(c) == [] and not _our_namespaces(c)
+
+
+@needs_root
+def test_context_manager_cleans_up_on_error(cluster_of):
+    c = cluster_of("emu-2x2")
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    with pytest.raises(RuntimeError, match="boom"):
+        with emulated(c):
+            assert status(c).is_up
+            raise RuntimeError("boom")
+    assert not _our_namespaces(c)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+_HOLD = textwrap.dedent(
+    """
+    import sys, time
+    from runtime.emulation import emulated, plan_cluster
+    with emulated(plan_cluster("emu-2x2", tag=sys.argv[1])):
+        print("up", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+@needs_root
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_context_manager_cleans_up_on_signal(cluster_of, sig):
+    c = cluster_of("emu-2x2")  # the same names the child uses, so the fixture cleans up if it fails
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, TAG], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert _our_namespaces(c) == set(c.namespaces)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert not _our_namespaces(c)
+
+
+@needs_root
+def test_cli_up_status_down(capsys):
+    topo = os.path.join(REPO, "topologies", "emu-2x2.yaml")
+    c = plan_cluster(load_instance(topo))
+    if emulation.existing_namespaces() & set(c.namespaces):
+        pytest.skip("a cluster named ss-emu-2x2 is up on this machine; not touching it")
+    try:
+        rc, out, _ = _cli(["cluster", "up", topo], capsys)
+        assert rc == 0 and "emu-2x2: up" in out and "ss-emu-2x2-n1" in out and "10.213.0.2/24" in out
+        rc, out, _ = _cli(["cluster", "status", topo], capsys)
+        assert rc == 0 and out.count("tbf 200 Mbit/s") == 4
+    finally:
+        rc, out, _ = _cli(["cluster", "down", topo], capsys)
+    assert rc == 0 and "3 namespaces removed" in out
+    assert not emulation.existing_namespaces() & set(c.namespaces)
