@@ -108,11 +108,17 @@ class _FusedAttention(TorchFunctionMode):
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested, some subclasses)
+        return id(t)
 
 
 def _storage_elems(t: torch.Tensor) -> int:
-    return t.untyped_storage().nbytes() // max(t.element_size(), 1)
+    try:
+        return t.untyped_storage().nbytes() // max(t.element_size(), 1)
+    except (RuntimeError, NotImplementedError):
+        return t.numel()
 
 
 class _MemTraffic(TorchDispatchMode):

@@ -1,0 +1,136 @@
+"""The analytic preset workloads equal what torch measures on the runtime's own modules (meta device)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import cache
+
+import pytest
+import torch
+
+from runtime.models import build_model
+from simulator.errors import ConfigError
+from simulator.measure import measure_import_path, measure_module
+from simulator.workload import PRESETS, Workload, from_arch, load_workload
+from tests import fixtures_models as fx
+
+CHECKED = ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")
+FLOPS_TOL = 0.01
+ACT_TOL = 0.15
+
+
+@cache
+def measured(name: str) -> Workload:
+    arch = PRESETS[name]
+    with torch.device("meta"):
+        model = build_model(arch)
+        inputs, targets = model.sample_batch(2)
+    return measure_module(model, name, inputs, targets=targets)
+
+
+def _close(measured_value: float, analytic: float, tol: float) -> bool:
+    if analytic == 0:
+        return measured_value == 0
+    return abs(measured_value / analytic - 1) <= tol
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_analytic_equals_measured_block_by_block(name: str) -> None:
+    ana = from_arch(name, PRESETS[name])
+    got = measured(name)
+    assert [b.kind for b in got.blocks] == [b.kind for b in ana.blocks]
+    assert got.tokens_per_sample == ana.tokens_per_sample
+    assert got.arch == ana.arch
+    for m, a in zip(got.blocks, ana.blocks, strict=True):
+        where = f"{name} {a.name}"
+        assert m.params == a.params, where
+        assert _close(m.fwd_flops, a.fwd_flops, FLOPS_TOL), (where, m.fwd_flops, a.fwd_flops)
+        assert _close(m.bwd_flops, a.bwd_flops, FLOPS_TOL), (where, m.bwd_flops, a.bwd_flops)
+        assert _close(m.act_elems, a.act_elems, ACT_TOL), (where, m.act_elems, a.act_elems)
+        assert m.in_elems == a.in_elems, where
+        assert m.out_elems == a.out_elems, where
+    assert got.params == ana.params
+
+
+def test_first_block_without_embedding_computes_no_input_gradient() -> None:
+    """tiny-mlp: the raw batch needs no gradient, so block 0's backward is 3/4 of the others'."""
+    blocks = measured("tiny-mlp").layers
+    assert blocks[0].bwd_flops == pytest.approx(0.75 * blocks[1].bwd_flops)
+    assert blocks[1].bwd_flops == pytest.approx(2 * blocks[1].fwd_flops)
+
+
+def test_attention_is_costed_as_a_fused_kernel() -> None:
+    """No s*s score matrix is saved (flash attention), and backward counts 5 bmm against 2."""
+    a = PRESETS["small-gpt"]
+    s, h, f = a.tokens, a.hidden, a.ffn_size
+    layer = measured("small-gpt").layers[0]
+    assert layer.act_elems < s * (8 * h + 2 * f) + s * a.heads + 4 * s + 2  # well under one s*s*heads matrix
+    matmul = 2.0 * s * (4 * h * h + 2 * h * f)
+    attn = 4.0 * s * s * h
+    assert layer.fwd_flops == pytest.approx(matmul + attn)
+    assert layer.bwd_flops == pytest.approx(2 * matmul + 2.5 * attn)
+
+
+def test_import_path_hand_written_model() -> None:
+    path = "tests.fixtures_models:build_two_block"
+    w = load_workload(path)
+    assert w.name == path and w.import_path == path and w.arch is None
+    assert [b.kind for b in w.blocks] == ["layer", "layer", "head"]
+    i, hid, o = fx.IN, fx.HID, fx.OUT
+    assert [b.params for b in w.blocks] == [i * hid + hid, hid * hid + hid, hid * o + o]
+    assert [b.fwd_flops for b in w.blocks] == [2 * i * hid, 2 * hid * hid, 2 * hid * o]
+    # block 0 gets the raw batch: weight gradient only
+    assert [b.bwd_flops for b in w.blocks] == [2 * i * hid, 4 * hid * hid, 4 * hid * o]
+    assert [b.in_elems for b in w.blocks] == [i, hid, hid]
+    assert [b.out_elems for b in w.blocks] == [hid, hid, o]
+    assert w.tokens_per_sample == 1
+
+
+def test_import_path_runtime_model_matches_preset() -> None:
+    path = "tests.fixtures_models:build_tiny_gpt"
+    w = measure_import_path(path)
+    ana = from_arch("tiny-gpt", PRESETS["tiny-gpt"])
+    assert w.arch == PRESETS["tiny-gpt"]
+    assert w.params == ana.params
+    assert w.train_flops == pytest.approx(ana.train_flops, rel=FLOPS_TOL)
+    assert [b.act_elems for b in w.blocks] == [b.act_elems for b in measured("tiny-gpt").blocks]
+
+
+@pytest.mark.parametrize(
+    ("path", "needle"),
+    [
+        ("no_such_pkg_zz.models:build", "no module named"),
+        ("tests.fixtures_models:nope", "no attribute"),
+        ("tests.fixtures_models:not_callable", "not callable"),
+        ("tests.fixtures_models:build_broken", "checkpoint shard missing"),
+        ("tests.fixtures_models:build_not_a_module", "not an nn.Module"),
+        ("tests.fixtures_models:build_no_blocks", "blocks"),
+        ("tests.fixtures_models:build_no_input", "sample_batch"),
+        ("tests.fixtures_models:", "pkg.module:build_fn"),
+    ],
+)
+def test_bad_import_path_is_a_one_line_config_error(path: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        measure_import_path(path)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert path in msg
+    assert needle in msg
+
+
+def test_presets_do_not_import_torch() -> None:
+    code = (
+        "import sys; from simulator.workload import load_workload; load_workload('gpt2-xl'); "
+        "sys.exit('torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_reusing_identical_blocks_changes_nothing() -> None:
+    with torch.device("meta"):
+        model = build_model(PRESETS["tiny-vit"])
+        inputs, targets = model.sample_batch(2)
+    full = measure_module(model, "tiny-vit", inputs, targets=targets, reuse=False)
+    assert full.blocks == measured("tiny-vit").blocks
+    assert "3 identical blocks reused" in measured("tiny-vit").notes["measured"]
