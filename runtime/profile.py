@@ -35,7 +35,13 @@ def _median_time(fn, repeats: int, warmup: int, sync) -> float:
 
 
 def profile_workload(
-    workload: str, batch: int, *, device: str = "cpu", threads: int = 1, repeats: int = 5, warmup: int = 2,
+    workload: str,
+    batch: int,
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    repeats: int = 5,
+    warmup: int = 2,
     precision: str = "fp32",
 ) -> dict:
     """Per-sample forward/backward seconds of every block, and Adam seconds per parameter."""
@@ -126,16 +132,19 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     batch = ns.batch or cfg.batch_per_device
-    doc = profile_workload(cfg.workload, batch, device=device, threads=ns.threads, repeats=ns.repeats,
-                           precision=cfg.precision)
+    doc = profile_workload(
+        cfg.workload, batch, device=device, threads=ns.threads, repeats=ns.repeats, precision=cfg.precision
+    )
     write_json_atomic(out, doc)
     if ns.json:
         print(json.dumps(doc))
     else:
         total_f = sum(v[0] for v in doc["blocks_per_sample_s"].values()) * batch
         total_b = sum(v[1] for v in doc["blocks_per_sample_s"].values()) * batch
-        print(f"{cfg.workload} on {doc['device']}, batch {batch}: forward {total_f * 1e3:.2f} ms, "
-              f"backward {total_b * 1e3:.2f} ms, Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param → {out}")
+        print(
+            f"{cfg.workload} on {doc['device']}, batch {batch}: forward {total_f * 1e3:.2f} ms, "
+            f"backward {total_b * 1e3:.2f} ms, Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param → {out}"
+        )
     return 0
 
 
