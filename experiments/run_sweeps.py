@@ -1,0 +1,229 @@
+"""Regenerate the committed sweeps under experiments/sweeps/ (tables, plots, recommendations).
+
+    python experiments/run_sweeps.py                 # all studies
+    python experiments/run_sweeps.py seed mics-gpt-10b --workers 2
+
+Studies (read experiments/SWEEPS.md for what they show):
+- seed: every configuration of the seed scenario (vit-630m, 8 x g4dn.12xlarge, batch 4/device,
+  fp32, checkpointing) — what `shardsim sweep` prints with no arguments.
+- mics-gpt-10b, mics-gpt-100b: ZeRO vs ZeRO-2D (MiCS) on p4d.24xlarge (bf16) and p3dn.24xlarge
+  (fp16: V100 has no bf16) from 4 to 64 nodes, weak scaling at a fixed batch per device; degree
+  8 (one node), 16 and up to 128 (where gpt-100b's states fit).
+- pipeline-gpt2-xl: pipeline vs sharding for gpt2-xl (1.6 B params: does not fit one T4 with
+  Adam) on 4 x g4dn.12xlarge, fp16: every configuration.
+Each study writes sweep.csv, sweep.parquet, recommended.json, summary.md and PNG/SVG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from simulator.config import RunConfig  # noqa: E402
+from simulator.plots import plot_all  # noqa: E402
+from simulator.sweep import SweepSpace, check_output_dir, recommend, sweep, write_tables  # noqa: E402
+
+OUT = ROOT / "experiments" / "sweeps"
+MICS_NODES = (4, 8, 16, 32, 64)
+MICS_DEGREES = (8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class Part:
+    base: RunConfig
+    space: SweepSpace
+
+
+STUDIES: dict[str, tuple[str, list[Part]]] = {
+    "seed": ("shardsim sweep", [Part(RunConfig(), SweepSpace())]),
+    "mics-gpt-10b": (
+        "shardsim sweep --workload gpt-10b --batch-per-device 2 --strategies zero,zero2d --degrees 8,16,32,64,128 "
+        "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16  (and p3dn.24xlarge with --precision fp16)",
+        [
+            Part(
+                RunConfig(workload="gpt-10b", topology="p4d.24xlarge", batch_per_device=2, precision="bf16"),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+            ),
+            Part(
+                RunConfig(workload="gpt-10b", topology="p3dn.24xlarge", batch_per_device=2, precision="fp16"),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+            ),
+        ],
+    ),
+    "mics-gpt-100b": (
+        "shardsim sweep --workload gpt-100b --batch-per-device 1 --strategies zero,zero2d --degrees 8,16,32,64,128 "
+        "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16  (and p3dn.24xlarge with --precision fp16)",
+        [
+            Part(
+                RunConfig(workload="gpt-100b", topology="p4d.24xlarge", batch_per_device=1, precision="bf16"),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+            ),
+            Part(
+                RunConfig(workload="gpt-100b", topology="p3dn.24xlarge", batch_per_device=1, precision="fp16"),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+            ),
+        ],
+    ),
+    "pipeline-gpt2-xl": (
+        "shardsim sweep --workload gpt2-xl --topology g4dn.12xlarge --nodes 4 --batch-per-device 2 --precision fp16",
+        [
+            Part(
+                RunConfig(workload="gpt2-xl", topology="g4dn.12xlarge", nodes=4, batch_per_device=2, precision="fp16"),
+                SweepSpace(),
+            )
+        ],
+    ),
+}
+
+
+def _fmt(v, spec: str) -> str:
+    return "" if v is None or pd.isna(v) else format(v, spec)
+
+
+def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> str:
+    """A short ranked table per cluster, and the recommendation, as Markdown."""
+    lines = [
+        f"# Sweep `{name}`",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{len(df)} configurations, {int((~df['fits']).sum())} do not fit in memory (marked **no**, never "
+        "recommended). Per cluster below: the 15 fastest, then every other ddp/zero/zero2d row.",
+        "",
+    ]
+    b = rec["best"]
+    if b is None:
+        lines.append(f"**No recommendation**: {rec['reason']}")
+    else:
+        sdp = rec["sdp"]
+        if sdp is not None:
+            lines.append(
+                f"- Recommended `sharded_data_parallel_degree`: **{rec['sharded_data_parallel_degree']}** "
+                f"({sdp['config']} on {sdp['nodes']} x {sdp['topology']}, {sdp['step_time_s']:.3f} s/step)"
+            )
+        margin = "" if rec["margin"] is None else f", {rec['margin'] * 100:.1f}% ahead of {rec['runner_up']['config']}"
+        lines.append(
+            f"- Best overall: **{b['config']}** on {b['nodes']} x {b['topology']}: {b['step_time_s']:.3f} s/step, "
+            f"{b['samples_per_s']:.1f} samples/s{margin}"
+        )
+    lines.append("")
+    if df.groupby("topology")["world"].nunique().max() > 1:
+        lines += pivot_markdown(df)
+    cols = (
+        "rank",
+        "config",
+        "step_time_s",
+        "samples_per_s",
+        "compute_s",
+        "exposed_comm_s",
+        "bubble_s",
+        "memory_per_rank_gib",
+        "fits",
+        "cost_per_million_samples_usd",
+        "scaling_efficiency",
+    )
+    for (top, nodes), g in df.groupby(["topology", "nodes"], sort=False):
+        lines += [
+            f"## {nodes} x {top} ({int(g['world'].iloc[0])} GPUs, {g['precision'].iloc[0]}, "
+            f"batch {int(g['batch_per_device'].iloc[0])}/device)",
+            "",
+        ]
+        present = [c for c in cols if c in g]
+        lines.append("| " + " | ".join(present) + " |")
+        lines.append("|" + "---|" * len(present))
+        shown = g[(g["rank"] <= 15) | (g["strategy"] != "pipeline")]
+        for _, r in shown.iterrows():
+            cells = []
+            for c in present:
+                v = r[c]
+                if c in ("step_time_s", "compute_s", "exposed_comm_s", "bubble_s"):
+                    cells.append(_fmt(v, ".3f"))
+                elif c in ("samples_per_s", "cost_per_million_samples_usd"):
+                    cells.append(_fmt(v, ".1f") or "unknown")
+                elif c == "memory_per_rank_gib":
+                    cells.append(_fmt(v, ".2f"))
+                elif c == "scaling_efficiency":
+                    cells.append(_fmt(v * 100, ".0f") + "%" if pd.notna(v) else "")
+                elif c == "fits":
+                    cells.append("yes" if v else "**no**")
+                else:
+                    cells.append(str(v))
+            lines.append("| " + " | ".join(cells) + " |")
+        if len(g) > len(shown):
+            lines.append(f"\n({len(g) - len(shown)} more rows in sweep.csv)")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def pivot_markdown(df: pd.DataFrame) -> list[str]:
+    """Per topology: step time and weak/strong scaling efficiency of each configuration by GPU count."""
+    from simulator.plots import scaling_configs
+
+    lines: list[str] = []
+    for top, g in df.groupby("topology", sort=False):
+        worlds = sorted(int(w) for w in g["world"].unique())
+        mode = g["scaling_mode"].iloc[0]
+        lines += [
+            f"### {top}: step time (s) and {mode} scaling efficiency by GPU count (✗ = does not fit)",
+            "",
+            "| configuration | " + " | ".join(f"{w} GPUs" for w in worlds) + " |",
+            "|---|" + "---|" * len(worlds),
+        ]
+        for cfg in scaling_configs(g, limit=12):
+            cells = []
+            for w in worlds:
+                r = g[(g["config"] == cfg) & (g["world"] == w)]
+                if r.empty:
+                    cells.append("")
+                    continue
+                r = r.iloc[0]
+                mark = "" if r["fits"] else " ✗"
+                cells.append(f"{r['step_time_s']:.3f}{mark} ({r['scaling_efficiency'] * 100:.0f}%)")
+            lines.append(f"| {cfg} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def run_study(name: str, workers: int | None, replot: bool = False) -> None:
+    command, parts = STUDIES[name]
+    out = check_output_dir(OUT / name)
+    t = time.perf_counter()
+    if replot:  # tables as committed: summary and plots only (e.g. after a change to the plots)
+        df = pd.read_parquet(out / "sweep.parquet")
+    else:
+        df = pd.concat([sweep(p.base, p.space, workers=workers) for p in parts], ignore_index=True)
+        write_tables(df, out)
+    seconds = time.perf_counter() - t
+    rec = recommend(df)
+    (out / "recommended.json").write_text(json.dumps(rec, indent=2) + "\n")
+    (out / "summary.md").write_text(summary_markdown(name, command, df, rec) + "\n")
+    plot_all(df, out)
+    b = rec["best"]
+    best = "nothing fits" if b is None else f"{b['config']} on {b['nodes']} x {b['topology']}"
+    print(
+        f"{name}: {len(df)} configurations in {seconds:.1f} s; best {best}; "
+        f"sharded_data_parallel_degree {rec['sharded_data_parallel_degree']}"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("studies", nargs="*", choices=[*STUDIES, []], help="default: all")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--replot", action="store_true", help="no predictions: summary and plots from sweep.parquet")
+    ns = p.parse_args()
+    for name in ns.studies or STUDIES:
+        run_study(name, ns.workers, ns.replot)
+
+
+if __name__ == "__main__":
+    main()

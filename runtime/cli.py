@@ -1,0 +1,165 @@
+"""`shardsim run`: execute a configuration for real on this machine and measure it.
+
+Checks everything that can be checked before a process is spawned (the configuration, the
+world size against the strategy's degrees, ranks against devices, the model), then
+launches torchrun (`runtime.launch`) with one rank per device: nccl on GPUs, gloo on CPU.
+Bad input is one line on stderr and exit status 2; a failed run is one line naming the
+rank and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
+from simulator.errors import ConfigError
+
+MAX_CPU_RANKS = 8  # default world on a CPU machine when --nproc is not given
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    cfg: RunConfig  # as given (workers resolve it again against their world)
+    resolved_cfg: RunConfig
+    res: Resolved
+    nproc: int
+    on_gpu: bool
+
+
+def gpu_count() -> int:
+    """CUDA devices visible here; torch is imported only when a driver is present."""
+    if not os.path.isdir("/proc/driver/nvidia/gpus") and not any(Path("/dev").glob("nvidia[0-9]*")):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def plan_run(cfg: RunConfig, nproc: int | None) -> RunPlan:
+    """Ranks on this machine and the resolved configuration, or ConfigError."""
+    from runtime.workloads import n_blocks
+    from simulator.topology import make_cluster
+
+    cluster = make_cluster(cfg.topology, cfg.nodes)
+    if nproc is not None and nproc < 1:
+        raise ConfigError(f"expected --nproc >= 1, got {nproc}", field="nproc")
+    gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
+    on_gpu = gpus > 0
+    if on_gpu:
+        n = nproc or cluster.devices_per_node
+        if n > gpus:
+            raise ConfigError(
+                f"{n} ranks on this machine but it has {gpus} GPU(s): one rank per device (lower --nproc)",
+                field="nproc",
+            )
+    else:
+        n = nproc or cluster.world
+        if nproc is None and n > MAX_CPU_RANKS:
+            raise ConfigError(
+                f"{cluster.describe()} is {n} ranks; a CPU run here defaults to at most {MAX_CPU_RANKS} "
+                "(pass --nproc N, or fewer --nodes)",
+                field="nproc",
+            )
+    resolved, res = resolve(cfg, n, n_blocks(cfg.workload, pipeline=cfg.strategy.kind == "pipeline"))
+    return RunPlan(cfg, resolved, res, n, on_gpu)
+
+
+def _check_run_flags(ns: argparse.Namespace) -> None:
+    if ns.steps < 1:
+        raise ConfigError(f"expected --steps >= 1, got {ns.steps}", field="steps")
+    if ns.warmup < 0:
+        raise ConfigError(f"expected --warmup >= 0, got {ns.warmup}", field="warmup")
+    if not ns.timeout > 0:
+        raise ConfigError(f"expected --timeout > 0 seconds, got {ns.timeout}", field="timeout")
+    if ns.data_batches < 0:
+        raise ConfigError(f"expected --data-batches >= 0, got {ns.data_batches}", field="data-batches")
+    if ns.threads < 1:
+        raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
+
+
+def main_run(ns: argparse.Namespace) -> int:
+    from runtime.launch import config_flags, launch
+    from runtime.train import default_run_id
+
+    try:
+        _check_run_flags(ns)
+        cfg = config_from_args(ns)
+        plan = plan_run(cfg, ns.nproc)
+        out = Path(ns.out).resolve()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the results folder {out}: {exc.strerror}", field="out") from None
+    except ConfigError as exc:
+        print(f"shardsim: error: {exc}", file=sys.stderr)
+        return 2
+    run_id = default_run_id(plan.resolved_cfg)
+    worker_args = config_flags(plan.cfg) + [
+        "--steps", str(ns.steps),
+        "--warmup", str(ns.warmup),
+        "--out", str(out),
+        "--timeout", str(ns.timeout),
+        "--threads", str(ns.threads),
+        "--data-batches", str(ns.data_batches),
+        "--run-id", run_id,
+    ]  # fmt: skip
+    if getattr(ns, "save_params", None):
+        worker_args += ["--save-params", str(Path(ns.save_params).resolve())]
+    where = "GPU" if plan.on_gpu else "CPU"
+    print(
+        f"shardsim: running {plan.resolved_cfg.workload}, {plan.resolved_cfg.strategy.label()}, "
+        f"on {plan.nproc} {where} ranks ({ns.warmup} warm-up + {ns.steps} measured steps)",
+        file=sys.stderr,
+        flush=True,
+    )
+    result = launch(plan.nproc, worker_args, timeout_s=ns.timeout, threads=ns.threads, stdout=2 if ns.json else None)
+    if not result.ok:
+        print(f"shardsim: run failed: {result.message}", file=sys.stderr)
+        return 1
+    path = out / f"{run_id}.json"
+    if ns.json:
+        try:
+            print(json.dumps(json.loads(path.read_text())))
+        except (OSError, ValueError) as exc:
+            print(f"shardsim: run finished but its result {path} is unreadable: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from runtime.train import add_run_arguments
+
+    add_config_arguments(p)
+    add_run_arguments(p)
+    p.add_argument(
+        "--nproc",
+        type=int,
+        help="ranks on this machine (default: the topology's devices per node on a GPU machine; "
+        f"on CPU the cluster's world size if at most {MAX_CPU_RANKS})",
+    )
+    p.add_argument("--save-params", help=argparse.SUPPRESS)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="run the configuration for real (torchrun; FSDP2, pipelining, DDP) and measure step time"
+    )
+    add_arguments(p)
+    p.set_defaults(func=main_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m runtime.cli")
+    sub = p.add_subparsers(dest="command", required=True)
+    register(sub)
+    ns = p.parse_args(argv)
+    return ns.func(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Launch one machine's ranks with torchrun, watch them, explain a failure.
+
+`launch` runs ``python -m torch.distributed.run --standalone ... -m runtime.train ...`` (a
+free port on this machine), passes the configuration as explicit flags, and follows each
+rank through the files of `runtime.status`. When the job fails it names the rank that
+crashed, died or hung; torchrun itself tears the other ranks down, and `launch` makes sure
+no rank outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simulator.config import RunConfig
+
+MONITOR_INTERVAL_S = 0.5  # torchrun's poll of its workers (leaves time for peers to report)
+POLL_S = 0.25  # the launcher's poll of the ranks' status files: a few wake-ups a second only
+
+
+@dataclass
+class RankView:
+    rank: int
+    pid: int | None = None
+    step: int | None = None
+    status: dict | None = None
+    died_at: float | None = None  # when the launcher first saw the process gone
+
+
+@dataclass
+class LaunchResult:
+    returncode: int  # torchrun's exit status
+    ok: bool
+    message: str  # one line: what went wrong (empty when ok)
+    ranks: dict[int, RankView] = field(default_factory=dict)
+    leftover_killed: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def config_flags(cfg: RunConfig) -> list[str]:
+    """The configuration as explicit flags of runtime.train (nothing parsed twice)."""
+    s = cfg.strategy
+    out = ["--workload", cfg.workload, "--topology", cfg.topology, "--strategy", s.kind]
+    if cfg.nodes is not None:
+        out += ["--nodes", str(cfg.nodes)]
+    if s.degree is not None:
+        out += ["--degree", str(s.degree)]
+    out += ["--pp", str(s.pp), "--microbatches", str(s.microbatches), "--schedule", s.schedule]
+    out += ["--batch-per-device", str(cfg.batch_per_device), "--grad-accum", str(cfg.grad_accum)]
+    out += ["--precision", cfg.precision, "--backend", cfg.backend, "--seed", str(cfg.seed)]
+    out.append("--checkpointing" if cfg.checkpointing else "--no-checkpointing")
+    return out
+
+
+def torchrun_command(nproc: int, worker_args: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "--max-restarts=0",
+        f"--monitor-interval={MONITOR_INTERVAL_S}",
+        "-m",
+        "runtime.train",
+        *worker_args,
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _read_json(path: Path) -> dict | None:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _refresh(run_dir: Path, views: dict[int, RankView], now: float) -> None:
+    for r, v in views.items():
+        if v.pid is None:
+            start = _read_json(run_dir / f"rank{r}.start")
+            if start:
+                v.pid = int(start["pid"])
+        if v.status is None:
+            v.status = _read_json(run_dir / f"rank{r}.json")
+        try:
+            v.step = int((run_dir / f"rank{r}.step").read_text().strip() or -1)
+        except (OSError, ValueError):
+            pass
+        if v.pid is not None and v.died_at is None and not _alive(v.pid):
+            v.died_at = now
+
+
+def _names(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, sorted(ranks)))
+
+
+def diagnose(views: dict[int, RankView], returncode: int, timeout_s: float) -> str:
+    """One line naming the rank that crashed, died or hung (see module docstring)."""
+    errors = [v for v in views.values() if v.status and v.status.get("status") == "error"]
+    if errors:
+        v = min(errors, key=lambda v: v.status["time"])
+        s = v.status
+        return f"rank {v.rank} failed at step {s.get('step')}: {s.get('type')}: {s.get('message')}"
+    reported = sorted(
+        (v for v in views.values() if v.status and v.status.get("status") in ("timeout", "peer")),
+        key=lambda v: v.status["time"],
+    )
+    silent = [v for v in views.values() if not v.status]
+    if silent and all(v.pid is None for v in views.values()):
+        return f"torchrun exited with status {returncode} before any rank started (see its output above)"
+    started = [v for v in silent if v.pid is not None]
+    # A rank that dies closes its connections: its peers fail at once ("peer"). A rank that
+    # hangs keeps them open: its peers wait for the timeout first ("timeout").
+    first = reported[0].status["status"] if reported else None
+    if first != "timeout":
+        died = sorted((v for v in started if v.died_at is not None), key=lambda v: v.died_at)
+        if died:
+            v = died[0]
+            also = f" (and {_names([d.rank for d in died[1:]])})" if len(died) > 1 else ""
+            lost = f"; {_names([r.rank for r in reported])} then lost it" if reported else ""
+            return (
+                f"rank {v.rank} (pid {v.pid}) died at step {v.step} without reporting an error "
+                f"(killed by a signal, or exited abruptly){also}{lost}"
+            )
+    timeouts = [v.rank for v in reported if v.status["status"] == "timeout"]
+    if timeouts and started:
+        steps = sorted({v.step for v in started if v.step is not None})
+        at = f" at step {steps[0]}" if len(steps) == 1 else ""
+        return (
+            f"{_names([v.rank for v in started])} stopped responding{at}: {_names(timeouts)} timed out after "
+            f"{timeout_s:g} s waiting for it in a collective"
+        )
+    if timeouts:
+        return f"{_names(timeouts)} timed out after {timeout_s:g} s waiting in a collective"
+    if reported:
+        return f"{_names([v.rank for v in reported])} lost a peer: {reported[0].status.get('message')}"
+    return f"torchrun exited with status {returncode} (see its output above)"
+
+
+def _kill_leftovers(views: dict[int, RankView]) -> list[int]:
+    killed = []
+    for v in views.values():
+        if v.pid is not None and _alive(v.pid):
+            try:
+                os.kill(v.pid, signal.SIGKILL)
+                killed.append(v.rank)
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def _repo_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def launch(
+    nproc: int,
+    worker_args: list[str],
+    *,
+    timeout_s: float,
+    threads: int = 1,
+    stdout=None,
+    extra_env: dict[str, str] | None = None,
+    straggler_grace_s: float | None = None,
+) -> LaunchResult:
+    """Run torchrun with `nproc` ranks of runtime.train and wait for it.
+
+    A rank that is still running `straggler_grace_s` (default 2 x timeout + 10 s) after
+    another finished cleanly is taken as hung outside any collective: the job is ended."""
+    run_dir = Path(tempfile.mkdtemp(prefix="shardsim-run-"))
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this machine
+    env["SHARDSIM_RUN_DIR"] = str(run_dir)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH")) if p)
+    env.update(extra_env or {})
+    grace = straggler_grace_s if straggler_grace_s is not None else 2 * timeout_s + 10
+    views = {r: RankView(r) for r in range(nproc)}
+    t0 = time.monotonic()
+    # torchrun stays in our session: a new session is a new scheduler autogroup on Linux, which
+    # measurably slowed the ranks on a loaded machine; on Ctrl-C torchrun gets SIGINT with us
+    proc = subprocess.Popen(torchrun_command(nproc, worker_args), env=env, stdout=stdout)
+    forced = ""
+    try:
+        while True:
+            # sleep, then poll: Popen.wait(timeout) would wake up every few milliseconds
+            time.sleep(POLL_S)
+            rc = proc.poll()
+            if rc is not None:
+                break
+            now = time.time()
+            _refresh(run_dir, views, now)
+            done = [v.status["time"] for v in views.values() if v.status and v.status.get("status") == "ok"]
+            if done and now - min(done) > grace:
+                late = [v.rank for v in views.values() if not v.status]
+                forced = f"{_names(late)} did not finish within {grace:g} s after the others (hung?)"
+                proc.terminate()
+                try:
+                    rc = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rc = proc.wait()
+                break
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        _refresh(run_dir, views, time.time())
+        _kill_leftovers(views)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    _refresh(run_dir, views, time.time())
+    leftovers = _kill_leftovers(views)
+    ok = rc == 0 and not forced and all(v.status and v.status.get("status") == "ok" for v in views.values())
+    message = "" if ok else (forced or diagnose(views, rc, timeout_s))
+    if leftovers:
+        message += f" ({_names(leftovers)} outlived torchrun and were killed)"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return LaunchResult(rc, ok, message, views, leftovers, time.monotonic() - t0)

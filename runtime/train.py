@@ -1,0 +1,493 @@
+"""One rank of a real training run: ``python -m runtime.train [CONFIG.yaml] [flags]``.
+
+Launched by torchrun, one process per device: by ``shardsim run`` on one machine, or by you
+under multi-node torchrun or Slurm (see the README). Reads the same configuration as the
+simulator, builds the same model, applies the strategy with PyTorch's own engines
+(`runtime.parallel`), trains on seeded synthetic data and measures each step between two
+synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
+from simulator.errors import ConfigError
+
+LR = 1e-3  # Adam's learning rate (defaults otherwise)
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of a run shared by `shardsim run` and `python -m runtime.train`."""
+    p.add_argument("--steps", type=int, default=5, help="measured steps (after the warm-up)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, not measured")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--out", default="results/runs", help="folder for <run_id>.json and runs.csv (default %(default)s)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds a rank waits for its peers in a collective before the job fails (default %(default)s)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU (default 1)")
+    p.add_argument(
+        "--data-batches",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cycle through N distinct global batches (default 0: a new one every step, as FakeDataset); "
+        "1 repeats one batch, so the loss falls visibly",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__.splitlines()[0])
+    add_config_arguments(p)
+    add_run_arguments(p)
+    p.add_argument("--run-id", help="name of the result file (default: time + strategy)")
+    p.add_argument("--no-write", action="store_true", help="do not write result files")
+    p.add_argument("--save-params", metavar="DIR", help="save the final parameters (full tensors) per stage, for tests")
+    return p
+
+
+def wants_cuda(cfg: RunConfig) -> bool:
+    """nccl on CUDA devices when there are any and the topology's devices are GPUs; gloo on CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    from simulator.topology import load_instance
+
+    return load_instance(cfg.topology).device.kind != "cpu"
+
+
+def default_run_id(cfg: RunConfig) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    label = cfg.strategy.label().replace(" ", "-").replace("=", "")
+    return f"{stamp}-{cfg.workload.replace(':', '.').replace('/', '.')}-{label}-{os.getpid()}"
+
+
+@dataclass
+class Job:
+    """Everything one rank trains with."""
+
+    cfg: RunConfig
+    res: Any  # simulator.config.Resolved
+    rank: int
+    device: Any  # torch.device
+    model: Any  # the module the step runs (DDP / FSDP / stage module)
+    optimizer: Any
+    forward_backward: Any  # callable(micro_batches) -> this rank's loss of the step (a tensor)
+    optimizer_step: Any  # callable(): step the optimizer, zero the gradients
+    make_batches: Any  # callable(step) -> list of micro-batches for this rank
+    state: Any  # callable() -> {"params": {...}, "grads": {...}} full tensors, or None (see _full_state)
+    loss_weight: float = 1.0  # this rank's loss x weight, summed over ranks = the global loss
+    notes: dict = field(default_factory=dict)
+
+
+def _canonical(name: str) -> str:
+    for part in ("_checkpoint_wrapped_module.", "_orig_mod."):
+        name = name.replace(part, "")
+    return name.removeprefix("module.")
+
+
+def _stepper(optimizer, scaler):
+    def step():
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _full_state(module, keep: bool):
+    """A function returning {name: full tensor} of parameters and gradients; every rank
+    calls it (gathers of sharded tensors), ranks with `keep` get the dict."""
+
+    def full(t):
+        t = t.full_tensor() if hasattr(t, "full_tensor") else t
+        return t.detach().float().cpu()
+
+    def state():
+        params, grads = {}, {}
+        for name, p in module.named_parameters():
+            params[_canonical(name)] = full(p)
+            if p.grad is not None:
+                grads[_canonical(name)] = full(p.grad)
+        return {"params": params, "grads": grads} if keep else None
+
+    return state
+
+
+def data_step(step: int, data_batches: int) -> int:
+    """Which global batch optimizer step `step` trains on."""
+    return step % data_batches if data_batches > 0 else step
+
+
+def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, data_batches: int = 0) -> Job:
+    import torch
+
+    from runtime import data, parallel, workloads
+
+    model = workloads.build(cfg.workload, cfg.seed)
+    cfg, res = resolve(cfg, world, len(model.blocks))
+    kind = cfg.strategy.kind
+    if kind == "pipeline":
+        workloads.check_model(model, cfg.workload, pipeline=True)
+    layout = parallel.build_layout(kind, res, rank, device.type, timeout)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    mp_policy = None
+    if low is not None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        mp_policy = MixedPrecisionPolicy(param_dtype=low)
+    sharded = kind in ("zero", "zero2d") or (kind == "pipeline" and res.shard > 1)
+    # FSDP2 casts parameters itself (MixedPrecisionPolicy); DDP and plain stages use autocast.
+    amp = (
+        (lambda: torch.autocast(device.type, dtype=low)) if low is not None and not sharded else contextlib.nullcontext
+    )
+    scaler = None
+    if cfg.precision == "fp16":
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        scaler = ShardedGradScaler(device=device.type)  # found-inf agreed over the world
+        # ranks that never compute a loss (early pipeline stages) still unscale: set the scale up
+        scaler.scale(torch.zeros((), device=device))
+    sample, base_loss = model.sample_batch, model.loss
+    from runtime.models import ShardsimModel, sample_batch
+
+    if isinstance(model, ShardsimModel):
+        # hold no reference to the whole model: a pipeline stage frees the other stages' blocks
+        sample = functools.partial(sample_batch, model.arch)
+        base_loss = functools.partial(ShardsimModel.loss, None)  # uses no state of the model
+    loss_fn = base_loss if low is None else (lambda out, y: base_loss(out.float(), y))
+    K = cfg.grad_accum
+    bpd = cfg.batch_per_device
+
+    def to_dev(batch):
+        x, y = batch
+        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+    if kind != "pipeline":
+        if cfg.checkpointing:
+            parallel.apply_checkpointing(model)
+        if kind == "ddp":
+            module = parallel.apply_ddp(model.to(device), device)
+        else:
+            module = parallel.apply_fsdp(model, layout.fsdp_mesh, mp_policy=mp_policy)
+        optimizer = torch.optim.Adam(module.parameters(), lr=LR)
+        inv_k = 1.0 / K
+
+        def make_batches(step: int):
+            ds = data_step(step, data_batches)
+            return [to_dev(data.local_batch(sample, bpd, 1, cfg.seed, ds, k, layout.replica)) for k in range(K)]
+
+        def forward_backward(micro_batches):
+            total = None
+            for k, (x, y) in enumerate(micro_batches):
+                sync = parallel.replica_sync(module, k == K - 1) if K > 1 else contextlib.nullcontext()
+                with sync:
+                    with amp():
+                        loss = loss_fn(module(x), y)
+                    if K > 1:
+                        loss = loss * inv_k
+                    (scaler.scale(loss) if scaler else loss).backward()
+                total = loss.detach() if total is None else total + loss.detach()
+            return total
+
+        return Job(
+            cfg,
+            res,
+            rank,
+            device,
+            module,
+            optimizer,
+            forward_backward,
+            _stepper(optimizer, scaler),
+            make_batches,
+            _full_state(module, rank == 0),
+            1.0 / world,
+        )
+
+    # ---- pipeline: stage-major ranks, manual PipelineStage per rank
+    pp, M = res.pp, res.microbatches
+    R = world // pp
+    stage_idx, replica = layout.stage, layout.replica
+    first, last = stage_idx == 0, stage_idx == pp - 1
+
+    def wrap(stage_module):
+        if cfg.checkpointing:
+            parallel.apply_checkpointing(stage_module)
+        if res.shard > 1:
+            return parallel.apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=mp_policy)
+        stage_module = stage_module.to(device)
+        if R > 1:
+            return parallel.apply_ddp(stage_module, device, layout.dp_group)
+        return stage_module
+
+    stage, module = parallel.build_pipeline_stage(model, stage_idx, pp, device, group=layout.pp_group, wrap=wrap)
+    del model
+    scale = 1.0 / (M * K)
+
+    def mb_loss(out, y):
+        loss = loss_fn(out, y) * scale
+        return scaler.scale(loss) if scaler else loss
+
+    schedule = parallel.build_schedule(stage, cfg.strategy.schedule, M, mb_loss)
+    optimizer = torch.optim.Adam(module.parameters(), lr=LR)
+
+    def make_batches(step: int):
+        out = []
+        ds = data_step(step, data_batches)
+        for k in range(K):
+            if first or last:
+                x, y = to_dev(data.local_batch(sample, bpd, pp, cfg.seed, ds, k, replica))
+                out.append((x if first else None, y if last else None))
+            else:
+                out.append((None, None))
+        return out
+
+    inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)
+
+    def forward_backward(micro_batches):
+        losses: list = []
+        for k, (x, y) in enumerate(micro_batches):
+            stage.replica_sync = k == K - 1
+            mb: list = []  # the schedule clears the list it is given
+            with amp():
+                if first and last:
+                    schedule.step(x, target=y, losses=mb)
+                elif first:
+                    schedule.step(x)
+                elif last:
+                    schedule.step(target=y, losses=mb)
+                else:
+                    schedule.step()
+            losses += mb
+        if not losses:
+            return torch.zeros((), device=device)
+        return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
+
+    weight = 1.0 / R if last else 0.0
+    job = Job(
+        cfg,
+        res,
+        rank,
+        device,
+        module,
+        optimizer,
+        forward_backward,
+        _stepper(optimizer, scaler),
+        make_batches,
+        _full_state(module, replica == 0),
+        weight,
+    )
+    job.notes["stage"] = stage_idx
+    return job
+
+
+def _peak_memory_gib(device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _reset_peak_memory(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak resident set (VmHWM) to the current one
+
+
+def run(ns: argparse.Namespace, status) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from runtime.results import summarize, write_results
+    from runtime.status import Fault
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cfg = config_from_args(ns)
+    use_cuda = wants_cuda(cfg)
+    if use_cuda:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = cfg.backend
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+        torch.set_num_threads(max(1, ns.threads))
+    timeout = timedelta(seconds=ns.timeout)
+    init_kwargs: dict[str, Any] = {"backend": backend, "timeout": timeout}
+    if use_cuda and backend == "nccl":
+        init_kwargs["device_id"] = device
+    dist.init_process_group(**init_kwargs)
+    try:
+        job = setup(cfg, rank, world, device, timeout, ns.data_batches)
+        fault = Fault(os.environ.get("SHARDSIM_FAULT"), rank)
+
+        def sync():
+            if use_cuda:
+                torch.cuda.synchronize(device)
+            dist.barrier(device_ids=[local_rank] if use_cuda and backend == "nccl" else None)
+
+        total = ns.warmup + ns.steps
+        times: list[float] = []
+        losses: list = []
+        _reset_peak_memory(device)
+        cpu_times: list[float] = []  # this process' CPU seconds in the step (barriers excluded)
+        perf, cpu = time.perf_counter, time.process_time
+        for i in range(total):
+            batches = job.make_batches(i)
+            status.step(i)
+            fault.check(i)
+            sync()
+            t0 = perf()
+            c0 = cpu()
+            loss = job.forward_backward(batches)
+            job.optimizer_step()
+            c1 = cpu()
+            sync()
+            times.append(perf() - t0)
+            cpu_times.append(c1 - c0)
+            losses.append(loss)
+        status.step(total)
+        peak = _peak_memory_gib(device)
+        # one exchange after timing: global losses per step and every rank's peak memory
+        local = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in losses]) * job.loss_weight
+        dist.all_reduce(local)
+        mem = torch.zeros(world, dtype=torch.float64, device=device)
+        mem[rank] = peak
+        dist.all_reduce(mem)
+        if ns.save_params:
+            # final parameters, then the gradients of one more step's batches (not applied):
+            # with Adam the parameters hide a wrongly scaled gradient, the gradients do not
+            params = job.state()
+            job.forward_backward(job.make_batches(total))
+            grads = job.state()
+            if params is not None:
+                os.makedirs(ns.save_params, exist_ok=True)
+                saved = {"params": params["params"], "grads": grads["grads"]}
+                torch.save(saved, os.path.join(ns.save_params, f"stage{job.notes.get('stage', 0)}.pt"))
+        if rank == 0:
+            measured = times[ns.warmup :]
+            summary = summarize(measured)
+            step_losses = [float(v) for v in local.cpu()]
+            mem_list = [float(v) for v in mem.cpu()]
+            record = {
+                "source": "measured",
+                "run_id": ns.run_id or default_run_id(job.cfg),
+                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "config": job.cfg.to_dict(),
+                "workload": job.cfg.workload,
+                "topology": job.cfg.topology,
+                "nodes": job.cfg.nodes,
+                "strategy": job.cfg.strategy.label(),
+                "world": world,
+                "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                "global_batch": job.res.global_batch,
+                "steps": ns.steps,
+                "warmup": ns.warmup,
+                **summary,
+                "step_times_s": measured,
+                "warmup_times_s": times[: ns.warmup],
+                "step_cpu_times_s": cpu_times[ns.warmup :],  # rank 0's process CPU time per step
+                "samples_per_s": job.res.global_batch / summary["step_time_s"],
+                "memory_per_rank_gib": max(mem_list),
+                "memory_by_rank_gib": mem_list,
+                "memory_measure": "cuda_max_memory_allocated" if use_cuda else "cpu_peak_rss",
+                "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",
+                "backend": backend,
+                "threads_per_rank": None if use_cuda else torch.get_num_threads(),
+                "losses": step_losses,
+                "loss_first": step_losses[0],
+                "loss_last": step_losses[-1],
+                "torch_version": torch.__version__,
+                "hostname": socket.gethostname(),
+            }
+            if not ns.no_write:
+                path = write_results(record, ns.out)
+                record_path = str(path)
+            else:
+                record_path = None
+            if ns.json:
+                print(json.dumps(record))
+            else:
+                print(_summary_text(record, record_path), flush=True)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _summary_text(r: dict, path: str | None) -> str:
+    lines = [
+        f"{r['workload']}: {r['strategy']} on {r['world']} ranks ({r['device']}, {r['backend']}), "
+        f"global batch {r['global_batch']}",
+        f"  step time   {r['step_time_s'] * 1e3:.1f} ms median of {r['steps']} "
+        f"(min {r['step_time_min_s'] * 1e3:.1f}, max {r['step_time_max_s'] * 1e3:.1f}), "
+        f"{r['samples_per_s']:.1f} samples/s",
+        f"  memory      {r['memory_per_rank_gib']:.3f} GiB per rank ({r['memory_measure']})",
+        f"  loss        {r['loss_first']:.4f} -> {r['loss_last']:.4f}",
+    ]
+    if path:
+        lines.append(f"  written     {path}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from runtime.status import RankStatus
+
+    ns = build_parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    status = RankStatus(os.environ.get("SHARDSIM_RUN_DIR"), rank)
+    try:
+        code = run(ns, status)
+    except ConfigError as exc:
+        status.failed(exc)
+        print(f"shardsim: error: {exc}", file=sys.stderr)
+        return 2
+    except BaseException as exc:
+        status.failed(exc)
+        first = " ".join(str(exc).split())[:300] or type(exc).__name__
+        print(f"shardsim: rank {rank} failed at step {status.step_no}: {type(exc).__name__}: {first}", file=sys.stderr)
+        raise
+    status.finished()
+    return code
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())

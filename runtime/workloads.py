@@ -1,0 +1,106 @@
+"""The runtime's model, built from the same workload spec the simulator reads.
+
+A preset name builds `runtime.models.build_model(PRESETS[name])`; ``pkg.module:build_fn``
+imports and calls the function (no arguments). The model must have ``blocks`` (an
+``nn.ModuleList``), ``sample_batch(batch, generator=None) -> (inputs, targets)``, and for a
+pipeline ``embed`` (or None) and ``head``; ``loss(output, target)`` defaults to
+cross-entropy. `n_blocks` answers without torch for presets (the launcher checks a
+configuration before anything is spawned).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from simulator.errors import ConfigError
+from simulator.workload import PRESETS, load_workload
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def resolve_builder(name: str) -> Callable[[], Any]:
+    """A function that builds the workload's torch model (ConfigError if there is none)."""
+    if name in PRESETS:
+        arch = PRESETS[name]
+
+        def build():
+            from runtime.models import build_model
+
+            return build_model(arch)
+
+        return build
+    if ":" not in name:
+        load_workload(name)  # raises the simulator's own "unknown workload" ConfigError
+        raise ConfigError(f"unknown workload {name!r}")
+    mod_name, _, attr = name.partition(":")
+    if not mod_name or not attr:
+        raise ConfigError(f"workload {name!r}: expected an import path 'pkg.module:build_fn'")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ModuleNotFoundError as err:
+        if err.name and mod_name.startswith(err.name):
+            raise ConfigError(f"workload {name!r}: no module named {mod_name!r} (is it on PYTHONPATH?)") from None
+        raise ConfigError(f"workload {name!r}: importing {mod_name!r} failed: {_first_line(err)}") from None
+    except Exception as err:
+        raise ConfigError(f"workload {name!r}: importing {mod_name!r} failed: {_first_line(err)}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"workload {name!r}: module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"workload {name!r}: {attr!r} is not callable")
+    return obj
+
+
+def check_model(model: Any, name: str, *, pipeline: bool = False) -> None:
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"workload {name!r}: the build function returned {type(model).__name__}, not an nn.Module")
+    if not isinstance(getattr(model, "blocks", None), (nn.ModuleList, nn.ModuleDict)):
+        raise ConfigError(f"workload {name!r}: the model has no `blocks` (an nn.ModuleList of its layers)")
+    if not callable(getattr(model, "sample_batch", None)):
+        raise ConfigError(f"workload {name!r}: the model has no sample_batch(batch, generator) -> (inputs, targets)")
+    if pipeline and not isinstance(getattr(model, "head", None), nn.Module):
+        raise ConfigError(f"workload {name!r}: a pipeline needs `embed` (or None), `blocks` and `head`")
+
+
+def n_blocks(name: str, *, pipeline: bool = False) -> int:
+    """Number of blocks of a workload: from the preset, or by building it on the meta device."""
+    if name in PRESETS:
+        return PRESETS[name].layers
+    build = resolve_builder(name)
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = build()
+    except Exception as err:
+        raise ConfigError(f"workload {name!r}: building the model failed: {_first_line(err)}") from None
+    check_model(model, name, pipeline=pipeline)
+    return len(model.blocks)
+
+
+def build(name: str, seed: int):
+    """The model with seeded initialization: the same weights on every rank and in the
+    single-process reference."""
+    import torch
+
+    builder = resolve_builder(name)
+    torch.manual_seed(seed)
+    model = builder()
+    check_model(model, name)
+    if not callable(getattr(model, "loss", None)):
+        import torch.nn.functional as F
+
+        model.loss = lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return model

@@ -1,0 +1,169 @@
+"""The runtime's pieces that need no process group: bad input stops before anything is
+spawned (one line, exit status 2), the data layout, result files, failure diagnosis."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import runtime.cli as rcli
+from runtime import data, parallel
+from runtime.launch import RankView, config_flags, diagnose
+from runtime.models import build_model
+from runtime.results import CSV_NAME, write_results
+from runtime.status import Fault, classify
+from runtime.train import build_parser
+from simulator.config import config_from_args, load_config
+from simulator.workload import PRESETS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_ns(args: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="command")
+    rcli.register(sub)
+    return p.parse_args(["run", *args])
+
+
+@pytest.fixture
+def no_spawn(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("a process was spawned for bad input")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(rcli, "gpu_count", lambda: 0)
+
+
+EMU = ["--topology", "emu-2x2", "--workload", "tiny-gpt"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ([*EMU, "--strategy", "zero2d", "--degree", "3"], "degree 3 does not divide the world size 4"),
+        ([*EMU, "--nproc", "3", "--strategy", "zero2d", "--degree", "2"], "degree 2 does not divide the world size 3"),
+        ([*EMU, "--strategy", "pipeline", "--pp", "3"], "pipeline degree 3 does not divide the world size 4"),
+        ([*EMU, "--strategy", "pipeline", "--pp", "2", "--degree", "4"], "degree 4 does not divide"),
+        (["--topology", "emu-2x2", "--workload", "no-such-model"], "unknown workload 'no-such-model'"),
+        (["--topology", "emu-2x2", "--workload", "no_such_pkg.mod:build"], "no module named 'no_such_pkg.mod'"),
+        ([], "at most 8"),  # the seed's 8 x g4dn.12xlarge is 32 ranks: too many for a CPU run by default
+        ([*EMU, "--steps", "0"], "--steps"),
+        ([*EMU, "--nproc", "0"], "--nproc"),
+    ],
+    ids=["zero2d-degree", "zero2d-nproc", "pp-degree", "pp-shard", "model", "import-path", "cpu-32", "steps", "nproc"],
+)
+def test_bad_input_is_one_line_and_exit_2_before_spawning(no_spawn, capsys, args, needle):
+    assert rcli.main_run(_run_ns(args)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("shardsim: error: ")
+    assert needle in err
+
+
+def test_more_ranks_than_gpus_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("spawned"))
+    monkeypatch.setattr(rcli, "gpu_count", lambda: 2)
+    base = ["--topology", "p4d.24xlarge", "--nodes", "1", "--workload", "tiny-gpt", "--strategy", "ddp"]
+    assert rcli.main_run(_run_ns(base)) == 2  # 8 devices per p4d node, 2 GPUs here
+    assert "8 ranks on this machine but it has 2 GPU(s)" in capsys.readouterr().err
+    assert rcli.main_run(_run_ns([*base, "--nproc", "3"])) == 2
+    assert "3 ranks on this machine but it has 2 GPU(s)" in capsys.readouterr().err
+
+
+def test_bad_input_from_the_command_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "unknown workload 'nope'" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_config_travels_to_the_workers_unchanged():
+    cfg = load_config(
+        None,
+        {"workload": "tiny-gpt", "topology": "emu-2x2", "strategy": "pipeline", "pp": 2, "degree": 2,
+         "microbatches": 4, "schedule": "gpipe", "grad_accum": 3, "precision": "bf16", "checkpointing": False,
+         "seed": 7, "batch_per_device": 2},
+    )  # fmt: skip
+    again = config_from_args(build_parser().parse_args(config_flags(cfg)))
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_global_batch_is_the_ranks_slices_concatenated():
+    model = build_model(PRESETS["tiny-gpt"])
+    world, bpd, pp = 4, 3, 2
+    whole = data.global_batch(model.sample_batch, bpd, world, 0, 5, 1)
+    ranks = [data.local_batch(model.sample_batch, bpd, 1, 0, 5, 1, r) for r in range(world)]
+    replicas = [data.local_batch(model.sample_batch, bpd, pp, 0, 5, 1, j) for j in range(world // pp)]
+    for parts in (ranks, replicas):
+        assert torch.equal(torch.cat([p[0] for p in parts]), whole[0])
+        assert torch.equal(torch.cat([p[1] for p in parts]), whole[1])
+    other = data.global_batch(model.sample_batch, bpd, world, 0, 6, 1)
+    assert not torch.equal(other[0], whole[0])  # a new batch every step
+
+
+def test_pipeline_stages_partition_the_model_with_its_own_names():
+    model = build_model(PRESETS["tiny-gpt"])
+    names = {n for n, _ in model.named_parameters()}
+    got: list[str] = []
+    for s in range(3):
+        stage = parallel.split_stage(model, s, 3)
+        got += [n for n, _ in stage.named_parameters()]
+        assert (stage.embed is not None) == (s == 0) and (stage.head is not None) == (s == 2)
+    assert sorted(got) == sorted(names)
+    x, _ = model.sample_batch(2, torch.Generator().manual_seed(0))
+    y = x
+    for s in range(3):
+        y = parallel.split_stage(model, s, 3)(y)
+    assert torch.equal(y, model(x))
+
+
+def test_results_are_written_atomically_and_appended(tmp_path):
+    cfg = {"workload": "w", "backend": "nccl", "strategy": {"kind": "zero"}}
+    rec = {"run_id": "a", "config": cfg, "backend": "gloo", "step_time_s": 0.5}
+    write_results({**rec, "step_times_s": [0.5, 0.6]}, tmp_path)
+    write_results({**rec, "run_id": "b", "step_time_s": 0.7}, tmp_path)
+    assert json.loads((tmp_path / "a.json").read_text())["step_times_s"] == [0.5, 0.6]
+    rows = list(csv.DictReader(open(tmp_path / CSV_NAME)))
+    assert [r["run_id"] for r in rows] == ["a", "b"] and rows[1]["step_time_s"] == "0.7"
+    assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["kind"] == "zero"
+    assert rows[0]["backend"] == "gloo" and rows[0]["workload"] == "w"  # what ran, not what was asked
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def _view(rank, *, status=None, t=None, died=None, step=3, **extra):
+    st = {"status": status, "time": t, "step": step, **extra} if status else None
+    return RankView(rank, pid=100 + rank, step=step, status=st, died_at=died)
+
+
+def test_diagnosis_names_the_rank():
+    crash = {0: _view(0, status="peer", t=2.0), 1: _view(1, status="error", t=1.0, type="ValueError", message="bad")}
+    assert diagnose(crash, 1, 10).startswith("rank 1 failed at step 3: ValueError: bad")
+    killed = {0: _view(0, status="peer", t=2.0), 1: _view(1, died=1.9), 2: _view(2, status="peer", t=2.1)}
+    msg = diagnose(killed, 1, 10)
+    assert msg.startswith("rank 1 (pid 101) died at step 3 without reporting an error")
+    hung = {0: _view(0, status="timeout", t=5.0), 1: _view(1, died=5.4), 2: _view(2, status="peer", t=5.01)}
+    want = "rank 1 stopped responding at step 3: rank 0 timed out after 4 s waiting for it in a collective"
+    assert diagnose(hung, 1, 4) == want
+    assert classify("Timed out waiting 3000ms for recv operation to complete") == "timeout"
+    assert classify("Connection closed by peer [127.0.0.1]:1234") == "peer"
+
+
+def test_fault_spec_targets_one_rank_and_step():
+    assert Fault("raise@1:2", 0).at is None
+    f = Fault("raise@1:2", 1)
+    f.check(1)
+    with pytest.raises(RuntimeError, match="injected fault at step 2"):
+        f.check(2)

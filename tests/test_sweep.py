@@ -1,0 +1,323 @@
+"""The sweep: enumeration, ranking, recommendation, outputs, scaling, bad input (small and fast)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+from simulator.config import RunConfig, resolve
+from simulator.errors import ConfigError
+from simulator.sweep import (
+    COLUMNS,
+    SCALING_COLUMNS,
+    SweepSpace,
+    default_microbatches,
+    enumerate_configs,
+    recommend,
+    sweep,
+)
+from simulator.topology import Cluster
+from simulator.workload import load_workload
+from tests.helpers import instance
+
+# 2 x g4dn.12xlarge = 8 T4s; tiny-gpt has 4 layers: every kind, a few dozen configurations.
+TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)
+ROW_KEYS = (
+    "strategy",
+    "degree",
+    "pp",
+    "microbatches",
+    "schedule",
+    "step_time_s",
+    "samples_per_s",
+    "memory_per_rank_gib",
+    "fits",
+)
+
+
+def run_cli(argv: list[str]) -> int:
+    """main(), with argparse's usage errors (SystemExit) turned into their exit status."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+@pytest.fixture(scope="module")
+def tiny_df() -> pd.DataFrame:
+    return sweep(TINY, workers=1)
+
+
+def test_enumeration_covers_every_kind_degree_and_only_valid_configs() -> None:
+    w = load_workload("tiny-gpt")
+    en = enumerate_configs(TINY, workload=w)
+    strategies = [c.cfg.strategy for c in en.candidates]
+    kinds = {s.kind for s in strategies}
+    assert kinds == {"ddp", "zero", "zero2d", "pipeline"}
+    assert sorted(s.degree for s in strategies if s.kind == "zero2d") == [2, 4]  # divisors of 8, not 1 or 8
+    assert [s.degree for s in strategies if s.kind == "zero"] == [8]
+    pipes = [s for s in strategies if s.kind == "pipeline"]
+    assert {s.pp for s in pipes} == {2, 4}  # divisors of 8 up to the 4 layers
+    assert {s.schedule for s in pipes} == {"gpipe", "1f1b"}
+    assert {s.degree for s in pipes if s.pp == 2} == {1, 2, 4}  # sharded stages too
+    for s in pipes:
+        assert s.microbatches in default_microbatches(s.pp, TINY.batch_per_device)
+    # each is valid, and none twice
+    for c in en.candidates:
+        assert resolve(c.cfg, c.cluster.world, len(w.layers))[0] == c.cfg
+    assert len({(c.cfg.strategy, c.cluster.nodes) for c in en.candidates}) == len(en.candidates)
+
+
+def test_restrictions_keep_only_valid_combinations() -> None:
+    space = SweepSpace(
+        strategies=("zero2d", "pipeline"), degrees=(2, 3), pp=(2, 3), microbatches=(3, 4, 8), schedules=("1f1b",)
+    )
+    strategies = [c.cfg.strategy for c in enumerate_configs(TINY, space).candidates]
+    assert [s.degree for s in strategies if s.kind == "zero2d"] == [2]  # 3 does not divide 8
+    pipes = [s for s in strategies if s.kind == "pipeline"]
+    assert {(s.pp, s.degree, s.microbatches) for s in pipes} == {(2, 2, 4), (2, 2, 8)}  # per-replica batch 8
+    assert {s.schedule for s in pipes} == {"1f1b"}
+
+
+def test_rows_ranked_and_a_config_that_does_not_fit_is_never_recommended() -> None:
+    # Take the fastest configuration on paper and give the devices a little less memory than it
+    # needs: timings do not change, it stays the fastest, and is no longer recommended.
+    space = SweepSpace(strategies=("ddp", "zero", "zero2d"), nodes=(2,))
+    base = replace(TINY, workload="mlp-4x16k")
+    roomy = sweep(base, replace(space, topologies=(instance(devices=4, memory_gib=80.0),)), workers=1)
+    fastest = roomy.loc[roomy["samples_per_s"].idxmax()]
+    assert (roomy["memory_per_rank_gib"] < fastest["memory_per_rank_gib"]).any()  # something smaller exists
+    tight = instance(devices=4, memory_gib=fastest["memory_per_rank_gib"] - 0.01)
+    df = sweep(base, replace(space, topologies=(tight,)), workers=1)
+    row = df[df["config"] == fastest["config"]].iloc[0]
+    assert not row["fits"] and "GiB" in row["fit_reason"] and row["samples_per_s"] == df["samples_per_s"].max()
+    rec = recommend(df)
+    assert rec["best"]["config"] != fastest["config"] and rec["best"]["fits"]
+    assert rec["sdp"]["config"] != fastest["config"] and (rec["margin"] is None or rec["margin"] >= 0)
+    assert df["rank"].tolist() == list(range(1, len(df) + 1))
+    assert df["fits"].tolist() == sorted(df["fits"].tolist(), reverse=True)  # fitting rows first
+    assert row["rank"] > df["fits"].sum()
+
+
+def test_nothing_fits_gives_no_recommendation() -> None:
+    tiny_mem = instance(devices=4, memory_gib=0.5, name="tiny-mem")
+    space = SweepSpace(strategies=("ddp", "zero"), topologies=(tiny_mem,), nodes=(1,))
+    rec = recommend(sweep(replace(TINY, workload="mlp-4x16k"), space, workers=1))
+    assert rec["best"] is None and rec["sharded_data_parallel_degree"] is None
+    assert "no configuration fits" in rec["reason"]
+
+
+def test_recommendation_is_the_fastest_fitting_row(tiny_df: pd.DataFrame) -> None:
+    rec = recommend(tiny_df)
+    fit = tiny_df[tiny_df["fits"]]
+    assert rec["best"]["samples_per_s"] == fit["samples_per_s"].max()
+    dp = fit[fit["strategy"].isin(["ddp", "zero", "zero2d"])]
+    best_dp = dp.loc[dp["samples_per_s"].idxmax()]
+    assert rec["sharded_data_parallel_degree"] == best_dp["degree"]
+    second = fit["samples_per_s"].nlargest(2).iloc[1]
+    assert rec["margin"] == pytest.approx(fit["samples_per_s"].max() / second - 1)
+    assert set(COLUMNS) <= set(tiny_df.columns)
+
+
+def test_deterministic_serial_and_parallel(tiny_df: pd.DataFrame) -> None:
+    again = sweep(TINY, workers=2)  # the process pool
+    pd.testing.assert_frame_equal(tiny_df, again)
+
+
+def test_cli_json_shape(capsys) -> None:
+    rc = main(
+        [
+            "sweep",
+            "--workload",
+            "tiny-gpt",
+            "--nodes",
+            "2",
+            "--strategies",
+            "ddp,zero2d,pipeline",
+            "--pp",
+            "2",
+            "--json",
+            "--workers",
+            "1",
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) >= {"rows", "recommended"}
+    assert doc["rows"] and all(set(ROW_KEYS) <= set(r) for r in doc["rows"])
+    assert {r["strategy"] for r in doc["rows"]} == {"ddp", "zero2d", "pipeline"}
+    assert all(r["schedule"] is None for r in doc["rows"] if r["strategy"] != "pipeline")
+    rec = doc["recommended"]
+    assert rec["best"]["fits"] and isinstance(rec["sharded_data_parallel_degree"], int)
+    assert rec["margin"] >= 0 and rec["sdp"]["strategy"] in ("ddp", "zero", "zero2d")
+
+
+def test_cli_table_and_files(tmp_path, capsys) -> None:
+    out = tmp_path / "sweep"
+    rc = main(
+        [
+            "sweep",
+            "--workload",
+            "tiny-gpt",
+            "--nodes",
+            "2",
+            "--pp",
+            "2",
+            "--microbatches",
+            "2",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "Recommended sharded_data_parallel_degree" in text and "Best configuration overall" in text
+    for name in (
+        "sweep.csv",
+        "sweep.parquet",
+        "recommended.json",
+        "breakdown.png",
+        "breakdown.svg",
+        "memory.png",
+        "memory.svg",
+        "throughput_cost.png",
+        "throughput_cost.svg",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    csv, parquet = pd.read_csv(out / "sweep.csv"), pd.read_parquet(out / "sweep.parquet")
+    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(COLUMNS)
+    assert (out / "breakdown.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_topology_without_price_says_unknown(capsys) -> None:
+    rc = main(
+        [
+            "sweep",
+            "--workload",
+            "tiny-gpt",
+            "--topology",
+            "emu-2x2",
+            "--backend",
+            "gloo",
+            "--strategies",
+            "ddp,zero",
+            "--workers",
+            "1",
+        ]
+    )
+    assert rc == 0
+    assert "unknown" in capsys.readouterr().out
+    rc = main(
+        [
+            "sweep",
+            "--workload",
+            "tiny-gpt",
+            "--topology",
+            "emu-2x2",
+            "--backend",
+            "gloo",
+            "--strategies",
+            "ddp,zero",
+            "--json",
+            "--workers",
+            "1",
+        ]
+    )
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["cost_per_million_samples_usd"] is None for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--strategies", "zero2d", "--degrees", "3"], "empty sweep space"),
+        (["--strategies", "pipeline", "--pp", "16"], "empty sweep space"),
+        (["--topology", "emu-2x2"], "nccl needs GPUs"),
+        (["--topology", "p3dn.24xlarge", "--precision", "bf16"], "no bf16"),
+        (["--global-batch", "12", "--nodes", "2"], "does not divide"),
+        (["--topology", "no-such-instance"], "unknown topology"),
+        (["--nodes", "two"], "comma-separated integers"),
+        (["--strategies", "ddp,fsdp"], "expected some of"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, needle, capsys) -> None:
+    assert run_cli(["sweep", "--workload", "tiny-gpt", "--workers", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+def test_unwritable_output_folder_fails_before_predicting(tmp_path, capsys, monkeypatch) -> None:
+    import simulator.sweep as sw
+
+    monkeypatch.setattr(sw, "predict_all", lambda *a, **k: pytest.fail("predicted before checking --out"))
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    for out in (a_file, a_file / "sub"):
+        assert main(["sweep", "--workload", "tiny-gpt", "--nodes", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "output folder" in err, err
+
+
+def test_weak_scaling_rows_and_efficiency(capsys) -> None:
+    space = SweepSpace(strategies=("ddp", "zero"), nodes=(1, 2, 4))
+    df = sweep(TINY, space, workers=1)
+    assert set(SCALING_COLUMNS) <= set(df.columns)
+    assert sorted(df["world"].unique()) == [4, 8, 16]
+    assert (df["batch_per_device"] == TINY.batch_per_device).all()  # weak: fixed per device
+    assert (df["scaling_mode"] == "weak").all()
+    for cfg, g in df.groupby("config"):
+        g = g.sort_values("world")
+        base = g.iloc[0]
+        assert base["scaling_efficiency"] == pytest.approx(1.0)
+        assert g["ideal_samples_per_s"].tolist() == pytest.approx((base["samples_per_s"] * g["world"] / 4).tolist())
+        assert (g["scaling_efficiency"] > 0).all() and (g["scaling_efficiency"] <= 1.0 + 1e-9).all(), cfg
+    rec = recommend(df)
+    assert len(rec["clusters"]) == 3
+    rc = main(["sweep", "--workload", "tiny-gpt", "--nodes", "1,2,4", "--strategies", "ddp,zero", "--workers", "1"])
+    assert rc == 0 and "scaling efficiency" in capsys.readouterr().out
+
+
+def test_strong_scaling_fixes_the_global_batch_and_skips_worlds_it_does_not_divide() -> None:
+    skipped: list[str] = []
+    space = SweepSpace(strategies=("zero",), nodes=(1, 2, 4), global_batch=24)  # 24 = 6 x 4, 3 x 8, not 16
+    df = sweep(TINY, space, workers=1, skipped=skipped)
+    assert sorted(df["world"]) == [4, 8]
+    assert (df["global_batch"] == 24).all() and sorted(df["batch_per_device"]) == [3, 6]
+    assert (df["scaling_mode"] == "strong").all()
+    assert len(skipped) == 1 and "does not divide" in skipped[0]
+
+
+def test_several_topologies_in_one_sweep(tmp_path) -> None:
+    space = SweepSpace(strategies=("zero",), topologies=("g4dn.12xlarge", "p3dn.24xlarge"), nodes=(1, 2))
+    df = sweep(replace(TINY, precision="fp16"), space, workers=1)
+    assert df.groupby("topology")["world"].apply(sorted).to_dict() == {
+        "g4dn.12xlarge": [4, 8],
+        "p3dn.24xlarge": [8, 16],
+    }
+    assert df["scaling_efficiency"].notna().all()
+    from simulator.plots import plot_all
+
+    names = {p.name for p in plot_all(df, tmp_path)}
+    assert {"scaling.png", "scaling.svg"} <= names
+
+
+def test_space_rejects_nonsense() -> None:
+    with pytest.raises(ConfigError):
+        SweepSpace(strategies=("tp",))
+    with pytest.raises(ConfigError):
+        SweepSpace(degrees=(0,))
+    with pytest.raises(ConfigError):
+        SweepSpace(nodes=())
+
+
+def test_synthetic_cluster_object_is_accepted() -> None:
+    inst = instance(devices=2)
+    df = sweep(TINY, SweepSpace(strategies=("ddp",), topologies=(inst,), nodes=(2,)), workers=1)
+    assert df["world"].tolist() == [Cluster(inst, 2).world]
+    assert df["cost_per_million_samples_usd"].isna().all()  # no price: unknown, not zero
