@@ -10,19 +10,12 @@ configuration before anything is spawned).
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.importpath import first_line, resolve_import_path
 from simulator.workload import PRESETS, load_workload
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
 def resolve_builder(name: str) -> Callable[[], Any]:
@@ -39,26 +32,7 @@ def resolve_builder(name: str) -> Callable[[], Any]:
     if ":" not in name:
         load_workload(name)  # raises the simulator's own "unknown workload" ConfigError
         raise ConfigError(f"unknown workload {name!r}")
-    mod_name, _, attr = name.partition(":")
-    if not mod_name or not attr:
-        raise ConfigError(f"workload {name!r}: expected an import path 'pkg.module:build_fn'")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except ModuleNotFoundError as err:
-        if err.name and mod_name.startswith(err.name):
-            raise ConfigError(f"workload {name!r}: no module named {mod_name!r} (is it on PYTHONPATH?)") from None
-        raise ConfigError(f"workload {name!r}: importing {mod_name!r} failed: {_first_line(err)}") from None
-    except Exception as err:
-        raise ConfigError(f"workload {name!r}: importing {mod_name!r} failed: {_first_line(err)}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"workload {name!r}: module {mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ConfigError(f"workload {name!r}: {attr!r} is not callable")
-    return obj
+    return resolve_import_path(name)
 
 
 def check_model(model: Any, name: str, *, pipeline: bool = False) -> None:
@@ -85,7 +59,7 @@ def n_blocks(name: str, *, pipeline: bool = False) -> int:
         with torch.device("meta"):
             model = build()
     except Exception as err:
-        raise ConfigError(f"workload {name!r}: building the model failed: {_first_line(err)}") from None
+        raise ConfigError(f"workload {name!r}: building the model failed: {first_line(err)}") from None
     check_model(model, name, pipeline=pipeline)
     return len(model.blocks)
 

@@ -43,9 +43,6 @@ head's act_elems); otherwise from a gradient of ones on the output.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -59,6 +56,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from simulator.errors import ConfigError
+from simulator.importpath import first_line, resolve_import_path
 from simulator.workload import Arch, Block, Workload
 
 BATCH = 2  # samples per measured batch (every figure is divided by it)
@@ -379,35 +377,6 @@ def measure_module(
 # --------------------------------------------------------------------------- import paths
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
-def _resolve(path: str) -> Callable[[], Any]:
-    mod_name, sep, attr = path.partition(":")
-    if not sep or not mod_name or not attr:
-        raise ConfigError(f"workload {path!r}: expected an import path 'pkg.module:build_fn'")
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
-        sys.path.append(cwd)  # let a project's own modules be found, as `python -m` would
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except ModuleNotFoundError as err:
-        if err.name and mod_name.startswith(err.name):
-            raise ConfigError(f"workload {path!r}: no module named {mod_name!r} (is it on PYTHONPATH?)") from None
-        raise ConfigError(f"workload {path!r}: importing {mod_name!r} failed: {_first_line(err)}") from None
-    except Exception as err:  # the user's module raised while importing
-        raise ConfigError(f"workload {path!r}: importing {mod_name!r} failed: {_first_line(err)}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"workload {path!r}: module {mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ConfigError(f"workload {path!r}: {attr!r} is not callable (expected a function that builds the model)")
-    return obj
-
-
 def _sample(model: nn.Module, path: str) -> tuple[Any, Any]:
     if callable(getattr(model, "sample_batch", None)):
         make, what = (lambda: model.sample_batch(BATCH)), "sample_batch"
@@ -425,7 +394,7 @@ def _sample(model: nn.Module, path: str) -> tuple[Any, Any]:
         except Exception:
             got = make()  # e.g. a CPU generator inside: make it on the CPU and move it
     except Exception as err:
-        raise ConfigError(f"workload {path!r}: model.{what}({BATCH}) failed: {_first_line(err)}") from None
+        raise ConfigError(f"workload {path!r}: model.{what}({BATCH}) failed: {first_line(err)}") from None
     if what == "sample_batch":
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             raise ConfigError(f"workload {path!r}: model.sample_batch must return (inputs, targets)")
@@ -435,12 +404,12 @@ def _sample(model: nn.Module, path: str) -> tuple[Any, Any]:
 
 def measure_import_path(path: str) -> Workload:
     """Build ``pkg.module:build_fn`` on the meta device and measure it (`measure_module`)."""
-    build = _resolve(path)
+    build = resolve_import_path(path)
     try:
         with torch.device("meta"):
             model = build()
     except Exception as err:
-        raise ConfigError(f"workload {path!r}: building the model failed: {_first_line(err)}") from None
+        raise ConfigError(f"workload {path!r}: building the model failed: {first_line(err)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"workload {path!r}: the build function returned {type(model).__name__}, not an nn.Module")
     for part, want in (("blocks", "an nn.ModuleList of the layers"), ("head", "an nn.Module")):
@@ -454,7 +423,7 @@ def measure_import_path(path: str) -> Workload:
     try:
         return measure_module(model, path, inputs, targets=targets, import_path=path)
     except Exception as err:
-        raise ConfigError(f"workload {path!r}: measuring the model failed: {_first_line(err)}") from None
+        raise ConfigError(f"workload {path!r}: measuring the model failed: {first_line(err)}") from None
 
 
 def _iter_tensors(model: nn.Module) -> Iterable[torch.Tensor]:
