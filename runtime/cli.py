@@ -29,6 +29,7 @@ class RunPlan:
     res: Resolved
     nproc: int
     on_gpu: bool
+    emulate: bool  # run inside the emulated cluster (a namespace per node, shaped links)
 
 
 def gpu_count() -> int:
@@ -40,8 +41,11 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def plan_run(cfg: RunConfig, nproc: int | None) -> RunPlan:
-    """Ranks on this machine and the resolved configuration, or ConfigError."""
+def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> RunPlan:
+    """Ranks on this machine and the resolved configuration, or ConfigError.
+
+    `emulate` (default: whenever the topology is an emulated one and the run is on CPU) runs
+    the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
     from runtime.workloads import n_blocks
     from simulator.topology import make_cluster
 
@@ -65,8 +69,29 @@ def plan_run(cfg: RunConfig, nproc: int | None) -> RunPlan:
                 "(pass --nproc N, or fewer --nodes)",
                 field="nproc",
             )
+    is_emulated = cluster.instance.emulated is not None
+    if emulate is None:  # --nproc other than the cluster's world size means: all ranks here, over loopback
+        emulate = is_emulated and not on_gpu and n == cluster.world
+    if emulate:
+        if not is_emulated:
+            raise ConfigError(
+                f"topology {cluster.instance.name!r} is not emulated; --emulate needs one such as emu-2x2",
+                field="emulate",
+            )
+        if n != cluster.world:
+            raise ConfigError(
+                f"the emulated cluster {cluster.describe()} runs {cluster.world} ranks, not --nproc {n} "
+                "(pass --no-emulate to run any number of ranks over loopback)",
+                field="nproc",
+            )
+        from runtime.emulation import check_privileges
+
+        try:
+            check_privileges()
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (or pass --no-emulate to run every rank over loopback)") from None
     resolved, res = resolve(cfg, n, n_blocks(cfg.workload, pipeline=cfg.strategy.kind == "pipeline"))
-    return RunPlan(cfg, resolved, res, n, on_gpu)
+    return RunPlan(cfg, resolved, res, n, on_gpu, emulate)
 
 
 def _check_run_flags(ns: argparse.Namespace) -> None:
@@ -83,13 +108,12 @@ def _check_run_flags(ns: argparse.Namespace) -> None:
 
 
 def main_run(ns: argparse.Namespace) -> int:
-    from runtime.launch import config_flags, launch
     from runtime.train import default_run_id
 
     try:
         _check_run_flags(ns)
         cfg = config_from_args(ns)
-        plan = plan_run(cfg, ns.nproc)
+        plan = plan_run(cfg, ns.nproc, ns.emulate)
         out = Path(ns.out).resolve()
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -99,25 +123,22 @@ def main_run(ns: argparse.Namespace) -> int:
         print(f"shardsim: error: {exc}", file=sys.stderr)
         return 2
     run_id = default_run_id(plan.resolved_cfg)
-    worker_args = config_flags(plan.cfg) + [
-        "--steps", str(ns.steps),
-        "--warmup", str(ns.warmup),
-        "--out", str(out),
-        "--timeout", str(ns.timeout),
-        "--threads", str(ns.threads),
-        "--data-batches", str(ns.data_batches),
-        "--run-id", run_id,
-    ]  # fmt: skip
+    worker_args = run_flags(plan.cfg, ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)
     if getattr(ns, "save_params", None):
         worker_args += ["--save-params", str(Path(ns.save_params).resolve())]
     where = "GPU" if plan.on_gpu else "CPU"
+    inside = f" in the emulated cluster {plan.resolved_cfg.topology}" if plan.emulate else ""
     print(
         f"shardsim: running {plan.resolved_cfg.workload}, {plan.resolved_cfg.strategy.label()}, "
-        f"on {plan.nproc} {where} ranks ({ns.warmup} warm-up + {ns.steps} measured steps)",
+        f"on {plan.nproc} {where} ranks{inside} ({ns.warmup} warm-up + {ns.steps} measured steps)",
         file=sys.stderr,
         flush=True,
     )
-    result = launch(plan.nproc, worker_args, timeout_s=ns.timeout, threads=ns.threads, stdout=2 if ns.json else None)
+    try:
+        result = run_planned(plan, worker_args, ns.timeout, ns.threads, stdout=2 if ns.json else None)
+    except ConfigError as exc:  # the emulated cluster could not be brought up
+        print(f"shardsim: error: {exc}", file=sys.stderr)
+        return 2
     if not result.ok:
         print(f"shardsim: run failed: {result.message}", file=sys.stderr)
         return 1
@@ -131,6 +152,37 @@ def main_run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def run_flags(
+    cfg: RunConfig, steps: int, warmup: int, out: Path, timeout_s: float, threads: int, data_batches: int, run_id: str
+) -> list[str]:
+    """The arguments of runtime.train for one run of `cfg` (the configuration as explicit flags)."""
+    from runtime.launch import config_flags
+
+    return config_flags(cfg) + [
+        "--steps", str(steps),
+        "--warmup", str(warmup),
+        "--out", str(out),
+        "--timeout", str(timeout_s),
+        "--threads", str(threads),
+        "--data-batches", str(data_batches),
+        "--run-id", run_id,
+    ]  # fmt: skip
+
+
+def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads: int, stdout=None):
+    """Launch the ranks of `plan`: over loopback, or in the emulated cluster, brought up for this
+    run and always torn down (also on error and Ctrl-C)."""
+    from runtime.launch import launch
+
+    if not plan.emulate:
+        return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout)
+    from runtime.emulation import emulated, plan_cluster
+
+    cluster = plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)
+    with emulated(cluster):
+        return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout, cluster=cluster)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from runtime.train import add_run_arguments
 
@@ -141,6 +193,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help="ranks on this machine (default: the topology's devices per node on a GPU machine; "
         f"on CPU the cluster's world size if at most {MAX_CPU_RANKS})",
+    )
+    p.add_argument(
+        "--emulate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run in the emulated cluster (a network namespace per node, tc-shaped NICs; needs root); "
+        "default: yes for an emulated topology on CPU with its own world size. --no-emulate runs every "
+        "rank in this namespace over loopback",
     )
     p.add_argument("--save-params", help=argparse.SUPPRESS)
 

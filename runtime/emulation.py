@@ -457,9 +457,11 @@ def torchrun_argv(
     master_port: int = 29500,
     nproc_per_node: int | None = None,
     python: str = sys.executable,
+    extra: Sequence[str] = ("--max-restarts=0", "--monitor-interval=0.5"),
 ) -> list[str]:
     """``python -m torch.distributed.run`` (torchrun) for node `node` of `cluster`; `script_argv` is
-    the script and its arguments (or ``["-m", "module", ...]``, with ``--module`` added for you)."""
+    the script and its arguments (or ``["-m", "module", ...]``, with ``--module`` added for you);
+    `extra` are further torchrun flags (default: no restarts, a quick watch of the workers)."""
     script = list(script_argv)
     module = []
     if script[:1] == ["-m"]:
@@ -469,7 +471,7 @@ def torchrun_argv(
         "--nnodes", str(len(cluster.nodes)), "--node_rank", str(node),
         "--nproc_per_node", str(nproc_per_node or cluster.ranks_per_node),
         "--master_addr", cluster.master_addr, "--master_port", str(master_port),
-        *module, *script,
+        *extra, *module, *script,
     ]  # fmt: skip
 
 
@@ -572,16 +574,15 @@ def measure_link(
     pings: int = 200,
     timeout_s: float = 30.0,
 ) -> LinkMeasurement:
-    """Achieved bandwidth and latency from node `src` to node `dst` of a cluster that is up.
+    """Achieved bandwidth and latency from node `src` to node `dst` of a cluster that is up;
+    `src == dst` measures the loopback between two processes of one node (how its ranks talk).
 
     A TCP receiver in `dst` and a sender in `src` (plain Python, no iperf): first `pings`
     8-byte ping-pongs (latency = median round trip / 2), then `size_bytes` in one stream
     (bandwidth = bytes after the first `warmup_bytes` over the time they took, which leaves out
     TCP's start and the tbf bucket's initial burst). Bounded by `timeout_s`."""
-    if len(cluster.nodes) < 2:
+    if src != dst and len(cluster.nodes) < 2:
         raise ConfigError("measuring a link needs at least 2 emulated nodes")
-    if src == dst:
-        raise ConfigError("measure_link: src and dst must be different nodes")
     warmup_bytes = min(warmup_bytes, size_bytes // 2)
     args = [str(pings), str(size_bytes), str(warmup_bytes), str(timeout_s)]
     host = cluster.nodes[dst].address

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,10 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.emulation import EmulatedCluster, run_in_node, torchrun_argv
 from simulator.config import RunConfig
 
 MONITOR_INTERVAL_S = 0.5  # torchrun's poll of its workers (leaves time for peers to report)
+TORCHRUN_FLAGS = ("--max-restarts=0", f"--monitor-interval={MONITOR_INTERVAL_S}")
 POLL_S = 0.25  # the launcher's poll of the ranks' status files: a few wake-ups a second only
+NODE_FAILURE_GRACE_S = 5.0  # after one emulated node's torchrun fails, the others get this long to report
 
 
 @dataclass
@@ -66,12 +70,19 @@ def torchrun_command(nproc: int, worker_args: list[str]) -> list[str]:
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
-        "--max-restarts=0",
-        f"--monitor-interval={MONITOR_INTERVAL_S}",
+        *TORCHRUN_FLAGS,
         "-m",
         "runtime.train",
         *worker_args,
     ]
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a rendezvous in fresh namespaces, any port works
+    as well; a new one per run avoids waiting on sockets of the last run in TIME_WAIT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:
@@ -180,15 +191,20 @@ def launch(
     stdout=None,
     extra_env: dict[str, str] | None = None,
     straggler_grace_s: float | None = None,
+    cluster: EmulatedCluster | None = None,
 ) -> LaunchResult:
     """Run torchrun with `nproc` ranks of runtime.train and wait for it.
 
+    With `cluster` (an emulated cluster that is up) `nproc` is the world size: one torchrun per
+    emulated node starts in that node's namespace (``ip netns exec``), its ranks numbered
+    node-major, the rendezvous on node 0's address, gloo bound to the node's shaped NIC.
     A rank that is still running `straggler_grace_s` (default 2 x timeout + 10 s) after
     another finished cleanly is taken as hung outside any collective: the job is ended."""
     run_dir = Path(tempfile.mkdtemp(prefix="shardsim-run-"))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads))
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this machine
+    if cluster is None:
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this machine
     env["SHARDSIM_RUN_DIR"] = str(run_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH")) if p)
     env.update(extra_env or {})
@@ -197,34 +213,34 @@ def launch(
     t0 = time.monotonic()
     # torchrun stays in our session: a new session is a new scheduler autogroup on Linux, which
     # measurably slowed the ranks on a loaded machine; on Ctrl-C torchrun gets SIGINT with us
-    proc = subprocess.Popen(torchrun_command(nproc, worker_args), env=env, stdout=stdout)
+    procs = _start(nproc, worker_args, env, stdout, cluster)
     forced = ""
+    node_failed_at: float | None = None
     try:
         while True:
             # sleep, then poll: Popen.wait(timeout) would wake up every few milliseconds
             time.sleep(POLL_S)
-            rc = proc.poll()
-            if rc is not None:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                rc = next((c for c in codes if c), 0)
                 break
             now = time.time()
             _refresh(run_dir, views, now)
             done = [v.status["time"] for v in views.values() if v.status and v.status.get("status") == "ok"]
+            failed = [c for c in codes if c]  # one node's torchrun failed: the others cannot finish
+            if failed and node_failed_at is None:
+                node_failed_at = now
+            if node_failed_at is not None and now - node_failed_at > NODE_FAILURE_GRACE_S:
+                _stop(procs)
+                rc = failed[0]
+                break
             if done and now - min(done) > grace:
                 late = [v.rank for v in views.values() if not v.status]
                 forced = f"{_names(late)} did not finish within {grace:g} s after the others (hung?)"
-                proc.terminate()
-                try:
-                    rc = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    rc = proc.wait()
+                rc = _stop(procs)
                 break
     except BaseException:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(procs)
         _refresh(run_dir, views, time.time())
         _kill_leftovers(views)
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -237,3 +253,39 @@ def launch(
         message += f" ({_names(leftovers)} outlived torchrun and were killed)"
     shutil.rmtree(run_dir, ignore_errors=True)
     return LaunchResult(rc, ok, message, views, leftovers, time.monotonic() - t0)
+
+
+def _start(
+    nproc: int, worker_args: list[str], env: dict[str, str], stdout, cluster: EmulatedCluster | None
+) -> list[subprocess.Popen]:
+    if cluster is None:
+        return [subprocess.Popen(torchrun_command(nproc, worker_args), env=env, stdout=stdout)]
+    if nproc != cluster.world:
+        raise ValueError(f"an emulated run has {cluster.world} ranks, not {nproc}")
+    port = free_port()
+    procs = []
+    try:
+        for i in range(len(cluster.nodes)):
+            argv = torchrun_argv(
+                cluster, i, ["-m", "runtime.train", *worker_args], master_port=port, extra=TORCHRUN_FLAGS
+            )
+            procs.append(run_in_node(cluster, i, argv, env=env, stdout=stdout, start_new_session=False))
+    except BaseException:
+        _stop(procs)
+        raise
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen]) -> int:
+    """Terminate every torchrun still running (it ends its ranks), kill what does not stop."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return next((p.returncode for p in procs if p.returncode), 0)

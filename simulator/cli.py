@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "runtime.cli",
         "runtime.profile",
         "runtime.cluster_cli",
+        "runtime.validation",
     )
     for module in subcommands:
         try:

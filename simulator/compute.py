@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
+from simulator.profile_data import Profile
 from simulator.topology import DeviceSpec
 from simulator.workload import Block
 
@@ -29,7 +30,7 @@ class BlockCost:
 class ComputeModel:
     device: DeviceSpec
     precision: str
-    profile: dict[str, tuple[float, float]] | None = None  # block name → (fwd, bwd) s per sample
+    profile: Profile | None = None  # measured block and optimizer times replace the roofline
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -48,9 +49,9 @@ class ComputeModel:
         return self.device.memory_bandwidth_GBps * 1e9 * self.device.memory_efficiency
 
     def block(self, b: Block, batch: int) -> BlockCost:
-        if self.profile and b.name in self.profile:
-            f, bw = self.profile[b.name]
-            return BlockCost(f * batch, bw * batch)
+        measured = self.profile.block_time(b.name, batch) if self.profile else None
+        if measured is not None:
+            return BlockCost(*measured)
         esize = DTYPE_BYTES[self.precision]
         mem = b.fwd_mem_elems * batch * esize / self.mem_bytes_per_s
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
@@ -59,8 +60,8 @@ class ComputeModel:
 
     def optimizer(self, local_params: float) -> float:
         """Adam step over the parameters this rank owns (memory-bound)."""
-        if self.profile and "optimizer_per_param" in self.profile:
-            return self.profile["optimizer_per_param"][0] * local_params
+        if self.profile and self.profile.optimizer_per_param_s is not None:
+            return self.profile.optimizer_per_param_s * local_params
         return local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
 
     @property

@@ -14,6 +14,7 @@ from simulator.errors import ConfigError
 from simulator.links import build_links
 from simulator.memory import MemoryBreakdown, rank_memory
 from simulator.plan import Plan, build_plan
+from simulator.profile_data import load_profile
 from simulator.timeline import length, subtract, union, write_chrome_trace
 from simulator.topology import Cluster, make_cluster
 from simulator.workload import Workload, load_workload, stage_ranges
@@ -51,27 +52,6 @@ class StepPrediction:
         return json.dumps(self.to_dict())
 
 
-def load_profile(path: str, workload: Workload) -> dict[str, tuple[float, float]]:
-    """A measured per-block profile (written by `shardsim profile`)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read profile: {exc.strerror}", where=path) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON (line {exc.lineno})", where=path) from None
-    if doc.get("workload") != workload.name:
-        raise ConfigError(f"profile is for workload {doc.get('workload')!r}, not {workload.name!r}", where=path)
-    blocks = doc.get("blocks_per_sample_s")
-    if not isinstance(blocks, dict):
-        raise ConfigError(
-            "missing; expected a mapping of block → [fwd_s, bwd_s]", where=path, field="blocks_per_sample_s"
-        )
-    prof = {k: (float(v[0]), float(v[1])) for k, v in blocks.items()}
-    if "optimizer_per_param_s" in doc:
-        prof["optimizer_per_param"] = (float(doc["optimizer_per_param_s"]), 0.0)
-    return prof
-
-
 def _critical_breakdown(p: Plan, spans: list[Span], rc: int) -> dict[str, float]:
     mine = [s for s in spans if s.rank_class == rc]
     end = max(s.end for s in mine)
@@ -103,12 +83,16 @@ def predict(
     cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks))
     if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
         raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
-    profile = load_profile(cfg.profile, w) if cfg.profile else None
+    profile = load_profile(cfg.profile, w.name) if cfg.profile else None
+    if profile:
+        cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     cm = ComputeModel(cluster.instance.device, cfg.precision, profile)
     plan = build_plan(cfg, res, w, cm)
     g = build_links(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
     shared = cluster.instance.host.cores if cluster.instance.emulated else None
+    if shared is not None and profile:
+        shared = profile.cores_for(cluster.world, shared)
     spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared)
     return _summarize(cfg, res, w, cluster, cm, plan, spans)
 

@@ -1,0 +1,474 @@
+"""`shardsim validate`: predicted vs measured step times on emulated clusters.
+
+A *matrix* names a workload and its settings, and per emulated topology the configurations
+to check. For every configuration the runtime runs it for real inside the emulated cluster
+(a network namespace per node, tc-shaped NICs), the simulator predicts it from a measured
+profile (blocks at each microbatch size, the cluster's links, the cores its ranks really
+get), and the two are compared: error % per row, the mean absolute percentage error, the
+largest error, and per topology whether the predicted-best configuration and the
+predicted-best sharded data-parallel degree are the measured-best ones.
+
+Resumable: every finished run is written at once (``validation.json``, ``validation.csv``);
+a second call runs only what is missing or failed, and re-predicts every row (cheap), so a
+better model re-scores old measurements without running them again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from simulator.config import STRATEGIES, RunConfig, build_config, resolve
+from simulator.errors import ConfigError
+from simulator.sweep import divisors
+from simulator.topology import make_cluster
+from simulator.yamlio import load_yaml
+
+MATRICES = Path(__file__).resolve().parent / "matrices"
+DEFAULT_MATRIX = MATRICES / "default.yaml"
+_BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
+_RUN_KEYS = ("steps", "warmup", "timeout")
+_STRATEGY_KEYS = ("strategy", "degree", "pp", "microbatches", "schedule")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: str
+    base: dict[str, Any]  # config fields shared by every row (workload, batch, precision, ...)
+    topologies: tuple[tuple[str, tuple[RunConfig, ...]], ...]  # per topology, its checked configurations
+    steps: int = 4
+    warmup: int = 1
+    timeout: float = 60.0
+
+    @property
+    def configs(self) -> list[RunConfig]:
+        return [c for _, cs in self.topologies for c in cs]
+
+    def microbatch_sizes(self) -> list[int]:
+        """Every microbatch size a row runs (the profile times each)."""
+        out = set()
+        for cfg in self.configs:
+            cluster = make_cluster(cfg.topology, cfg.nodes)
+            out.add(_resolve(cfg, cluster.world)[1].microbatch_size)
+        return sorted(out)
+
+
+def _resolve(cfg: RunConfig, world: int):
+    from runtime.workloads import n_blocks
+
+    return resolve(cfg, world, n_blocks(cfg.workload, pipeline=cfg.strategy.kind == "pipeline"))
+
+
+def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]]:
+    """One matrix entry → strategy fields. Shorthands: ddp, zero, zero2d (every degree strictly
+    between 1 and the world), pipeline (pp 2, microbatches 2·pp, gpipe and 1f1b)."""
+    if isinstance(entry, str):
+        if entry not in STRATEGIES:
+            raise ConfigError(
+                f"unknown strategy {entry!r}; expected one of {', '.join(STRATEGIES)}", where=where, field=key
+            )
+        if entry == "zero2d":
+            return [{"strategy": "zero2d", "degree": d} for d in divisors(world)[1:-1]]
+        if entry == "pipeline":
+            return [{"strategy": "pipeline", "pp": 2, "microbatches": 4, "schedule": s} for s in ("gpipe", "1f1b")]
+        return [{"strategy": entry}]
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - set(_STRATEGY_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"unknown key; expected {', '.join(_STRATEGY_KEYS)}", where=where, field=f"{key}.{unknown[0]}"
+            )
+        return [dict(entry)]
+    raise ConfigError(f"expected a strategy name or a mapping, got {entry!r}", where=where, field=key)
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """Read and check a matrix file (default: the shipped one). Every configuration is resolved
+    against its cluster here, so bad input fails before anything runs."""
+    p = Path(path) if path is not None else DEFAULT_MATRIX
+    where = str(p)
+    data = load_yaml(p)
+    unknown = sorted(set(data) - set(_BASE_KEYS) - set(_RUN_KEYS) - {"topologies", "description"})
+    if unknown:
+        raise ConfigError(
+            f"unknown key; expected {', '.join(_BASE_KEYS + _RUN_KEYS)} or topologies", where=where, field=unknown[0]
+        )
+    base = {k: data[k] for k in _BASE_KEYS if k in data}
+    base.setdefault("backend", "gloo")
+    tops = data.get("topologies")
+    if not isinstance(tops, dict) or not tops:
+        raise ConfigError("expected a mapping of emulated topology → configurations", where=where, field="topologies")
+    out = []
+    for top, entries in tops.items():
+        key = f"topologies.{top}"
+        try:
+            cluster = make_cluster(str(top))
+        except ConfigError as exc:
+            raise ConfigError(exc.message, where=where, field=key) from None
+        if cluster.instance.emulated is None:
+            raise ConfigError(
+                f"topology {top!r} is not emulated; validate runs on emulated clusters", where=where, field=key
+            )
+        if not isinstance(entries, list) or not entries:
+            raise ConfigError("expected a list of configurations", where=where, field=key)
+        cfgs: list[RunConfig] = []
+        for i, entry in enumerate(entries):
+            for fields in _expand(entry, cluster.world, where, f"{key}[{i}]"):
+                at = f"{key}[{i}]"
+                try:
+                    cfg = build_config(
+                        {**base, **fields, "topology": str(top), "nodes": cluster.nodes}, f"{where} {at}"
+                    )
+                    cfg = _resolve(cfg, cluster.world)[0]
+                except ConfigError as exc:
+                    if exc.where is not None:
+                        raise
+                    raise ConfigError(exc.message, where=where, field=exc.field or at) from None
+                if cfg not in cfgs:
+                    cfgs.append(cfg)
+        out.append((str(top), tuple(cfgs)))
+    run = {}
+    for k, kind in (("steps", int), ("warmup", int), ("timeout", float)):
+        if k in data:
+            v = data[k]
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < (1 if k != "warmup" else 0):
+                raise ConfigError(f"expected a number >= {1 if k != 'warmup' else 0}, got {v!r}", where=where, field=k)
+            run[k] = kind(v)
+    return Matrix(where, base, tuple(out), **run)
+
+
+# -- rows ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    topology: str
+    config: str  # the strategy label
+    strategy: str
+    degree: int
+    pp: int
+    microbatches: int
+    schedule: str
+    world: int
+    predicted_s: float = math.nan
+    measured_s: float = math.nan
+    error_pct: float = math.nan  # (predicted - measured) / measured
+    measured_min_s: float = math.nan
+    measured_max_s: float = math.nan
+    step_times_s: list[float] = field(default_factory=list)
+    predicted_compute_s: float = math.nan
+    predicted_comm_s: float = math.nan
+    predicted_memory_gib: float = math.nan
+    measured_memory_gib: float = math.nan
+    status: str = "pending"  # ok | failed: <why>
+    run_id: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.topology, self.config)
+
+
+def _row_for(cfg: RunConfig, world: int) -> Row:
+    s = cfg.strategy
+    degree = 1 if s.kind == "ddp" else (s.degree or 1)
+    return Row(cfg.topology, s.label(), s.kind, degree, s.pp, s.microbatches, s.schedule, world)
+
+
+def _rescore(row: Row, pred) -> None:
+    row.predicted_s = pred.step_time_s
+    row.predicted_compute_s = pred.breakdown["compute_s"]
+    row.predicted_comm_s = pred.breakdown["exposed_comm_s"]
+    row.predicted_memory_gib = pred.memory_per_rank_gib
+    if row.status == "ok" and row.measured_s > 0:
+        row.error_pct = 100 * (row.predicted_s - row.measured_s) / row.measured_s
+
+
+# -- summary ---------------------------------------------------------------------------------
+
+
+def _best(rows: list[Row], col: str) -> Row:
+    return min(rows, key=lambda r: (getattr(r, col), r.config))
+
+
+def summarize(rows: list[Row]) -> dict[str, Any]:
+    """MAPE, largest error, and per topology whether the predicted best (configuration, and
+    data-parallel degree) is the measured best."""
+    ok = [r for r in rows if r.status == "ok" and not math.isnan(r.error_pct)]
+    errs = [abs(r.error_pct) for r in ok]
+    per_top = {}
+    for top in dict.fromkeys(r.topology for r in ok):
+        mine = [r for r in ok if r.topology == top]
+        pb, mb = _best(mine, "predicted_s"), _best(mine, "measured_s")
+        entry = {
+            "predicted_best": pb.config,
+            "measured_best": mb.config,
+            "best_agrees": pb.config == mb.config,
+            # how much slower, measured, the predicted-best configuration is than the measured best
+            "regret_pct": 100 * (pb.measured_s - mb.measured_s) / mb.measured_s,
+        }
+        dp = [r for r in mine if r.strategy in ("ddp", "zero", "zero2d")]
+        if dp:
+            pd_, md = _best(dp, "predicted_s"), _best(dp, "measured_s")
+            entry |= {
+                "predicted_best_degree": pd_.degree,
+                "measured_best_degree": md.degree,
+                "degree_agrees": pd_.degree == md.degree,
+            }
+        per_top[top] = entry
+    return {
+        "rows_ok": len(ok),
+        "rows_failed": sum(1 for r in rows if r.status.startswith("failed")),
+        "mape_pct": sum(errs) / len(errs) if errs else math.nan,
+        "max_error_pct": max(errs) if errs else math.nan,
+        "best_agrees": bool(per_top) and all(t["best_agrees"] for t in per_top.values()),
+        "degree_agrees": bool(per_top) and all(t.get("degree_agrees", True) for t in per_top.values()),
+        "topologies": per_top,
+    }
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def save(out: Path, matrix: Matrix, rows: list[Row], summary: dict[str, Any]) -> None:
+    doc = {"matrix": matrix.path, "base": matrix.base, "steps": matrix.steps, "warmup": matrix.warmup}
+    doc |= {"rows": [asdict(r) for r in rows], **summary}
+    _write_atomic(out / "validation.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    cols = [f for f in Row.__dataclass_fields__ if f != "step_times_s"]
+    lines = [",".join(cols)]
+    for r in rows:
+        lines.append(",".join(_csv_cell(getattr(r, c)) for c in cols))
+    _write_atomic(out / "validation.csv", "\n".join(lines) + "\n")
+    _write_atomic(out / "validation.md", markdown(rows, summary))
+
+
+def _csv_cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.6g}"
+    text = str(v)
+    return f'"{text}"' if "," in text or '"' in text else text
+
+
+def load_rows(out: Path) -> list[Row]:
+    """Rows of an earlier call (resuming); a missing or unreadable file is no rows."""
+    try:
+        doc = json.loads((out / "validation.json").read_text())
+        return [Row(**r) for r in doc.get("rows", [])]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def markdown(rows: list[Row], summary: dict[str, Any]) -> str:
+    lines = [
+        "| topology | configuration | predicted | measured (min–max) | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.status != "ok":
+            lines.append(f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.status} | – |")
+            continue
+        lines.append(
+            f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.measured_s:.3f} s "
+            f"({r.measured_min_s:.3f}–{r.measured_max_s:.3f}) | {r.error_pct:+.1f} % |"
+        )
+    lines += [
+        "",
+        f"Mean absolute error {summary['mape_pct']:.1f} %, largest {summary['max_error_pct']:.1f} % "
+        f"({summary['rows_ok']} configurations).",
+        "",
+        "| topology | predicted best | measured best | agrees | regret | best degree (pred / meas) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for top, t in summary["topologies"].items():
+        deg = f"{t.get('predicted_best_degree', '–')} / {t.get('measured_best_degree', '–')}"
+        lines.append(
+            f"| {top} | {t['predicted_best']} | {t['measured_best']} | {'yes' if t['best_agrees'] else 'no'} "
+            f"| {t['regret_pct']:.1f} % | {deg} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+
+def _measure(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int) -> tuple[dict | None, str]:
+    """Run `cfg` for real in the emulated cluster (which is up). Returns (result, error)."""
+    from runtime.cli import plan_run, run_flags
+    from runtime.launch import launch
+    from runtime.train import default_run_id
+
+    plan = plan_run(cfg, None, emulate=True)
+    run_id = default_run_id(plan.resolved_cfg)
+    args = run_flags(plan.cfg, matrix.steps, matrix.warmup, runs, matrix.timeout, threads, 0, run_id)
+    result = launch(plan.nproc, args, timeout_s=matrix.timeout, threads=threads, stdout=sys.stderr, cluster=cluster)
+    if not result.ok:
+        return None, result.message
+    try:
+        return json.loads((runs / f"{run_id}.json").read_text()), ""
+    except (OSError, ValueError) as exc:
+        return None, f"the run finished but its result is unreadable: {exc}"
+
+
+def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[str], None]) -> str:
+    """The profile to predict from: `given`, or out/profile.json when it covers the matrix, or a
+    new one measured now (blocks at every microbatch size, each topology's links, core sharing)."""
+    from simulator.profile_data import load_profile
+
+    workload = matrix.base.get("workload", RunConfig().workload)
+    if given:
+        load_profile(given, workload)  # fails here, once, if it is for another workload
+        return given
+    path = out / "profile.json"
+    sizes = matrix.microbatch_sizes()
+    worlds = sorted({make_cluster(t).world for t, _ in matrix.topologies})
+    if path.exists():
+        try:
+            prof = load_profile(path, workload)
+            covered = (
+                all(b in prof.blocks for b in sizes)
+                and all(t in prof.links for t, _ in matrix.topologies)
+                and all(w in prof.effective_cores for w in worlds)
+            )
+            if covered:
+                log(f"profile: reusing {path}")
+                return str(path)
+        except ConfigError:
+            pass
+    from runtime.profile import build_profile, write_json_atomic
+
+    log(f"profile: timing {workload}'s blocks at microbatch {sizes}, the links of each topology, core sharing")
+    doc = build_profile(
+        workload,
+        sizes,
+        precision=matrix.base.get("precision", "fp32"),
+        topologies=[(t, None) for t, _ in matrix.topologies],
+        ranks=worlds,
+    )
+    write_json_atomic(path, doc)
+    return str(path)
+
+
+def validate(
+    matrix: Matrix,
+    out: Path,
+    *,
+    profile: str | None = None,
+    threads: int = 1,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> tuple[list[Row], dict[str, Any]]:
+    """Run what is missing, predict everything, write the table and plots; returns (rows, summary)."""
+    from runtime.emulation import check_privileges, emulated, plan_cluster
+    from simulator.predict import predict
+
+    out.mkdir(parents=True, exist_ok=True)
+    runs = out / "runs"
+    runs.mkdir(exist_ok=True)
+    prof = ensure_profile(matrix, out, profile, log)
+    earlier = {r.key: r for r in load_rows(out) if r.status == "ok"}
+    rows: list[Row] = []
+    for top, cfgs in matrix.topologies:
+        world = make_cluster(top).world
+        for cfg in cfgs:
+            r = earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world)
+            _rescore(r, predict(replace(cfg, profile=prof)))
+            rows.append(r)
+    todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
+    if todo:
+        check_privileges()
+    log(f"validate: {len(rows)} configurations, {len(rows) - len(todo)} already measured, {len(todo)} to run")
+    done = 0
+    for top, _ in matrix.topologies:
+        mine = [(i, c) for i, c in todo if c.topology == top]
+        if not mine:
+            continue
+        cluster = plan_cluster(top)
+        with emulated(cluster):
+            for i, cfg in mine:
+                done += 1
+                r = rows[i]
+                log(f"[{done}/{len(todo)}] {top} {r.config}: running ...")
+                result, err = _measure(cfg, matrix, cluster, runs, threads)
+                if result is None:
+                    r.status = f"failed: {err}"
+                    log(f"[{done}/{len(todo)}] {top} {r.config}: FAILED: {err}")
+                else:
+                    r.status, r.run_id = "ok", result.get("run_id", "")
+                    r.measured_s = result["step_time_s"]
+                    r.step_times_s = list(result["step_times_s"])
+                    r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
+                    r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
+                    _rescore(r, predict(replace(cfg, profile=prof)))
+                    log(
+                        f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
+                        f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %)"
+                    )
+                save(out, matrix, rows, summarize(rows))
+    summary = summarize(rows)
+    save(out, matrix, rows, summary)
+    if summary["rows_ok"]:
+        from runtime.validation_plots import plot_validation
+
+        plot_validation(rows, summary, out)
+    return rows, summary
+
+
+# -- command ---------------------------------------------------------------------------------
+
+
+def _cmd_validate(ns) -> int:
+    matrix = load_matrix(ns.matrix)
+    out = Path(ns.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write the output folder: {exc.strerror}", where=str(out)) from None
+    if ns.threads < 1:
+        raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
+    rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads)
+    if ns.json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], **summary}))
+    else:
+        print(markdown(rows, summary), end="")
+        print(f"written {out}/validation.{{json,csv,md}}, scatter.png, errors.png")
+    failed = [r for r in rows if r.status.startswith("failed")]
+    if failed:
+        print(f"shardsim: {len(failed)} run(s) failed, e.g. {failed[0].key}: {failed[0].status}", file=sys.stderr)
+        return 1
+    bad = []
+    if ns.max_mape is not None and not summary["mape_pct"] <= ns.max_mape:
+        bad.append(f"mean error {summary['mape_pct']:.1f} % exceeds --max-mape {ns.max_mape:g} %")
+    if ns.max_error is not None and not summary["max_error_pct"] <= ns.max_error:
+        bad.append(f"largest error {summary['max_error_pct']:.1f} % exceeds --max-error {ns.max_error:g} %")
+    if bad:
+        print("shardsim: validation failed: " + "; ".join(bad), file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="run configurations for real on emulated clusters and compare with predictions (needs root)",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("--matrix", default=None, help=f"matrix YAML (default: {DEFAULT_MATRIX.name}, shipped)")
+    p.add_argument("--out", default="results/validation", help="output folder (resumable; default %(default)s)")
+    p.add_argument("--profile", default=None, help="a profile to predict from (default: measured, out/profile.json)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the mean absolute error (%%) is above")
+    p.add_argument("--max-error", type=float, default=None, help="exit 1 when the largest error (%%) is above")
+    p.add_argument("--json", action="store_true", help="print {rows, mape_pct, max_error_pct, best_agrees, ...}")
+    p.set_defaults(func=_cmd_validate)

@@ -1,0 +1,157 @@
+"""A measured profile (written by `shardsim profile`), as the simulator uses it.
+
+A profile replaces model figures with measured ones:
+- per-block forward/backward seconds at each measured microbatch size (the compute model);
+- Adam seconds per parameter;
+- per emulated topology, the achieved bandwidth and latency of a node's NIC and of the
+  loopback between two ranks of one node (the links);
+- how many cores the host's processes really get when N ranks compute at once
+  (`effective_cores`: N processes on C cores do not each run at C/N of their speed alone,
+  caches and memory bandwidth are shared too).
+
+A block timed at another microbatch size than the one predicted is scaled linearly from the
+nearest measured size (a named simplification: small microbatches run matmuls less
+efficiently, so measure the sizes you predict; `shardsim validate` does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import ConfigError
+from simulator.topology import Cluster
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    """Measured links of one emulated topology (None: not measured, the topology's figure stays)."""
+
+    nic_Bps: float | None = None  # payload bytes/s of one node's NIC, one direction
+    nic_latency_s: float | None = None
+    loopback_Bps: float | None = None  # payload bytes/s between two ranks of one node
+    loopback_latency_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: str
+    workload: str
+    blocks: dict[int, dict[str, tuple[float, float]]]  # microbatch → block → (fwd_s, bwd_s) per microbatch
+    optimizer_per_param_s: float | None = None
+    links: dict[str, LinkProfile] = field(default_factory=dict)  # topology name → measured links
+    effective_cores: dict[int, float] = field(default_factory=dict)  # ranks computing at once → cores
+
+    def block_time(self, name: str, batch: int) -> tuple[float, float] | None:
+        """(fwd_s, bwd_s) of block `name` for a microbatch of `batch` samples, or None if not profiled."""
+        if batch in self.blocks and name in self.blocks[batch]:
+            return self.blocks[batch][name]
+        measured = [b for b, table in self.blocks.items() if name in table]
+        if not measured:
+            return None
+        near = min(measured, key=lambda b: (abs(b - batch), -b))
+        f, bw = self.blocks[near][name]
+        return f * batch / near, bw * batch / near
+
+    def cores_for(self, ranks: int, cores: float) -> float:
+        """Cores that `ranks` processes computing at once really get: the figure measured for the
+        nearest rank count, or `cores` when none was measured."""
+        if not self.effective_cores:
+            return cores
+        return self.effective_cores[min(self.effective_cores, key=lambda n: (abs(n - ranks), -n))]
+
+    def apply(self, cluster: Cluster) -> Cluster:
+        """The cluster with this profile's measured links of its topology, if any."""
+        lp = self.links.get(cluster.instance.name)
+        if lp is None:
+            return cluster
+        inst = cluster.instance
+        nic, fabric = inst.nic, inst.fabric
+        if lp.nic_Bps:
+            # the measured figure is achieved payload rate: no further efficiency applies
+            nic = replace(nic, rate_gbps=lp.nic_Bps * 8 / 1e9 / nic.count, efficiency=1.0)
+        if lp.nic_latency_s is not None:
+            nic = replace(nic, latency_us=lp.nic_latency_s * 1e6)
+        if lp.loopback_Bps:
+            fabric = replace(fabric, port_GBps=lp.loopback_Bps / 1e9, efficiency=1.0)
+        if lp.loopback_latency_s is not None:
+            fabric = replace(fabric, latency_us=lp.loopback_latency_s * 1e6)
+        return replace(cluster, instance=replace(inst, nic=nic, fabric=fabric))
+
+
+def _pair(v: Any, where: str, key: str) -> tuple[float, float]:
+    if not (isinstance(v, list | tuple) and len(v) == 2 and all(isinstance(x, int | float) and x >= 0 for x in v)):
+        raise ConfigError(f"expected [fwd_s, bwd_s] (two numbers >= 0), got {v!r}", where=where, field=key)
+    return float(v[0]), float(v[1])
+
+
+def _positive(v: Any, where: str, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ConfigError(f"expected a number > 0, got {v!r}", where=where, field=key)
+    return float(v)
+
+
+def parse_profile(doc: Any, where: str, workload: str) -> Profile:
+    """Check a profile document against the workload it is used for."""
+    if not isinstance(doc, dict):
+        raise ConfigError("expected a JSON object (a profile written by shardsim profile)", where=where)
+    if doc.get("workload") != workload:
+        raise ConfigError(f"profile is for workload {doc.get('workload')!r}, not {workload!r}", where=where)
+    blocks: dict[int, dict[str, tuple[float, float]]] = {}
+    by_batch = doc.get("blocks_by_batch_s")
+    if by_batch is not None:
+        if not isinstance(by_batch, dict):
+            raise ConfigError("expected a mapping of microbatch → blocks", where=where, field="blocks_by_batch_s")
+        for b, table in by_batch.items():
+            key = f"blocks_by_batch_s.{b}"
+            if not str(b).isdigit() or int(b) < 1 or not isinstance(table, dict):
+                raise ConfigError(
+                    "expected a microbatch size >= 1 mapping blocks to [fwd_s, bwd_s]", where=where, field=key
+                )
+            blocks[int(b)] = {k: _pair(v, where, f"{key}.{k}") for k, v in table.items()}
+    per_sample = doc.get("blocks_per_sample_s")
+    if per_sample is not None and not blocks:
+        if not isinstance(per_sample, dict):
+            raise ConfigError("expected a mapping of block → [fwd_s, bwd_s]", where=where, field="blocks_per_sample_s")
+        blocks[1] = {k: _pair(v, where, f"blocks_per_sample_s.{k}") for k, v in per_sample.items()}
+    if not blocks:
+        raise ConfigError(
+            "missing; expected blocks_by_batch_s (or blocks_per_sample_s)", where=where, field="blocks_by_batch_s"
+        )
+    opt = doc.get("optimizer_per_param_s")
+    links = {}
+    for top, lp in (doc.get("links") or {}).items():
+        if not isinstance(lp, dict):
+            raise ConfigError("expected a mapping of measured link figures", where=where, field=f"links.{top}")
+        vals = {}
+        for k in ("nic_Bps", "nic_latency_s", "loopback_Bps", "loopback_latency_s"):
+            if lp.get(k) is not None:
+                vals[k] = _positive(lp[k], where, f"links.{top}.{k}")
+        links[str(top)] = LinkProfile(**vals)
+    cores = {}
+    for n, c in ((doc.get("host") or {}).get("effective_cores") or {}).items():
+        if not str(n).isdigit():
+            raise ConfigError("expected a rank count", where=where, field=f"host.effective_cores.{n}")
+        cores[int(n)] = _positive(c, where, f"host.effective_cores.{n}")
+    return Profile(
+        path=where,
+        workload=workload,
+        blocks=blocks,
+        optimizer_per_param_s=None if opt is None else _positive(opt, where, "optimizer_per_param_s"),
+        links=links,
+        effective_cores=cores,
+    )
+
+
+def load_profile(path: str | Path, workload: str) -> Profile:
+    """Read and check a profile file (`shardsim profile`) for `workload`."""
+    where = str(path)
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read profile: {exc.strerror}", where=where) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON (line {exc.lineno})", where=where) from None
+    return parse_profile(doc, where, workload)

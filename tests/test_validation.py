@@ -1,0 +1,235 @@
+"""shardsim validate without real runs: the matrix, bad input, the summary, resuming, profiles.
+
+The real thing (runs in emulated clusters, needs root) is tests/test_validation_real.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from runtime import emulation, validation
+from runtime.validation import Row, load_matrix, summarize
+from simulator.cli import main
+from simulator.config import RunConfig
+from simulator.errors import ConfigError
+from simulator.predict import predict
+from simulator.profile_data import load_profile, parse_profile
+from simulator.topology import make_cluster
+
+
+def run_cli(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_default_matrix_covers_what_the_issue_names():
+    m = load_matrix()
+    assert [t for t, _ in m.topologies] == ["emu-2x2", "emu-4x2"]
+    assert len(m.configs) >= 12
+    for top, cfgs in m.topologies:
+        world = make_cluster(top).world
+        labels = {c.strategy.label() for c in cfgs}
+        assert {"ddp", "zero"} <= labels
+        degrees = {c.strategy.degree for c in cfgs if c.strategy.kind == "zero2d"}
+        assert degrees == {d for d in range(2, world) if world % d == 0}  # every valid degree
+        assert {c.strategy.schedule for c in cfgs if c.strategy.kind == "pipeline"} == {"gpipe", "1f1b"}
+        assert all(c.backend == "gloo" and c.topology == top for c in cfgs)
+    assert m.microbatch_sizes() == [2, 4]  # data parallel: 4 a rank; pp=2 x 4 split into 4 microbatches
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("topologies: {no-such-top: [ddp]}\n", "field 'topologies.no-such-top': unknown topology"),
+        ("topologies: {p4d.24xlarge: [ddp]}\n", "is not emulated"),
+        ("topologies: {emu-2x2: [fsdp]}\n", "field 'topologies.emu-2x2[0]': unknown strategy 'fsdp'"),
+        ("topologies: {emu-2x2: [{strategy: zero2d, degree: 3}]}\n", "degree 3 does not divide the world size 4"),
+        ("topologies: {emu-2x2: [{strategy: pipeline, pp: 2, bogus: 1}]}\n", "field 'topologies.emu-2x2[0].bogus'"),
+        ("topologies: {emu-2x2: []}\n", "expected a list of configurations"),
+        ("workload: nope\ntopologies: {emu-2x2: [ddp]}\n", "unknown workload 'nope'"),
+        ("steps: 0\ntopologies: {emu-2x2: [ddp]}\n", "field 'steps'"),
+        ("colour: red\ntopologies: {emu-2x2: [ddp]}\n", "field 'colour': unknown key"),
+        ("topologies: [emu-2x2\n", "malformed YAML"),
+    ],
+    ids=["topology", "not-emulated", "strategy", "degree", "key", "empty", "workload", "steps", "top-key", "yaml"],
+)
+def test_bad_matrix_is_one_line_and_exit_2(tmp_path, capsys, text, needle):
+    path = write(tmp_path, "m.yaml", text)
+    out = tmp_path / "out"
+    assert run_cli(["validate", "--matrix", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("shardsim: error: ") and str(path) in err, err
+    assert needle in err
+    assert not (out / "validation.json").exists()
+
+
+def _row(top: str, config: str, pred: float, meas: float, strategy: str = "zero2d", degree: int = 2) -> Row:
+    r = Row(top, config, strategy, degree, 1, 1, "1f1b", 4, predicted_s=pred, measured_s=meas, status="ok")
+    r.error_pct = 100 * (pred - meas) / meas
+    return r
+
+
+def test_summary_errors_and_best_agreement():
+    rows = [
+        _row("a", "zero", 2.2, 2.0, "zero", 4),  # +10 %
+        _row("a", "zero2d d=2", 1.0, 1.0),  # 0 %: best both ways
+        _row("a", "ddp", 1.6, 2.0, "ddp", 1),  # -20 %
+        _row("b", "zero", 3.0, 3.0, "zero", 8),
+        _row("b", "pipeline", 2.0, 3.3, "pipeline", 1),  # predicted best, measured worst
+        _row("b", "zero2d d=2", 2.9, 2.9),  # measured best
+    ]
+    s = summarize(rows)
+    assert s["mape_pct"] == pytest.approx((10 + 0 + 20 + 0 + 100 * 1.3 / 3.3 + 0) / 6)
+    assert s["max_error_pct"] == pytest.approx(100 * 1.3 / 3.3)
+    assert s["topologies"]["a"]["best_agrees"] and s["topologies"]["a"]["degree_agrees"]
+    b = s["topologies"]["b"]
+    assert (b["predicted_best"], b["measured_best"], b["best_agrees"]) == ("pipeline", "zero2d d=2", False)
+    assert b["regret_pct"] == pytest.approx(100 * (3.3 - 2.9) / 2.9)
+    assert (b["predicted_best_degree"], b["measured_best_degree"]) == (2, 2)  # among ddp/zero/zero2d
+    assert s["best_agrees"] is False and s["degree_agrees"] is True
+
+
+PROFILE = {
+    "workload": "small-gpt",
+    "blocks_by_batch_s": {
+        "2": {"embed": [0.001, 0.002], **{f"layer{i}": [0.01, 0.02] for i in range(8)}, "head": [0.002, 0.004]},
+        "4": {"embed": [0.002, 0.004], **{f"layer{i}": [0.018, 0.036] for i in range(8)}, "head": [0.004, 0.008]},
+    },
+    "optimizer_per_param_s": 1e-8,
+    "links": {"emu-2x2": {"nic_Bps": 2.4e7, "nic_latency_s": 2e-5, "loopback_Bps": 2e9, "loopback_latency_s": 1e-5}},
+    "host": {"cores": 2, "effective_cores": {"4": 1.8, "8": 1.6}},
+}
+
+
+def _profile(tmp_path: Path) -> Path:
+    from simulator.workload import load_workload
+
+    names = [b.name for b in load_workload("small-gpt").blocks]
+    doc = json.loads(json.dumps(PROFILE))
+    for b in ("2", "4"):
+        table = list(doc["blocks_by_batch_s"][b].values())
+        doc["blocks_by_batch_s"][b] = dict(zip(names, table, strict=True))
+    return write(tmp_path, "profile.json", json.dumps(doc))
+
+
+def test_profile_is_read_checked_and_applied(tmp_path):
+    path = _profile(tmp_path)
+    prof = load_profile(path, "small-gpt")
+    name = next(iter(prof.blocks[4]))
+    assert prof.block_time(name, 4) == (0.002, 0.004)  # measured size: as measured
+    assert prof.block_time(name, 8) == pytest.approx((0.004, 0.008))  # nearest size, scaled linearly
+    assert prof.block_time(name, 1) == pytest.approx((0.0005, 0.001))
+    assert prof.block_time("no-such-block", 4) is None
+    assert prof.cores_for(4, 2) == 1.8 and prof.cores_for(8, 2) == 1.6 and prof.cores_for(6, 2) == 1.6
+    c = prof.apply(make_cluster("emu-2x2"))
+    assert c.instance.nic.rate_gbps * 1e9 / 8 * c.instance.nic.efficiency == pytest.approx(2.4e7)
+    assert c.instance.fabric.port_GBps == 2.0 and c.instance.fabric.latency_us == pytest.approx(10)
+    assert prof.apply(make_cluster("emu-4x2")) == make_cluster("emu-4x2")  # not profiled: unchanged
+    with pytest.raises(ConfigError, match="profile is for workload 'small-gpt', not 'tiny-gpt'"):
+        load_profile(path, "tiny-gpt")
+    with pytest.raises(ConfigError, match="field 'links.emu-2x2.nic_Bps'"):
+        parse_profile({**PROFILE, "links": {"emu-2x2": {"nic_Bps": -1}}}, "p.json", "small-gpt")
+
+
+def test_profile_changes_the_prediction_the_way_it_says(tmp_path):
+    """Slower measured links and fewer effective cores: never a faster step."""
+    path = _profile(tmp_path)
+    cfg = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=None, backend="gloo", checkpointing=False)
+    from dataclasses import replace
+
+    base = predict(replace(cfg, profile=str(path)))
+    doc = json.loads(path.read_text())
+    doc["links"]["emu-2x2"]["nic_Bps"] /= 2
+    doc["host"]["effective_cores"]["4"] /= 2
+    slow = write(tmp_path, "slow.json", json.dumps(doc))
+    worse = predict(replace(cfg, profile=str(slow)))
+    assert worse.breakdown["compute_s"] == pytest.approx(2 * base.breakdown["compute_s"], rel=1e-6)
+    assert worse.step_time_s > base.step_time_s
+
+
+def test_a_profile_of_another_workload_is_refused(tmp_path, capsys):
+    path = _profile(tmp_path)
+    m = write(tmp_path, "m.yaml", "workload: tiny-gpt\ntopologies: {emu-2x2: [ddp]}\n")
+    assert run_cli(["validate", "--matrix", str(m), "--profile", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "profile is for workload 'small-gpt', not 'tiny-gpt'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch):
+    """No namespaces, no root: the emulated cluster is a no-op, measurements come from `measured`."""
+    monkeypatch.setattr(emulation, "emulated", lambda c: contextlib.nullcontext(c))
+    monkeypatch.setattr(emulation, "check_privileges", lambda: None)
+    calls: list[str] = []
+    measured: dict[str, float | None] = {}
+
+    def fake_measure(cfg, matrix, cluster, runs, threads):
+        label = cfg.strategy.label()
+        calls.append(label)
+        t = measured.get(label, 1.0)
+        if t is None:
+            return None, "rank 1 failed at step 2: RuntimeError: boom"
+        return {"run_id": label, "step_time_s": t, "step_times_s": [t * 0.99, t, t * 1.02]}, ""
+
+    monkeypatch.setattr(validation, "_measure", fake_measure)
+    return calls, measured
+
+
+def test_validate_is_resumable_and_keeps_finished_rows(tmp_path, fake_cluster, capsys):
+    calls, measured = fake_cluster
+    m = write(
+        tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero, zero2d]}\n"
+    )
+    out = tmp_path / "out"
+    prof = str(_profile(tmp_path))
+    measured["zero"] = None  # fails midway
+    assert run_cli(["validate", "--matrix", str(m), "--out", str(out), "--profile", prof, "--json"]) == 1
+    assert calls == ["ddp", "zero", "zero2d d=2"]
+    cap = capsys.readouterr()
+    assert "1 run(s) failed" in cap.err and "rank 1 failed at step 2" in cap.err
+    doc = json.loads((out / "validation.json").read_text())
+    status = {r["config"]: r["status"] for r in doc["rows"]}
+    assert status["ddp"] == "ok" and status["zero2d d=2"] == "ok" and status["zero"].startswith("failed: rank 1")
+    assert doc["rows_ok"] == 2 and (out / "scatter.png").exists() and (out / "errors.png").exists()
+
+    calls.clear()
+    measured["zero"] = 2.0
+    assert run_cli(["validate", "--matrix", str(m), "--out", str(out), "--profile", prof, "--json"]) == 0
+    assert calls == ["zero"]  # only what was missing
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) >= {"rows", "mape_pct", "max_error_pct", "best_agrees"}
+    rows = {r["config"]: r for r in printed["rows"]}
+    assert rows["ddp"]["measured_s"] == 1.0 and rows["zero"]["measured_s"] == 2.0
+    for r in printed["rows"]:
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted_s"] - r["measured_s"]) / r["measured_s"])
+    assert printed["mape_pct"] == pytest.approx(sum(abs(r["error_pct"]) for r in printed["rows"]) / 3)
+    csv_lines = (out / "validation.csv").read_text().splitlines()
+    assert len(csv_lines) == 4 and csv_lines[0].startswith("topology,config,")
+
+    calls.clear()  # a bound that the errors pass: exit 1 with the reason, rows intact
+    assert run_cli(["validate", "--matrix", str(m), "--out", str(out), "--profile", prof, "--max-error", "0"]) == 1
+    assert calls == [] and "exceeds --max-error 0 %" in capsys.readouterr().err
+    assert json.loads((out / "validation.json").read_text())["rows_ok"] == 3
+
+
+def test_unwritable_output_folder_is_refused(tmp_path, capsys):
+    blocker = write(tmp_path, "file", "")
+    assert run_cli(["validate", "--matrix", str(validation.MATRICES / "ci.yaml"), "--out", str(blocker / "x")]) == 2
+    assert "cannot write the output folder" in capsys.readouterr().err
+
+
+def test_ci_matrix_is_small():
+    m = load_matrix(validation.MATRICES / "ci.yaml")
+    assert len(m.topologies) == 1 and 3 <= len(m.configs) <= 5
+    assert not math.isnan(m.timeout)
