@@ -205,6 +205,10 @@ def launch(
     env.setdefault("OMP_NUM_THREADS", str(threads))
     if cluster is None:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is on this machine
+    else:
+        # the namespaces have no name service: c10d warns once per connection that it cannot
+        # look up the peer's host name (harmless); keep errors only, unless the user says otherwise
+        env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     env["SHARDSIM_RUN_DIR"] = str(run_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH")) if p)
     env.update(extra_env or {})

@@ -1,0 +1,70 @@
+"""The promise of issue 6, for real: a small validation on an emulated 2-node cluster.
+
+Runs `shardsim validate --matrix runtime/matrices/ci.yaml` (ddp, zero, zero2d d=2 and a 1F1B
+pipeline on emu-2x2: network namespaces, tc-shaped NICs, gloo), which profiles this machine,
+runs each configuration and predicts it, and fails when the prediction error passes the
+bounds below. Needs root and iproute2 (CI has both); about three minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Bounds for CI (3 measured steps a configuration on a shared 2-core machine). The issue's
+# targets for the full matrix are 5 % mean and 10 % largest: see experiments/validation/.
+CI_MAX_MAPE_PCT = 10.0
+CI_MAX_ERROR_PCT = 20.0
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
+    reason="the emulated cluster needs root and iproute2",
+)
+
+
+def _namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith("ss-")]
+
+
+@pytest.mark.slow
+@needs_root
+def test_small_validation_on_an_emulated_cluster(tmp_path):
+    out = tmp_path / "validation"
+    matrix = str(ROOT / "runtime/matrices/ci.yaml")
+    bounds = ["--max-mape", str(CI_MAX_MAPE_PCT), "--max-error", str(CI_MAX_ERROR_PCT)]
+    cmd = [sys.executable, "-m", "simulator.cli", "validate", "--matrix", matrix, "--out", str(out), "--json", *bounds]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    table = (out / "validation.md").read_text() if (out / "validation.md").exists() else "(no table)"
+    print(table)  # shown in the CI log with -rA, and on failure
+    assert proc.returncode == 0, proc.stderr[-4000:] + "\n" + table
+    doc = json.loads(proc.stdout)
+    assert doc["rows_ok"] == 4 and doc["rows_failed"] == 0
+    assert doc["mape_pct"] <= CI_MAX_MAPE_PCT and doc["max_error_pct"] <= CI_MAX_ERROR_PCT
+    for r in doc["rows"]:
+        assert r["status"] == "ok" and len(r["step_times_s"]) == 3 and r["measured_s"] > 0
+    assert (out / "scatter.png").stat().st_size > 0 and (out / "errors.png").stat().st_size > 0
+    prof = json.loads((out / "profile.json").read_text())
+    assert set(prof["links"]) == {"emu-2x2"} and "4" in prof["host"]["effective_cores"]
+    assert _namespaces() == []  # the emulated cluster is gone
+
+
+@pytest.mark.slow
+@needs_root
+def test_run_brings_the_emulated_cluster_up_and_down(tmp_path):
+    cmd = [sys.executable, "-m", "simulator.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
+           "--strategy", "zero2d", "--degree", "2", "--steps", "2", "--warmup", "1",
+           "--out", str(tmp_path), "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["world"] == 4 and len(rec["step_times_s"]) == 2
+    assert "in the emulated cluster emu-2x2" in proc.stderr
+    assert _namespaces() == []
