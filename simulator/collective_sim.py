@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass
 
 import simpy
 
-from simulator.collectives import BUS_FACTOR, GroupLayout, plan, run_phases
+from simulator.collectives import BUS_FACTOR, GroupLayout, PhaseRun, plan
+from simulator.linkgroups import group_links
 from simulator.links import LinkGraph, build_links
 from simulator.network import Network
 from simulator.topology import Cluster
@@ -31,15 +32,14 @@ class CollectiveResult:
 def time_collectives(g: LinkGraph, calls: list[tuple[str, GroupLayout, float]], algo: str, backend: str) -> list[float]:
     """Run several collective calls concurrently on one network; each one's finish time."""
     env = simpy.Environment()
-    net = Network(env, g.capacity)
+    phases = [plan(g, op, layout, algo, backend) for op, layout, _ in calls]
+    caps, routes = group_links(g.capacity, [ph.route for phs in phases for ph in phs])  # (linkgroups.py)
+    net = Network(env, caps)
     finish = [0.0] * len(calls)
-
-    def one(i: int, op: str, layout: GroupLayout, nbytes: float):
-        yield from run_phases(net, g, plan(g, op, layout, algo, backend), nbytes, tag=op)
-        finish[i] = env.now
-
-    for i, (op, layout, nbytes) in enumerate(calls):
-        env.process(one(i, op, layout, nbytes))
+    it = iter(routes)
+    for i, ((op, _, nbytes), phs) in enumerate(zip(calls, phases, strict=True)):
+        steps = tuple((ph.latency_s, next(it)) for ph in phs)
+        PhaseRun(net, steps, nbytes, op, lambda i=i: finish.__setitem__(i, env.now)).next()
     env.run()
     return finish
 

@@ -24,13 +24,15 @@ local chunk; gloo has ring algorithms only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from simulator.errors import ConfigError
 from simulator.links import LinkGraph
+from simulator.network import Network, Route
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 ALGOS = ("ring", "tree", "hierarchical")
@@ -75,6 +77,11 @@ class Phase:
     links: np.ndarray
     load: np.ndarray  # bytes per link, per byte of S (scaled by the caller)
     latency_s: float
+
+    @cached_property
+    def route(self) -> Route:
+        """Links and load, for the network."""
+        return Route.of(self.links, self.load)
 
 
 def _ring_edges(rings: np.ndarray, wrap: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -237,9 +244,45 @@ def phase_time(g: LinkGraph, phase: Phase, nbytes: float) -> float:
     return phase.latency_s + float(np.max(phase.load * nbytes / g.capacity[phase.links]))
 
 
-def run_phases(net, g: LinkGraph, phases: tuple[Phase, ...], nbytes: float, tag: str = ""):
+Steps = tuple[tuple[float, Route], ...]  # a call's phases as (latency, route) for the network
+
+
+def steps_of(phases: tuple[Phase, ...]) -> Steps:
+    return tuple((ph.latency_s, ph.route) for ph in phases)
+
+
+def run_phases(net: Network, g: LinkGraph, phases: tuple[Phase, ...], nbytes: float, tag: str = ""):
     """simpy process body: the phases one after another on a shared Network."""
-    for ph in phases:
-        if ph.latency_s:
-            yield net.env.timeout(ph.latency_s)
-        yield net.transfer(ph.links, ph.load * nbytes, tag)
+    done = net.env.event()
+    PhaseRun(net, steps_of(phases), nbytes, tag, done.succeed).next()
+    yield done
+
+
+@dataclass(eq=False, slots=True)
+class PhaseRun:
+    """The phases of one call one after another on a shared Network, without a simpy process:
+    each phase waits its latency (a timeout), then moves its bytes; `on_done()` runs when the
+    last one ends (at once when there are none). Call `next()` to start."""
+
+    net: Network
+    steps: Steps
+    nbytes: float
+    tag: str
+    on_done: Callable[[], object]
+    i: int = 0  # the phase to start next
+    waited: bool = False  # its latency is over
+
+    def next(self) -> None:
+        if self.i == len(self.steps):
+            self.on_done()
+            return
+        latency, route = self.steps[self.i]
+        if latency and not self.waited:
+            self.waited = True
+            self.net.env.timeout(latency).callbacks.append(self._after_latency)
+            return
+        self.i, self.waited = self.i + 1, False
+        self.net.send(route, self.nbytes, self.tag, self.next)
+
+    def _after_latency(self, _ev: object) -> None:
+        self.next()

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
-from simulator.collectives import algo_for, run_phases
+from simulator.collectives import Phase, PhaseRun, algo_for
 from simulator.collectives import plan as plan_collective
+from simulator.gcpause import paused_gc
+from simulator.linkgroups import group_links
 from simulator.links import LinkGraph
-from simulator.network import Network
-from simulator.plan import Plan
+from simulator.network import Network, Route
+from simulator.plan import Op, Plan
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 5x more to create, and a plan makes many
 class Span:
     op: int
     rank_class: int
@@ -34,33 +37,80 @@ def simulate(p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int |
     Compute then becomes processor sharing: a compute op of a rank class is `count` ranks
     each needing `duration` core-seconds; ranks computing at once split the cores, and no
     rank runs faster than one core (measured here: 8 processes on 2 cores take 4x as long)."""
-    env = simpy.Environment()
-    capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
-    cpu = np.array([len(g.capacity)])
-    net = Network(env, capacity)
-    counts = [c.count for c in p.classes]
-    done = [env.event() for _ in p.ops]
-    spans: list[Span | None] = [None] * len(p.ops)
+    run = _Run(p, g, algo, backend, shared_cores)
+    with paused_gc():
+        run.ready.extend(op.id for op in p.ops if not op.deps)
+        run.drain()
+        run.env.run()
+    if run.ended < len(p.ops):
+        first = next(i for i, s in enumerate(run.spans) if s is None)
+        raise RuntimeError(f"plan deadlocked: op {p.ops[first].name!r} never ran")
+    return run.spans  # type: ignore[return-value]
 
-    def run(op):
-        if op.deps:
-            yield simpy.AllOf(env, [done[d] for d in op.deps])
-        start = env.now
+
+class _Run:
+    """One simulation. Ops start from the callback of their last dependency's end (no simpy
+    process per op): a compute op is one timeout, a collective its phases one after another on
+    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here
+    refers back to itself through a callback, so it is all freed when the run returns."""
+
+    def __init__(self, p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int | None) -> None:
+        self.env = simpy.Environment()
+        capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
+        cpu = Route.of(np.array([len(g.capacity)]), np.ones(1))  # the host's cores, one link
+        # every call's phases, then the links merged where they always carry the same load
+        phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout): the same for every call
+        for op in p.ops:
+            key = (op.coll, op.layout)
+            if op.kind == "comm" and key not in phases:
+                used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend)
+                phases[key] = plan_collective(g, op.coll, op.layout, used, backend)
+        uniq = {id(ph): ph for phs in phases.values() for ph in phs}
+        self.shared = shared_cores is not None
+        caps, routes = group_links(capacity, [ph.route for ph in uniq.values()] + ([cpu] if self.shared else []))
+        route_of = dict(zip(uniq, routes, strict=False))
+        self.steps = {k: tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for k, phs in phases.items()}
+        self.cpu = routes[-1] if self.shared else cpu
+        self.net = Network(self.env, caps)
+        self.counts = [c.count for c in p.classes]
+        self.ops = p.ops
+        self.waiting = [len(op.deps) for op in p.ops]
+        self.children: list[list[int]] = [[] for _ in p.ops]
+        for op in p.ops:
+            for d in op.deps:
+                self.children[d].append(op.id)
+        self.spans: list[Span | None] = [None] * len(p.ops)
+        self.ready: deque[int] = deque()  # ops whose dependencies are all done, to start now
+        self.ended = 0
+
+    def begin(self, op: Op) -> None:
+        start = self.env.now
         if op.kind == "comm":
-            used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend)
-            phases = plan_collective(g, op.coll, op.layout, used, backend)
-            yield from run_phases(net, g, phases, op.nbytes, op.name)
-        elif op.duration > 0 and shared_cores is not None:
-            yield net.transfer(cpu, np.array([counts[op.rank_class] * op.duration]), op.name, max_rate=1 / op.duration)
+            steps = self.steps[(op.coll, op.layout)]
+            PhaseRun(self.net, steps, op.nbytes, op.name, lambda: self.end(op, start)).next()
+        elif op.duration > 0 and self.shared:
+            work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
+            self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration)
         elif op.duration > 0:
-            yield env.timeout(op.duration)
-        spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, env.now)
-        done[op.id].succeed()
+            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
+        else:
+            self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
 
-    for op in p.ops:
-        env.process(run(op))
-    env.run()
-    missing = [i for i, s in enumerate(spans) if s is None]
-    if missing:
-        raise RuntimeError(f"plan deadlocked: op {p.ops[missing[0]].name!r} never ran")
-    return spans  # type: ignore[return-value]
+    def finish(self, op: Op, start: float) -> None:
+        self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env.now)
+        self.ended += 1
+        waiting = self.waiting
+        for c in self.children[op.id]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                self.ready.append(c)
+
+    def end(self, op: Op, start: float) -> None:
+        """An op with a duration ends: record it, start what waited for it."""
+        self.finish(op, start)
+        self.drain()
+
+    def drain(self) -> None:
+        ops, ready = self.ops, self.ready
+        while ready:
+            self.begin(ops[ready.popleft()])

@@ -4,43 +4,88 @@ A transfer is a set of bytes on a set of links (a whole collective phase, all it
 edges at once): it progresses from 0 to 1 at a rate limited by its most loaded link.
 Concurrent transfers through one link split its bandwidth. The allocation is max-min fair
 on *slowdown*: every transfer is slowed by the same factor on a shared bottleneck, then
-transfers not limited there take what is left (progressive filling). Rates are
-recomputed only when a transfer starts or ends, so a collective costs O(1) events
-whatever its number of ranks.
+transfers not limited there take what is left (progressive filling, fairshare.py). Rates
+change only when a transfer starts or ends, so a collective costs O(1) events whatever
+its number of ranks.
+
+Incremental allocation (the allocation of progressive filling over every active transfer,
+found on a smaller problem):
+- a link is *oversubscribed* when the demands of its transfers at their alone rates exceed
+  its capacity; only such links can ever bind (every slowdown is <= 1), so a transfer
+  through none of them runs at its alone rate;
+- transfers interact only through the oversubscribed links they share: the allocation
+  splits into independent components, and a start or an end can only change the rates in
+  its own component (before and after): only those are refilled.
+One simpy timer is armed at the next completion; a start re-arms it only when something
+now ends sooner. Progress is kept as (remaining at t0, rate since t0) and brought up to
+date only when a rate changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import simpy
 
+from simulator.fairshare import fill
+
 _EPS = 1e-9  # a transfer this close to done is done (float drift)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
+class Route:
+    """Links and bytes per link of one byte sent (a collective phase: one for every call)."""
+
+    links: tuple[int, ...]  # unique
+    unit: tuple[float, ...]  # bytes on each link per byte sent
+
+    @staticmethod
+    def of(links: np.ndarray, unit: np.ndarray) -> Route:
+        keep = unit > 0  # a link that carries nothing is not on the route
+        return Route(tuple(links[keep].tolist()), tuple(unit[keep].tolist()))
+
+    @cached_property
+    def position(self) -> dict[int, int]:
+        """link -> its index in `links`."""
+        return {link: i for i, link in enumerate(self.links)}
+
+
+@dataclass(eq=False, slots=True)
 class Transfer:
-    links: np.ndarray  # link indices (unique)
-    load: np.ndarray  # bytes on each of those links for the whole transfer
-    done: simpy.Event
+    route: Route
+    demand: list[float]  # bytes/s on each link of the route at the alone rate
     alone_rate: float  # progress/s when alone on the network
+    seq: int  # start order (sums over a component run in it)
+    on_done: Callable[[], object]
+    t0: float  # `remaining` and `rate` hold since t0
     remaining: float = 1.0
     rate: float = 0.0
     tag: str = ""
+    over: set[int] = field(default_factory=set)  # its oversubscribed links
 
 
 @dataclass
 class Network:
     env: simpy.Environment
     capacity: np.ndarray
-    active: list[Transfer] = field(default_factory=list)
-    busy_time: float = 0.0
-    _t_last: float = 0.0
-    _wake: simpy.Event | None = None
+    busy_time: float = 0.0  # time with at least one transfer in flight
+    active: dict[Transfer, None] = field(default_factory=dict)  # in start order
+    _busy_since: float = 0.0
+    _started: int = 0
+    _shapes: dict[Route, tuple[float, list[float]]] = field(default_factory=dict)  # route -> alone rate
+    # of one byte, demand on each link at the alone rate (the same whatever the bytes)
+    _users: dict[int, dict[Transfer, None]] = field(default_factory=dict)  # oversubscribed link -> transfers
+    _timer: simpy.Event | None = None
+    _timer_at: float = float("inf")
+    _target: tuple[Transfer, float, float] | None = None  # the timer's transfer, its (t0, rate) then
 
     def __post_init__(self) -> None:
-        self.env.process(self._run())
+        self._cap: list[float] = self.capacity.tolist()
+        self._usage = [0.0] * len(self._cap)  # demand at alone rates per link (bytes/s)
+        self._count = [0] * len(self._cap)  # transfers per link
 
     def transfer(
         self, links: np.ndarray, load: np.ndarray, tag: str = "", max_rate: float | None = None
@@ -50,78 +95,149 @@ class Network:
         `max_rate` caps the progress rate (1/duration) for work that cannot go faster than
         alone however idle the resource is (a rank computes on at most one core)."""
         done = self.env.event()
-        if links.size == 0 or float(load.max(initial=0.0)) <= 0:
-            done.succeed()
-            return done
-        alone = float(np.min(self.capacity[links] / load))
-        if max_rate is not None:
-            alone = min(alone, max_rate)
-        self._advance()
-        self.active.append(Transfer(links, load, done, alone, tag=tag))
-        self._reallocate()
-        self._poke()
+        self.send(Route.of(links, load), 1.0, tag, done.succeed, max_rate)
         return done
 
-    # -- internals -------------------------------------------------------------------
-    def _poke(self) -> None:
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
-
-    def _advance(self) -> None:
-        dt = self.env.now - self._t_last
-        if dt > 0 and self.active:
-            for t in self.active:
-                t.remaining -= t.rate * dt
-            self.busy_time += dt
-        self._t_last = self.env.now
-
-    def _reallocate(self) -> None:
-        """Progressive filling on the slowdown factor x (rate = x * alone_rate)."""
-        act = self.active
-        if not act:
+    def send(
+        self, route: Route, nbytes: float, tag: str, on_done: Callable[[], object], max_rate: float | None = None
+    ) -> None:
+        """Move `nbytes` × route.unit over route.links from now; `on_done()` runs when done
+        (at once when there is nothing to move)."""
+        if nbytes <= 0 or not route.links:  # (route units are > 0)
+            on_done()
             return
-        if len(act) == 1:
-            act[0].rate = act[0].alone_rate
-            return
-        all_links = np.unique(np.concatenate([t.links for t in act]))
-        cap = self.capacity[all_links]
-        demand = np.zeros((len(act), all_links.size))  # bytes/s on each link at x = 1
-        for i, t in enumerate(act):
-            demand[i, np.searchsorted(all_links, t.links)] = t.load * t.alone_rate
-        x = np.zeros(len(act))
-        frozen = np.zeros(len(act), dtype=bool)
-        while not frozen.all():
-            used = x[frozen] @ demand[frozen] if frozen.any() else np.zeros(all_links.size)
-            free_demand = demand[~frozen].sum(axis=0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                level = np.where(free_demand > 0, (cap - used) / free_demand, np.inf)
-            x_star = min(float(level.min()), 1.0)
-            x[~frozen] = x_star
-            if x_star >= 1.0:
-                break
-            tight = level <= x_star * (1 + 1e-9)
-            hit = (demand[:, tight] > 0).any(axis=1) & ~frozen
-            frozen |= hit
-        for t, xi in zip(act, x, strict=True):
-            t.rate = xi * t.alone_rate
+        shape = self._shapes.get(route)
+        if shape is None:
+            cap = self._cap
+            per_byte = min([cap[link] / u for link, u in zip(route.links, route.unit, strict=True)])
+            shape = self._shapes[route] = (per_byte, [u * per_byte for u in route.unit])
+        # alone rate and demand at it, from the route's (rounded once: may differ from
+        # computing them for these bytes in the last bit)
+        alone, demand = shape[0] / nbytes, shape[1]
+        if max_rate is not None and max_rate < alone:
+            alone, demand = max_rate, [u * nbytes * max_rate for u in route.unit]
+        now = self.env.now
+        t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag)
+        self._started += 1
+        if not self.active:
+            self._busy_since = now
+        self.active[t] = None
+        if self._add_load(t):
+            changed = self._refill([t])
+        else:
+            t.rate = alone
+            changed = [t]
+        for c in changed:  # re-arm only when something now ends before the armed timer
+            left = c.remaining - c.rate * (now - c.t0)
+            if now + left / c.rate < self._timer_at:
+                self._arm(c, left)
 
-    def _run(self):
-        while True:
-            self._wake = self.env.event()
-            if not self.active:
-                yield self._wake
+    # -- link bookkeeping ------------------------------------------------------------
+    def _add_load(self, t: Transfer) -> bool:
+        """Count t's demand on its links; True when it crosses an oversubscribed link."""
+        usage, count, cap = self._usage, self._count, self._cap
+        fresh = []
+        for link, d in zip(t.route.links, t.demand, strict=True):
+            u = usage[link] + d
+            usage[link] = u
+            count[link] += 1
+            if u > cap[link]:
+                fresh.append(link)
+        for link in fresh:
+            users = self._users.get(link)
+            if users is None:  # newly oversubscribed: find who crosses it
+                users = self._users[link] = {a: None for a in self.active if link in a.route.position}
+                for a in users:
+                    a.over.add(link)
+            else:
+                users[t] = None
+                t.over.add(link)
+        return bool(fresh)
+
+    def _remove_load(self, t: Transfer, dirty: dict[Transfer, None]) -> None:
+        """Take t's demand off its links; the transfers it was contending with go to `dirty`."""
+        usage, count = self._usage, self._count
+        for link, d in zip(t.route.links, t.demand, strict=True):
+            count[link] -= 1
+            usage[link] = usage[link] - d if count[link] else 0.0  # an idle link: no float drift left behind
+        for link in t.over:
+            users = self._users[link]
+            del users[t]
+            dirty.update(users)
+            if usage[link] <= self._cap[link]:
+                for a in users:
+                    a.over.discard(link)
+                del self._users[link]
+
+    # -- allocation ------------------------------------------------------------------
+    def _component(self, seed: Transfer, seen: set[Transfer]) -> list[Transfer]:
+        comp, stack = [], [seed]
+        seen.add(seed)
+        while stack:
+            t = stack.pop()
+            comp.append(t)
+            for link in t.over:
+                for a in self._users[link]:
+                    if a not in seen:
+                        seen.add(a)
+                        stack.append(a)
+        return comp
+
+    def _refill(self, seeds) -> list[Transfer]:
+        """New rates for the components of `seeds` (progressive filling on each); returns
+        the transfers whose rate was set."""
+        now = self.env.now
+        seen: set[Transfer] = set()
+        out: list[Transfer] = []
+        for seed in seeds:
+            if seed in seen:
                 continue
-            target = min(self.active, key=lambda t: t.remaining / t.rate)
-            timer = self.env.timeout(max(target.remaining / target.rate, 0.0))
-            fired = yield timer | self._wake
-            self._advance()
-            if timer in fired:
-                # the timer was set for `target`: it is done by definition, even when its last
-                # sliver of time is below float resolution at this clock value
-                target.remaining = 0.0
-            finished = [t for t in self.active if t.remaining <= _EPS]
-            if finished:
-                self.active = [t for t in self.active if t.remaining > _EPS]
-                self._reallocate()
-                for t in finished:
-                    t.done.succeed()
+            if not seed.over:
+                comp, xs = [seed], [1.0]
+            else:
+                comp = sorted(self._component(seed, seen), key=lambda t: t.seq)
+                rows = [[(link, t.demand[t.route.position[link]]) for link in t.over] for t in comp]
+                xs = fill(rows, self._cap)
+            for t, x in zip(comp, xs, strict=True):
+                rate = x * t.alone_rate
+                if rate != t.rate:
+                    t.remaining -= t.rate * (now - t.t0)
+                    t.t0, t.rate = now, rate
+                    out.append(t)
+        return out
+
+    # -- time ------------------------------------------------------------------------
+    def _arm(self, t: Transfer, left: float) -> None:
+        delay = max(left / t.rate, 0.0)
+        self._timer = self.env.timeout(delay)
+        self._timer.callbacks.append(self._on_timer)
+        self._timer_at = self.env.now + delay
+        self._target = (t, t.t0, t.rate)
+
+    def _on_timer(self, ev: simpy.Event) -> None:
+        if ev is not self._timer:
+            return  # superseded by a transfer that ends sooner
+        target, t0, rate = self._target  # type: ignore[misc]
+        self._timer, self._timer_at, self._target = None, float("inf"), None
+        now = self.env.now
+        if target.t0 == t0 and target.rate == rate:
+            # its rate has not changed since the timer was set for it: it is done by definition,
+            # even when its last sliver of time is below float resolution at this clock value
+            target.remaining, target.t0 = 0.0, now
+        finished = [t for t in self.active if t.remaining - t.rate * (now - t.t0) <= _EPS]
+        dirty: dict[Transfer, None] = {}
+        for t in finished:
+            del self.active[t]
+        for t in finished:
+            self._remove_load(t, dirty)
+        for t in finished:
+            dirty.pop(t, None)
+        if dirty:
+            self._refill(dirty)
+        if self.active:
+            nxt = min(self.active, key=lambda t: (t.remaining - t.rate * (now - t.t0)) / t.rate)
+            self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
+        else:
+            self.busy_time += now - self._busy_since
+        for t in finished:
+            t.on_done()

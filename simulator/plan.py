@@ -30,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulator.collectives import GroupLayout
-from simulator.compute import DTYPE_BYTES, ComputeModel
+from simulator.compute import DTYPE_BYTES, BlockCost, ComputeModel
 from simulator.config import Resolved, RunConfig
+from simulator.gcpause import paused_gc
 from simulator.workload import Block, Workload, stage_ranges
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.nn.parallel.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -39,7 +40,7 @@ DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
 FSDP_PREFETCH_LIMIT = 2  # gathered layers allowed ahead of compute in forward (assumption)
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     id: int
     rank_class: int
@@ -73,14 +74,14 @@ class Plan:
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(self, rc: int, stream: str, kind: str, name: str, deps: list[int | None], **kw) -> int:
-        stream = stream if self.overlap else "main"
+        key = (rc, stream if self.overlap else "main")
         d = [x for x in deps if x is not None]
-        prev = self._last_on_stream.get((rc, stream))
+        prev = self._last_on_stream.get(key)
         if prev is not None:
             d.append(prev)
-        op = Op(len(self.ops), rc, stream, kind, name, sorted(set(d)), **kw)
+        op = Op(len(self.ops), rc, key[1], kind, name, sorted(set(d)) if len(d) > 1 else d, **kw)
         self.ops.append(op)
-        self._last_on_stream[(rc, stream)] = op.id
+        self._last_on_stream[key] = op.id
         return op.id
 
     def comm(self, rc: int, stream: str, coll: str, layout: GroupLayout, nbytes: float, name: str, deps, phase: str):
@@ -361,10 +362,30 @@ def _join(p: Plan, rc: int, a: int | None, b: int | None) -> int | None:
     return p.add(rc, "compute", "compute", "wait", [a, b], duration=0.0, phase="wait")
 
 
+@dataclass
+class _BlockTimes:
+    """A ComputeModel whose block times are computed once per (block, batch): a plan asks for
+    every block once per microbatch."""
+
+    cm: ComputeModel
+    _memo: dict[tuple[int, int], BlockCost] = field(default_factory=dict)
+
+    def block(self, b: Block, batch: int) -> BlockCost:
+        key = (id(b), batch)  # the workload keeps its blocks alive while the plan is built
+        if key not in self._memo:
+            self._memo[key] = self.cm.block(b, batch)
+        return self._memo[key]
+
+    def optimizer(self, local_params: float) -> float:
+        return self.cm.optimizer(local_params)
+
+
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
     p = Plan(overlap=overlaps(cfg))
-    if cfg.strategy.kind == "pipeline":
-        _pipeline_plan(p, cm, cfg, res, w)
-    else:
-        _data_parallel_plan(p, cm, cfg, res, w)
+    cm = _BlockTimes(cm)  # type: ignore[assignment]
+    with paused_gc():
+        if cfg.strategy.kind == "pipeline":
+            _pipeline_plan(p, cm, cfg, res, w)
+        else:
+            _data_parallel_plan(p, cm, cfg, res, w)
     return p

@@ -31,7 +31,7 @@ from simulator.workload import Workload, load_workload
 
 DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
 SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is not worth starting
-SECONDS_PER_COST = 2e-4  # `_cost_estimate` units → seconds of one core (rough, for that choice only)
+SECONDS_PER_COST = 2e-5  # `_cost_estimate` units → seconds of one core (rough, for that choice only)
 
 # Columns of a sweep row, in order (the CSV/Parquet schema; `--json` rows have the same keys).
 COLUMNS = (
