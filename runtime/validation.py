@@ -25,7 +25,6 @@ from typing import Any
 
 from simulator.config import STRATEGIES, RunConfig, build_config, resolve
 from simulator.errors import ConfigError
-from simulator.sweep import divisors
 from simulator.topology import make_cluster
 from simulator.yamlio import load_yaml
 
@@ -73,7 +72,7 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
                 f"unknown strategy {entry!r}; expected one of {', '.join(STRATEGIES)}", where=where, field=key
             )
         if entry == "zero2d":
-            return [{"strategy": "zero2d", "degree": d} for d in divisors(world)[1:-1]]
+            return [{"strategy": "zero2d", "degree": d} for d in range(2, world) if world % d == 0]
         if entry == "pipeline":
             return [{"strategy": "pipeline", "pp": 2, "microbatches": 4, "schedule": s} for s in ("gpipe", "1f1b")]
         return [{"strategy": entry}]

@@ -538,9 +538,9 @@ def sweep(
     space = space or SweepSpace()
     w = workload or load_workload(base.workload)
     if base.profile:
-        from simulator.predict import load_profile
+        from simulator.profile_data import load_profile
 
-        load_profile(base.profile, w)  # a bad profile fails once, here, not in every worker
+        load_profile(base.profile, w.name)  # a bad profile fails once, here, not in every worker
     en = enumerate_configs(base, space, w)
     if skipped is not None:
         skipped.extend(en.skipped)
