@@ -47,12 +47,23 @@ def profile_workload(
     precision: str = "fp32",
 ) -> dict:
     """Forward/backward seconds of every block at each microbatch size in `batch` (per
-    microbatch, and per sample at the first size), and Adam seconds per parameter."""
+    microbatch, and per sample at the first size), and Adam seconds per parameter.
+
+    Blocks timed one by one pay per-call costs (autograd start-up, a backward seed) that a
+    training step pays once: the block times are scaled so that, per size, their forward
+    and backward sums equal the whole model's forward (with the loss) and backward, timed
+    as training runs them (a named correction; both raw figures are kept in the file)."""
     import torch
 
     batches = sorted({batch} if isinstance(batch, int) else set(batch))
     ctx = _setup(workload, device, threads, precision)
-    by_batch = {str(b): _block_times(ctx, b, repeats, warmup) for b in batches}
+    by_batch, whole = {}, {}
+    for b in batches:
+        blocks = _block_times(ctx, b, repeats, warmup)
+        fwd, bwd = _whole_times(ctx, b, repeats, warmup)
+        sf, sb = sum(v[0] for v in blocks.values()), sum(v[1] for v in blocks.values())
+        whole[str(b)] = {"fwd_s": fwd, "bwd_s": bwd, "blocks_fwd_s": sf, "blocks_bwd_s": sb}
+        by_batch[str(b)] = {k: [f * fwd / sf, w * bwd / sb] for k, (f, w) in blocks.items()}
     model = ctx.model
     opt = torch.optim.Adam(model.parameters())
     for p in model.parameters():
@@ -69,6 +80,7 @@ def profile_workload(
         "precision": precision,
         "torch": torch.__version__,
         "blocks_by_batch_s": by_batch,
+        "whole_model_s": whole,
         "blocks_per_sample_s": {k: [f / first, b / first] for k, (f, b) in by_batch[str(first)].items()},
         "optimizer_per_param_s": t_opt / n_params,
     }
@@ -138,17 +150,38 @@ def _block_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> dict[str, 
     return out
 
 
+def _whole_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> tuple[float, float]:
+    """(forward with the loss, backward) seconds of the whole model for one microbatch."""
+    import torch
+
+    x, y = ctx.model.sample_batch(batch, generator=torch.Generator().manual_seed(0))
+    x, y = x.to(ctx.device), y.to(ctx.device)
+    model = ctx.model
+
+    def forward():
+        with ctx.autocast():
+            return model.loss(model(x), y)
+
+    def both():
+        forward().backward()
+
+    fwd = _median_time(forward, repeats, warmup, ctx.sync)
+    total = _median_time(both, repeats, warmup, ctx.sync)
+    model.zero_grad(set_to_none=True)
+    return fwd, max(total - fwd, 0.0)
+
+
 def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], seconds: float = 2.0) -> dict[str, float]:
     """Cores that `n` processes computing at once really get, for each n in `ranks`.
 
-    Every process (forked, one torch thread) runs forward + backward of one of the workload's
-    layers for `seconds`; effective cores = the iterations of all n together / those of one
+    Every process (forked, one torch thread) runs forward + backward of the whole model for
+    `seconds`; effective cores = the iterations of all n together / those of one
     process alone in the same time. With n above the core count this is below the count:
     processes on shared cores also share caches and memory bandwidth, and switch."""
     import multiprocessing as mp
 
     ctx = _setup(workload, "cpu", 1, "fp32")
-    work = _layer_step(ctx, batch)
+    work = _model_step(ctx, batch)
     for _ in range(3):
         work()
     alone = _iterations(work, seconds)
@@ -167,19 +200,15 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
     return out
 
 
-def _layer_step(ctx: _Ctx, batch: int):
+def _model_step(ctx: _Ctx, batch: int):
     import torch
 
-    layer_idx = next((i for i, b in enumerate(ctx.spec.blocks) if b.kind == "layer"), 0)
-    x, _ = ctx.model.sample_batch(batch, generator=torch.Generator().manual_seed(0))
-    act = x
-    for mod in ctx.modules[:layer_idx]:
-        act = mod(act).detach()
-    layer = ctx.modules[layer_idx]
-    inp = act.detach().requires_grad_(act.is_floating_point())
+    x, y = ctx.model.sample_batch(batch, generator=torch.Generator().manual_seed(0))
+    model = ctx.model
 
     def step():
-        layer(inp).float().sum().backward()
+        model.loss(model(x), y).backward()
+        model.zero_grad(set_to_none=True)
 
     return step
 
@@ -201,18 +230,50 @@ def _sharing_worker(work, seconds: float, barrier, queue) -> None:
     queue.put(_iterations(work, seconds))
 
 
-def measure_links(topology: str, nodes: int | None = None) -> dict[str, float]:
-    """Bring the emulated cluster up and measure a node's NIC (node 0 → node 1) and the
-    loopback between two processes of node 0 (needs root)."""
-    from runtime.emulation import emulated, measure_link, plan_cluster
+def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 120.0) -> dict[str, float]:
+    """Bring the emulated cluster up and measure a node's NIC (a TCP stream node 0 → node 1:
+    bandwidth and latency) and the loopback inside a node as gloo's all-gather gets it with
+    every node gathering at once (`runtime.linkbench`, under torchrun in the cluster). Needs root."""
+    import subprocess
+
+    from runtime.emulation import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
+    from runtime.launch import free_port
 
     cluster = plan_cluster(topology, nodes)
-    with emulated(cluster):
-        nic = measure_link(cluster, 0, 1) if len(cluster.nodes) > 1 else None
-        lo = measure_link(cluster, 0, 0, size_bytes=200_000_000, warmup_bytes=20_000_000)
-    out = {"loopback_Bps": lo.bandwidth_Bps, "loopback_latency_s": lo.latency_s}
-    if nic is not None:
-        out |= {"nic_Bps": nic.bandwidth_Bps, "nic_latency_s": nic.latency_s}
+    out: dict[str, float] = {}
+    with emulated(cluster), tempfile.TemporaryDirectory(prefix="shardsim-linkbench-") as tmp:
+        if len(cluster.nodes) > 1:
+            nic = measure_link(cluster, 0, 1)
+            out |= {"nic_Bps": nic.bandwidth_Bps, "nic_latency_s": nic.latency_s}
+        result = Path(tmp) / "loopback.json"
+        port = free_port()
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONPATH": root}
+        argv = ["-m", "runtime.linkbench", str(result)]
+        procs = [
+            run_in_node(
+                cluster,
+                i,
+                torchrun_argv(cluster, i, argv, master_port=port),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )  # fmt: skip
+            for i in range(len(cluster.nodes))
+        ]
+        try:
+            errs = [p.communicate(timeout=timeout_s)[1] for p in procs]
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"timing gloo inside the nodes of {topology} took over {timeout_s:g} s") from None
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        if any(p.returncode for p in procs) or not result.exists():
+            why = next((e.decode(errors="replace").strip().splitlines()[-1] for e in errs if e.strip()), "no output")
+            raise ConfigError(f"timing gloo inside the nodes of {topology} failed: {why}")
+        lb = json.loads(result.read_text())
+        out |= {"loopback_Bps": lb["loopback_Bps"], "loopback_latency_s": lb["loopback_latency_s"]}
     return out
 
 

@@ -233,3 +233,13 @@ def test_ci_matrix_is_small():
     m = load_matrix(validation.MATRICES / "ci.yaml")
     assert len(m.topologies) == 1 and 3 <= len(m.configs) <= 5
     assert not math.isnan(m.timeout)
+
+
+def test_linkbench_fit_recovers_the_alpha_beta_of_a_ring_all_gather():
+    from runtime.linkbench import fit
+
+    k, bw, alpha = 2, 3e8, 1e-3
+    sizes = (64 * 1024, 8 * 1024 * 1024)
+    times = tuple((k - 1) * alpha + (k - 1) / k * s / bw for s in sizes)
+    got_bw, got_alpha = fit(k, sizes, times)
+    assert got_bw == pytest.approx(bw) and got_alpha == pytest.approx(alpha)
