@@ -10,8 +10,11 @@ this trace by test.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -26,6 +29,9 @@ _KINDS = {
     "_reduce_scatter_base": "reduce_scatter",
     "all_reduce": "all_reduce",
 }
+
+
+TRACE_ENV = "SHARDSIM_TRACE_COLLECTIVES"  # DIR: each rank of a real run writes DIR/rank<r>.json
 
 
 @dataclass(frozen=True, order=True)
@@ -63,6 +69,24 @@ def record_collectives() -> Iterator[list[TracedCollective]]:
     finally:
         for name, orig in originals.items():
             setattr(dist, name, orig)
+
+
+def trace_dir() -> str | None:
+    """The folder a real run writes its ranks' collectives to (``SHARDSIM_TRACE_COLLECTIVES``)."""
+    return os.environ.get(TRACE_ENV) or None
+
+
+def save_rank_trace(folder: str, rank: int, steps: list[list[TracedCollective]]) -> None:
+    """Write one rank's collectives, one list per measured step, to ``folder/rank<r>.json``."""
+    os.makedirs(folder, exist_ok=True)
+    data = {"rank": rank, "steps": [[list(astuple(c)) for c in step] for step in steps]}
+    Path(folder, f"rank{rank}.json").write_text(json.dumps(data))
+
+
+def load_rank_trace(folder: str | Path, rank: int) -> list[list[TracedCollective]]:
+    """The collectives `save_rank_trace` wrote for `rank`, per measured step."""
+    data = json.loads(Path(folder, f"rank{rank}.json").read_text())
+    return [[TracedCollective(k, int(n), int(g)) for k, n, g in step] for step in data["steps"]]
 
 
 def trace_fsdp_step(

@@ -328,10 +328,23 @@ def _reset_peak_memory(device) -> None:
             f.write("5")  # reset the peak resident set (VmHWM) to the current one
 
 
+@contextlib.contextmanager
+def _recording(enabled: bool):
+    """The collectives issued inside (runtime.collective_trace), or None when not tracing."""
+    if not enabled:
+        yield None
+        return
+    from runtime.collective_trace import record_collectives
+
+    with record_collectives() as calls:
+        yield calls
+
+
 def run(ns: argparse.Namespace, status) -> int:
     import torch
     import torch.distributed as dist
 
+    from runtime.collective_trace import save_rank_trace, trace_dir
     from runtime.results import summarize, write_results
     from runtime.status import Fault
 
@@ -368,6 +381,8 @@ def run(ns: argparse.Namespace, status) -> int:
         _reset_peak_memory(device)
         cpu_times: list[float] = []  # this process' CPU seconds in the step (barriers excluded)
         perf, cpu = time.perf_counter, time.process_time
+        tracing = trace_dir()
+        traced: list[list] = []  # collectives of each measured step (SHARDSIM_TRACE_COLLECTIVES)
         for i in range(total):
             batches = job.make_batches(i)
             status.step(i)
@@ -375,15 +390,20 @@ def run(ns: argparse.Namespace, status) -> int:
             sync()
             t0 = perf()
             c0 = cpu()
-            loss = job.forward_backward(batches)
-            job.optimizer_step()
+            with _recording(tracing is not None and i >= ns.warmup) as calls:
+                loss = job.forward_backward(batches)
+                job.optimizer_step()
             c1 = cpu()
             sync()
+            if calls is not None:
+                traced.append(calls)
             times.append(perf() - t0)
             cpu_times.append(c1 - c0)
             losses.append(loss)
         status.step(total)
         peak = _peak_memory_gib(device)
+        if tracing is not None:
+            save_rank_trace(tracing, rank, traced)
         # one exchange after timing: global losses per step and every rank's peak memory
         local = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in losses]) * job.loss_weight
         dist.all_reduce(local)

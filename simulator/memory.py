@@ -58,6 +58,14 @@ def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
     return min(res.pp - stage, res.microbatches)
 
 
+def pipelined_unsharded(rc: RankClass) -> float:
+    """Unsharded elements a sharded pipeline stage holds from its first backward to the end
+    of the step: pipelining's set_reshard_after_backward(False) keeps every unit unsharded,
+    and with set_requires_gradient_sync(False) each accumulates its unsharded gradient
+    until perform_reduce_grad. Parameters plus gradients, both in the param dtype."""
+    return 2 * sum(p for _, p in rc.units)
+
+
 def rank_memory(
     cfg: RunConfig, res: Resolved, rc: RankClass, blocks: list[Block], stage: int, device: DeviceSpec
 ) -> MemoryBreakdown:
@@ -70,7 +78,9 @@ def rank_memory(
     grads = local * 4 * (2 if ddp_like else 1)
     optim = local * 4 * (2 + ADAM_STEP_TEMPORARY)  # Adam exp_avg, exp_avg_sq (fp32) + step temporary
     gathered = 0.0
-    if fsdp:
+    if fsdp and cfg.strategy.kind == "pipeline":
+        gathered = pipelined_unsharded(rc) * pb
+    elif fsdp:
         root = next((p for n, p in rc.units if n == "root"), 0.0)
         layer_sizes = sorted((p for n, p in rc.units if n != "root"), reverse=True)
         top = sum(layer_sizes[:FSDP_GATHERED_LAYERS])

@@ -17,12 +17,17 @@ traffic. Programs mirror what PyTorch executes:
   25 MiB, as DistributedDataParallel's defaults), only on the last micro-step (no_sync).
 - pipeline: stage-major ranks (stage s = ranks [s·R, (s+1)·R)), consecutive layers per
   stage (`stage_ranges`), GPipe or 1F1B order of microbatches, activations and
-  gradients sent point to point; data-parallel sync of each stage after its last
-  backward (DDP buckets, or FSDP2 reduce-scatter + all-reduce when the stage is sharded).
+  gradients sent point to point (isend, waited on where the schedule waits: `send_waits`);
+  DDP stages all-reduce their buckets during the last microbatch's backward. A sharded
+  stage runs every microbatch backward with set_reshard_after_backward(False) and
+  set_requires_gradient_sync(False): a unit all-gathers only when it is sharded
+  (`Residency`), stays unsharded after backward, and reduce-scatters once per schedule
+  step in perform_reduce_grad (+ the replica all-reduce at the accumulation boundary).
 
 Streams: with overlap (NCCL on GPUs, and DDP's asynchronous all-reduce) each class has a
 compute stream and one stream per communication kind, ops on one stream run in order;
-without overlap (FSDP2 on CPU with gloo) everything runs on one stream.
+without overlap (FSDP2 on CPU with gloo) everything runs on one stream except the
+pipeline's point-to-point sends (isend is asynchronous on gloo too).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from simulator.workload import Block, Workload, stage_ranges
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.nn.parallel.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
 FSDP_PREFETCH_LIMIT = 2  # gathered layers allowed ahead of compute in forward (assumption)
+ASYNC_STREAMS = frozenset({"p2p_fwd", "p2p_bwd"})  # own streams even without overlap: pipelining's isends
+ROOT = "root"
 
 
 @dataclass(slots=True)
@@ -74,7 +81,7 @@ class Plan:
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(self, rc: int, stream: str, kind: str, name: str, deps: list[int | None], **kw) -> int:
-        key = (rc, stream if self.overlap else "main")
+        key = (rc, stream if self.overlap or stream in ASYNC_STREAMS else "main")
         d = [x for x in deps if x is not None]
         prev = self._last_on_stream.get(key)
         if prev is not None:
@@ -104,6 +111,39 @@ def _split(w: Workload) -> tuple[list[Block], list[Block], list[Block]]:
 
 
 @dataclass
+class Residency:
+    """Which FSDP2 units of a rank class are unsharded now (FSDPParamGroup.is_unsharded).
+
+    `unshard` all-gathers only a sharded unit (a no-op otherwise); a block reshards after
+    forward (reshard_after_forward=True), the root does not. After backward every unit
+    reshards, unless pipelining set set_reshard_after_backward(False): then units stay
+    unsharded until perform_reduce_grad."""
+
+    reshard_after_backward: bool = True
+    unsharded: set[str] = field(default_factory=set)
+
+    def unshard(self, unit: str) -> bool:
+        """FSDPParamGroup.unshard: True when it issues an all-gather."""
+        if unit in self.unsharded:
+            return False
+        self.unsharded.add(unit)
+        return True
+
+    def post_forward(self, unit: str) -> None:
+        """FSDPParamGroup.post_forward of a block: reshard, even when a backward left it unsharded."""
+        self.unsharded.discard(unit)
+
+    def post_backward(self) -> None:
+        """The end of a backward pass: reshard everything unless resharding after backward is off."""
+        if self.reshard_after_backward:
+            self.unsharded.clear()
+
+    def reshard_all(self) -> None:
+        """perform_reduce_grad: post_backward with set_reshard_after_backward(True)."""
+        self.unsharded.clear()
+
+
+@dataclass
 class Piece:
     """The blocks one rank class runs (the whole model, or one pipeline stage), with the
     collectives that gather and sync its parameters."""
@@ -113,6 +153,7 @@ class Piece:
     head: list[Block]
     shard: GroupLayout | None  # FSDP shard groups; None = replicated (DDP or no data parallel)
     replica: GroupLayout | None  # groups that all-reduce gradients (HSDP / DDP)
+    residency: Residency = field(default_factory=Residency)
 
     @property
     def root_params(self) -> float:
@@ -128,22 +169,24 @@ def _compute(p: Plan, rc: int, name: str, deps, dur: float, phase: str) -> int:
 
 
 def fsdp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after, tag: str):
-    """FSDP2 forward of a piece. Returns (last compute op, root all-gather op)."""
+    """FSDP2 forward of a piece (all-gathers of the units `pc.residency` holds sharded).
+    Returns the last compute op."""
     pbytes = DTYPE_BYTES[cfg.precision]  # MixedPrecisionPolicy: param_dtype = reduce_dtype
-    sh = pc.shard
-    ag_root = (
-        p.comm(rc, "ag", "all_gather", sh, pc.root_params * pbytes, f"AG root{tag}", [after], "fwd") if sh else None
-    )
+    sh, res = pc.shard, pc.residency
+    ag_root = None
+    if sh and res.unshard(ROOT):
+        ag_root = p.comm(rc, "ag", "all_gather", sh, pc.root_params * pbytes, f"AG root{tag}", [after], "fwd")
     prev = after
     for b in pc.embed:
         prev = _compute(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
     fwd_ids: list[int] = []
     for i, b in enumerate(pc.layers):
         ag = None
-        if sh:
+        if sh and res.unshard(b.name):
             gate = fwd_ids[i - FSDP_PREFETCH_LIMIT] if i >= FSDP_PREFETCH_LIMIT else after
             ag = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG {b.name}{tag}", [gate, ag_root], "fwd")
         prev = _compute(p, rc, f"F {b.name}{tag}", [ag, prev], cm.block(b, mb).fwd_s, "fwd")
+        res.post_forward(b.name)
         fwd_ids.append(prev)
     for b in pc.head:
         prev = _compute(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
@@ -162,11 +205,12 @@ def fsdp_backward(
     tag: str,
     reduce: bool = True,
 ) -> tuple[int, list[int | None]]:
-    """Backward of a piece, with FSDP2's all-gathers and gradient collectives when sharded.
+    """Backward of a piece, with FSDP2's all-gathers (of units `pc.residency` holds sharded)
+    and gradient collectives when sharded.
 
     `sync` False skips the all-reduce of gradients (DDP's no_sync; FSDP2's
     set_requires_all_reduce(False)); `reduce` False also skips FSDP2's reduce-scatter
-    (set_requires_gradient_sync(False), as pipelining does before the last microbatch).
+    (set_requires_gradient_sync(False), as pipelining does in every microbatch backward).
     Returns (last compute op, gradient collective ops)."""
     pbytes = DTYPE_BYTES[cfg.precision]
     sh, rep = pc.shard, pc.replica
@@ -197,7 +241,7 @@ def fsdp_backward(
         b = pc.layers[i]
         c = cm.block(b, mb)
         agb = None
-        if fsdp:
+        if fsdp and pc.residency.unshard(b.name):
             gate = after if i == L - 1 else pre[i + 1]
             agb = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG' {b.name}{tag}", [gate], "bwd")
         dur = c.bwd_s + (c.fwd_s if cfg.checkpointing else 0.0)
@@ -209,7 +253,7 @@ def fsdp_backward(
             if sync and rep is not None:
                 shard_bytes = b.params * pbytes / sh.size
                 syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {b.name}{tag}", [rs, prev], "sync"))
-        elif sync and rep is not None:
+        elif not fsdp and sync and rep is not None:
             ddp_bucket(b.params * gbytes, prev, False)
     for b in pc.embed:
         prev = _compute(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
@@ -223,7 +267,29 @@ def fsdp_backward(
         for b in pc.embed:
             ddp_bucket(b.params * gbytes, prev, False)
         ddp_bucket(0.0, prev, True)
+    pc.residency.post_backward()
     return prev, syncs
+
+
+def fsdp_reduce_grad(p: Plan, rc: int, cfg: RunConfig, pc: Piece, after: int | None, sync: bool, tag: str):
+    """PipelineStage.perform_reduce_grad: post_backward of every FSDP2 unit in FSDPState
+    order (root, then the blocks): reduce-scatter of its accumulated unsharded gradient,
+    with `sync` the all-reduce of the shard across replicas; then every unit reshards.
+    Returns the gradient collective ops."""
+    pbytes = DTYPE_BYTES[cfg.precision]
+    sh, rep = pc.shard, pc.replica
+    syncs: list[int | None] = []
+    if sh is None:
+        return syncs
+    units = [(ROOT, pc.root_params)] + [(b.name, b.params) for b in pc.layers]
+    for name, params in units:
+        rs = p.comm(rc, "rs", "reduce_scatter", sh, params * pbytes, f"RS {name}{tag}", [after], "sync")
+        syncs.append(rs)
+        if sync and rep is not None and rs is not None:
+            shard_bytes = params * pbytes / sh.size
+            syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {name}{tag}", [rs], "sync"))
+    pc.residency.reshard_all()
+    return syncs
 
 
 def _optimizer(p: Plan, rc: int, cm: ComputeModel, local_params: float, deps) -> int:
@@ -265,10 +331,25 @@ def schedule_order(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, in
     return order
 
 
-def _pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+def send_waits(kind: str, stage: int, pp: int, m: int) -> list[list[int]]:
+    """For each op of `schedule_order`, the earlier ops whose isend it waits for before it
+    computes. ScheduleGPipe waits for every forward send before the first backward
+    (fwd_sends_to_wait); Schedule1F1B waits for a send after the next op's compute in
+    warm-up and cool-down, and in its steady phase fires each send with the next receive
+    and waits for both. Every send is waited for before perform_reduce_grad (`_Pipeline`)."""
+    n = 2 * m
+    if kind == "gpipe":
+        return [list(range(m)) if j == m else [] for j in range(n)]
+    warm = min(m, pp - stage)  # Schedule1F1B's warmup_chunks
+    steady = range(warm, warm + 2 * (m - warm) + 1)  # its 1B1F loop: B0, F, B, ..., F, B
+    return [([j - 2] if j >= 2 else []) + ([j - 1] if j in steady else []) for j in range(n)]
+
+
+def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
+    """One piece and rank class per stage. A sharded stage (FSDP2 over its replicas) keeps
+    units unsharded after backward (pipelining's set_reshard_after_backward(False))."""
     embed, layers, head = _split(w)
-    P, R, d, M = res.pp, res.world // res.pp, res.shard, res.microbatches
-    ebytes = DTYPE_BYTES[cfg.precision]
+    P, R, d = res.pp, res.world // res.pp, res.shard
     pieces: list[Piece] = []
     for s, (a, b) in enumerate(stage_ranges(len(layers), P)):
         shard = GroupLayout(s * R, R, d) if d > 1 else None
@@ -276,90 +357,124 @@ def _pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: 
             replica = GroupLayout(s * R, R, R // d, strided=True) if R > d else None
         else:
             replica = GroupLayout(s * R, R, R) if R > 1 else None
-        pc = Piece(embed if s == 0 else [], layers[a:b], head if s == P - 1 else [], shard, replica)
+        residency = Residency(reshard_after_backward=False)
+        pc = Piece(embed if s == 0 else [], layers[a:b], head if s == P - 1 else [], shard, replica, residency)
         pieces.append(pc)
         params = sum(x.params for x in pc.blocks)
         units = tuple((x.name, float(x.params)) for x in pc.layers)
         if pc.root_params:
-            units = (("root", float(pc.root_params)),) + units
+            units = ((ROOT, float(pc.root_params)),) + units
         p.classes.append(RankClass(f"stage {s}", s * R, R, float(params), params / d, units))
-    mb = res.microbatch_size
-    K = cfg.grad_accum
-    last_ops: dict[int, list[int | None]] = {s: [] for s in range(P)}
-    prev_step: dict[int, int | None] = {s: None for s in range(P)}
-    for k in range(K):
-        # events: forward output of (s, m) sent to s+1; gradient of (s, m) sent to s-1
-        fwd_send: dict[tuple[int, int], int | None] = {}
-        bwd_send: dict[tuple[int, int], int | None] = {}
-        fwd_done: dict[tuple[int, int], int] = {}
-        orders = {s: schedule_order(cfg.strategy.schedule, s, P, M) for s in range(P)}
-        cursor = {s: 0 for s in range(P)}
-        prev = dict(prev_step)
-        # emit ops in a global order that respects cross-stage dependencies
-        remaining = sum(len(o) for o in orders.values())
+    return pieces
+
+
+@dataclass
+class _StageRun:
+    """One stage's progress through a schedule step: its ops and the isend of each op done."""
+
+    order: list[tuple[str, int]]
+    waits: list[list[int]]
+    sends: list[int | None] = field(default_factory=list)
+
+
+@dataclass
+class _Pipeline:
+    """Emits the schedule steps of a pipeline (torch.distributed.pipelining), stage by stage
+    in an order that respects the dependencies between stages."""
+
+    p: Plan
+    cm: ComputeModel
+    cfg: RunConfig
+    res: Resolved
+    pieces: list[Piece]
+    prev: list[int | None]  # each stage's last op on its compute stream
+    syncs: list[list[int | None]]  # each stage's gradient collectives (the optimizer waits for them)
+
+    def step(self, k: int) -> None:
+        """Schedule step `k` of the gradient accumulation (one schedule.step call)."""
+        P, M, kind = self.res.pp, self.res.microbatches, self.cfg.strategy.schedule
+        runs = [_StageRun(schedule_order(kind, s, P, M), send_waits(kind, s, P, M)) for s in range(P)]
+        sent: dict[tuple[str, int, int], int | None] = {}  # (F|B, stage, microbatch) -> its isend
+        remaining = 2 * M * P
         while remaining:
-            progressed = False
-            for s in range(P):
-                while cursor[s] < len(orders[s]):
-                    kind, m = orders[s][cursor[s]]
-                    tag = f" s{s} m{m}" + (f" [{k}]" if K > 1 else "")
-                    if kind == "F":
-                        if s > 0 and (s - 1, m) not in fwd_send:
-                            break
-                        dep = fwd_send.get((s - 1, m)) if s > 0 else None
-                        out = fsdp_forward(p, s, cm, cfg, mb, pieces[s], _join(p, s, prev[s], dep), tag)
-                        fwd_done[(s, m)] = out
-                        prev[s] = out
-                        if s < P - 1:
-                            nbytes = pieces[s].blocks[-1].out_elems * mb * ebytes
-                            lay = GroupLayout(s * R, 2 * R, 2, strided=True)
-                            fwd_send[(s, m)] = p.comm(
-                                s, "p2p_fwd", "send_recv", lay, nbytes, f"send act{tag}", [out], "p2p"
-                            )
-                            if fwd_send[(s, m)] is not None:
-                                p.ops[fwd_send[(s, m)]].peer = s + 1
-                    else:
-                        if s < P - 1 and (s + 1, m) not in bwd_send:
-                            break
-                        dep = bwd_send.get((s + 1, m)) if s < P - 1 else fwd_done[(s, m)]
-                        last_mb = m == M - 1
-                        out, syncs = fsdp_backward(
-                            p,
-                            s,
-                            cm,
-                            cfg,
-                            mb,
-                            pieces[s],
-                            _join(p, s, prev[s], dep),
-                            sync=last_mb and k == K - 1,
-                            tag=tag,
-                            reduce=last_mb,
-                        )
-                        last_ops[s] += syncs
-                        prev[s] = out
-                        if s > 0:
-                            nbytes = pieces[s].blocks[0].in_elems * mb * ebytes if pieces[s].layers else 0.0
-                            lay = GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True)
-                            bwd_send[(s, m)] = p.comm(
-                                s, "p2p_bwd", "send_recv", lay, nbytes, f"send grad{tag}", [out], "p2p"
-                            )
-                            if bwd_send[(s, m)] is not None:
-                                p.ops[bwd_send[(s, m)]].peer = s - 1
-                    cursor[s] += 1
-                    remaining -= 1
-                    progressed = True
+            progressed = 0
+            for s, run in enumerate(runs):
+                while len(run.sends) < len(run.order):
+                    kind_, m = run.order[len(run.sends)]
+                    need = ("F", s - 1, m) if kind_ == "F" else ("B", s + 1, m)
+                    if 0 <= need[1] < P and need not in sent:
+                        break
+                    waits = [run.sends[j] for j in run.waits[len(run.sends)]]
+                    start = _join(self.p, s, self.prev[s], sent.get(need), *waits)
+                    self.prev[s], sent[(kind_, s, m)] = self._op(s, kind_, m, start, k)
+                    run.sends.append(sent[(kind_, s, m)])
+                    progressed += 1
             if not progressed:
                 raise RuntimeError("pipeline schedule deadlocked (a bug in schedule_order)")
-        prev_step = prev
+            remaining -= progressed
+        for s, run in enumerate(runs):
+            self._reduce_grad(s, run, k)
+
+    def _op(self, s: int, kind: str, m: int, start: int | None, k: int) -> tuple[int, int | None]:
+        """F or B of microbatch m on stage s, then the isend of its output (activation to the
+        next stage, input gradient to the previous). Returns (last compute op, send op)."""
+        p, cfg, res, pc = self.p, self.cfg, self.res, self.pieces[s]
+        P, R, K, M, mb = res.pp, res.world // res.pp, cfg.grad_accum, res.microbatches, res.microbatch_size
+        tag = f" s{s} m{m}" + (f" [{k}]" if K > 1 else "")
+        ebytes = DTYPE_BYTES[cfg.precision]
+        if kind == "F":
+            out = fsdp_forward(p, s, self.cm, cfg, mb, pc, start, tag)
+            if s == P - 1:
+                return out, None
+            lay = GroupLayout(s * R, 2 * R, 2, strided=True)
+            return out, _send(p, s, "p2p_fwd", lay, pc.blocks[-1].out_elems * mb * ebytes, f"send act{tag}", out, s + 1)
+        # DDP syncs in the last microbatch's backward (last_backward) of the accumulation boundary;
+        # FSDP2 never reduces in a microbatch backward (set_requires_gradient_sync(False))
+        last = m == M - 1 and k == K - 1
+        out, syncs = fsdp_backward(p, s, self.cm, cfg, mb, pc, start, sync=last, tag=tag, reduce=False)
+        self.syncs[s] += syncs
+        if s == 0:
+            return out, None
+        nbytes = pc.blocks[0].in_elems * mb * ebytes if pc.layers else 0.0
+        lay = GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True)
+        return out, _send(p, s, "p2p_bwd", lay, nbytes, f"send grad{tag}", out, s - 1)
+
+    def _reduce_grad(self, s: int, run: _StageRun, k: int) -> None:
+        """The end of a stage's schedule step: wait for its isends, then perform_reduce_grad;
+        the next step's compute waits for the reductions (FSDP2's finalize_backward)."""
+        K = self.cfg.grad_accum
+        end = _join(self.p, s, self.prev[s], *run.sends)
+        tag = f" s{s}" + (f" [{k}]" if K > 1 else "")
+        rg = fsdp_reduce_grad(self.p, s, self.cfg, self.pieces[s], end, sync=k == K - 1, tag=tag)
+        self.syncs[s] += rg
+        self.prev[s] = _join(self.p, s, end, *rg)
+
+
+def _send(p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: int, peer: int):
+    """A point-to-point isend to rank class `peer` (None when there is nothing to send)."""
+    op = p.comm(rc, stream, "send_recv", lay, nbytes, name, [after], "p2p")
+    if op is not None:
+        p.ops[op].peer = peer
+    return op
+
+
+def _pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+    pieces = _stage_pieces(p, res, w)
+    P = res.pp
+    pipe = _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)])
+    for k in range(cfg.grad_accum):
+        pipe.step(k)
     for s in range(P):
-        _optimizer(p, s, cm, p.classes[s].local_params, [prev_step[s], *last_ops[s]])
+        _optimizer(p, s, cm, p.classes[s].local_params, [pipe.prev[s], *pipe.syncs[s]])
 
 
-def _join(p: Plan, rc: int, a: int | None, b: int | None) -> int | None:
-    """A zero-length compute op that waits for both (keeps the compute stream in order)."""
-    if b is None:
+def _join(p: Plan, rc: int, a: int | None, *others: int | None) -> int | None:
+    """A zero-length compute op that waits for `a` and the others (keeps the compute stream
+    in order); `a` itself when there are no others."""
+    deps = [x for x in others if x is not None]
+    if not deps:
         return a
-    return p.add(rc, "compute", "compute", "wait", [a, b], duration=0.0, phase="wait")
+    return p.add(rc, "compute", "compute", "wait", [a, *deps], duration=0.0, phase="wait")
 
 
 @dataclass
