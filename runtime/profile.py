@@ -36,13 +36,32 @@ def _median_time(fn, repeats: int, warmup: int, sync) -> float:
     return statistics.median(times)
 
 
+def _fwd_bwd_times(forward, repeats: int, warmup: int, sync) -> tuple[float, float]:
+    """Median forward and median backward seconds, each timed on its own in the same iteration
+    (`forward()` returns the scalar to differentiate): no difference of two noisy medians."""
+    for _ in range(warmup):
+        forward().backward()
+    fwd, bwd = [], []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        loss = forward()
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        fwd.append(t1 - t0)
+        bwd.append(time.perf_counter() - t1)
+    return statistics.median(fwd), statistics.median(bwd)
+
+
 def profile_workload(
     workload: str,
     batch: int | Sequence[int],
     *,
     device: str = "cpu",
     threads: int = 1,
-    repeats: int = 5,
+    repeats: int = 9,
     warmup: int = 2,
     precision: str = "fp32",
 ) -> dict:
@@ -121,7 +140,8 @@ def _setup(workload: str, device: str, threads: int, precision: str) -> _Ctx:
 
 
 def _block_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> dict[str, list[float]]:
-    """[fwd_s, bwd_s] of every block for one microbatch of `batch` samples."""
+    """[fwd_s, bwd_s] of every block for one microbatch of `batch` samples (a block's backward
+    is seeded with a random output gradient; the head's with the loss)."""
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -132,20 +152,16 @@ def _block_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> dict[str, 
     for name, mod in zip(ctx.names, ctx.modules, strict=True):
         inp = act.detach().requires_grad_(act.is_floating_point())
         with ctx.autocast():
-            fwd = _median_time(lambda m=mod, i=inp: m(i), repeats, warmup, ctx.sync)
             result = mod(inp)
         is_head = mod is ctx.model.head
         grad_out = None if is_head else torch.randn(result.shape, generator=g).to(ctx.device)
 
-        def backward(inp=inp, is_head=is_head, mod=mod, grad_out=grad_out):
+        def forward(inp=inp, is_head=is_head, mod=mod, grad_out=grad_out):
             with ctx.autocast():
                 r = mod(inp)
-                loss = ctx.model.loss(r, y) if is_head else (r.float() * grad_out).sum()
-            loss.backward()
+                return ctx.model.loss(r, y) if is_head else (r.float() * grad_out).sum()
 
-        # backward time = (forward + backward) - forward, measured on the same inputs
-        both = _median_time(backward, repeats, warmup, ctx.sync)
-        out[name] = [fwd, max(both - fwd, 0.0)]
+        out[name] = list(_fwd_bwd_times(forward, repeats, warmup, ctx.sync))
         act = result.detach()
     return out
 
@@ -162,49 +178,62 @@ def _whole_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> tuple[floa
         with ctx.autocast():
             return model.loss(model(x), y)
 
-    def both():
-        forward().backward()
-
-    fwd = _median_time(forward, repeats, warmup, ctx.sync)
-    total = _median_time(both, repeats, warmup, ctx.sync)
+    times = _fwd_bwd_times(forward, repeats, warmup, ctx.sync)
     model.zero_grad(set_to_none=True)
-    return fwd, max(total - fwd, 0.0)
+    return times
 
 
-def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], seconds: float = 2.0) -> dict[str, float]:
+def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], seconds: float = 0.6) -> dict[str, float]:
     """Cores that `n` processes computing at once really get, for each n in `ranks`.
 
-    Every process (forked, one torch thread) runs forward + backward of the whole model for
-    `seconds`; effective cores = the iterations of all n together / those of one
-    process alone in the same time. With n above the core count this is below the count:
-    processes on shared cores also share caches and memory bandwidth, and switch."""
+    n forked processes, each on its own copy of the model (one torch thread), run the same
+    number of forward + backward iterations of the whole model (about `seconds` of work
+    alone), released together: effective cores = n x the wall time of one such process alone
+    / the wall time until all n are done. With n above the core count this is below the count: processes on shared cores
+    also share caches and memory bandwidth, and are switched in and out."""
     import multiprocessing as mp
 
     ctx = _setup(workload, "cpu", 1, "fp32")
-    work = _model_step(ctx, batch)
-    for _ in range(3):
-        work()
-    alone = _iterations(work, seconds)
+    alone = _median_time(_model_step(ctx, batch), 3, 1, lambda: None)
+    iters = max(1, round(seconds / alone))
     fork = mp.get_context("fork")
-    out = {}
-    for n in sorted(set(ranks)):
-        barrier = fork.Barrier(n)
-        queue = fork.Queue()
-        procs = [fork.Process(target=_sharing_worker, args=(work, seconds, barrier, queue)) for _ in range(n)]
+
+    def wall(n: int) -> float:
+        barrier = fork.Barrier(n + 1)
+        procs = [fork.Process(target=_sharing_worker, args=(ctx, batch, iters, barrier)) for _ in range(n)]
         for p in procs:
             p.start()
-        counts = [queue.get(timeout=seconds * 10 + 60) for _ in procs]
+        barrier.wait()
+        t0 = time.perf_counter()
         for p in procs:
             p.join()
-        out[str(n)] = sum(counts) / alone
+        return time.perf_counter() - t0
+
+    # the yardstick: the same work in the same kind of process, alone. This host's speed drifts
+    # by tens of percent over minutes (a shared VM), so each count is timed between two
+    # yardsticks, three times, and the median ratio is kept
+    out = {}
+    for n in sorted(set(ranks)):
+        ratios = []
+        for _ in range(3):
+            before, shared, after = wall(1), wall(n), wall(1)
+            ratios.append(n * (before + after) / 2 / shared)
+        out[str(n)] = statistics.median(ratios)
     return out
 
 
-def _model_step(ctx: _Ctx, batch: int):
+def _model_step(ctx: _Ctx, batch: int, private: bool = False):
+    """Forward + backward of the whole model. `private`: on a copy of the model and batch, so
+    that a forked process works on memory of its own, as a rank does (pages shared with the
+    parent would share the caches too and flatter the sharing)."""
+    import copy
+
     import torch
 
     x, y = ctx.model.sample_batch(batch, generator=torch.Generator().manual_seed(0))
-    model = ctx.model
+    model = copy.deepcopy(ctx.model) if private else ctx.model
+    if private:
+        x, y = x.clone(), y.clone()
 
     def step():
         model.loss(model(x), y).backward()
@@ -213,21 +242,12 @@ def _model_step(ctx: _Ctx, batch: int):
     return step
 
 
-def _iterations(work, seconds: float) -> float:
-    """Iterations of `work` per `seconds` (fractional: the last one counts by its share)."""
-    n, t0 = 0, time.perf_counter()
-    while True:
-        work()
-        n += 1
-        t = time.perf_counter() - t0
-        if t >= seconds:
-            return n * seconds / t
-
-
-def _sharing_worker(work, seconds: float, barrier, queue) -> None:
+def _sharing_worker(ctx: _Ctx, batch: int, iters: int, barrier) -> None:
+    work = _model_step(ctx, batch, private=True)
     work()
     barrier.wait()
-    queue.put(_iterations(work, seconds))
+    for _ in range(iters):
+        work()
 
 
 def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 120.0) -> dict[str, float]:
@@ -283,7 +303,7 @@ def build_profile(
     *,
     device: str = "cpu",
     threads: int = 1,
-    repeats: int = 5,
+    repeats: int = 9,
     precision: str = "fp32",
     topologies: Sequence[tuple[str, int | None]] = (),
     ranks: Sequence[int] = (),
@@ -398,7 +418,7 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--threads", type=int, default=1, help="torch threads (one per rank on CPU)")
     p.add_argument("--batch", default=None, help="microbatch sizes to time, e.g. 2,4 (default: batch_per_device)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=9, help="timings per figure (the median is kept)")
     p.add_argument(
         "--links",
         action=argparse.BooleanOptionalAction,

@@ -240,7 +240,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def save(out: Path, matrix: Matrix, rows: list[Row], summary: dict[str, Any]) -> None:
-    doc = {"matrix": matrix.path, "base": matrix.base, "steps": matrix.steps, "warmup": matrix.warmup}
+    where = Path(matrix.path).resolve()
+    shown = where.relative_to(Path.cwd()) if where.is_relative_to(Path.cwd()) else where
+    doc = {"matrix": str(shown), "base": matrix.base, "steps": matrix.steps, "warmup": matrix.warmup}
     doc |= {"rows": [asdict(r) for r in rows], **summary}
     _write_atomic(out / "validation.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
     cols = [f for f in Row.__dataclass_fields__ if f != "step_times_s"]
