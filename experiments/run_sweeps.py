@@ -3,7 +3,7 @@
     python experiments/run_sweeps.py                 # all studies
     python experiments/run_sweeps.py seed mics-gpt-10b --workers 2
 
-Studies (read experiments/SWEEPS.md for what they show):
+Studies (experiments/README.md says what they show):
 - seed: every configuration of the seed scenario (vit-630m, 8 x g4dn.12xlarge, batch 4/device,
   fp32, checkpointing) — what `shardsim sweep` prints with no arguments.
 - mics-gpt-10b, mics-gpt-100b: ZeRO vs ZeRO-2D (MiCS) on p4d.24xlarge (bf16) and p3dn.24xlarge
