@@ -168,11 +168,24 @@ def _compute(p: Plan, rc: int, name: str, deps, dur: float, phase: str) -> int:
     return p.add(rc, "compute", "compute", name, deps, duration=dur, phase=phase)
 
 
+def _run_through(p: Plan, rc: int, name: str, after, durations: list[float], phase: str) -> int:
+    """Blocks that run back to back on one compute stream, with no op waiting on any but the
+    last, as one compute op of their summed duration: exact (a chain of ops on one stream
+    ends when its sum has elapsed, with or without shared cores), and it keeps the plans of
+    long pipelines small. The trace shows one span per microbatch's pass instead of one per block."""
+    return _compute(p, rc, f"{name} ({len(durations)} blocks)", [after], sum(durations), phase)
+
+
 def fsdp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after, tag: str):
     """FSDP2 forward of a piece (all-gathers of the units `pc.residency` holds sharded).
     Returns the last compute op."""
     pbytes = DTYPE_BYTES[cfg.precision]  # MixedPrecisionPolicy: param_dtype = reduce_dtype
     sh, res = pc.shard, pc.residency
+    gathered = sh is not None and ROOT in res.unsharded and all(b.name in res.unsharded for b in pc.layers)
+    if sh is None or gathered:  # nothing to gather: nothing waits between the blocks (see _run_through)
+        for b in pc.layers:
+            res.post_forward(b.name)
+        return _run_through(p, rc, f"F{tag}", after, [cm.block(b, mb).fwd_s for b in pc.blocks], "fwd")
     ag_root = None
     if sh and res.unshard(ROOT):
         ag_root = p.comm(rc, "ag", "all_gather", sh, pc.root_params * pbytes, f"AG root{tag}", [after], "fwd")
@@ -215,6 +228,11 @@ def fsdp_backward(
     pbytes = DTYPE_BYTES[cfg.precision]
     sh, rep = pc.shard, pc.replica
     fsdp = sh is not None
+    if not fsdp and not (sync and rep is not None):  # no gradient bucket waits on a block: one op
+        durs = [cm.block(b, mb).bwd_s for b in pc.head]
+        durs += [cm.block(b, mb).bwd_s + (cm.block(b, mb).fwd_s if cfg.checkpointing else 0.0) for b in pc.layers[::-1]]
+        durs += [cm.block(b, mb).bwd_s for b in pc.embed]
+        return _run_through(p, rc, f"B{tag}", after, durs, "bwd"), []
     prev = after
     for b in pc.head:
         prev = _compute(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
