@@ -377,11 +377,13 @@ def validate(
     prof = ensure_profile(matrix, out, profile, log)
     earlier = {r.key: r for r in load_rows(out) if r.status == "ok"}
     rows: list[Row] = []
+    preds = []
     for top, cfgs in matrix.topologies:
         world = make_cluster(top).world
         for cfg in cfgs:
             r = earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world)
-            _rescore(r, predict(replace(cfg, profile=prof)))
+            preds.append(predict(replace(cfg, profile=prof)))
+            _rescore(r, preds[-1])
             rows.append(r)
     todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
     if todo:
@@ -408,7 +410,7 @@ def validate(
                     r.step_times_s = list(result["step_times_s"])
                     r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
                     r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
-                    _rescore(r, predict(replace(cfg, profile=prof)))
+                    _rescore(r, preds[i])
                     log(
                         f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
                         f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %)"
