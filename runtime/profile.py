@@ -10,6 +10,7 @@ the microbatch size you will predict.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -317,8 +318,20 @@ def build_profile(
         doc["host"] = {
             "cores": os.cpu_count(),
             "effective_cores": measure_core_sharing(workload, max(batches), ranks),
+            "yardstick_s": yardstick(workload, max(batches)),
         }
     return doc
+
+
+@functools.lru_cache(maxsize=4)
+def _yardstick_step(workload: str, batch: int):
+    return _model_step(_setup(workload, "cpu", 1, "fp32"), batch)
+
+
+def yardstick(workload: str, batch: int) -> float:
+    """Forward + backward of the whole model, alone, one thread (median of 5): how fast this
+    host is right now. A shared VM drifts by tens of percent within minutes."""
+    return _median_time(_yardstick_step(workload, batch), 5, 2, lambda: None)
 
 
 class _null:

@@ -19,7 +19,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +166,7 @@ class Row:
     measured_memory_gib: float = math.nan
     status: str = "pending"  # ok | failed: <why>
     run_id: str = ""
+    host_slowdown: float = 1.0  # the host's yardstick just before the run / when profiled
 
     @property
     def key(self) -> tuple[str, str]:
@@ -320,6 +321,16 @@ def _measure(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int) 
         return None, f"the run finished but its result is unreadable: {exc}"
 
 
+def _host_slowdown(profile, matrix: Matrix) -> float:
+    """How much slower this host is now than when the profile was measured (1.0 when the
+    profile has no yardstick), timed with the profile's own yardstick."""
+    if profile.yardstick_s is None:
+        return 1.0
+    from runtime.profile import yardstick
+
+    return yardstick(profile.workload, max(matrix.microbatch_sizes())) / profile.yardstick_s
+
+
 def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[str], None]) -> str:
     """The profile to predict from: `given`, or out/profile.json when it covers the matrix, or a
     new one measured now (blocks at every microbatch size, each topology's links, core sharing)."""
@@ -370,21 +381,26 @@ def validate(
     """Run what is missing, predict everything, write the table and plots; returns (rows, summary)."""
     from runtime.emulation import check_privileges, emulated, plan_cluster
     from simulator.predict import predict
+    from simulator.profile_data import load_profile
 
     out.mkdir(parents=True, exist_ok=True)
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
     prof = ensure_profile(matrix, out, profile, log)
     earlier = {r.key: r for r in load_rows(out) if r.status == "ok"}
+    profile_obj = load_profile(prof, matrix.base.get("workload", RunConfig().workload))
     rows: list[Row] = []
-    preds = []
+    configs = matrix.configs
     for top, cfgs in matrix.topologies:
         world = make_cluster(top).world
         for cfg in cfgs:
-            r = earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world)
-            preds.append(predict(replace(cfg, profile=prof)))
-            _rescore(r, preds[-1])
-            rows.append(r)
+            rows.append(earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world))
+
+    def rescore(i: int) -> None:
+        _rescore(rows[i], predict(configs[i], profile=profile_obj.slowed(rows[i].host_slowdown)))
+
+    for i in range(len(rows)):
+        rescore(i)
     todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
     if todo:
         check_privileges()
@@ -399,7 +415,8 @@ def validate(
             for i, cfg in mine:
                 done += 1
                 r = rows[i]
-                log(f"[{done}/{len(todo)}] {top} {r.config}: running ...")
+                r.host_slowdown = _host_slowdown(profile_obj, matrix)
+                log(f"[{done}/{len(todo)}] {top} {r.config}: running (host speed x{1 / r.host_slowdown:.2f}) ...")
                 result, err = _measure(cfg, matrix, cluster, runs, threads)
                 if result is None:
                     r.status = f"failed: {err}"
@@ -410,7 +427,7 @@ def validate(
                     r.step_times_s = list(result["step_times_s"])
                     r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
                     r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
-                    _rescore(r, preds[i])
+                    rescore(i)
                     log(
                         f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
                         f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %)"

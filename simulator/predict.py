@@ -14,7 +14,7 @@ from simulator.errors import ConfigError
 from simulator.links import build_links
 from simulator.memory import MemoryBreakdown, rank_memory
 from simulator.plan import Plan, build_plan
-from simulator.profile_data import load_profile
+from simulator.profile_data import Profile, load_profile
 from simulator.timeline import length, subtract, union, write_chrome_trace
 from simulator.topology import Cluster, make_cluster
 from simulator.workload import Workload, load_workload, stage_ranges
@@ -76,14 +76,17 @@ def predict(
     algo: str = "auto",
     workload: Workload | None = None,
     cluster: Cluster | None = None,
+    profile: Profile | None = None,
 ) -> StepPrediction:
-    """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`."""
+    """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`; `profile`
+    (already loaded) takes the place of the file `cfg.profile` names."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload)
     cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks))
     if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
         raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
-    profile = load_profile(cfg.profile, w.name) if cfg.profile else None
+    if profile is None and cfg.profile:
+        profile = load_profile(cfg.profile, w.name)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     cm = ComputeModel(cluster.instance.device, cfg.precision, profile)

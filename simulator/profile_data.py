@@ -43,6 +43,15 @@ class Profile:
     optimizer_per_param_s: float | None = None
     links: dict[str, LinkProfile] = field(default_factory=dict)  # topology name → measured links
     effective_cores: dict[int, float] = field(default_factory=dict)  # ranks computing at once → cores
+    yardstick_s: float | None = None  # the whole model's forward + backward, alone, when profiled
+
+    def slowed(self, factor: float) -> Profile:
+        """This profile on a host `factor` times slower than when it was measured: block and
+        optimizer times scaled (a shared host's speed drifts; `validate` measures the factor
+        before each run with the same yardstick)."""
+        blocks = {b: {k: (f * factor, w * factor) for k, (f, w) in t.items()} for b, t in self.blocks.items()}
+        opt = None if self.optimizer_per_param_s is None else self.optimizer_per_param_s * factor
+        return replace(self, blocks=blocks, optimizer_per_param_s=opt)
 
     def block_time(self, name: str, batch: int) -> tuple[float, float] | None:
         """(fwd_s, bwd_s) of block `name` for a microbatch of `batch` samples, or None if not profiled."""
@@ -131,6 +140,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
                 vals[k] = _positive(lp[k], where, f"links.{top}.{k}")
         links[str(top)] = LinkProfile(**vals)
     cores = {}
+    yard = (doc.get("host") or {}).get("yardstick_s")
     for n, c in ((doc.get("host") or {}).get("effective_cores") or {}).items():
         if not str(n).isdigit():
             raise ConfigError("expected a rank count", where=where, field=f"host.effective_cores.{n}")
@@ -142,6 +152,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         optimizer_per_param_s=None if opt is None else _positive(opt, where, "optimizer_per_param_s"),
         links=links,
         effective_cores=cores,
+        yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_s"),
     )
 
 

@@ -243,3 +243,12 @@ def test_linkbench_fit_recovers_the_alpha_beta_of_a_ring_all_gather():
     times = tuple((k - 1) * alpha + (k - 1) / k * s / bw for s in sizes)
     got_bw, got_alpha = fit(k, sizes, times)
     assert got_bw == pytest.approx(bw) and got_alpha == pytest.approx(alpha)
+
+
+def test_a_slower_host_scales_the_measured_compute(tmp_path):
+    prof = load_profile(_profile(tmp_path), "small-gpt")
+    name = next(iter(prof.blocks[4]))
+    slow = prof.slowed(1.5)
+    assert slow.block_time(name, 4) == pytest.approx((0.003, 0.006))
+    assert slow.optimizer_per_param_s == pytest.approx(1.5e-8)
+    assert slow.links == prof.links and slow.effective_cores == prof.effective_cores
