@@ -457,11 +457,11 @@ def torchrun_argv(
     master_port: int = 29500,
     nproc_per_node: int | None = None,
     python: str = sys.executable,
-    extra: Sequence[str] = ("--max-restarts=0", "--monitor-interval=0.5"),
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """``python -m torch.distributed.run`` (torchrun) for node `node` of `cluster`; `script_argv` is
     the script and its arguments (or ``["-m", "module", ...]``, with ``--module`` added for you);
-    `extra` are further torchrun flags (default: no restarts, a quick watch of the workers)."""
+    `extra` are further torchrun flags (the launcher passes its own, `launch.TORCHRUN_FLAGS`)."""
     script = list(script_argv)
     module = []
     if script[:1] == ["-m"]:

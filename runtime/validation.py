@@ -321,14 +321,14 @@ def _measure(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int) 
         return None, f"the run finished but its result is unreadable: {exc}"
 
 
-def _host_slowdown(profile, matrix: Matrix) -> float:
+def _host_slowdown(profile, batch: int) -> float:
     """How much slower this host is now than when the profile was measured (1.0 when the
     profile has no yardstick), timed with the profile's own yardstick."""
     if profile.yardstick_s is None:
         return 1.0
     from runtime.profile import yardstick
 
-    return yardstick(profile.workload, max(matrix.microbatch_sizes())) / profile.yardstick_s
+    return yardstick(profile.workload, batch) / profile.yardstick_s
 
 
 def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[str], None]) -> str:
@@ -406,6 +406,7 @@ def validate(
         check_privileges()
     log(f"validate: {len(rows)} configurations, {len(rows) - len(todo)} already measured, {len(todo)} to run")
     done = 0
+    yard_batch = max(matrix.microbatch_sizes())  # the size the profile's yardstick was timed at
     for top, _ in matrix.topologies:
         mine = [(i, c) for i, c in todo if c.topology == top]
         if not mine:
@@ -415,7 +416,7 @@ def validate(
             for i, cfg in mine:
                 done += 1
                 r = rows[i]
-                r.host_slowdown = _host_slowdown(profile_obj, matrix)
+                r.host_slowdown = _host_slowdown(profile_obj, yard_batch)
                 log(f"[{done}/{len(todo)}] {top} {r.config}: running (host speed x{1 / r.host_slowdown:.2f}) ...")
                 result, err = _measure(cfg, matrix, cluster, runs, threads)
                 if result is None:
