@@ -19,6 +19,8 @@ import time
 
 SIZES = (64 * 1024, 8 * 1024 * 1024)  # bytes of the gathered (whole) array
 REPEATS = 6
+NIC_SIZES = (2 * 1024 * 1024, 16 * 1024 * 1024)  # the world ring: NIC-bound, so larger arrays
+NIC_REPEATS = 3
 
 
 def _time(fn, repeats: int) -> float:
@@ -43,6 +45,16 @@ def fit(k: int, sizes: tuple[int, int], times: tuple[float, float]) -> tuple[flo
     return bw, alpha
 
 
+def _gather_time(size: int, k: int, group, repeats: int) -> float:
+    """Seconds of one all-gather of `size` bytes (the whole array) over a group of `k` ranks."""
+    import torch
+    import torch.distributed as dist
+
+    n = size // 4 // k
+    shard, whole = torch.ones(n), torch.empty(n * k)
+    return _time(lambda: dist.all_gather_into_tensor(whole, shard, group=group), repeats)
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
 
@@ -56,15 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     k = int(os.environ["LOCAL_WORLD_SIZE"])
     groups = [dist.new_group(list(range(n * k, (n + 1) * k))) for n in range(world // k)]
     mine = groups[rank // k]
-    times = []
-    for size in SIZES:
-        n = size // 4 // k
-        shard, whole = torch.ones(n), torch.empty(n * k)
-        times.append(_time(lambda s=shard, w=whole: dist.all_gather_into_tensor(w, s, group=mine), REPEATS))
+    times = [_gather_time(size, k, mine, REPEATS) for size in SIZES]
+    ring = [_gather_time(size, world, None, NIC_REPEATS) for size in NIC_SIZES] if world > k else []
     if rank == 0:
         bw, alpha = fit(k, (SIZES[0], SIZES[1]), (times[0], times[1]))
         doc = {"ranks_per_node": k, "sizes": list(SIZES), "times_s": times}
         doc |= {"loopback_Bps": bw, "loopback_latency_s": alpha}
+        if ring:
+            nic_bw, nic_alpha = fit(world, (NIC_SIZES[0], NIC_SIZES[1]), (ring[0], ring[1]))
+            doc |= {"ring_sizes": list(NIC_SIZES), "ring_times_s": ring}
+            doc |= {"nic_ring_Bps": nic_bw, "nic_ring_latency_s": nic_alpha}
         with open(out, "w") as fh:
             json.dump(doc, fh)
     dist.destroy_process_group()

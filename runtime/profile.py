@@ -252,9 +252,11 @@ def _sharing_worker(ctx: _Ctx, batch: int, iters: int, barrier) -> None:
 
 
 def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 120.0) -> dict[str, float]:
-    """Bring the emulated cluster up and measure a node's NIC (a TCP stream node 0 → node 1:
-    bandwidth and latency) and the loopback inside a node as gloo's all-gather gets it with
-    every node gathering at once (`runtime.linkbench`, under torchrun in the cluster). Needs root."""
+    """Bring the emulated cluster up and measure, under torchrun in the cluster
+    (`runtime.linkbench`), the loopback inside a node as gloo's all-gather gets it with every
+    node gathering at once, and a node's NIC as gloo's ring over all ranks gets it (`nic_Bps`,
+    `nic_latency_s`, what the simulator uses). One TCP stream node 0 → node 1 is measured too,
+    for reference (`nic_tcp_Bps`, `nic_tcp_latency_s`). Needs root."""
     import subprocess
 
     from runtime.emulation import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
@@ -265,7 +267,7 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     with emulated(cluster), tempfile.TemporaryDirectory(prefix="shardsim-linkbench-") as tmp:
         if len(cluster.nodes) > 1:
             nic = measure_link(cluster, 0, 1)
-            out |= {"nic_Bps": nic.bandwidth_Bps, "nic_latency_s": nic.latency_s}
+            out |= {"nic_tcp_Bps": nic.bandwidth_Bps, "nic_tcp_latency_s": nic.latency_s}
         result = Path(tmp) / "loopback.json"
         port = free_port()
         root = str(Path(__file__).resolve().parent.parent)
@@ -295,6 +297,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
             raise ConfigError(f"timing gloo inside the nodes of {topology} failed: {why}")
         lb = json.loads(result.read_text())
         out |= {"loopback_Bps": lb["loopback_Bps"], "loopback_latency_s": lb["loopback_latency_s"]}
+        if "nic_ring_Bps" in lb:
+            out |= {"nic_Bps": lb["nic_ring_Bps"], "nic_latency_s": lb["nic_ring_latency_s"]}
     return out
 
 
@@ -311,27 +315,57 @@ def build_profile(
 ) -> dict:
     """A whole profile: blocks at each microbatch size; for each emulated topology its measured
     links; and the cores that each count of ranks in `ranks` really gets on this host."""
+    host = ranks and device == "cpu"
+    # the host's speed while the blocks were timed: yardsticks before and after them and at the
+    # end, averaged (this host flips between a fast and a slow state every few seconds)
+    yards = [yardstick(workload, max(batches))] if host else []
     doc = profile_workload(workload, batches, device=device, threads=threads, repeats=repeats, precision=precision)
+    if host:
+        yards.append(yardstick(workload, max(batches)))
     if topologies:
         doc["links"] = {name: measure_links(name, nodes) for name, nodes in topologies}
-    if ranks and doc["device"] == "cpu":
+    if host:
+        sharing = measure_core_sharing(workload, max(batches), ranks)
+        yards.append(yardstick(workload, max(batches)))
         doc["host"] = {
             "cores": os.cpu_count(),
-            "effective_cores": measure_core_sharing(workload, max(batches), ranks),
-            "yardstick_s": yardstick(workload, max(batches)),
+            "effective_cores": sharing,
+            "yardstick_all_cores_s": statistics.fmean(yards),
+            "yardsticks_s": yards,
         }
     return doc
 
 
 @functools.lru_cache(maxsize=4)
-def _yardstick_step(workload: str, batch: int):
-    return _model_step(_setup(workload, "cpu", 1, "fp32"), batch)
+def _yardstick_ctx(workload: str) -> _Ctx:
+    return _setup(workload, "cpu", 1, "fp32")
 
 
-def yardstick(workload: str, batch: int) -> float:
-    """Forward + backward of the whole model, alone, one thread (median of 5): how fast this
-    host is right now. A shared VM drifts by tens of percent within minutes."""
-    return _median_time(_yardstick_step(workload, batch), 5, 2, lambda: None)
+def yardstick(workload: str, batch: int, *, iters: int = 3, rounds: int = 2) -> float:
+    """How fast this host is right now, as all its cores are: one forked process per core, each
+    on its own copy of the model, runs `iters` forward + backward passes of the whole model (one
+    thread), released together; the wall time until all are done / `iters`, the mean of
+    `rounds` such rounds.
+
+    All cores, not one process alone: this shared VM's cores drift apart, each switching
+    between about 0.33 and 0.47 s for the same pass within seconds (measured), so one process
+    alone times whichever core it lands on. The ranks of an emulated cluster use every core."""
+    import multiprocessing as mp
+
+    ctx, fork = _yardstick_ctx(workload), mp.get_context("fork")
+    procs = os.cpu_count() or 1
+    walls = []
+    for _ in range(rounds):
+        barrier = fork.Barrier(procs + 1)
+        workers = [fork.Process(target=_sharing_worker, args=(ctx, batch, iters, barrier)) for _ in range(procs)]
+        for w in workers:
+            w.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        walls.append((time.perf_counter() - t0) / iters)
+    return statistics.fmean(walls)
 
 
 class _null:
@@ -412,9 +446,10 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
               f"backward {total_b * 1e3:.2f} ms")  # fmt: skip
     print(f"Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param")
     for name, lp in doc.get("links", {}).items():
-        nic = (
-            f"NIC {lp['nic_Bps'] * 8 / 1e6:.1f} Mbit/s, {lp['nic_latency_s'] * 1e6:.0f} us; " if "nic_Bps" in lp else ""
-        )
+        nic = ""
+        if "nic_Bps" in lp:
+            nic = f"NIC {lp['nic_Bps'] * 8 / 1e6:.1f} Mbit/s, {lp['nic_latency_s'] * 1e6:.0f} us a ring step"
+            nic += f" (one TCP stream: {lp['nic_tcp_Bps'] * 8 / 1e6:.1f} Mbit/s); " if "nic_tcp_Bps" in lp else "; "
         print(f"{name}: {nic}loopback {lp['loopback_Bps'] / 1e9:.2f} GB/s, {lp['loopback_latency_s'] * 1e6:.0f} us")
     for n, c in doc.get("host", {}).get("effective_cores", {}).items():
         print(f"{n} ranks computing at once get {c:.2f} of the host's {doc['host']['cores']} cores")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -166,7 +167,9 @@ class Row:
     measured_memory_gib: float = math.nan
     status: str = "pending"  # ok | failed: <why>
     run_id: str = ""
-    host_slowdown: float = 1.0  # the host's yardstick just before the run / when profiled
+    host_slowdown: float = 1.0  # the host's speed the prediction assumes, over its speed when profiled
+    host_slowdown_before: float = math.nan  # the yardstick just before the run / when profiled
+    host_slowdown_after: float = math.nan  # ... and just after it (NaN: not timed)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -321,6 +324,18 @@ def _measure(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int) 
         return None, f"the run finished but its result is unreadable: {exc}"
 
 
+def pooled_slowdown(rows: list[Row]) -> float:
+    """The host's slowdown since profiling that every prediction of a validation assumes: the
+    mean of all yardsticks timed around its runs (1.0 when none was).
+
+    Pooled, not per run: this shared VM flips between a fast and a slow state (the same work
+    takes about 0.36 or 0.51 s) every few seconds, so a yardstick of a few seconds before or
+    after a 30-s run says little about that run, while the mean over the whole validation
+    follows a lasting drift (a host that slowed by half after profiling)."""
+    samples = [x for r in rows for x in (r.host_slowdown_before, r.host_slowdown_after) if math.isfinite(x)]
+    return statistics.fmean(samples) if samples else 1.0
+
+
 def _host_slowdown(profile, batch: int) -> float:
     """How much slower this host is now than when the profile was measured (1.0 when the
     profile has no yardstick), timed with the profile's own yardstick."""
@@ -396,11 +411,13 @@ def validate(
         for cfg in cfgs:
             rows.append(earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world))
 
-    def rescore(i: int) -> None:
-        _rescore(rows[i], predict(configs[i], profile=profile_obj.slowed(rows[i].host_slowdown)))
+    def rescore_all() -> None:
+        slowdown = pooled_slowdown(rows)
+        for i, r in enumerate(rows):
+            r.host_slowdown = slowdown
+            _rescore(r, predict(configs[i], profile=profile_obj.slowed(slowdown)))
 
-    for i in range(len(rows)):
-        rescore(i)
+    rescore_all()
     todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
     if todo:
         check_privileges()
@@ -416,9 +433,10 @@ def validate(
             for i, cfg in mine:
                 done += 1
                 r = rows[i]
-                r.host_slowdown = _host_slowdown(profile_obj, yard_batch)
-                log(f"[{done}/{len(todo)}] {top} {r.config}: running (host speed x{1 / r.host_slowdown:.2f}) ...")
+                r.host_slowdown_before = before = _host_slowdown(profile_obj, yard_batch)
+                log(f"[{done}/{len(todo)}] {top} {r.config}: running (host speed x{1 / before:.2f}) ...")
                 result, err = _measure(cfg, matrix, cluster, runs, threads)
+                r.host_slowdown_after = _host_slowdown(profile_obj, yard_batch)
                 if result is None:
                     r.status = f"failed: {err}"
                     log(f"[{done}/{len(todo)}] {top} {r.config}: FAILED: {err}")
@@ -428,10 +446,11 @@ def validate(
                     r.step_times_s = list(result["step_times_s"])
                     r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
                     r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
-                    rescore(i)
+                    rescore_all()
                     log(
                         f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
-                        f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %)"
+                        f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; "
+                        f"host speed x{1 / r.host_slowdown_after:.2f} after)"
                     )
                 save(out, matrix, rows, summarize(rows))
     summary = summarize(rows)

@@ -43,7 +43,7 @@ class Profile:
     optimizer_per_param_s: float | None = None
     links: dict[str, LinkProfile] = field(default_factory=dict)  # topology name → measured links
     effective_cores: dict[int, float] = field(default_factory=dict)  # ranks computing at once → cores
-    yardstick_s: float | None = None  # the whole model's forward + backward, alone, when profiled
+    yardstick_s: float | None = None  # the whole model's forward + backward on every core at once, when profiled
 
     def slowed(self, factor: float) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
@@ -140,7 +140,8 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
                 vals[k] = _positive(lp[k], where, f"links.{top}.{k}")
         links[str(top)] = LinkProfile(**vals)
     cores = {}
-    yard = (doc.get("host") or {}).get("yardstick_s")
+    # (a profile before the yardstick used every core wrote `yardstick_s`: not comparable, unused)
+    yard = (doc.get("host") or {}).get("yardstick_all_cores_s")
     for n, c in ((doc.get("host") or {}).get("effective_cores") or {}).items():
         if not str(n).isdigit():
             raise ConfigError("expected a rank count", where=where, field=f"host.effective_cores.{n}")
@@ -152,7 +153,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         optimizer_per_param_s=None if opt is None else _positive(opt, where, "optimizer_per_param_s"),
         links=links,
         effective_cores=cores,
-        yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_s"),
+        yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_all_cores_s"),
     )
 
 

@@ -252,3 +252,26 @@ def test_a_slower_host_scales_the_measured_compute(tmp_path):
     assert slow.block_time(name, 4) == pytest.approx((0.003, 0.006))
     assert slow.optimizer_per_param_s == pytest.approx(1.5e-8)
     assert slow.links == prof.links and slow.effective_cores == prof.effective_cores
+
+
+def test_predictions_use_the_host_speed_pooled_over_the_runs(tmp_path, fake_cluster, monkeypatch):
+    """The yardstick is timed before and after each run; every prediction is scaled by the mean
+    of all of them (this host flips between speeds faster than one run lasts)."""
+    import runtime.profile
+    from simulator.predict import predict
+
+    doc = json.loads(_profile(tmp_path).read_text())
+    doc["host"]["yardstick_all_cores_s"] = 0.5
+    prof = write(tmp_path, "p.json", json.dumps(doc))
+    timings = iter([1.0, 2.0, 1.5, 1.5])  # slowdowns 2 and 4 around the first run, 3 and 3 around the second
+    monkeypatch.setattr(runtime.profile, "yardstick", lambda workload, batch: next(timings))
+    m = write(tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero]}\n")
+    matrix = validation.load_matrix(m)
+    rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))
+    assert [(r.host_slowdown_before, r.host_slowdown_after) for r in rows] == [(2.0, 4.0), (3.0, 3.0)]
+    assert validation.pooled_slowdown(rows) == 3.0
+    profile = load_profile(prof, "small-gpt")
+    for cfg, r in zip(matrix.configs, rows, strict=True):
+        assert r.host_slowdown == 3.0
+        assert r.predicted_s == pytest.approx(predict(cfg, profile=profile.slowed(3.0)).step_time_s)
+        assert r.predicted_s > predict(cfg, profile=profile).step_time_s
