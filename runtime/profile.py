@@ -192,23 +192,13 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
     alone), released together: effective cores = n x the wall time of one such process alone
     / the wall time until all n are done. With n above the core count this is below the count: processes on shared cores
     also share caches and memory bandwidth, and are switched in and out."""
-    import multiprocessing as mp
 
     ctx = _setup(workload, "cpu", 1, "fp32")
     alone = _median_time(_model_step(ctx, batch), 3, 1, lambda: None)
     iters = max(1, round(seconds / alone))
-    fork = mp.get_context("fork")
 
     def wall(n: int) -> float:
-        barrier = fork.Barrier(n + 1)
-        procs = [fork.Process(target=_sharing_worker, args=(ctx, batch, iters, barrier)) for _ in range(n)]
-        for p in procs:
-            p.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for p in procs:
-            p.join()
-        return time.perf_counter() - t0
+        return _forked_wall(ctx, batch, iters, n)
 
     # the yardstick: the same work in the same kind of process, alone. This host's speed drifts
     # by tens of percent over minutes (a shared VM), so each count is timed between two
@@ -241,6 +231,23 @@ def _model_step(ctx: _Ctx, batch: int, private: bool = False):
         model.zero_grad(set_to_none=True)
 
     return step
+
+
+def _forked_wall(ctx: _Ctx, batch: int, iters: int, n: int) -> float:
+    """Wall seconds until `n` forked processes, each on its own copy of the model and released
+    together, have all run `iters` forward + backward passes."""
+    import multiprocessing as mp
+
+    fork = mp.get_context("fork")
+    barrier = fork.Barrier(n + 1)
+    procs = [fork.Process(target=_sharing_worker, args=(ctx, batch, iters, barrier)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for p in procs:
+        p.join()
+    return time.perf_counter() - t0
 
 
 def _sharing_worker(ctx: _Ctx, batch: int, iters: int, barrier) -> None:
@@ -350,22 +357,8 @@ def yardstick(workload: str, batch: int, *, iters: int = 3, rounds: int = 2) -> 
     All cores, not one process alone: this shared VM's cores drift apart, each switching
     between about 0.33 and 0.47 s for the same pass within seconds (measured), so one process
     alone times whichever core it lands on. The ranks of an emulated cluster use every core."""
-    import multiprocessing as mp
-
-    ctx, fork = _yardstick_ctx(workload), mp.get_context("fork")
-    procs = os.cpu_count() or 1
-    walls = []
-    for _ in range(rounds):
-        barrier = fork.Barrier(procs + 1)
-        workers = [fork.Process(target=_sharing_worker, args=(ctx, batch, iters, barrier)) for _ in range(procs)]
-        for w in workers:
-            w.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        walls.append((time.perf_counter() - t0) / iters)
-    return statistics.fmean(walls)
+    ctx, procs = _yardstick_ctx(workload), os.cpu_count() or 1
+    return statistics.fmean(_forked_wall(ctx, batch, iters, procs) / iters for _ in range(rounds))
 
 
 class _null:
