@@ -192,8 +192,7 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
     alone), released together: effective cores = n x the wall time of one such process alone
     / the wall time until all n are done. With n above the core count this is below the count: processes on shared cores
     also share caches and memory bandwidth, and are switched in and out."""
-
-    ctx = _setup(workload, "cpu", 1, "fp32")
+    ctx = _cpu_ctx(workload)
     alone = _median_time(_model_step(ctx, batch), 3, 1, lambda: None)
     iters = max(1, round(seconds / alone))
 
@@ -344,7 +343,8 @@ def build_profile(
 
 
 @functools.lru_cache(maxsize=4)
-def _yardstick_ctx(workload: str) -> _Ctx:
+def _cpu_ctx(workload: str) -> _Ctx:
+    """The workload set up on the CPU, one thread, fp32: built once for core sharing and yardsticks."""
     return _setup(workload, "cpu", 1, "fp32")
 
 
@@ -357,7 +357,7 @@ def yardstick(workload: str, batch: int, *, iters: int = 3, rounds: int = 2) -> 
     All cores, not one process alone: this shared VM's cores drift apart, each switching
     between about 0.33 and 0.47 s for the same pass within seconds (measured), so one process
     alone times whichever core it lands on. The ranks of an emulated cluster use every core."""
-    ctx, procs = _yardstick_ctx(workload), os.cpu_count() or 1
+    ctx, procs = _cpu_ctx(workload), os.cpu_count() or 1
     return statistics.fmean(_forked_wall(ctx, batch, iters, procs) / iters for _ in range(rounds))
 
 

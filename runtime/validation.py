@@ -411,11 +411,14 @@ def validate(
         for cfg in cfgs:
             rows.append(earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world))
 
+    def rescore(i: int, slowdown: float) -> None:
+        rows[i].host_slowdown = slowdown
+        _rescore(rows[i], predict(configs[i], profile=profile_obj.slowed(slowdown)))
+
     def rescore_all() -> None:
         slowdown = pooled_slowdown(rows)
-        for i, r in enumerate(rows):
-            r.host_slowdown = slowdown
-            _rescore(r, predict(configs[i], profile=profile_obj.slowed(slowdown)))
+        for i in range(len(rows)):
+            rescore(i, slowdown)
 
     rescore_all()
     todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
@@ -446,13 +449,15 @@ def validate(
                     r.step_times_s = list(result["step_times_s"])
                     r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
                     r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
-                    rescore_all()
+                    rescore(i, pooled_slowdown(rows))  # the pool so far; every row is rescored at the end
                     log(
                         f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
                         f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; "
                         f"host speed x{1 / r.host_slowdown_after:.2f} after)"
                     )
                 save(out, matrix, rows, summarize(rows))
+    if todo:
+        rescore_all()  # with the yardsticks of every run
     summary = summarize(rows)
     save(out, matrix, rows, summary)
     if summary["rows_ok"]:
