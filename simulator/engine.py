@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from simulator.collectives import Phase, PhaseRun, algo_for
+from simulator.collectives import Phase, PhaseRun, Steps, algo_for
 from simulator.collectives import plan as plan_collective
 from simulator.gcpause import paused_gc
 from simulator.linkgroups import group_links
@@ -51,8 +51,8 @@ def simulate(p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int |
 class _Run:
     """One simulation. Ops start from the callback of their last dependency's end (no simpy
     process per op): a compute op is one timeout, a collective its phases one after another on
-    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here
-    refers back to itself through a callback, so it is all freed when the run returns."""
+    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here refers back to itself
+    through a callback, so it is all freed when the run returns."""
 
     def __init__(self, p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int | None) -> None:
         self.env = simpy.Environment()
@@ -60,16 +60,21 @@ class _Run:
         cpu = Route.of(np.array([len(g.capacity)]), np.ones(1))  # the host's cores, one link
         # every call's phases, then the links merged where they always carry the same load
         phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout): the same for every call
+        of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
         for op in p.ops:
-            key = (op.coll, op.layout)
-            if op.kind == "comm" and key not in phases:
-                used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend)
-                phases[key] = plan_collective(g, op.coll, op.layout, used, backend)
+            if op.kind == "comm":
+                key = (op.coll, op.layout)
+                phs = phases.get(key)
+                if phs is None:
+                    used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend)
+                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend)
+                of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
         caps, routes = group_links(capacity, [ph.route for ph in uniq.values()] + ([cpu] if self.shared else []))
         route_of = dict(zip(uniq, routes, strict=False))
-        self.steps = {k: tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for k, phs in phases.items()}
+        steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
+        self.steps: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]  # per op
         self.cpu = routes[-1] if self.shared else cpu
         self.net = Network(self.env, caps)
         self.counts = [c.count for c in p.classes]
@@ -86,13 +91,12 @@ class _Run:
     def begin(self, op: Op) -> None:
         start = self.env.now
         if op.kind == "comm":
-            steps = self.steps[(op.coll, op.layout)]
-            PhaseRun(self.net, steps, op.nbytes, op.name, lambda: self.end(op, start)).next()
+            PhaseRun(self.net, self.steps[op.id], op.nbytes, op.name, lambda: self.end(op, start)).next()
         elif op.duration > 0 and self.shared:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
             self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration)
         elif op.duration > 0:
-            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
+            self.env.timeout(op.duration).callbacks.append(lambda _ev: self.end(op, start))
         else:
             self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
 

@@ -19,23 +19,28 @@ from simulator.network import Route
 def group_links(capacity: np.ndarray, routes: Sequence[Route]) -> tuple[np.ndarray, list[Route]]:
     """(capacity of each group, each route over groups) for the links `routes` cross.
 
-    Refines the links class by class: first by capacity, then, route after route, by the
-    bytes that route puts on them (0 when it does not cross them); vectorized, one pass per
-    route."""
-    arrays = [(np.asarray(r.links, dtype=np.int64), np.asarray(r.unit, dtype=float)) for r in routes]
-    if not arrays:
-        return np.zeros(0), []
-    used = np.unique(np.concatenate([links for links, _ in arrays]))
-    caps_used = capacity[used]
-    gid = np.unique(caps_used, return_inverse=True)[1].ravel()
-    for links, unit in arrays:
-        col = np.zeros(used.size)
-        col[np.searchsorted(used, links)] = unit
-        gid = np.unique(np.column_stack([gid, col]), axis=0, return_inverse=True)[1].ravel()
-    caps = np.zeros(int(gid.max()) + 1)
-    caps[gid] = caps_used
+    A link's signature is its capacity, then the bytes each route puts on it (0 when it does
+    not cross it); links of one signature form a group, numbered in the signatures' sorted
+    order. In plain Python: the routes are short lists (a few links after the ring edges'
+    merging) and numpy's row-wise unique cost more than the whole simulation of big plans."""
+    cap = capacity.tolist()
+    n = len(routes)
+    sig: dict[int, list[float]] = {}  # used link -> [capacity, bytes on route 0, 1, ...]
+    for r, route in enumerate(routes):
+        for link, u in zip(route.links, route.unit, strict=True):
+            s = sig.get(link)
+            if s is None:
+                s = sig[link] = [cap[link]] + [0.0] * n
+            s[r + 1] = u
+    keys = {link: tuple(s) for link, s in sig.items()}
+    order = {k: i for i, k in enumerate(sorted(set(keys.values())))}
+    gid = {link: order[k] for link, k in keys.items()}
+    caps = np.array([k[0] for k in order], dtype=float)
     out = []
-    for links, unit in arrays:
-        groups, first = np.unique(gid[np.searchsorted(used, links)], return_index=True)
-        out.append(Route.of(groups, unit[first]))
+    for route in routes:
+        first: dict[int, float] = {}
+        for link, u in zip(route.links, route.unit, strict=True):
+            first.setdefault(gid[link], u)  # every link of a group carries the same bytes
+        groups = sorted(first)
+        out.append(Route(tuple(groups), tuple(first[g] for g in groups)))
     return caps, out

@@ -13,6 +13,9 @@ import numpy as np
 
 from simulator.topology import Cluster
 
+GRAPHS_KEPT = 8  # clusters whose link graphs `links_for` keeps (a sweep visits a few)
+_graphs: dict[str, LinkGraph] = {}
+
 
 @dataclass(frozen=True, eq=False)  # identity hash: plans are cached per graph
 class LinkGraph:
@@ -120,3 +123,17 @@ def build_links(cluster: Cluster) -> LinkGraph:
         _nic_tx=nic_tx,
         _nic_rx=nic_rx,
     )
+
+
+def links_for(cluster: Cluster) -> LinkGraph:
+    """build_links, once per cluster (by value: a sweep's worker receives a copy of the cluster
+    with every configuration), so the collectives' phases, cached per graph, are planned once
+    per cluster and not once per prediction. Its capacity array is made read-only."""
+    key = repr(cluster)  # every field, floats exactly (a Cluster holds dicts: no value hash)
+    g = _graphs.get(key)
+    if g is None:
+        if len(_graphs) >= GRAPHS_KEPT:
+            del _graphs[next(iter(_graphs))]  # the oldest
+        g = _graphs[key] = build_links(cluster)
+        g.capacity.flags.writeable = False
+    return g

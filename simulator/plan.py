@@ -32,6 +32,7 @@ pipeline's point-to-point sends (isend is asynchronous on gloo too).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from simulator.collectives import GroupLayout
@@ -45,6 +46,8 @@ DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
 FSDP_PREFETCH_LIMIT = 2  # gathered layers allowed ahead of compute in forward (assumption)
 ASYNC_STREAMS = frozenset({"p2p_fwd", "p2p_bwd"})  # own streams even without overlap: pipelining's isends
 ROOT = "root"
+Join = tuple[int, ...]  # ops that an op waits for all of (see `_join`)
+Dep = int | Join | None  # what an op waits for: an op, a Join, or nothing
 
 
 @dataclass(slots=True)
@@ -80,9 +83,9 @@ class Plan:
     overlap: bool = True
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
-    def add(self, rc: int, stream: str, kind: str, name: str, deps: list[int | None], **kw) -> int:
+    def add(self, rc: int, stream: str, kind: str, name: str, deps: list[Dep], **kw) -> int:
         key = (rc, stream if self.overlap or stream in ASYNC_STREAMS else "main")
-        d = [x for x in deps if x is not None]
+        d = _ids(deps)
         prev = self._last_on_stream.get(key)
         if prev is not None:
             d.append(prev)
@@ -289,7 +292,7 @@ def fsdp_backward(
     return prev, syncs
 
 
-def fsdp_reduce_grad(p: Plan, rc: int, cfg: RunConfig, pc: Piece, after: int | None, sync: bool, tag: str):
+def fsdp_reduce_grad(p: Plan, rc: int, cfg: RunConfig, pc: Piece, after: Dep, sync: bool, tag: str):
     """PipelineStage.perform_reduce_grad: post_backward of every FSDP2 unit in FSDPState
     order (root, then the blocks): reduce-scatter of its accumulated unsharded gradient,
     with `sync` the all-reduce of the shard across replicas; then every unit reshards.
@@ -405,7 +408,7 @@ class _Pipeline:
     cfg: RunConfig
     res: Resolved
     pieces: list[Piece]
-    prev: list[int | None]  # each stage's last op on its compute stream
+    prev: list[Dep]  # what each stage's next op on its compute stream waits for
     syncs: list[list[int | None]]  # each stage's gradient collectives (the optimizer waits for them)
 
     def step(self, k: int) -> None:
@@ -423,7 +426,7 @@ class _Pipeline:
                     if 0 <= need[1] < P and need not in sent:
                         break
                     waits = [run.sends[j] for j in run.waits[len(run.sends)]]
-                    start = _join(self.p, s, self.prev[s], sent.get(need), *waits)
+                    start = _join(self.prev[s], sent.get(need), *waits)
                     self.prev[s], sent[(kind_, s, m)] = self._op(s, kind_, m, start, k)
                     run.sends.append(sent[(kind_, s, m)])
                     progressed += 1
@@ -433,7 +436,7 @@ class _Pipeline:
         for s, run in enumerate(runs):
             self._reduce_grad(s, run, k)
 
-    def _op(self, s: int, kind: str, m: int, start: int | None, k: int) -> tuple[int, int | None]:
+    def _op(self, s: int, kind: str, m: int, start: Dep, k: int) -> tuple[int, int | None]:
         """F or B of microbatch m on stage s, then the isend of its output (activation to the
         next stage, input gradient to the previous). Returns (last compute op, send op)."""
         p, cfg, res, pc = self.p, self.cfg, self.res, self.pieces[s]
@@ -461,11 +464,11 @@ class _Pipeline:
         """The end of a stage's schedule step: wait for its isends, then perform_reduce_grad;
         the next step's compute waits for the reductions (FSDP2's finalize_backward)."""
         K = self.cfg.grad_accum
-        end = _join(self.p, s, self.prev[s], *run.sends)
+        end = _join(self.prev[s], *run.sends)
         tag = f" s{s}" + (f" [{k}]" if K > 1 else "")
         rg = fsdp_reduce_grad(self.p, s, self.cfg, self.pieces[s], end, sync=k == K - 1, tag=tag)
         self.syncs[s] += rg
-        self.prev[s] = _join(self.p, s, end, *rg)
+        self.prev[s] = _join(end, *rg)
 
 
 def _send(p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: int, peer: int):
@@ -486,13 +489,25 @@ def _pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: 
         _optimizer(p, s, cm, p.classes[s].local_params, [pipe.prev[s], *pipe.syncs[s]])
 
 
-def _join(p: Plan, rc: int, a: int | None, *others: int | None) -> int | None:
-    """A zero-length compute op that waits for `a` and the others (keeps the compute stream
-    in order); `a` itself when there are no others."""
-    deps = [x for x in others if x is not None]
-    if not deps:
+def _join(a: Dep, *others: Dep) -> Dep:
+    """`a` and the others, for the next op to wait on: `a` itself when there are no others,
+    else a Join of them all. Exact: a zero-length op waiting for them would end when the last
+    of them does, which is when the op after it would start; without one, a pipeline's plan
+    has a third fewer ops."""
+    if all(x is None for x in others):
         return a
-    return p.add(rc, "compute", "compute", "wait", [a, *deps], duration=0.0, phase="wait")
+    return tuple(dict.fromkeys(_ids((a, *others))))
+
+
+def _ids(deps: Iterable[Dep]) -> list[int]:
+    """The op ids of `deps`, Joins expanded, Nones dropped."""
+    out: list[int] = []
+    for x in deps:
+        if type(x) is int:
+            out.append(x)
+        elif x is not None:
+            out += x
+    return out
 
 
 @dataclass

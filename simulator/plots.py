@@ -50,6 +50,7 @@ def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
         with matplotlib.rc_context({"svg.hashsalt": "shardsim"}):
             fig.savefig(p, dpi=110, metadata=meta)  # constrained layout already fits the labels
         paths.append(p)
+        fig.set_layout_engine("none")  # laid out by the first save: the second keeps its positions
     return paths
 
 

@@ -11,7 +11,7 @@ from simulator.compute import ComputeModel
 from simulator.config import Resolved, RunConfig, resolve
 from simulator.engine import Span, simulate
 from simulator.errors import ConfigError
-from simulator.links import build_links
+from simulator.links import links_for
 from simulator.memory import MemoryBreakdown, rank_memory
 from simulator.plan import Plan, build_plan
 from simulator.profile_data import Profile, load_profile
@@ -91,7 +91,7 @@ def predict(
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     cm = ComputeModel(cluster.instance.device, cfg.precision, profile)
     plan = build_plan(cfg, res, w, cm)
-    g = build_links(cluster)
+    g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
     shared = cluster.instance.host.cores if cluster.instance.emulated else None
     if shared is not None and profile:

@@ -20,14 +20,18 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from simulator.config import SCHEDULES, STRATEGIES, RunConfig, Strategy, resolve
 from simulator.errors import ConfigError
+from simulator.gcpause import paused_gc
 from simulator.topology import Cluster, InstanceType, make_cluster
 from simulator.workload import Workload, load_workload
+
+if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
+    import pandas as pd
+
+    from simulator.predict import StepPrediction
 
 DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
 SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is not worth starting
@@ -259,9 +263,16 @@ def enumerate_configs(
 
 
 def _row(c: Candidate, w: Workload, algo: str) -> dict[str, Any]:
-    from simulator.predict import predict  # the engine, imported by workers too
+    """One prediction as a sweep row. The cyclic garbage collector stays off until the
+    prediction is freed (it makes no cycles): re-enabled in between, it would scan the plan's
+    and the timeline's objects once or twice for nothing."""
+    from simulator.predict import predict  # the engine: imported here, and by the pool before it forks
 
-    p = predict(c.cfg, algo=algo, workload=w, cluster=c.cluster)
+    with paused_gc():
+        return _row_of(c, predict(c.cfg, algo=algo, workload=w, cluster=c.cluster))
+
+
+def _row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     s = c.cfg.strategy
     bd = p.breakdown
     m = p.memory
@@ -321,8 +332,11 @@ def default_workers() -> int:
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    # fork: workers inherit the loaded modules (no re-import of pandas/simpy per worker). The
-    # pool is created and fed before any progress thread starts, so nothing forks mid-thread.
+    # fork: workers inherit the loaded modules (the engine, imported once before the fork, not
+    # once per worker). The pool is created and fed before any progress thread starts, so
+    # nothing forks mid-thread.
+    import simulator.predict  # noqa: F401  (the engine and numpy, for every worker)
+
     ctx = get_context("fork") if "fork" in get_all_start_methods() else None
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
@@ -334,16 +348,20 @@ def predict_all(
     algo: str = "auto",
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for the candidates, in their order. workers None: the machine's cores, serial when
     the estimated work is small; 1: serial; N > 1: a pool of N processes, fed the most
-    expensive predictions first (rows are placed by index, so the order never changes)."""
+    expensive predictions first (rows are placed by index, so the order never changes).
+    `meanwhile()` runs here once the predictions are under way (with a pool: while it works)."""
     n = len(candidates)
     est = sum(c.cost_estimate for c in candidates) * SECONDS_PER_COST  # ~seconds on one core (rough)
     serial = workers is None and est < SERIAL_BELOW_S  # workers=N (N > 1) forces the pool
     workers = default_workers() if workers is None else max(1, workers)
     rows: list[dict[str, Any] | None] = [None] * n
     if workers == 1 or n < 2 or serial:
+        if meanwhile:
+            meanwhile()
         for k, c in enumerate(candidates):
             rows[k] = _row(c, workload, algo)
             if progress:
@@ -354,6 +372,8 @@ def predict_all(
     try:
         # every worker is forked at the first submit, before `progress` can start a thread
         futures = [pool.submit(_predict_task, (k, candidates[k], workload, algo)) for k in order]
+        if meanwhile:
+            meanwhile()
         for done, fut in enumerate(as_completed(futures), start=1):
             k, row = fut.result()
             rows[k] = row
@@ -547,12 +567,21 @@ def sweep(
     if not en.candidates:
         why = "; ".join(en.skipped[:3]) or "no strategy in the requested space is valid"
         raise ConfigError(f"empty sweep space after restrictions: {why}")
-    rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress)
+    rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
+    pd = _import_pandas()
     df = _rank(pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "rank"]))
     df = df[list(COLUMNS)]
     if df.groupby("topology")["world"].nunique().max() > 1:
         df = scaling(df, "strong" if space.global_batch is not None else "weak")
     return df
+
+
+def _import_pandas():
+    """pandas (a good part of a sweep's start-up), imported once the workers are predicting:
+    the pool forks smaller processes, and this one imports it while it waits for them."""
+    import pandas
+
+    return pandas
 
 
 def check_output_dir(out: str | Path) -> Path:
