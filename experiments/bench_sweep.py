@@ -6,15 +6,18 @@
 
     python experiments/bench_sweep.py               # both sweeps, as the CLI runs them
     python experiments/bench_sweep.py --per-config  # also: each prediction timed alone (serial)
+    python experiments/bench_sweep.py --repeat 10   # the end-to-end command 10 times
 
-Reports the wall time end to end (a fresh `shardsim sweep --json` process: imports included)
-and of `sweep()` in process, the CPU time, and with --per-config where the time goes by kind.
+Reports the wall time end to end (a fresh `shardsim sweep` process printing its table: imports
+included; min, median and max over --repeat runs) and of `sweep()` in process, the CPU time,
+and with --per-config where the time goes by kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -57,7 +60,7 @@ def kind_of(cfg: RunConfig) -> str:
 
 
 def cli_wall(args: list[str], workers: int | None) -> float:
-    cmd = [sys.executable, "-m", "simulator.cli", "sweep", "--json", *args]
+    cmd = [sys.executable, "-m", "simulator.cli", "sweep", *args]
     if workers:
         cmd += ["--workers", str(workers)]
     t = time.perf_counter()
@@ -88,6 +91,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=None, help="default: the machine's cores")
     p.add_argument("--per-config", action="store_true", help="time each prediction alone (slow: serial)")
     p.add_argument("--skip-cli", action="store_true", help="only the in-process sweep() timing")
+    p.add_argument("--repeat", type=int, default=3, help="end-to-end runs of each command (default 3)")
     ns = p.parse_args()
     print(f"machine: {os.cpu_count()} cores ({default_workers()} usable), load {os.getloadavg()[0]:.1f}")
     for name, (base, space, args) in CASES.items():
@@ -97,7 +101,12 @@ def main() -> None:
         print(f"{name}: {len(df)} configurations")
         print(f"    sweep() in process: {wall:.2f} s wall, {cpu + kids:.2f} s CPU ({kids:.2f} s of it in workers)")
         if not ns.skip_cli:
-            print(f"    shardsim sweep --json (fresh process): {cli_wall(args, ns.workers):.2f} s wall")
+            walls = sorted(cli_wall(args, ns.workers) for _ in range(max(1, ns.repeat)))
+            print(
+                f"    shardsim sweep (fresh process, {len(walls)} runs): min {walls[0]:.2f} s, "
+                f"median {statistics.median(walls):.2f} s, max {walls[-1]:.2f} s wall"
+            )
+            print("      each: " + ", ".join(f"{x:.2f}" for x in walls))
         if ns.per_config:
             per_config(base, space)
 
