@@ -17,7 +17,9 @@ traffic. Programs mirror what PyTorch executes:
   25 MiB, as DistributedDataParallel's defaults), only on the last micro-step (no_sync).
 - pipeline: stage-major ranks (stage s = ranks [s·R, (s+1)·R)), consecutive layers per
   stage (`stage_ranges`), GPipe or 1F1B order of microbatches, activations and
-  gradients sent point to point (isend, waited on where the schedule waits: `send_waits`);
+  gradients sent point to point (isend, waited on where the schedule waits: `send_waits`;
+  with gloo a send starts only once the receiving stage posts its recv, right after its
+  previous op, and a small one frees its sender then: `RENDEZVOUS_BACKENDS`);
   DDP stages all-reduce their buckets during the last microbatch's backward. A sharded
   stage runs every microbatch backward with set_reshard_after_backward(False) and
   set_requires_gradient_sync(False): a unit all-gathers only when it is sharded
@@ -44,8 +46,21 @@ from simulator.workload import Block, Workload, stage_ranges
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.nn.parallel.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
 FSDP_PREFETCH_LIMIT = 2  # gathered layers allowed ahead of compute in forward (assumption)
-ASYNC_STREAMS = frozenset({"p2p_fwd", "p2p_bwd"})  # own streams even without overlap: pipelining's isends
+ASYNC_STREAMS = frozenset({"p2p_fwd", "p2p_bwd", "p2p_fwd_post", "p2p_bwd_post"})  # own streams even
+# without overlap: pipelining's isends (and their posting, with a rendezvous backend)
 ROOT = "root"
+# Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
+# TCP transport is a rendezvous: measured in emu-2x2 (2026-11-22), a 64 KiB or 512 KiB isend
+# whose recv is posted 0.3 s late completes 0.30 s after it was posted, and the recv then
+# still takes the whole transfer (2.2 ms, 23 ms at 23 MB/s). A pipeline stage posts its recv
+# right before the op that needs it, so a GPipe stage that runs ahead does not receive ahead.
+# NCCL is left as eager (its sends fill the receiver's preallocated buffers): an assumption.
+RENDEZVOUS_BACKENDS = frozenset({"gloo"})
+# A gloo isend the kernel's socket buffers take whole ends for its sender at the rendezvous;
+# a bigger one when its bytes are delivered (an approximation: measured in emu-2x2, a 512 KiB
+# isend whose recv was posted ended 1 ms later, its delivery 22 ms later; a 2 MiB and an 8 MiB
+# one ended 35 and 52 ms before their delivery, about 0.8-1.2 MB still in flight).
+BUFFERED_SEND_BYTES = 512 * 1024
 Join = tuple[int, ...]  # ops that an op waits for all of (see `_join`)
 Dep = int | Join | None  # what an op waits for: an op, a Join, or nothing
 
@@ -398,6 +413,20 @@ class _StageRun:
     sends: list[int | None] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Isend:
+    """A pipeline's point-to-point send: `post`, the op that starts it once both sides have
+    posted (rendezvous backends only); `sender_done`, what the sender's waits end with;
+    `delivered`, the transfer the receiver's op waits for. None: nothing to wait for."""
+
+    post: int | None
+    sender_done: int | None
+    delivered: int | None
+
+
+NO_SEND = Isend(None, None, None)
+
+
 @dataclass
 class _Pipeline:
     """Emits the schedule steps of a pipeline (torch.distributed.pipelining), stage by stage
@@ -411,11 +440,15 @@ class _Pipeline:
     prev: list[Dep]  # what each stage's next op on its compute stream waits for
     syncs: list[list[int | None]]  # each stage's gradient collectives (the optimizer waits for them)
 
+    @property
+    def rendezvous(self) -> bool:
+        return self.cfg.backend in RENDEZVOUS_BACKENDS
+
     def step(self, k: int) -> None:
         """Schedule step `k` of the gradient accumulation (one schedule.step call)."""
         P, M, kind = self.res.pp, self.res.microbatches, self.cfg.strategy.schedule
         runs = [_StageRun(schedule_order(kind, s, P, M), send_waits(kind, s, P, M)) for s in range(P)]
-        sent: dict[tuple[str, int, int], int | None] = {}  # (F|B, stage, microbatch) -> its isend
+        sent: dict[tuple[str, int, int], Isend] = {}  # (F|B, stage, microbatch) -> its isend
         remaining = 2 * M * P
         while remaining:
             progressed = 0
@@ -426,9 +459,14 @@ class _Pipeline:
                     if 0 <= need[1] < P and need not in sent:
                         break
                     waits = [run.sends[j] for j in run.waits[len(run.sends)]]
-                    start = _join(self.prev[s], sent.get(need), *waits)
+                    got = sent.get(need, NO_SEND)
+                    if got.post is not None:
+                        # this stage posts the recv once its previous op is done (in the batch it
+                        # then waits on, with its own sends): the peer's bytes move from then on
+                        self.p.ops[got.post].deps += _ids([self.prev[s]])
+                    start = _join(self.prev[s], got.delivered, *waits)
                     self.prev[s], sent[(kind_, s, m)] = self._op(s, kind_, m, start, k)
-                    run.sends.append(sent[(kind_, s, m)])
+                    run.sends.append(sent[(kind_, s, m)].sender_done)
                     progressed += 1
             if not progressed:
                 raise RuntimeError("pipeline schedule deadlocked (a bug in schedule_order)")
@@ -436,9 +474,9 @@ class _Pipeline:
         for s, run in enumerate(runs):
             self._reduce_grad(s, run, k)
 
-    def _op(self, s: int, kind: str, m: int, start: Dep, k: int) -> tuple[int, int | None]:
+    def _op(self, s: int, kind: str, m: int, start: Dep, k: int) -> tuple[int, Isend]:
         """F or B of microbatch m on stage s, then the isend of its output (activation to the
-        next stage, input gradient to the previous). Returns (last compute op, send op)."""
+        next stage, input gradient to the previous). Returns (last compute op, the isend)."""
         p, cfg, res, pc = self.p, self.cfg, self.res, self.pieces[s]
         P, R, K, M, mb = res.pp, res.world // res.pp, cfg.grad_accum, res.microbatches, res.microbatch_size
         tag = f" s{s} m{m}" + (f" [{k}]" if K > 1 else "")
@@ -446,19 +484,33 @@ class _Pipeline:
         if kind == "F":
             out = fsdp_forward(p, s, self.cm, cfg, mb, pc, start, tag)
             if s == P - 1:
-                return out, None
+                return out, NO_SEND
             lay = GroupLayout(s * R, 2 * R, 2, strided=True)
-            return out, _send(p, s, "p2p_fwd", lay, pc.blocks[-1].out_elems * mb * ebytes, f"send act{tag}", out, s + 1)
+            return out, self._isend(s, "p2p_fwd", lay, pc.blocks[-1].out_elems * mb * ebytes, f"act{tag}", out, s + 1)
         # DDP syncs in the last microbatch's backward (last_backward) of the accumulation boundary;
         # FSDP2 never reduces in a microbatch backward (set_requires_gradient_sync(False))
         last = m == M - 1 and k == K - 1
         out, syncs = fsdp_backward(p, s, self.cm, cfg, mb, pc, start, sync=last, tag=tag, reduce=False)
         self.syncs[s] += syncs
         if s == 0:
-            return out, None
+            return out, NO_SEND
         nbytes = pc.blocks[0].in_elems * mb * ebytes if pc.layers else 0.0
         lay = GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True)
-        return out, _send(p, s, "p2p_bwd", lay, nbytes, f"send grad{tag}", out, s - 1)
+        return out, self._isend(s, "p2p_bwd", lay, nbytes, f"grad{tag}", out, s - 1)
+
+    def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: int, peer: int) -> Isend:
+        """The isend of `what` to stage `peer` once op `after` is done. With a rendezvous
+        backend, a zero-length "post" op comes first (the recv's posting is added to its
+        dependencies when the receiver's schedule gets there), and the sender's wait ends at
+        the rendezvous when the message fits the sockets' buffers."""
+        if not self.rendezvous:
+            op = _send(self.p, s, stream, lay, nbytes, f"send {what}", after, peer)
+            return Isend(None, op, op)
+        if lay.size < 2 or nbytes <= 0:
+            return NO_SEND
+        post = self.p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p")
+        op = _send(self.p, s, stream, lay, nbytes, f"send {what}", post, peer)
+        return Isend(post, post if nbytes <= BUFFERED_SEND_BYTES else op, op)
 
     def _reduce_grad(self, s: int, run: _StageRun, k: int) -> None:
         """The end of a stage's schedule step: wait for its isends, then perform_reduce_grad;
