@@ -279,7 +279,10 @@ class PhaseRun:
         latency, route = self.steps[self.i]
         if latency and not self.waited:
             self.waited = True
-            self.net.call_in(latency, self.next)
+            self.net.env.timeout(latency).callbacks.append(self._after_latency)
             return
         self.i, self.waited = self.i + 1, False
         self.net.send(route, self.nbytes, self.tag, self.next)
+
+    def _after_latency(self, _ev: object) -> None:
+        self.next()

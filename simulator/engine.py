@@ -51,8 +51,8 @@ def simulate(p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int |
 class _Run:
     """One simulation. Ops start from the callback of their last dependency's end (no simpy
     process per op): a compute op is one timeout, a collective its phases one after another on
-    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here refers back to itself
-    through a callback, so it is all freed when the run returns."""
+    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here
+    refers back to itself through a callback, so it is all freed when the run returns."""
 
     def __init__(self, p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int | None) -> None:
         self.env = simpy.Environment()
@@ -96,7 +96,7 @@ class _Run:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
             self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration)
         elif op.duration > 0:
-            self.env.timeout(op.duration).callbacks.append(lambda _ev: self.end(op, start))
+            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
         else:
             self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
 

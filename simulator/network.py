@@ -87,10 +87,6 @@ class Network:
         self._usage = [0.0] * len(self._cap)  # demand at alone rates per link (bytes/s)
         self._count = [0] * len(self._cap)  # transfers per link
 
-    def call_in(self, delay: float, fn: Callable[[], object]) -> None:
-        """Run `fn()` `delay` seconds from now."""
-        self.env.timeout(delay).callbacks.append(lambda _ev: fn())
-
     def transfer(
         self, links: np.ndarray, load: np.ndarray, tag: str = "", max_rate: float | None = None
     ) -> simpy.Event:
