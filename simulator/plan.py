@@ -110,9 +110,14 @@ class Plan:
         return op.id
 
     def comm(self, rc: int, stream: str, coll: str, layout: GroupLayout, nbytes: float, name: str, deps, phase: str):
-        if layout.size < 2 or nbytes <= 0:
+        if not moves(layout, nbytes):
             return None
         return self.add(rc, stream, "comm", name, deps, coll=coll, layout=layout, nbytes=nbytes, phase=phase)
+
+
+def moves(layout: GroupLayout, nbytes: float) -> bool:
+    """Does a collective or send over `layout` move anything (a group of one, or no bytes: no op)?"""
+    return layout.size >= 2 and nbytes > 0
 
 
 def overlaps(cfg: RunConfig) -> bool:
@@ -506,8 +511,8 @@ class _Pipeline:
         if not self.rendezvous:
             op = _send(self.p, s, stream, lay, nbytes, f"send {what}", after, peer)
             return Isend(None, op, op)
-        if lay.size < 2 or nbytes <= 0:
-            return NO_SEND
+        if not moves(lay, nbytes):
+            return NO_SEND  # no op to post either
         post = self.p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p")
         op = _send(self.p, s, stream, lay, nbytes, f"send {what}", post, peer)
         return Isend(post, post if nbytes <= BUFFERED_SEND_BYTES else op, op)
