@@ -55,12 +55,15 @@ BRIDGE_IFNAME = "br0"  # the switch, inside the bridge namespace
 # tbf bucket (burst): the tokens of BURST_S of traffic at the line rate, and never fewer than
 # BURST_MIN_MTUS frames. A bucket smaller than one frame drops every full-size frame, and one
 # smaller than what the rate earns between two wake-ups of the qdisc throws tokens away, so the
-# link runs below its rate whenever the 2 shared cores are busy for a moment. The old rule of
-# thumb burst >= rate/HZ is moot: tbf wakes on an hrtimer. 1 ms at 200 Mbit/s is 25 kB, ~17
-# frames: small next to the MB-sized messages of a training step (each pays the shaped rate, not
-# a free burst). Measured here with 2 busy-looping processes beside it, 1, 2 and 4 ms buckets all
-# gave the same TCP goodput (~95.5 % of the rate, the 1448/1514 payload share of a frame).
-BURST_S = 1e-3
+# link runs below its rate whenever the host stalls for a moment (tbf wakes on an hrtimer; on
+# this shared VM the vCPU itself is sometimes late). Measured here (2026-11-22, emu-4x2, 16
+# single TCP streams per setting, nothing else running): a 1 ms bucket gave 66-96 % of the
+# rate (median 88 % in one minute, 96 % in the next), 2 ms 93-96 %, 4 and 8 ms 95-97 % every
+# time (95.6 % is the 1448/1514 payload share of a frame). 4 ms is 100 kB at 200 Mbit/s: a
+# message after an idle moment gets that much at once (a pipeline's 512 kB activation arrives
+# ~20 % sooner than the rate says; the simulator does not model the bucket), small next to the
+# MB-sized collectives of a training step.
+BURST_S = 4e-3
 BURST_MIN_MTUS = 8
 # tbf queue (latency): frames worth this much time at the rate wait in the queue before tbf drops
 # (250 kB at 200 Mbit/s): enough for TCP to keep the link busy (several flows into one node drop,

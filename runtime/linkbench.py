@@ -20,19 +20,29 @@ import time
 SIZES = (64 * 1024, 8 * 1024 * 1024)  # bytes of the gathered (whole) array
 REPEATS = 6
 NIC_SIZES = (2 * 1024 * 1024, 16 * 1024 * 1024)  # the world ring: NIC-bound, so larger arrays
-NIC_REPEATS = 3
+NIC_REPEATS = 2
+# Every figure is the median of ROUNDS rounds (each `repeats` calls after a barrier): this
+# shared host stalls now and then for a fraction of a second, and a stall inside a plain mean
+# of a few calls counts whole (profiles of one day had the NIC 14 % apart, 2026-11-22).
+ROUNDS = 5
 
 
-def _time(fn, repeats: int) -> float:
+def _time(fn, repeats: int, rounds: int = ROUNDS) -> float:
+    """Seconds per call of `fn` (a collective): the median over `rounds` of the mean of
+    `repeats` calls. No barrier inside the timed span: its cost would count as latency."""
+    import statistics
+
     import torch.distributed as dist
 
     fn()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    dist.barrier()
-    return (time.perf_counter() - t0) / repeats
+    per_call = []
+    for _ in range(rounds):
+        dist.barrier()  # all start together; a round ends when this rank's last call returns
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        per_call.append((time.perf_counter() - t0) / repeats)
+    return statistics.median(per_call)
 
 
 def fit(k: int, sizes: tuple[int, int], times: tuple[float, float]) -> tuple[float, float]:

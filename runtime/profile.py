@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from simulator.config import add_config_arguments, config_from_args
 from simulator.errors import ConfigError
+
+WHOLE_ROUNDS = 3
 
 
 def _median_time(fn, repeats: int, warmup: int, sync) -> float:
@@ -77,10 +80,21 @@ def profile_workload(
 
     batches = sorted({batch} if isinstance(batch, int) else set(batch))
     ctx = _setup(workload, device, threads, precision)
+    blocks_of = {b: _block_times(ctx, b, repeats, warmup) for b in batches}
+    # The whole model, which sets every size's level, is timed in WHOLE_ROUNDS rounds that go
+    # through every size in turn (median of the rounds' medians): on this shared host a few
+    # seconds at one speed no longer set one size's figure alone (timed back to back, size by
+    # size, one profile's microbatch 4 took 2.6 times its microbatch 2, and the next 1.8 times).
+    per_round = max(1, math.ceil(repeats / WHOLE_ROUNDS))
+    rounds: dict[int, list[tuple[float, float]]] = {b: [] for b in batches}
+    for r in range(WHOLE_ROUNDS):
+        for b in batches:
+            rounds[b].append(_whole_times(ctx, b, per_round, warmup if r == 0 else 1))
     by_batch, whole = {}, {}
     for b in batches:
-        blocks = _block_times(ctx, b, repeats, warmup)
-        fwd, bwd = _whole_times(ctx, b, repeats, warmup)
+        blocks = blocks_of[b]
+        fwd = statistics.median(f for f, _ in rounds[b])
+        bwd = statistics.median(w for _, w in rounds[b])
         sf, sb = sum(v[0] for v in blocks.values()), sum(v[1] for v in blocks.values())
         whole[str(b)] = {"fwd_s": fwd, "bwd_s": bwd, "blocks_fwd_s": sf, "blocks_bwd_s": sb}
         by_batch[str(b)] = {k: [f * fwd / sf, w * bwd / sb] for k, (f, w) in blocks.items()}
@@ -92,6 +106,7 @@ def profile_workload(
     t_opt = _median_time(opt.step, repeats, warmup, ctx.sync)
     first = batches[0]
     dev = ctx.device
+    sharded = sharded_optimizer_overhead(model, repeats, warmup) if dev.type == "cpu" else None
     return {
         "workload": workload,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -103,7 +118,45 @@ def profile_workload(
         "whole_model_s": whole,
         "blocks_per_sample_s": {k: [f / first, b / first] for k, (f, b) in by_batch[str(first)].items()},
         "optimizer_per_param_s": t_opt / n_params,
+        "sharded_optimizer_overhead_s": sharded,
     }
+
+
+def sharded_optimizer_overhead(model, repeats: int = 9, warmup: int = 2) -> float | None:
+    """Seconds that one Adam step costs more on FSDP2's parameters than on plain ones, on CPU at
+    world size 1 (the same numbers: the difference is DTensor's dispatch of every per-parameter
+    op, which does not shrink with the shard). Plain and sharded steps alternate; medians.
+    None when this process already has a process group (it is left alone)."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from runtime.launch import free_port
+    from runtime.parallel import apply_fsdp
+
+    if dist.is_initialized():
+        return None
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        plain = copy.deepcopy(model)
+        sharded = apply_fsdp(copy.deepcopy(model), init_device_mesh("cpu", (1,)))
+        steps = []
+        for m in (plain, sharded):
+            for p in m.parameters():
+                p.grad = torch.zeros_like(p)
+            steps.append(torch.optim.Adam(m.parameters()).step)
+        times: tuple[list[float], list[float]] = ([], [])
+        for i in range(warmup + repeats):
+            for step, out in zip(steps, times, strict=True):
+                t = time.perf_counter()
+                step()
+                if i >= warmup:
+                    out.append(time.perf_counter() - t)
+        return max(0.0, statistics.median(times[1]) - statistics.median(times[0]))
+    finally:
+        dist.destroy_process_group()
 
 
 @dataclass
@@ -261,8 +314,9 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     """Bring the emulated cluster up and measure, under torchrun in the cluster
     (`runtime.linkbench`), the loopback inside a node as gloo's all-gather gets it with every
     node gathering at once, and a node's NIC as gloo's ring over all ranks gets it (`nic_Bps`,
-    `nic_latency_s`, what the simulator uses). One TCP stream node 0 → node 1 is measured too,
-    for reference (`nic_tcp_Bps`, `nic_tcp_latency_s`). Needs root."""
+    `nic_latency_s`, what the simulator uses). One TCP stream node 0 → node 1 and one inside
+    node 0 are measured too (`nic_tcp_*`, `loopback_tcp_*`): for reference, and their latency
+    is the least a ring step can take. Needs root."""
     import subprocess
 
     from runtime.emulation import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
@@ -274,6 +328,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
         if len(cluster.nodes) > 1:
             nic = measure_link(cluster, 0, 1)
             out |= {"nic_tcp_Bps": nic.bandwidth_Bps, "nic_tcp_latency_s": nic.latency_s}
+        lo = measure_link(cluster, 0, 0)
+        out |= {"loopback_tcp_Bps": lo.bandwidth_Bps, "loopback_tcp_latency_s": lo.latency_s}
         result = Path(tmp) / "loopback.json"
         port = free_port()
         root = str(Path(__file__).resolve().parent.parent)
@@ -302,9 +358,17 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
             why = next((e.decode(errors="replace").strip().splitlines()[-1] for e in errs if e.strip()), "no output")
             raise ConfigError(f"timing gloo inside the nodes of {topology} failed: {why}")
         lb = json.loads(result.read_text())
-        out |= {"loopback_Bps": lb["loopback_Bps"], "loopback_latency_s": lb["loopback_latency_s"]}
-        if "nic_ring_Bps" in lb:
-            out |= {"nic_Bps": lb["nic_ring_Bps"], "nic_latency_s": lb["nic_ring_latency_s"]}
+    return out | ring_figures(lb, lo.latency_s, out.get("nic_tcp_latency_s"))
+
+
+def ring_figures(bench: dict, loopback_tcp_latency_s: float, nic_tcp_latency_s: float | None) -> dict[str, float]:
+    """The link figures the simulator uses, from `runtime.linkbench`'s fits. A ring step takes
+    at least a one-way trip over its link, so a fit's per-step cost (clamped at 0 when the
+    small size went at the full rate, as it can with tbf's bucket) is floored at the TCP probe's."""
+    out = {"loopback_Bps": bench["loopback_Bps"]}
+    out["loopback_latency_s"] = max(bench["loopback_latency_s"], loopback_tcp_latency_s)
+    if "nic_ring_Bps" in bench and nic_tcp_latency_s is not None:
+        out |= {"nic_Bps": bench["nic_ring_Bps"], "nic_latency_s": max(bench["nic_ring_latency_s"], nic_tcp_latency_s)}
     return out
 
 
@@ -437,7 +501,9 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
         total_b = sum(v[1] for v in table.values())
         print(f"{cfg.workload} on {doc['device']}, microbatch {b}: forward {total_f * 1e3:.2f} ms, "
               f"backward {total_b * 1e3:.2f} ms")  # fmt: skip
-    print(f"Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param")
+    print(f"Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param", end="")
+    so = doc.get("sharded_optimizer_overhead_s")
+    print("" if so is None else f", +{so * 1e3:.1f} ms a step on FSDP2's sharded parameters")
     for name, lp in doc.get("links", {}).items():
         nic = ""
         if "nic_Bps" in lp:

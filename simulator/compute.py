@@ -64,6 +64,14 @@ class ComputeModel:
             return self.profile.optimizer_per_param_s * local_params
         return local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
 
+    def sharded_optimizer_overhead(self) -> float:
+        """What an optimizer step on FSDP2's sharded (DTensor) parameters costs on top: the
+        profile's measured figure (dispatch per parameter tensor, whatever the shard size);
+        0 without one (the roofline has no per-op cost: an assumption)."""
+        if self.profile and self.profile.sharded_optimizer_overhead_s is not None:
+            return self.profile.sharded_optimizer_overhead_s
+        return 0.0
+
     @property
     def peak_flops(self) -> float:
         return self.device.peak_tflops[self.precision] * 1e12

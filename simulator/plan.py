@@ -20,7 +20,8 @@ traffic. Programs mirror what PyTorch executes:
   gradients sent point to point (isend, waited on where the schedule waits: `send_waits`;
   with gloo a send starts only once the receiving stage posts its recv, right after its
   previous op, and a small one frees its sender then: `RENDEZVOUS_BACKENDS`);
-  DDP stages all-reduce their buckets during the last microbatch's backward. A sharded
+  DDP stages all-reduce their buckets during the last microbatch's backward, which returns
+  (and sends its input gradient) only once they are done. A sharded
   stage runs every microbatch backward with set_reshard_after_backward(False) and
   set_requires_gradient_sync(False): a unit all-gathers only when it is sharded
   (`Residency`), stays unsharded after backward, and reduce-scatters once per schedule
@@ -333,8 +334,12 @@ def fsdp_reduce_grad(p: Plan, rc: int, cfg: RunConfig, pc: Piece, after: Dep, sy
     return syncs
 
 
-def _optimizer(p: Plan, rc: int, cm: ComputeModel, local_params: float, deps) -> int:
-    return p.add(rc, "compute", "optimizer", "optimizer step", deps, duration=cm.optimizer(local_params), phase="opt")
+def _optimizer(p: Plan, rc: int, cm: ComputeModel, local_params: float, deps, sharded_share: float = 0.0) -> int:
+    """Adam over this rank's parameters; `sharded_share` of the model's parameters are FSDP2's
+    (DTensors), and that share of the measured sharded overhead is added (an approximation:
+    the overhead goes with the number of parameter tensors, taken here as with their size)."""
+    dur = cm.optimizer(local_params) + sharded_share * cm.sharded_optimizer_overhead()
+    return p.add(rc, "compute", "optimizer", "optimizer step", deps, duration=dur, phase="opt")
 
 
 def _data_parallel_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
@@ -357,7 +362,7 @@ def _data_parallel_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved
         prev = fsdp_forward(p, 0, cm, cfg, res.microbatch_size, piece, prev, tag)
         prev, s = fsdp_backward(p, 0, cm, cfg, res.microbatch_size, piece, prev, sync=(k == K - 1), tag=tag)
         syncs += s
-    _optimizer(p, 0, cm, w.params / d, [prev, *syncs])
+    _optimizer(p, 0, cm, w.params / d, [prev, *syncs], 1.0 if piece.shard is not None else 0.0)
 
 
 def schedule_order(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
@@ -479,9 +484,9 @@ class _Pipeline:
         for s, run in enumerate(runs):
             self._reduce_grad(s, run, k)
 
-    def _op(self, s: int, kind: str, m: int, start: Dep, k: int) -> tuple[int, Isend]:
+    def _op(self, s: int, kind: str, m: int, start: Dep, k: int) -> tuple[Dep, Isend]:
         """F or B of microbatch m on stage s, then the isend of its output (activation to the
-        next stage, input gradient to the previous). Returns (last compute op, the isend)."""
+        next stage, input gradient to the previous). Returns (what the op's end waits for, the isend)."""
         p, cfg, res, pc = self.p, self.cfg, self.res, self.pieces[s]
         P, R, K, M, mb = res.pp, res.world // res.pp, cfg.grad_accum, res.microbatches, res.microbatch_size
         tag = f" s{s} m{m}" + (f" [{k}]" if K > 1 else "")
@@ -495,15 +500,20 @@ class _Pipeline:
         # DDP syncs in the last microbatch's backward (last_backward) of the accumulation boundary;
         # FSDP2 never reduces in a microbatch backward (set_requires_gradient_sync(False))
         last = m == M - 1 and k == K - 1
-        out, syncs = fsdp_backward(p, s, self.cm, cfg, mb, pc, start, sync=last, tag=tag, reduce=False)
+        op, syncs = fsdp_backward(p, s, self.cm, cfg, mb, pc, start, sync=last, tag=tag, reduce=False)
         self.syncs[s] += syncs
+        # DDP's backward() returns only once its buckets are all-reduced (the reducer's
+        # finalize_backward waits for them; on a GPU its stream does), so this stage's
+        # input-gradient send and its next op come after its gradient sync: the stages'
+        # syncs run one after another, each behind the previous stage's last backward
+        out = _join(op, *syncs)
         if s == 0:
             return out, NO_SEND
         nbytes = pc.blocks[0].in_elems * mb * ebytes if pc.layers else 0.0
         lay = GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True)
         return out, self._isend(s, "p2p_bwd", lay, nbytes, f"grad{tag}", out, s - 1)
 
-    def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: int, peer: int) -> Isend:
+    def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: Dep, peer: int) -> Isend:
         """The isend of `what` to stage `peer` once op `after` is done. With a rendezvous
         backend, a zero-length "post" op comes first (the recv's posting is added to its
         dependencies when the receiver's schedule gets there), and the sender's wait ends at
@@ -528,7 +538,7 @@ class _Pipeline:
         self.prev[s] = _join(end, *rg)
 
 
-def _send(p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: int, peer: int):
+def _send(p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: Dep, peer: int):
     """A point-to-point isend to rank class `peer` (None when there is nothing to send)."""
     op = p.comm(rc, stream, "send_recv", lay, nbytes, name, [after], "p2p")
     if op is not None:
@@ -543,7 +553,8 @@ def _pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: 
     for k in range(cfg.grad_accum):
         pipe.step(k)
     for s in range(P):
-        _optimizer(p, s, cm, p.classes[s].local_params, [pipe.prev[s], *pipe.syncs[s]])
+        share = p.classes[s].params / w.params if pieces[s].shard is not None else 0.0
+        _optimizer(p, s, cm, p.classes[s].local_params, [pipe.prev[s], *pipe.syncs[s]], share)
 
 
 def _join(a: Dep, *others: Dep) -> Dep:
@@ -583,6 +594,9 @@ class _BlockTimes:
 
     def optimizer(self, local_params: float) -> float:
         return self.cm.optimizer(local_params)
+
+    def sharded_optimizer_overhead(self) -> float:
+        return self.cm.sharded_optimizer_overhead()
 
 
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:

@@ -44,14 +44,18 @@ class Profile:
     links: dict[str, LinkProfile] = field(default_factory=dict)  # topology name → measured links
     effective_cores: dict[int, float] = field(default_factory=dict)  # ranks computing at once → cores
     yardstick_s: float | None = None  # the whole model's forward + backward on every core at once, when profiled
+    # an Adam step on FSDP2's (DTensor) parameters over one on plain ones: per step, whatever the shard
+    sharded_optimizer_overhead_s: float | None = None
 
     def slowed(self, factor: float) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
-        optimizer times scaled (a shared host's speed drifts; `validate` measures the factor
-        before each run with the same yardstick)."""
+        optimizer times (and the sharded optimizer's overhead) scaled (a shared host's speed
+        drifts; `validate` measures the factor before each run with the same yardstick)."""
         blocks = {b: {k: (f * factor, w * factor) for k, (f, w) in t.items()} for b, t in self.blocks.items()}
         opt = None if self.optimizer_per_param_s is None else self.optimizer_per_param_s * factor
-        return replace(self, blocks=blocks, optimizer_per_param_s=opt)
+        so = self.sharded_optimizer_overhead_s
+        so = None if so is None else so * factor
+        return replace(self, blocks=blocks, optimizer_per_param_s=opt, sharded_optimizer_overhead_s=so)
 
     def block_time(self, name: str, batch: int) -> tuple[float, float] | None:
         """(fwd_s, bwd_s) of block `name` for a microbatch of `batch` samples, or None if not profiled."""
@@ -102,6 +106,12 @@ def _positive(v: Any, where: str, key: str) -> float:
     return float(v)
 
 
+def _non_negative(v: Any, where: str, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise ConfigError(f"expected a number >= 0, got {v!r}", where=where, field=key)
+    return float(v)
+
+
 def parse_profile(doc: Any, where: str, workload: str) -> Profile:
     """Check a profile document against the workload it is used for."""
     if not isinstance(doc, dict):
@@ -130,6 +140,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
             "missing; expected blocks_by_batch_s (or blocks_per_sample_s)", where=where, field="blocks_by_batch_s"
         )
     opt = doc.get("optimizer_per_param_s")
+    so = doc.get("sharded_optimizer_overhead_s")
     links = {}
     for top, lp in (doc.get("links") or {}).items():
         if not isinstance(lp, dict):
@@ -154,6 +165,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         links=links,
         effective_cores=cores,
         yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_all_cores_s"),
+        sharded_optimizer_overhead_s=None if so is None else _non_negative(so, where, "sharded_optimizer_overhead_s"),
     )
 
 

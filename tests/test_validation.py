@@ -245,6 +245,60 @@ def test_linkbench_fit_recovers_the_alpha_beta_of_a_ring_all_gather():
     assert got_bw == pytest.approx(bw) and got_alpha == pytest.approx(alpha)
 
 
+def test_a_ring_step_costs_at_least_the_links_one_way_trip():
+    """A fit whose small size went at the full rate has no per-step cost left (clamped at 0);
+    the profile keeps the TCP probe's one-way latency instead, and a positive fit as it is."""
+    from runtime.profile import ring_figures
+
+    bench = {"loopback_Bps": 3e8, "loopback_latency_s": 0.0, "nic_ring_Bps": 2.4e7, "nic_ring_latency_s": 0.0}
+    got = ring_figures(bench, 1.6e-5, 2.2e-5)
+    assert got == {"loopback_Bps": 3e8, "loopback_latency_s": 1.6e-5, "nic_Bps": 2.4e7, "nic_latency_s": 2.2e-5}
+    bench |= {"loopback_latency_s": 1e-3, "nic_ring_latency_s": 2e-3}
+    got = ring_figures(bench, 1.6e-5, 2.2e-5)
+    assert got["loopback_latency_s"] == 1e-3 and got["nic_latency_s"] == 2e-3
+    assert "nic_Bps" not in ring_figures(bench, 1.6e-5, None)  # one node: no NIC
+
+
+def test_the_sharded_optimizer_overhead_goes_to_fsdp_ranks_only(tmp_path):
+    """FSDP2's Adam on DTensors costs a measured overhead per step whatever the shard: every
+    zero/zero2d rank pays it whole, a sharded pipeline stage its share of the parameters, DDP
+    (and a replicated stage) nothing. A negative figure is bad input."""
+    import dataclasses
+
+    from simulator.config import Strategy
+
+    base = load_profile(_profile(tmp_path), "small-gpt")
+    extra = dataclasses.replace(base, sharded_optimizer_overhead_s=0.05)
+
+    def opt_s(prof, **strategy) -> dict[int, float]:
+        """Each rank class's optimizer op: its work in seconds (before the cores are shared)."""
+        from simulator.compute import ComputeModel
+        from simulator.config import resolve
+        from simulator.plan import build_plan
+        from simulator.workload import load_workload
+
+        cfg = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=2, batch_per_device=4, precision="fp32",
+                        checkpointing=False, backend="gloo", strategy=Strategy(**strategy))  # fmt: skip
+        w, cluster = load_workload(cfg.workload), make_cluster(cfg.topology, cfg.nodes)
+        cfg, res = resolve(cfg, cluster.world, len(w.layers))
+        plan = build_plan(cfg, res, w, ComputeModel(cluster.instance.device, cfg.precision, prof))
+        return {op.rank_class: op.duration for op in plan.ops if op.kind == "optimizer"}
+
+    for kind in (dict(kind="zero"), dict(kind="zero2d", degree=2)):
+        assert opt_s(extra, **kind)[0] == pytest.approx(opt_s(base, **kind)[0] + 0.05, rel=1e-6)
+    assert opt_s(extra, kind="ddp") == pytest.approx(opt_s(base, kind="ddp"))
+    sharded_pipe = dict(kind="pipeline", pp=2, degree=2, microbatches=4, schedule="1f1b")
+    with_extra, without = opt_s(extra, **sharded_pipe), opt_s(base, **sharded_pipe)
+    added = [with_extra[s] - without[s] for s in without]
+    assert all(0 < x < 0.05 for x in added) and sum(added) == pytest.approx(0.05, rel=1e-6)
+    plain_pipe = dict(kind="pipeline", pp=2, microbatches=4, schedule="1f1b")
+    assert opt_s(extra, **plain_pipe) == pytest.approx(opt_s(base, **plain_pipe))
+    doc = json.loads(_profile(tmp_path).read_text()) | {"sharded_optimizer_overhead_s": -1}
+    with pytest.raises(ConfigError, match="sharded_optimizer_overhead_s"):
+        parse_profile(doc, "p.json", "small-gpt")
+    assert extra.slowed(2.0).sharded_optimizer_overhead_s == pytest.approx(0.1)
+
+
 def test_a_slower_host_scales_the_measured_compute(tmp_path):
     prof = load_profile(_profile(tmp_path), "small-gpt")
     name = next(iter(prof.blocks[4]))
