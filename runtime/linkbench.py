@@ -14,6 +14,7 @@ loopback's achieved bandwidth per rank and its per-step latency.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 
@@ -30,8 +31,6 @@ ROUNDS = 5
 def _time(fn, repeats: int, rounds: int = ROUNDS) -> float:
     """Seconds per call of `fn` (a collective): the median over `rounds` of the mean of
     `repeats` calls. No barrier inside the timed span: its cost would count as latency."""
-    import statistics
-
     import torch.distributed as dist
 
     fn()

@@ -100,15 +100,10 @@ def _pair(v: Any, where: str, key: str) -> tuple[float, float]:
     return float(v[0]), float(v[1])
 
 
-def _positive(v: Any, where: str, key: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise ConfigError(f"expected a number > 0, got {v!r}", where=where, field=key)
-    return float(v)
-
-
-def _non_negative(v: Any, where: str, key: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-        raise ConfigError(f"expected a number >= 0, got {v!r}", where=where, field=key)
+def _positive(v: Any, where: str, key: str, *, zero: bool = False) -> float:
+    """`v` as a float when it is a number > 0 (>= 0 with `zero`); else bad input."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (v == 0 and not zero):
+        raise ConfigError(f"expected a number {'>=' if zero else '>'} 0, got {v!r}", where=where, field=key)
     return float(v)
 
 
@@ -141,6 +136,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         )
     opt = doc.get("optimizer_per_param_s")
     so = doc.get("sharded_optimizer_overhead_s")
+    so = None if so is None else _positive(so, where, "sharded_optimizer_overhead_s", zero=True)
     links = {}
     for top, lp in (doc.get("links") or {}).items():
         if not isinstance(lp, dict):
@@ -165,7 +161,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         links=links,
         effective_cores=cores,
         yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_all_cores_s"),
-        sharded_optimizer_overhead_s=None if so is None else _non_negative(so, where, "sharded_optimizer_overhead_s"),
+        sharded_optimizer_overhead_s=so,
     )
 
 

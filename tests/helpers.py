@@ -1,7 +1,9 @@
-"""Shared test helpers: synthetic topologies built in code."""
+"""Shared test helpers: synthetic topologies built in code; a configuration's plan."""
 
 from __future__ import annotations
 
+from simulator.config import RunConfig
+from simulator.profile_data import Profile
 from simulator.topology import Cluster, InstanceType, parse_instance
 
 
@@ -42,3 +44,17 @@ def instance(
 def one_tier(nodes: int, nic_gbps: float = 100.0, latency_us: float = 5.0) -> Cluster:
     """n nodes of one device each: every edge crosses exactly one NIC pair (one tier)."""
     return Cluster(instance(devices=1, nic_gbps=nic_gbps, nic_latency_us=latency_us), nodes)
+
+
+def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
+    """The ops of `cfg`'s plan on its topology (block times from `profile` when given)."""
+    from simulator.compute import ComputeModel
+    from simulator.config import resolve
+    from simulator.plan import build_plan
+    from simulator.topology import make_cluster
+    from simulator.workload import load_workload
+
+    w = load_workload(cfg.workload)
+    cluster = make_cluster(cfg.topology, cfg.nodes)
+    cfg, res = resolve(cfg, cluster.world, len(w.layers))
+    return build_plan(cfg, res, w, ComputeModel(cluster.instance.device, cfg.precision, profile)).ops

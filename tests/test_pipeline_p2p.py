@@ -11,6 +11,7 @@ import pytest
 import simulator.plan as plan_mod
 from simulator.config import RunConfig, Strategy
 from simulator.predict import predict
+from tests.helpers import plan_ops
 
 EMU = dict(workload="small-gpt", topology="emu-2x2", nodes=2, batch_per_device=4, precision="fp32", checkpointing=False)
 
@@ -44,25 +45,13 @@ def test_a_small_gloo_isend_frees_its_sender_at_the_rendezvous(monkeypatch) -> N
     """1F1B stage 0 waits for its isend of microbatch 1 before its first backward: with a
     message the socket buffers hold, until the rendezvous; with none buffered, until delivery."""
     buffered = predict(_cfg("1f1b"))
-    ops = {op.name: op for op in _plan_ops(_cfg("1f1b"))}
+    ops = {op.name: op for op in plan_ops(_cfg("1f1b"))}
     b0 = ops["B s0 m0 (5 blocks)"]
     assert ops["post act s0 m1"].id in b0.deps and ops["send act s0 m1"].id not in b0.deps
     monkeypatch.setattr(plan_mod, "BUFFERED_SEND_BYTES", 0)
-    ops = {op.name: op for op in _plan_ops(_cfg("1f1b"))}
+    ops = {op.name: op for op in plan_ops(_cfg("1f1b"))}
     assert ops["send act s0 m1"].id in ops["B s0 m0 (5 blocks)"].deps
     assert predict(_cfg("1f1b")).step_time_s >= buffered.step_time_s - 1e-12
-
-
-def _plan_ops(cfg: RunConfig):
-    from simulator.compute import ComputeModel
-    from simulator.config import resolve
-    from simulator.topology import make_cluster
-    from simulator.workload import load_workload
-
-    w = load_workload(cfg.workload)
-    cluster = make_cluster(cfg.topology, cfg.nodes)
-    cfg, res = resolve(cfg, cluster.world, len(w.layers))
-    return plan_mod.build_plan(cfg, res, w, ComputeModel(cluster.instance.device, cfg.precision)).ops
 
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])

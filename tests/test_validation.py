@@ -19,6 +19,7 @@ from simulator.errors import ConfigError
 from simulator.predict import predict
 from simulator.profile_data import load_profile, parse_profile
 from simulator.topology import make_cluster
+from tests.helpers import plan_ops
 
 
 def run_cli(argv: list[str]) -> int:
@@ -272,17 +273,9 @@ def test_the_sharded_optimizer_overhead_goes_to_fsdp_ranks_only(tmp_path):
 
     def opt_s(prof, **strategy) -> dict[int, float]:
         """Each rank class's optimizer op: its work in seconds (before the cores are shared)."""
-        from simulator.compute import ComputeModel
-        from simulator.config import resolve
-        from simulator.plan import build_plan
-        from simulator.workload import load_workload
-
         cfg = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=2, batch_per_device=4, precision="fp32",
                         checkpointing=False, backend="gloo", strategy=Strategy(**strategy))  # fmt: skip
-        w, cluster = load_workload(cfg.workload), make_cluster(cfg.topology, cfg.nodes)
-        cfg, res = resolve(cfg, cluster.world, len(w.layers))
-        plan = build_plan(cfg, res, w, ComputeModel(cluster.instance.device, cfg.precision, prof))
-        return {op.rank_class: op.duration for op in plan.ops if op.kind == "optimizer"}
+        return {op.rank_class: op.duration for op in plan_ops(cfg, prof) if op.kind == "optimizer"}
 
     for kind in (dict(kind="zero"), dict(kind="zero2d", degree=2)):
         assert opt_s(extra, **kind)[0] == pytest.approx(opt_s(base, **kind)[0] + 0.05, rel=1e-6)
