@@ -334,11 +334,14 @@ def fsdp_reduce_grad(p: Plan, rc: int, cfg: RunConfig, pc: Piece, after: Dep, sy
     return syncs
 
 
-def _optimizer(p: Plan, rc: int, cm: ComputeModel, local_params: float, deps, sharded_share: float = 0.0) -> int:
-    """Adam over this rank's parameters; `sharded_share` of the model's parameters are FSDP2's
-    (DTensors), and that share of the measured sharded overhead is added (an approximation:
-    the overhead goes with the number of parameter tensors, taken here as with their size)."""
-    dur = cm.optimizer(local_params) + sharded_share * cm.sharded_optimizer_overhead()
+def _optimizer(p: Plan, rc: int, cm: ComputeModel, pc: Piece, model_params: float, deps) -> int:
+    """Adam over the parameters rank class `rc` owns. When its piece is sharded (FSDP2's
+    DTensors), its share of the model's parameters times the measured sharded overhead is
+    added (an approximation: the overhead goes with the number of parameter tensors, taken
+    here as with their size)."""
+    rcl = p.classes[rc]
+    share = rcl.params / model_params if pc.shard is not None else 0.0
+    dur = cm.optimizer(rcl.local_params) + share * cm.sharded_optimizer_overhead()
     return p.add(rc, "compute", "optimizer", "optimizer step", deps, duration=dur, phase="opt")
 
 
@@ -362,7 +365,7 @@ def _data_parallel_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved
         prev = fsdp_forward(p, 0, cm, cfg, res.microbatch_size, piece, prev, tag)
         prev, s = fsdp_backward(p, 0, cm, cfg, res.microbatch_size, piece, prev, sync=(k == K - 1), tag=tag)
         syncs += s
-    _optimizer(p, 0, cm, w.params / d, [prev, *syncs], 1.0 if piece.shard is not None else 0.0)
+    _optimizer(p, 0, cm, piece, w.params, [prev, *syncs])
 
 
 def schedule_order(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
@@ -553,8 +556,7 @@ def _pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: 
     for k in range(cfg.grad_accum):
         pipe.step(k)
     for s in range(P):
-        share = p.classes[s].params / w.params if pieces[s].shard is not None else 0.0
-        _optimizer(p, s, cm, p.classes[s].local_params, [pipe.prev[s], *pipe.syncs[s]], share)
+        _optimizer(p, s, cm, pieces[s], w.params, [pipe.prev[s], *pipe.syncs[s]])
 
 
 def _join(a: Dep, *others: Dep) -> Dep:
