@@ -17,36 +17,46 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.hostspeed import Probe, SpeedLog
 from simulator.config import add_config_arguments, config_from_args
 from simulator.errors import ConfigError
 
 WHOLE_ROUNDS = 3
 
 
-def _median_time(fn, repeats: int, warmup: int, sync) -> float:
+def _unit() -> float:
+    return 1.0
+
+
+def _median_time(fn, repeats: int, warmup: int, sync, speed: Callable[[], float] = _unit) -> float:
+    """Median seconds of `fn()`, each timing divided by `speed()` read just before it (a
+    SpeedLog: the host's speed then, in probe seconds; 1 by default)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        s = speed()
         sync()
         t = time.perf_counter()
         fn()
         sync()
-        times.append(time.perf_counter() - t)
+        times.append((time.perf_counter() - t) / s)
     return statistics.median(times)
 
 
-def _fwd_bwd_times(forward, repeats: int, warmup: int, sync) -> tuple[float, float]:
+def _fwd_bwd_times(forward, repeats: int, warmup: int, sync, speed: Callable[[], float] = _unit) -> tuple[float, float]:
     """Median forward and median backward seconds, each timed on its own in the same iteration
-    (`forward()` returns the scalar to differentiate): no difference of two noisy medians."""
+    (`forward()` returns the scalar to differentiate): no difference of two noisy medians.
+    Each iteration is divided by `speed()` read just before it (see _median_time)."""
     for _ in range(warmup):
         forward().backward()
     fwd, bwd = [], []
     for _ in range(repeats):
+        s = speed()
         sync()
         t0 = time.perf_counter()
         loss = forward()
@@ -54,8 +64,8 @@ def _fwd_bwd_times(forward, repeats: int, warmup: int, sync) -> tuple[float, flo
         t1 = time.perf_counter()
         loss.backward()
         sync()
-        fwd.append(t1 - t0)
-        bwd.append(time.perf_counter() - t1)
+        fwd.append((t1 - t0) / s)
+        bwd.append((time.perf_counter() - t1) / s)
     return statistics.median(fwd), statistics.median(bwd)
 
 
@@ -80,7 +90,9 @@ def profile_workload(
 
     batches = sorted({batch} if isinstance(batch, int) else set(batch))
     ctx = _setup(workload, device, threads, precision)
-    blocks_of = {b: _block_times(ctx, b, repeats, warmup) for b in batches}
+    # every timed pass divided by the host-speed probe read just before it (probe units)
+    speed = SpeedLog(Probe() if ctx.device.type == "cpu" else None)
+    blocks_of = {b: _block_times(ctx, b, repeats, warmup, speed) for b in batches}
     # The whole model, which sets every size's level, is timed in WHOLE_ROUNDS rounds that go
     # through every size in turn (median of the rounds' medians): on this shared host a few
     # seconds at one speed no longer set one size's figure alone (timed back to back, size by
@@ -89,27 +101,33 @@ def profile_workload(
     rounds: dict[int, list[tuple[float, float]]] = {b: [] for b in batches}
     for r in range(WHOLE_ROUNDS):
         for b in batches:
-            rounds[b].append(_whole_times(ctx, b, per_round, warmup if r == 0 else 1))
-    by_batch, whole = {}, {}
-    for b in batches:
-        blocks = blocks_of[b]
-        fwd = statistics.median(f for f, _ in rounds[b])
-        bwd = statistics.median(w for _, w in rounds[b])
-        sf, sb = sum(v[0] for v in blocks.values()), sum(v[1] for v in blocks.values())
-        whole[str(b)] = {"fwd_s": fwd, "bwd_s": bwd, "blocks_fwd_s": sf, "blocks_bwd_s": sb}
-        by_batch[str(b)] = {k: [f * fwd / sf, w * bwd / sb] for k, (f, w) in blocks.items()}
+            rounds[b].append(_whole_times(ctx, b, per_round, warmup if r == 0 else 1, speed))
     model = ctx.model
     opt = torch.optim.Adam(model.parameters())
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     n_params = sum(p.numel() for p in model.parameters())
-    t_opt = _median_time(opt.step, repeats, warmup, ctx.sync)
-    first = batches[0]
-    dev = ctx.device
+    t_opt = _median_time(opt.step, repeats, warmup, ctx.sync, speed)
     del opt  # its states: the sharded optimizer below needs the memory (vit-630m: 5 GB)
     for p in model.parameters():
         p.grad = None
-    sharded = sharded_optimizer_overhead(model, t_opt, repeats, warmup) if dev.type == "cpu" else None
+    sharded = None
+    if ctx.device.type == "cpu":
+        t_sharded = sharded_optimizer_step(model, repeats, warmup, speed)
+        sharded = None if t_sharded is None else max(0.0, t_sharded - t_opt)
+    ref = speed.ref  # every figure at one speed: the probes' mean (1 probe unit = `ref` seconds)
+    by_batch, whole = {}, {}
+    for b in batches:
+        blocks = blocks_of[b]
+        fwd = ref * statistics.median(f for f, _ in rounds[b])
+        bwd = ref * statistics.median(w for _, w in rounds[b])
+        sf, sb = sum(v[0] for v in blocks.values()), sum(v[1] for v in blocks.values())
+        whole[str(b)] = {"fwd_s": fwd, "bwd_s": bwd, "blocks_fwd_s": ref * sf, "blocks_bwd_s": ref * sb}
+        by_batch[str(b)] = {k: [f * fwd / sf, w * bwd / sb] for k, (f, w) in blocks.items()}
+    t_opt *= ref
+    sharded = None if sharded is None else sharded * ref
+    first = batches[0]
+    dev = ctx.device
     return {
         "workload": workload,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -122,15 +140,21 @@ def profile_workload(
         "blocks_per_sample_s": {k: [f / first, b / first] for k, (f, b) in by_batch[str(first)].items()},
         "optimizer_per_param_s": t_opt / n_params,
         "sharded_optimizer_overhead_s": sharded,
+        # runtime.hostspeed: every figure above is stated at the host speed where its probe takes
+        # `probe_s` (each timed pass divided by the probe read before it); the readings
+        "probe_s": ref if speed.readings else None,
+        "probe_readings_s": speed.readings,
     }
 
 
-def sharded_optimizer_overhead(model, plain_s: float, repeats: int = 9, warmup: int = 2) -> float | None:
-    """Seconds that one Adam step costs more on FSDP2's parameters than `plain_s`, the same step
-    on plain ones, on CPU at world size 1 (the same numbers: the difference is DTensor's
-    dispatch of every per-parameter op, which does not shrink with the shard). `model` is
-    sharded in place (no copy: a large model's states would not fit twice). None when this
-    process already has a process group (it is left alone)."""
+def sharded_optimizer_step(
+    model, repeats: int = 9, warmup: int = 2, speed: Callable[[], float] = _unit
+) -> float | None:
+    """Seconds of one Adam step on FSDP2's parameters on CPU at world size 1: over the same step
+    on plain parameters, it is the overhead of DTensor's dispatch of every per-parameter op,
+    which does not shrink with the shard. `model` is sharded in place (no copy: a large
+    model's states would not fit twice). None when this process already has a process group
+    (it is left alone)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -146,7 +170,7 @@ def sharded_optimizer_overhead(model, plain_s: float, repeats: int = 9, warmup: 
         for p in sharded.parameters():
             p.grad = torch.zeros_like(p)
         step = torch.optim.Adam(sharded.parameters()).step
-        return max(0.0, _median_time(step, repeats, warmup, lambda: None) - plain_s)
+        return _median_time(step, repeats, warmup, lambda: None, speed)
     finally:
         dist.destroy_process_group()
 
@@ -185,7 +209,7 @@ def _setup(workload: str, device: str, threads: int, precision: str) -> _Ctx:
     return _Ctx(model, spec, modules, names, dev, sync, autocast)
 
 
-def _block_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> dict[str, list[float]]:
+def _block_times(ctx: _Ctx, batch: int, repeats: int, warmup: int, speed=_unit) -> dict[str, list[float]]:
     """[fwd_s, bwd_s] of every block for one microbatch of `batch` samples (a block's backward
     is seeded with a random output gradient; the head's with the loss)."""
     import torch
@@ -207,12 +231,12 @@ def _block_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> dict[str, 
                 r = mod(inp)
                 return ctx.model.loss(r, y) if is_head else (r.float() * grad_out).sum()
 
-        out[name] = list(_fwd_bwd_times(forward, repeats, warmup, ctx.sync))
+        out[name] = list(_fwd_bwd_times(forward, repeats, warmup, ctx.sync, speed))
         act = result.detach()
     return out
 
 
-def _whole_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> tuple[float, float]:
+def _whole_times(ctx: _Ctx, batch: int, repeats: int, warmup: int, speed=_unit) -> tuple[float, float]:
     """(forward with the loss, backward) seconds of the whole model for one microbatch."""
     import torch
 
@@ -224,37 +248,73 @@ def _whole_times(ctx: _Ctx, batch: int, repeats: int, warmup: int) -> tuple[floa
         with ctx.autocast():
             return model.loss(model(x), y)
 
-    times = _fwd_bwd_times(forward, repeats, warmup, ctx.sync)
+    times = _fwd_bwd_times(forward, repeats, warmup, ctx.sync, speed)
     model.zero_grad(set_to_none=True)
     return times
 
 
-def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], seconds: float = 0.6) -> dict[str, float]:
-    """Cores that `n` processes computing at once really get, for each n in `ranks`.
+def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], seconds: float = 0.6) -> dict[str, dict]:
+    """What the host's cores give `n` processes computing at once, for each n in `ranks`.
 
     n forked processes, each on its own copy of the model (one torch thread), run the same
     number of forward + backward iterations of the whole model (about `seconds` of work
-    alone), released together: effective cores = n x the wall time of one such process alone
-    / the wall time until all n are done. With n above the core count this is below the count: processes on shared cores
-    also share caches and memory bandwidth, and are switched in and out."""
+    alone), each after the host-speed probe, released together:
+    - `cpu_capacity`: the CPU seconds they got together over the wall time until all are
+      done (at most the core count: time slices lost to switching, and a tail where fewer
+      than the cores are still busy, bring it below);
+    - `probe_inflation`: the probe's CPU time among them over one process alone (caches and
+      memory bandwidth are shared: the same work takes more CPU time);
+    - `effective_cores`: capacity / inflation (at least 1), the cores' worth of work they get.
+    Each is the median of 3 rounds, each round timing the process alone just before: a
+    capacity is a ratio taken at one moment, which this drifting host does not spoil."""
     ctx = _cpu_ctx(workload)
     alone = _median_time(_model_step(ctx, batch), 3, 1, lambda: None)
     iters = max(1, round(seconds / alone))
-
-    def wall(n: int) -> float:
-        return _forked_wall(ctx, batch, iters, n)
-
-    # the yardstick: the same work in the same kind of process, alone. This host's speed drifts
-    # by tens of percent over minutes (a shared VM), so each count is timed between two
-    # yardsticks, three times, and the median ratio is kept
-    out = {}
+    out: dict[str, dict] = {"cpu_capacity": {}, "probe_inflation": {}, "effective_cores": {}}
     for n in sorted(set(ranks)):
-        ratios = []
+        caps, infl = [], []
         for _ in range(3):
-            before, shared, after = wall(1), wall(n), wall(1)
-            ratios.append(n * (before + after) / 2 / shared)
-        out[str(n)] = statistics.median(ratios)
+            _, _, probe_alone = _forked_cpu(ctx, batch, iters, 1)
+            wall, cpu, probe = _forked_cpu(ctx, batch, iters, n)
+            caps.append(cpu / wall)
+            infl.append(probe / probe_alone)
+        cap, inf = statistics.median(caps), statistics.median(infl)
+        out["cpu_capacity"][str(n)] = cap
+        out["probe_inflation"][str(n)] = inf
+        # below 1 it is the host's drift between the two timings: sharing caches never speeds work up
+        out["effective_cores"][str(n)] = cap / max(inf, 1.0)
     return out
+
+
+def _forked_cpu(ctx: _Ctx, batch: int, iters: int, n: int) -> tuple[float, float, float]:
+    """(wall seconds until all are done, their CPU seconds together, the probe's mean) of `n`
+    forked processes, each on its own copy of the model, released together, each running the
+    probe and a forward + backward `iters` times."""
+    import multiprocessing as mp
+
+    fork = mp.get_context("fork")
+    barrier, results = fork.Barrier(n + 1), fork.Queue()
+    procs = [fork.Process(target=_probed_worker, args=(ctx, batch, iters, barrier, results)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    got = [results.get() for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    return wall, sum(c for c, _ in got), statistics.fmean(p for _, p in got)
+
+
+def _probed_worker(ctx: _Ctx, batch: int, iters: int, barrier, results) -> None:
+    work, probe = _model_step(ctx, batch, private=True), Probe()
+    work()
+    barrier.wait()
+    c0, probes = time.process_time(), []
+    for _ in range(iters):
+        probes.append(probe())
+        work()
+    results.put((time.process_time() - c0, statistics.fmean(probes)))
 
 
 def _model_step(ctx: _Ctx, batch: int, private: bool = False):
@@ -306,9 +366,10 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     """Bring the emulated cluster up and measure, under torchrun in the cluster
     (`runtime.linkbench`), the loopback inside a node as gloo's all-gather gets it with every
     node gathering at once, and a node's NIC as gloo's ring over all ranks gets it (`nic_Bps`,
-    `nic_latency_s`, what the simulator uses). One TCP stream node 0 → node 1 and one inside
-    node 0 are measured too (`nic_tcp_*`, `loopback_tcp_*`): for reference, and their latency
-    is the least a ring step can take. Needs root."""
+    `nic_latency_s`, what the simulator uses), and the CPU seconds a rank spends per byte it
+    sends in an all-gather and an all-reduce over all ranks (`*_cpu_s_per_B`). One TCP stream
+    node 0 → node 1 and one inside node 0 are measured too (`nic_tcp_*`, `loopback_tcp_*`):
+    for reference, and their latency is the least a ring step can take. Needs root."""
     import subprocess
 
     from runtime.emulation import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
@@ -356,8 +417,10 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
 def ring_figures(bench: dict, loopback_tcp_latency_s: float, nic_tcp_latency_s: float | None) -> dict[str, float]:
     """The link figures the simulator uses, from `runtime.linkbench`'s fits. A ring step takes
     at least a one-way trip over its link, so a fit's per-step cost (clamped at 0 when the
-    small size went at the full rate, as it can with tbf's bucket) is floored at the TCP probe's."""
+    small size went at the full rate, as it can with tbf's bucket) is floored at the TCP probe's.
+    The CPU a rank spends per byte it sends passes through as measured."""
     out = {"loopback_Bps": bench["loopback_Bps"]}
+    out |= {k: bench[k] for k in ("gather_cpu_s_per_B", "reduce_cpu_s_per_B") if k in bench}
     out["loopback_latency_s"] = max(bench["loopback_latency_s"], loopback_tcp_latency_s)
     if "nic_ring_Bps" in bench and nic_tcp_latency_s is not None:
         out |= {"nic_Bps": bench["nic_ring_Bps"], "nic_latency_s": max(bench["nic_ring_latency_s"], nic_tcp_latency_s)}
@@ -391,7 +454,7 @@ def build_profile(
         yards.append(yardstick(workload, max(batches)))
         doc["host"] = {
             "cores": os.cpu_count(),
-            "effective_cores": sharing,
+            **sharing,
             "yardstick_all_cores_s": statistics.fmean(yards),
             "yardsticks_s": yards,
         }
@@ -502,8 +565,16 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
             nic = f"NIC {lp['nic_Bps'] * 8 / 1e6:.1f} Mbit/s, {lp['nic_latency_s'] * 1e6:.0f} us a ring step"
             nic += f" (one TCP stream: {lp['nic_tcp_Bps'] * 8 / 1e6:.1f} Mbit/s); " if "nic_tcp_Bps" in lp else "; "
         print(f"{name}: {nic}loopback {lp['loopback_Bps'] / 1e9:.2f} GB/s, {lp['loopback_latency_s'] * 1e6:.0f} us")
-    for n, c in doc.get("host", {}).get("effective_cores", {}).items():
-        print(f"{n} ranks computing at once get {c:.2f} of the host's {doc['host']['cores']} cores")
+        if "gather_cpu_s_per_B" in lp:
+            print(f"  moving a byte costs {lp['gather_cpu_s_per_B'] * 1e9:.2f} ns of CPU (all-gather), "
+                  f"{lp['reduce_cpu_s_per_B'] * 1e9:.2f} ns (all-reduce)")  # fmt: skip
+    host = doc.get("host", {})
+    for n, c in host.get("effective_cores", {}).items():
+        cap, infl = host.get("cpu_capacity", {}).get(n), host.get("probe_inflation", {}).get(n)
+        more = "" if cap is None else f" ({cap:.2f} cores of CPU time, work costing {infl:.2f}x the CPU alone)"
+        print(f"{n} ranks computing at once get {c:.2f} of the host's {host['cores']} cores{more}")
+    if doc.get("probe_s"):
+        print(f"every figure at the host speed where the probe takes {doc['probe_s'] * 1e3:.2f} ms")
     print(f"written {out}")
     return 0
 

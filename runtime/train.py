@@ -345,6 +345,7 @@ def run(ns: argparse.Namespace, status) -> int:
     import torch.distributed as dist
 
     from runtime.collective_trace import save_rank_trace, trace_dir
+    from runtime.hostspeed import Probe
     from runtime.results import summarize, write_results
     from runtime.status import Fault
 
@@ -380,6 +381,8 @@ def run(ns: argparse.Namespace, status) -> int:
         losses: list = []
         _reset_peak_memory(device)
         cpu_times: list[float] = []  # this process' CPU seconds in the step (barriers excluded)
+        probe = None if use_cuda else Probe()  # the host's speed before each step, outside its timing
+        probes: list[float] = []
         perf, cpu = time.perf_counter, time.process_time
         tracing = trace_dir()
         traced: list[list] = []  # collectives of each measured step (SHARDSIM_TRACE_COLLECTIVES)
@@ -387,6 +390,8 @@ def run(ns: argparse.Namespace, status) -> int:
             batches = job.make_batches(i)
             status.step(i)
             fault.check(i)
+            if probe is not None:
+                probes.append(probe())
             sync()
             t0 = perf()
             c0 = cpu()
@@ -410,6 +415,13 @@ def run(ns: argparse.Namespace, status) -> int:
         mem = torch.zeros(world, dtype=torch.float64, device=device)
         mem[rank] = peak
         dist.all_reduce(mem)
+        cpu_all = torch.zeros(world, ns.steps, dtype=torch.float64, device=device)  # every rank's CPU per step
+        cpu_all[rank] = torch.as_tensor(cpu_times[ns.warmup :], dtype=torch.float64)
+        dist.all_reduce(cpu_all)
+        probe_all = torch.zeros(world, ns.steps, dtype=torch.float64, device=device)
+        if probes:
+            probe_all[rank] = torch.as_tensor(probes[ns.warmup :], dtype=torch.float64)
+        dist.all_reduce(probe_all)
         if ns.save_params:
             # final parameters, then the gradients of one more step's batches (not applied):
             # with Adam the parameters hide a wrongly scaled gradient, the gradients do not
@@ -443,6 +455,9 @@ def run(ns: argparse.Namespace, status) -> int:
                 "step_times_s": measured,
                 "warmup_times_s": times[: ns.warmup],
                 "step_cpu_times_s": cpu_times[ns.warmup :],  # rank 0's process CPU time per step
+                "step_cpu_times_by_rank_s": cpu_all.cpu().tolist(),  # every rank's, [rank][step]
+                # runtime.hostspeed's probe on every rank before every measured step (CPU only)
+                "host_probe_s": float(probe_all.mean()) if probes else None,
                 "samples_per_s": job.res.global_batch / summary["step_time_s"],
                 "memory_per_rank_gib": max(mem_list),
                 "memory_by_rank_gib": mem_list,

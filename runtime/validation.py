@@ -170,6 +170,8 @@ class Row:
     host_slowdown: float = 1.0  # the host's speed the prediction assumes, over its speed when profiled
     host_slowdown_before: float = math.nan  # the yardstick just before the run / when profiled
     host_slowdown_after: float = math.nan  # ... and just after it (NaN: not timed)
+    host_probe_s: float = math.nan  # runtime.hostspeed's probe on every rank before every measured step
+    host_speed_from: str = ""  # probe: the run's own probe | yardstick: the validation's pooled yardsticks
 
     @property
     def key(self) -> tuple[str, str]:
@@ -336,6 +338,17 @@ def pooled_slowdown(rows: list[Row]) -> float:
     return statistics.fmean(samples) if samples else 1.0
 
 
+def row_slowdown(row: Row, profile_probe_s: float | None, pooled: float) -> tuple[float, str]:
+    """(the host's slowdown since profiling that `row`'s prediction assumes, where it comes
+    from): its run's own probe over the profile's when both were timed, else `pooled`.
+
+    The probe was timed on every rank before every step of the run, so it saw the states the
+    run ran in; the profile states its figures at the speed of its own probe."""
+    if profile_probe_s and math.isfinite(row.host_probe_s) and row.host_probe_s > 0:
+        return row.host_probe_s / profile_probe_s, "probe"
+    return pooled, "yardstick"
+
+
 def _host_slowdown(profile, batch: int) -> float:
     """How much slower this host is now than when the profile was measured (1.0 when the
     profile has no yardstick), timed with the profile's own yardstick."""
@@ -411,14 +424,15 @@ def validate(
         for cfg in cfgs:
             rows.append(earlier.get((top, cfg.strategy.label())) or _row_for(cfg, world))
 
-    def rescore(i: int, slowdown: float) -> None:
-        rows[i].host_slowdown = slowdown
-        _rescore(rows[i], predict(configs[i], profile=profile_obj.slowed(slowdown)))
+    def rescore(i: int, pooled: float) -> None:
+        rows[i].host_slowdown, rows[i].host_speed_from = row_slowdown(rows[i], profile_obj.probe_s, pooled)
+        among = rows[i].host_speed_from == "probe"  # read among the ranks: their cache sharing included
+        _rescore(rows[i], predict(configs[i], profile=profile_obj.slowed(rows[i].host_slowdown, among_ranks=among)))
 
     def rescore_all() -> None:
-        slowdown = pooled_slowdown(rows)
+        pooled = pooled_slowdown(rows)
         for i in range(len(rows)):
-            rescore(i, slowdown)
+            rescore(i, pooled)
 
     rescore_all()
     todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
@@ -449,11 +463,12 @@ def validate(
                     r.step_times_s = list(result["step_times_s"])
                     r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
                     r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
+                    r.host_probe_s = result.get("host_probe_s") or math.nan
                     rescore(i, pooled_slowdown(rows))  # the pool so far; every row is rescored at the end
                     log(
                         f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
-                        f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; "
-                        f"host speed x{1 / r.host_slowdown_after:.2f} after)"
+                        f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; host speed x"
+                        f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after)"
                     )
                 save(out, matrix, rows, summarize(rows))
     if todo:

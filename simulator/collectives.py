@@ -77,6 +77,7 @@ class Phase:
     links: np.ndarray
     load: np.ndarray  # bytes per link, per byte of S (scaled by the caller)
     latency_s: float
+    sent: float = 0.0  # bytes all ranks send together, per byte of S (what moving them costs a host's CPU)
 
     @cached_property
     def route(self) -> Route:
@@ -97,7 +98,7 @@ def _ring_phase(g: LinkGraph, rings: np.ndarray, per_edge: float, steps_per_rank
         return Phase(np.zeros(0, np.int64), np.zeros(0), 0.0)
     src, dst = _ring_edges(rings, wrap)
     links, load = g.edge_loads(src, dst, per_edge)
-    return Phase(links, load, steps_per_rank * g.edge_latency(src, dst))
+    return Phase(links, load, steps_per_rank * g.edge_latency(src, dst), float(src.size * per_edge))
 
 
 def _by_node(g: LinkGraph, groups: np.ndarray) -> np.ndarray | None:
@@ -144,9 +145,10 @@ def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
         depth = int(math.floor(math.log2(m)))
     src = np.concatenate(src_parts)
     dst = np.concatenate(dst_parts)
-    links, load = g.edge_loads(src, dst, np.concatenate(bytes_parts))
+    sent = np.concatenate(bytes_parts)
+    links, load = g.edge_loads(src, dst, sent)
     latency = 2 * (depth * g.inter_latency_s + (k - 1) * g.intra_latency_s)
-    return [Phase(links, load, latency)]
+    return [Phase(links, load, latency, float(sent.sum()))]
 
 
 def _ring_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:

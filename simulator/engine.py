@@ -29,15 +29,26 @@ class Span:
     end: float
 
 
-def simulate(p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int | None = None) -> list[Span]:
+def simulate(
+    p: Plan,
+    g: LinkGraph,
+    algo: str,
+    backend: str,
+    shared_cores: float | None = None,
+    comm_cpu: dict[str, float] | None = None,
+) -> list[Span]:
     """Execute the plan; every op starts when its dependencies (including the previous op on
     its stream, recorded by the plan) are done. Returns one span per op.
 
     `shared_cores`: all ranks run on one host with this many cores (an emulated cluster).
     Compute then becomes processor sharing: a compute op of a rank class is `count` ranks
     each needing `duration` core-seconds; ranks computing at once split the cores, and no
-    rank runs faster than one core (measured here: 8 processes on 2 cores take 4x as long)."""
-    run = _Run(p, g, algo, backend, shared_cores)
+    rank runs faster than one core (measured here: 8 processes on 2 cores take 4x as long).
+    `comm_cpu` (with `shared_cores`): core-seconds per byte a rank sends, per collective: on
+    such a host moving bytes costs the same cores (gloo copies and reduces, the kernel runs TCP
+    on both ends), so every phase also loads the cores with its bytes sent; compute yields
+    to it (fairshare.fill)."""
+    run = _Run(p, g, algo, backend, shared_cores, comm_cpu)
     with paused_gc():
         run.ready.extend(op.id for op in p.ops if not op.deps)
         run.drain()
@@ -54,10 +65,19 @@ class _Run:
     the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here
     refers back to itself through a callback, so it is all freed when the run returns."""
 
-    def __init__(self, p: Plan, g: LinkGraph, algo: str, backend: str, shared_cores: int | None) -> None:
+    def __init__(
+        self,
+        p: Plan,
+        g: LinkGraph,
+        algo: str,
+        backend: str,
+        shared_cores: float | None,
+        comm_cpu: dict[str, float] | None = None,
+    ) -> None:
         self.env = simpy.Environment()
         capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
-        cpu = Route.of(np.array([len(g.capacity)]), np.ones(1))  # the host's cores, one link
+        core_link = len(g.capacity)
+        cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
         # every call's phases, then the links merged where they always carry the same load
         phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout): the same for every call
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
@@ -71,7 +91,14 @@ class _Run:
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
-        caps, routes = group_links(capacity, [ph.route for ph in uniq.values()] + ([cpu] if self.shared else []))
+        own = {id(ph): ph.route for ph in uniq.values()}
+        if self.shared and comm_cpu:
+            for (coll, _), phs in phases.items():
+                for ph in phs:  # the phase's bytes sent load the cores too
+                    own[id(ph)] = Route.of(
+                        np.append(ph.links, core_link), np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent)
+                    )
+        caps, routes = group_links(capacity, list(own.values()) + ([cpu] if self.shared else []))
         route_of = dict(zip(uniq, routes, strict=False))
         steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
         self.steps: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]  # per op
@@ -94,7 +121,7 @@ class _Run:
             PhaseRun(self.net, self.steps[op.id], op.nbytes, op.name, lambda: self.end(op, start)).next()
         elif op.duration > 0 and self.shared:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
-            self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration)
+            self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration, yields=True)
         elif op.duration > 0:
             self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
         else:

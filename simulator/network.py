@@ -65,6 +65,7 @@ class Transfer:
     rate: float = 0.0
     tag: str = ""
     over: set[int] = field(default_factory=set)  # its oversubscribed links
+    yields: bool = False  # takes only what the others leave on a shared link (fairshare.fill)
 
 
 @dataclass
@@ -99,10 +100,17 @@ class Network:
         return done
 
     def send(
-        self, route: Route, nbytes: float, tag: str, on_done: Callable[[], object], max_rate: float | None = None
+        self,
+        route: Route,
+        nbytes: float,
+        tag: str,
+        on_done: Callable[[], object],
+        max_rate: float | None = None,
+        yields: bool = False,
     ) -> None:
         """Move `nbytes` × route.unit over route.links from now; `on_done()` runs when done
-        (at once when there is nothing to move)."""
+        (at once when there is nothing to move). `yields`: it gets what the transfers that do
+        not yield leave on its links (compute on a host's cores, see fairshare.fill)."""
         if nbytes <= 0 or not route.links:  # (route units are > 0)
             on_done()
             return
@@ -117,7 +125,7 @@ class Network:
         if max_rate is not None and max_rate < alone:
             alone, demand = max_rate, [u * nbytes * max_rate for u in route.unit]
         now = self.env.now
-        t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag)
+        t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag, yields=yields)
         self._started += 1
         if not self.active:
             self._busy_since = now
@@ -197,7 +205,7 @@ class Network:
             else:
                 comp = sorted(self._component(seed, seen), key=lambda t: t.seq)
                 rows = [[(link, t.demand[t.route.position[link]]) for link in t.over] for t in comp]
-                xs = fill(rows, self._cap)
+                xs = fill(rows, self._cap, [t.yields for t in comp])
             for t, x in zip(comp, xs, strict=True):
                 rate = x * t.alone_rate
                 if rate != t.rate:

@@ -27,9 +27,9 @@ traffic. Programs mirror what PyTorch executes:
   (`Residency`), stays unsharded after backward, and reduce-scatters once per schedule
   step in perform_reduce_grad (+ the replica all-reduce at the accumulation boundary).
 
-Streams: with overlap (NCCL on GPUs, and DDP's asynchronous all-reduce) each class has a
-compute stream and one stream per communication kind, ops on one stream run in order;
-without overlap (FSDP2 on CPU with gloo) everything runs on one stream except the
+Streams: with overlap (NCCL on GPUs, and DDP's asynchronous all-reduce, also in the stages
+of a pipeline) each class has a compute stream and one stream per communication kind, ops on
+one stream run in order; without overlap (FSDP2 on CPU with gloo) everything runs on one stream except the
 pipeline's point-to-point sends (isend is asynchronous on gloo too).
 """
 
@@ -121,10 +121,12 @@ def moves(layout: GroupLayout, nbytes: float) -> bool:
     return layout.size >= 2 and nbytes > 0
 
 
-def overlaps(cfg: RunConfig) -> bool:
+def overlaps(cfg: RunConfig, res: Resolved) -> bool:
     """Does communication overlap compute? NCCL runs on its own CUDA streams; on CPU with
-    gloo FSDP2 has no streams (serialized), DDP's reducer still runs gloo asynchronously."""
-    return cfg.backend == "nccl" or cfg.strategy.kind == "ddp"
+    gloo FSDP2 has no streams (serialized), DDP's reducer still runs gloo asynchronously,
+    also when it wraps the stages of a pipeline whose stages are replicated, not sharded."""
+    ddp = cfg.strategy.kind == "ddp" or (cfg.strategy.kind == "pipeline" and res.shard == 1)
+    return cfg.backend == "nccl" or ddp
 
 
 def _split(w: Workload) -> tuple[list[Block], list[Block], list[Block]]:
@@ -602,7 +604,7 @@ class _BlockTimes:
 
 
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
-    p = Plan(overlap=overlaps(cfg))
+    p = Plan(overlap=overlaps(cfg, res))
     cm = _BlockTimes(cm)  # type: ignore[assignment]
     with paused_gc():
         if cfg.strategy.kind == "pipeline":

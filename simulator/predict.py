@@ -94,9 +94,11 @@ def predict(
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
     shared = cluster.instance.host.cores if cluster.instance.emulated else None
+    comm_cpu = None
     if shared is not None and profile:
         shared = profile.cores_for(cluster.world, shared)
-    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared)
+        comm_cpu = profile.comm_cpu(cluster)
+    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu)
     return _summarize(cfg, res, w, cluster, cm, plan, spans)
 
 

@@ -4,7 +4,8 @@ A profile replaces model figures with measured ones:
 - per-block forward/backward seconds at each measured microbatch size (the compute model);
 - Adam seconds per parameter;
 - per emulated topology, the achieved bandwidth and latency of a node's NIC and of the
-  loopback between two ranks of one node (the links);
+  loopback between two ranks of one node (the links), and the CPU seconds a rank spends per
+  byte it sends (on one host, moving bytes takes the cores that compute needs);
 - how many cores the host's processes really get when N ranks compute at once
   (`effective_cores`: N processes on C cores do not each run at C/N of their speed alone,
   caches and memory bandwidth are shared too).
@@ -33,6 +34,19 @@ class LinkProfile:
     nic_latency_s: float | None = None
     loopback_Bps: float | None = None  # payload bytes/s between two ranks of one node
     loopback_latency_s: float | None = None
+    # core-seconds a rank spends per byte it sends in gloo's all-gather / all-reduce over all
+    # ranks (process CPU time: gloo's copies and reductions, the kernel's TCP on both ends)
+    gather_cpu_s_per_B: float | None = None
+    reduce_cpu_s_per_B: float | None = None
+
+    def comm_cpu(self) -> dict[str, float] | None:
+        """Core-seconds per byte sent, per collective (engine.simulate's `comm_cpu`); None when
+        not measured. gloo's reduce-scatter is an all-reduce; a broadcast and a pipeline's
+        send move bytes as an all-gather does."""
+        if self.gather_cpu_s_per_B is None or self.reduce_cpu_s_per_B is None:
+            return None
+        g, r = self.gather_cpu_s_per_B, self.reduce_cpu_s_per_B
+        return {"all_gather": g, "broadcast": g, "send_recv": g, "all_reduce": r, "reduce_scatter": r}
 
 
 @dataclass(frozen=True)
@@ -43,19 +57,42 @@ class Profile:
     optimizer_per_param_s: float | None = None
     links: dict[str, LinkProfile] = field(default_factory=dict)  # topology name → measured links
     effective_cores: dict[int, float] = field(default_factory=dict)  # ranks computing at once → cores
+    # ranks computing at once → cores' worth of CPU time the host gives them together (the
+    # effective cores before their work's own slowdown from sharing caches, `probe_inflation`)
+    cpu_capacity: dict[int, float] = field(default_factory=dict)
     yardstick_s: float | None = None  # the whole model's forward + backward on every core at once, when profiled
     # an Adam step on FSDP2's (DTensor) parameters over one on plain ones: per step, whatever the shard
     sharded_optimizer_overhead_s: float | None = None
+    # the host-speed probe (runtime.hostspeed) at the speed every figure is stated at
+    probe_s: float | None = None
 
-    def slowed(self, factor: float) -> Profile:
+    def slowed(self, factor: float, among_ranks: bool = False) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
-        optimizer times (and the sharded optimizer's overhead) scaled (a shared host's speed
-        drifts; `validate` measures the factor before each run with the same yardstick)."""
+        optimizer times (and the sharded optimizer's overhead, and what moving a byte costs
+        the cores) scaled (a shared host's speed drifts; `validate` reads the factor with the
+        profile's own probe in each run, or a yardstick around it).
+
+        `among_ranks`: the factor was read among the ranks computing at once (the runtime's
+        probe), so it holds the slowdown of their sharing caches too: the cores are then the
+        CPU time the host gives them (`cpu_capacity`), not the effective cores, which hold
+        that slowdown a second time."""
         blocks = {b: {k: (f * factor, w * factor) for k, (f, w) in t.items()} for b, t in self.blocks.items()}
         opt = None if self.optimizer_per_param_s is None else self.optimizer_per_param_s * factor
         so = self.sharded_optimizer_overhead_s
         so = None if so is None else so * factor
-        return replace(self, blocks=blocks, optimizer_per_param_s=opt, sharded_optimizer_overhead_s=so)
+
+        def cpu(v: float | None) -> float | None:
+            return None if v is None else v * factor
+
+        links = {
+            t: replace(lp, gather_cpu_s_per_B=cpu(lp.gather_cpu_s_per_B), reduce_cpu_s_per_B=cpu(lp.reduce_cpu_s_per_B))
+            for t, lp in self.links.items()
+        }
+        cores = self.cpu_capacity if among_ranks and self.cpu_capacity else self.effective_cores
+        return replace(
+            self, blocks=blocks, optimizer_per_param_s=opt, sharded_optimizer_overhead_s=so, links=links,
+            effective_cores=cores,
+        )  # fmt: skip
 
     def block_time(self, name: str, batch: int) -> tuple[float, float] | None:
         """(fwd_s, bwd_s) of block `name` for a microbatch of `batch` samples, or None if not profiled."""
@@ -74,6 +111,11 @@ class Profile:
         if not self.effective_cores:
             return cores
         return self.effective_cores[min(self.effective_cores, key=lambda n: (abs(n - ranks), -n))]
+
+    def comm_cpu(self, cluster: Cluster) -> dict[str, float] | None:
+        """What moving a byte costs the host's cores in this topology, if measured."""
+        lp = self.links.get(cluster.instance.name)
+        return None if lp is None else lp.comm_cpu()
 
     def apply(self, cluster: Cluster) -> Cluster:
         """The cluster with this profile's measured links of its topology, if any."""
@@ -107,6 +149,16 @@ def _positive(v: Any, where: str, key: str, *, zero: bool = False) -> float:
     return float(v)
 
 
+def _by_rank_count(host: dict, key: str, where: str) -> dict[int, float]:
+    """host[key]: rank count -> a number > 0."""
+    out = {}
+    for n, c in (host.get(key) or {}).items():
+        if not str(n).isdigit():
+            raise ConfigError("expected a rank count", where=where, field=f"host.{key}.{n}")
+        out[int(n)] = _positive(c, where, f"host.{key}.{n}")
+    return out
+
+
 def parse_profile(doc: Any, where: str, workload: str) -> Profile:
     """Check a profile document against the workload it is used for."""
     if not isinstance(doc, dict):
@@ -137,22 +189,28 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
     opt = doc.get("optimizer_per_param_s")
     so = doc.get("sharded_optimizer_overhead_s")
     so = None if so is None else _positive(so, where, "sharded_optimizer_overhead_s", zero=True)
+    probe = doc.get("probe_s")
+    probe = None if probe is None else _positive(probe, where, "probe_s")
     links = {}
     for top, lp in (doc.get("links") or {}).items():
         if not isinstance(lp, dict):
             raise ConfigError("expected a mapping of measured link figures", where=where, field=f"links.{top}")
         vals = {}
-        for k in ("nic_Bps", "nic_latency_s", "loopback_Bps", "loopback_latency_s"):
+        for k in (
+            "nic_Bps",
+            "nic_latency_s",
+            "loopback_Bps",
+            "loopback_latency_s",
+            "gather_cpu_s_per_B",
+            "reduce_cpu_s_per_B",
+        ):
             if lp.get(k) is not None:
                 vals[k] = _positive(lp[k], where, f"links.{top}.{k}")
         links[str(top)] = LinkProfile(**vals)
-    cores = {}
+    host = doc.get("host") or {}
     # (a profile before the yardstick used every core wrote `yardstick_s`: not comparable, unused)
-    yard = (doc.get("host") or {}).get("yardstick_all_cores_s")
-    for n, c in ((doc.get("host") or {}).get("effective_cores") or {}).items():
-        if not str(n).isdigit():
-            raise ConfigError("expected a rank count", where=where, field=f"host.effective_cores.{n}")
-        cores[int(n)] = _positive(c, where, f"host.effective_cores.{n}")
+    yard = host.get("yardstick_all_cores_s")
+    cores, capacity = (_by_rank_count(host, key, where) for key in ("effective_cores", "cpu_capacity"))
     return Profile(
         path=where,
         workload=workload,
@@ -160,8 +218,10 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         optimizer_per_param_s=None if opt is None else _positive(opt, where, "optimizer_per_param_s"),
         links=links,
         effective_cores=cores,
+        cpu_capacity=capacity,
         yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_all_cores_s"),
         sharded_optimizer_overhead_s=so,
+        probe_s=probe,
     )
 
 

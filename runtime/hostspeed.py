@@ -1,0 +1,75 @@
+"""How fast this host's cores are right now: a small fixed probe, timed in CPU seconds.
+
+This shared VM's cores change speed within seconds and drift over minutes (the same forward
+and backward of small-gpt took 0.35 s in the morning and 0.44-0.52 s in the evening of
+2026-11-22), so a figure timed at one moment is off at another by up to a third. The probe is
+one transformer layer's forward and backward (attention, MLP, layer norm: the op mix of the
+workloads; 512 wide, 3.1 M parameters, so that, like a model, its weights and activations do
+not sit in a core's cache), about 17 ms, timed by the calling thread's CPU clock: waiting
+for a core does not count (among eight processes on two cores it reads what sharing the
+caches costs, as a rank's compute pays it, not the time slices it waits).
+
+`shardsim profile` times it before every timed pass, divides the pass by it (a median of
+those ratios per figure) and states all figures at the mean probe; the runtime times it on
+every rank before every step (outside the timed span); `validate` scales a run's prediction
+by the run's probe over the profile's.
+
+It tracks the model: one process timing the probe and small-gpt's forward and backward
+(microbatch 4) in turn for 150 s, the model's means over 20 passes varied by 6.1 %
+(coefficient of variation), their ratios to the probe's by 2.7 %; a probe 256 wide on 64
+tokens, whose weights fit in cache, left 4.8 % (2026-11-22).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+WIDTH, HEADS, TOKENS = 512, 8, 32  # the probe layer: 3.1 M parameters, a short sequence
+ITERS = 1  # forward + backward passes per probe (about 17 ms on this host, one thread)
+
+
+@dataclass
+class Probe:
+    """A fixed little transformer layer; calling the probe returns the CPU seconds (this
+    thread's clock) of ITERS forward and backward passes through it."""
+
+    layer: object = field(init=False, repr=False)
+    x: object = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        import torch
+
+        with torch.random.fork_rng(devices=[]):  # the caller's random stream stays as it was
+            torch.manual_seed(0)
+            self.layer = torch.nn.TransformerEncoderLayer(WIDTH, HEADS, 4 * WIDTH, dropout=0.0, batch_first=True)
+            self.x = torch.randn(1, TOKENS, WIDTH)
+        self()  # the first pass allocates
+
+    def __call__(self) -> float:
+        t0 = time.thread_time()
+        for _ in range(ITERS):
+            self.layer(self.x).sum().backward()
+        self.layer.zero_grad(set_to_none=True)
+        return time.thread_time() - t0
+
+
+@dataclass
+class SpeedLog:
+    """Readings of `probe` (none: every reading is 1, figures stay in seconds), kept so that
+    figures divided by the reading next to them can be stated at their mean, `ref`."""
+
+    probe: Probe | None = None
+    readings: list[float] = field(default_factory=list)
+
+    def __call__(self) -> float:
+        if self.probe is None:
+            return 1.0
+        r = self.probe()
+        self.readings.append(r)
+        return r
+
+    @property
+    def ref(self) -> float:
+        return statistics.fmean(self.readings) if self.readings else 1.0
