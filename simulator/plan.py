@@ -29,8 +29,8 @@ traffic. Programs mirror what PyTorch executes:
 
 Streams: with overlap (NCCL on GPUs, and DDP's asynchronous all-reduce, also in the stages
 of a pipeline) each class has a compute stream and one stream per communication kind, ops on
-one stream run in order; without overlap (FSDP2 on CPU with gloo) everything runs on one stream except the
-pipeline's point-to-point sends (isend is asynchronous on gloo too).
+one stream run in order; without overlap (FSDP2 on CPU with gloo) everything runs on one
+stream except the pipeline's point-to-point sends (isend is asynchronous on gloo too).
 """
 
 from __future__ import annotations

@@ -92,3 +92,18 @@ def test_a_ddp_stage_sends_its_last_input_gradient_after_its_gradient_sync(backe
     assert send and sp[send[0]][0] >= ar_end - 1e-12
     last_b0 = min(s.start for s in spans if s.rank_class == 0 and s.name.startswith("B") and "m3" in s.name)
     assert last_b0 >= sp[send[0]][1] - 1e-12
+
+
+def test_a_replicated_stage_all_reduces_while_it_computes_a_sharded_one_does_not() -> None:
+    """On CPU with gloo, DDP's reducer all-reduces a bucket on gloo's threads while the
+    backward goes on (a replicated stage is a DDP module); FSDP2 has no streams there, so a
+    sharded stage's collectives run between its computations."""
+
+    def streams(ops, kinds) -> set[str]:  # the pipeline's sends and their posting have their own
+        return {op.stream for op in ops if op.kind in kinds and op.stream not in plan_mod.ASYNC_STREAMS}
+
+    replicated = plan_ops(_cfg("1f1b", topology="emu-4x2", nodes=4))
+    assert {op.stream for op in replicated if op.name.startswith("AR bucket")} == {"ar"}
+    assert streams(replicated, ("compute", "optimizer")) == {"compute"}
+    sharded = plan_ops(RunConfig(**EMU, backend="gloo", strategy=Strategy("pipeline", pp=2, degree=2, microbatches=4)))
+    assert streams(sharded, ("compute", "optimizer", "comm")) == {"main"}
