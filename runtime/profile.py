@@ -286,15 +286,16 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
     return out
 
 
-def _forked_cpu(ctx: _Ctx, batch: int, iters: int, n: int) -> tuple[float, float, float]:
-    """(wall seconds until all are done, their CPU seconds together, the probe's mean) of `n`
-    forked processes, each on its own copy of the model, released together, each running the
-    probe and a forward + backward `iters` times."""
+def _forked_cpu(ctx: _Ctx, batch: int, iters: int, n: int, probed: bool = True) -> tuple[float, float, float]:
+    """(wall seconds until all are done, their CPU seconds together, the probe's mean; NaN
+    unless `probed`) of `n` forked processes, each on its own copy of the model, released
+    together, each running a forward + backward `iters` times (after the probe, if `probed`)."""
     import multiprocessing as mp
 
     fork = mp.get_context("fork")
     barrier, results = fork.Barrier(n + 1), fork.Queue()
-    procs = [fork.Process(target=_probed_worker, args=(ctx, batch, iters, barrier, results)) for _ in range(n)]
+    args = (ctx, batch, iters, barrier, results, probed)
+    procs = [fork.Process(target=_forked_worker, args=args) for _ in range(n)]
     for p in procs:
         p.start()
     barrier.wait()
@@ -306,15 +307,16 @@ def _forked_cpu(ctx: _Ctx, batch: int, iters: int, n: int) -> tuple[float, float
     return wall, sum(c for c, _ in got), statistics.fmean(p for _, p in got)
 
 
-def _probed_worker(ctx: _Ctx, batch: int, iters: int, barrier, results) -> None:
-    work, probe = _model_step(ctx, batch, private=True), Probe()
+def _forked_worker(ctx: _Ctx, batch: int, iters: int, barrier, results, probed: bool) -> None:
+    work, probe = _model_step(ctx, batch, private=True), (Probe() if probed else None)
     work()
     barrier.wait()
     c0, probes = time.process_time(), []
     for _ in range(iters):
-        probes.append(probe())
+        if probe is not None:
+            probes.append(probe())
         work()
-    results.put((time.process_time() - c0, statistics.fmean(probes)))
+    results.put((time.process_time() - c0, statistics.fmean(probes) if probes else math.nan))
 
 
 def _model_step(ctx: _Ctx, batch: int, private: bool = False):
@@ -335,31 +337,6 @@ def _model_step(ctx: _Ctx, batch: int, private: bool = False):
         model.zero_grad(set_to_none=True)
 
     return step
-
-
-def _forked_wall(ctx: _Ctx, batch: int, iters: int, n: int) -> float:
-    """Wall seconds until `n` forked processes, each on its own copy of the model and released
-    together, have all run `iters` forward + backward passes."""
-    import multiprocessing as mp
-
-    fork = mp.get_context("fork")
-    barrier = fork.Barrier(n + 1)
-    procs = [fork.Process(target=_sharing_worker, args=(ctx, batch, iters, barrier)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for p in procs:
-        p.join()
-    return time.perf_counter() - t0
-
-
-def _sharing_worker(ctx: _Ctx, batch: int, iters: int, barrier) -> None:
-    work = _model_step(ctx, batch, private=True)
-    work()
-    barrier.wait()
-    for _ in range(iters):
-        work()
 
 
 def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 120.0) -> dict[str, float]:
@@ -477,7 +454,7 @@ def yardstick(workload: str, batch: int, *, iters: int = 3, rounds: int = 2) -> 
     between about 0.33 and 0.47 s for the same pass within seconds (measured), so one process
     alone times whichever core it lands on. The ranks of an emulated cluster use every core."""
     ctx, procs = _cpu_ctx(workload), os.cpu_count() or 1
-    return statistics.fmean(_forked_wall(ctx, batch, iters, procs) / iters for _ in range(rounds))
+    return statistics.fmean(_forked_cpu(ctx, batch, iters, procs, probed=False)[0] / iters for _ in range(rounds))
 
 
 class _null:
