@@ -82,6 +82,7 @@ class Network:
     _timer: simpy.Event | None = None
     _timer_at: float = float("inf")
     _target: tuple[Transfer, float, float] | None = None  # the timer's transfer, its (t0, rate) then
+    _yielding: bool = False  # some transfer yields: allocations pass who does (none: no list built)
 
     def __post_init__(self) -> None:
         self._cap: list[float] = self.capacity.tolist()
@@ -126,6 +127,7 @@ class Network:
             alone, demand = max_rate, [u * nbytes * max_rate for u in route.unit]
         now = self.env.now
         t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag, yields=yields)
+        self._yielding = self._yielding or yields
         self._started += 1
         if not self.active:
             self._busy_since = now
@@ -205,7 +207,7 @@ class Network:
             else:
                 comp = sorted(self._component(seed, seen), key=lambda t: t.seq)
                 rows = [[(link, t.demand[t.route.position[link]]) for link in t.over] for t in comp]
-                xs = fill(rows, self._cap, [t.yields for t in comp])
+                xs = fill(rows, self._cap, [t.yields for t in comp] if self._yielding else None)
             for t, x in zip(comp, xs, strict=True):
                 rate = x * t.alone_rate
                 if rate != t.rate:

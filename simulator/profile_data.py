@@ -76,23 +76,25 @@ class Profile:
         probe), so it holds the slowdown of their sharing caches too: the cores are then the
         CPU time the host gives them (`cpu_capacity`), not the effective cores, which hold
         that slowdown a second time."""
-        blocks = {b: {k: (f * factor, w * factor) for k, (f, w) in t.items()} for b, t in self.blocks.items()}
-        opt = None if self.optimizer_per_param_s is None else self.optimizer_per_param_s * factor
-        so = self.sharded_optimizer_overhead_s
-        so = None if so is None else so * factor
 
-        def cpu(v: float | None) -> float | None:
+        def slow(v: float | None) -> float | None:
             return None if v is None else v * factor
 
+        blocks = {b: {k: (f * factor, w * factor) for k, (f, w) in t.items()} for b, t in self.blocks.items()}
         links = {
-            t: replace(lp, gather_cpu_s_per_B=cpu(lp.gather_cpu_s_per_B), reduce_cpu_s_per_B=cpu(lp.reduce_cpu_s_per_B))
-            for t, lp in self.links.items()
+            top: replace(
+                lp, gather_cpu_s_per_B=slow(lp.gather_cpu_s_per_B), reduce_cpu_s_per_B=slow(lp.reduce_cpu_s_per_B)
+            )
+            for top, lp in self.links.items()
         }
-        cores = self.cpu_capacity if among_ranks and self.cpu_capacity else self.effective_cores
         return replace(
-            self, blocks=blocks, optimizer_per_param_s=opt, sharded_optimizer_overhead_s=so, links=links,
-            effective_cores=cores,
-        )  # fmt: skip
+            self,
+            blocks=blocks,
+            optimizer_per_param_s=slow(self.optimizer_per_param_s),
+            sharded_optimizer_overhead_s=slow(self.sharded_optimizer_overhead_s),
+            links=links,
+            effective_cores=self.cpu_capacity if among_ranks and self.cpu_capacity else self.effective_cores,
+        )
 
     def block_time(self, name: str, batch: int) -> tuple[float, float] | None:
         """(fwd_s, bwd_s) of block `name` for a microbatch of `batch` samples, or None if not profiled."""
