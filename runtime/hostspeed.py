@@ -22,6 +22,7 @@ tokens, whose weights fit in cache, left 4.8 % (2026-11-22).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -73,3 +74,59 @@ class SpeedLog:
     @property
     def ref(self) -> float:
         return statistics.fmean(self.readings) if self.readings else 1.0
+
+
+# -- the hypervisor's share ------------------------------------------------------------------
+
+_STAT = "/proc/stat"
+
+
+def _cpu_ticks(path: str = _STAT) -> tuple[int, int] | None:
+    """(steal, all) ticks of the host's cores together since boot, None where there is no
+    /proc/stat. all: user, nice, system, idle, iowait, irq, softirq and steal (the guest
+    times are inside user already)."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(v) for v in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+@dataclass(frozen=True)
+class Steal:
+    """The hypervisor's part of a span: `cores`, the mean cores' worth of time it ran other
+    guests on ours, and `share`, that over all the host's cores (the part of their capacity
+    it took)."""
+
+    cores: float
+    share: float
+
+
+@dataclass
+class StealClock:
+    """Time the hypervisor gave other guests while we ran (/proc/stat's steal): no process of
+    ours is charged for it (this kernel subtracts it from their clocks) and no probe sees it,
+    but cores computing for us lose it. On this VM it came and went within minutes, up to 0.6
+    of its 2 cores over a step, most in steps that leave the cores idle between collectives
+    (a core woken from idle waits for the hypervisor) (2026-11-22).
+
+    `start()`, then `stop()` returns the Steal of the span between them (None where
+    /proc/stat is missing)."""
+
+    path: str = _STAT
+    _t0: float = 0.0
+    _ticks0: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        self._t0, self._ticks0 = time.perf_counter(), _cpu_ticks(self.path)
+
+    def stop(self) -> Steal | None:
+        ticks, wall = _cpu_ticks(self.path), time.perf_counter() - self._t0
+        if ticks is None or self._ticks0 is None or wall <= 0:
+            return None
+        steal, total = ticks[0] - self._ticks0[0], ticks[1] - self._ticks0[1]
+        return Steal(steal / os.sysconf("SC_CLK_TCK") / wall, steal / total if total > 0 else 0.0)

@@ -1,10 +1,10 @@
 """`shardsim profile`: measure a workload's blocks on the local device.
 
-Times each block's forward and backward (and the Adam step per parameter) with real
-tensors at the configured batch, one torch thread per rank on CPU as the runtime uses,
-and writes a profile that `predict`, `sweep` and `validate` take with `--profile`.
-The simulator scales the per-sample times linearly with the microbatch, so profile at
-the microbatch size you will predict.
+Times each block's forward and backward (and the Adam step per parameter; on CPU, FSDP2's
+own work and its Adam's overhead) with real tensors at the configured batch, one torch
+thread per rank on CPU as the runtime uses, and writes a profile that `predict`, `sweep`
+and `validate` take with `--profile`. The simulator scales the per-sample times linearly
+with the microbatch, so profile at the microbatch size you will predict.
 """
 
 from __future__ import annotations
@@ -21,11 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.hostspeed import Probe, SpeedLog
+from runtime.hostspeed import Probe, SpeedLog, StealClock
 from simulator.config import add_config_arguments, config_from_args
 from simulator.errors import ConfigError
 
 WHOLE_ROUNDS = 3
+# the world size FSDP2's own work is timed at when no rank count is given; it changes little
+# with it (small-gpt, microbatch 4: 33-45 ms forward and 41-53 ms backward at 1 to 8 ranks)
+FSDP_WORLD = 8
 
 
 def _unit() -> float:
@@ -78,6 +81,7 @@ def profile_workload(
     repeats: int = 9,
     warmup: int = 2,
     precision: str = "fp32",
+    fsdp_world: int = FSDP_WORLD,
 ) -> dict:
     """Forward/backward seconds of every block at each microbatch size in `batch` (per
     microbatch, and per sample at the first size), and Adam seconds per parameter.
@@ -104,15 +108,15 @@ def profile_workload(
             rounds[b].append(_whole_times(ctx, b, per_round, warmup if r == 0 else 1, speed))
     model = ctx.model
     opt = torch.optim.Adam(model.parameters())
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
+    _gradients(model, ctx.autocast)
     n_params = sum(p.numel() for p in model.parameters())
     t_opt = _median_time(opt.step, repeats, warmup, ctx.sync, speed)
     del opt  # its states: the sharded optimizer below needs the memory (vit-630m: 5 GB)
     for p in model.parameters():
         p.grad = None
-    sharded = None
+    sharded = fsdp = None
     if ctx.device.type == "cpu":
+        fsdp = fsdp_overhead(ctx, batches[-1], fsdp_world, repeats, warmup, speed)
         t_sharded = sharded_optimizer_step(model, repeats, warmup, speed)
         sharded = None if t_sharded is None else max(0.0, t_sharded - t_opt)
     ref = speed.ref  # every figure at one speed: the probes' mean (1 probe unit = `ref` seconds)
@@ -126,6 +130,8 @@ def profile_workload(
         by_batch[str(b)] = {k: [f * fwd / sf, w * bwd / sb] for k, (f, w) in blocks.items()}
     t_opt *= ref
     sharded = None if sharded is None else sharded * ref
+    if fsdp is not None:
+        fsdp = {"world": fsdp_world, "batch": batches[-1], "fwd_s": fsdp[0] * ref, "bwd_s": fsdp[1] * ref}
     first = batches[0]
     dev = ctx.device
     return {
@@ -140,11 +146,26 @@ def profile_workload(
         "blocks_per_sample_s": {k: [f / first, b / first] for k, (f, b) in by_batch[str(first)].items()},
         "optimizer_per_param_s": t_opt / n_params,
         "sharded_optimizer_overhead_s": sharded,
+        "fsdp_overhead_s": fsdp,
         # runtime.hostspeed: every figure above is stated at the host speed where its probe takes
         # `probe_s` (each timed pass divided by the probe read before it); the readings
         "probe_s": ref if speed.readings else None,
         "probe_readings_s": speed.readings,
     }
+
+
+def _gradients(model, autocast=None) -> None:
+    """Real gradients in every parameter (one sample's backward), for an optimizer step to be
+    timed on: Adam on zero gradients took 2.6 times as long as on these (17.0 against 6.6 ns a
+    parameter, small-gpt, this host, 2026-11-22), which put its step 3 times over what the
+    ranks of a run spend on it."""
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    x, y = model.sample_batch(1, generator=torch.Generator().manual_seed(1))
+    with autocast() if autocast else _null():
+        loss = model.loss(model(x), y)
+    loss.backward()
 
 
 def sharded_optimizer_step(
@@ -167,12 +188,69 @@ def sharded_optimizer_step(
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         sharded = apply_fsdp(model, init_device_mesh("cpu", (1,)))
-        for p in sharded.parameters():
-            p.grad = torch.zeros_like(p)
+        _gradients(sharded)
         step = torch.optim.Adam(sharded.parameters()).step
         return _median_time(step, repeats, warmup, lambda: None, speed)
     finally:
         dist.destroy_process_group()
+
+
+def fsdp_overhead(
+    ctx: _Ctx, batch: int, world: int, repeats: int = 9, warmup: int = 2, speed: Callable[[], float] = _unit
+) -> tuple[float, float] | None:
+    """(forward, backward) seconds of FSDP2's own work on a rank at world size `world`, one
+    microbatch of `batch`: a copy of the model under FSDP2 (a unit per block, then the root)
+    over the model as it is, passes alternating, the median of the differences. The
+    collectives are PyTorch's fake process group's, which move nothing, so what is left is what
+    FSDP2 itself does on the rank's thread: copying shards into the all-gather's buffer and the
+    gathered unit out, gradients into the reduce-scatter's buffer, its hooks (CPU time of this
+    thread; each pair's difference divided by `speed()` read before the pair). None when this
+    process already has a process group (it is left alone).
+
+    The fake collectives leave the gathered parameters as they found the memory: denormal
+    numbers are flushed to zero meanwhile, so that garbage costs no more than numbers."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from runtime.parallel import apply_fsdp
+
+    if dist.is_initialized():
+        return None
+    plain = ctx.model
+    x, y = plain.sample_batch(batch, generator=torch.Generator().manual_seed(0))
+    flushed = torch.set_flush_denormal(True)
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        sharded = apply_fsdp(copy.deepcopy(plain), init_device_mesh("cpu", (world,)))
+
+        def passes(model) -> tuple[float, float]:
+            t0 = time.thread_time()
+            with ctx.autocast():
+                loss = model.loss(model(x), y)
+            t1 = time.thread_time()
+            loss.backward()
+            t2 = time.thread_time()
+            model.zero_grad(set_to_none=True)
+            return t1 - t0, t2 - t1
+
+        for _ in range(warmup):
+            passes(plain), passes(sharded)
+        fwd, bwd = [], []
+        for _ in range(max(2 * repeats, 15)):
+            s = speed()  # one reading for the pair: the difference is not divided by two readings' noise
+            (pf, pb), (sf, sb) = passes(plain), passes(sharded)
+            fwd.append((sf - pf) / s)
+            bwd.append((sb - pb) / s)
+        return max(0.0, statistics.median(fwd)), max(0.0, statistics.median(bwd))
+    finally:
+        dist.destroy_process_group()
+        if flushed:
+            torch.set_flush_denormal(False)
 
 
 @dataclass
@@ -264,23 +342,30 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
       than the cores are still busy, bring it below);
     - `probe_inflation`: the probe's CPU time among them over one process alone (caches and
       memory bandwidth are shared: the same work takes more CPU time);
-    - `effective_cores`: capacity / inflation (at least 1), the cores' worth of work they get.
+    - `effective_cores`: capacity / inflation (at least 1), the cores' worth of work they get;
+    - `steal_share`: the part of the host's cores' time the hypervisor took meanwhile
+      (runtime.hostspeed.Steal), which the capacity has lost: a run in another share scales it.
     Each is the median of 3 rounds, each round timing the process alone just before: a
     capacity is a ratio taken at one moment, which this drifting host does not spoil."""
     ctx = _cpu_ctx(workload)
     alone = _median_time(_model_step(ctx, batch), 3, 1, lambda: None)
     iters = max(1, round(seconds / alone))
-    out: dict[str, dict] = {"cpu_capacity": {}, "probe_inflation": {}, "effective_cores": {}}
+    out: dict[str, dict] = {"cpu_capacity": {}, "probe_inflation": {}, "effective_cores": {}, "steal_share": {}}
+    clock = StealClock()
     for n in sorted(set(ranks)):
-        caps, infl = [], []
+        caps, infl, steals = [], [], []
         for _ in range(3):
             _, _, probe_alone = _forked_cpu(ctx, batch, iters, 1)
+            clock.start()
             wall, cpu, probe = _forked_cpu(ctx, batch, iters, n)
+            steal = clock.stop()
             caps.append(cpu / wall)
             infl.append(probe / probe_alone)
+            steals.append(steal.share if steal else 0.0)
         cap, inf = statistics.median(caps), statistics.median(infl)
         out["cpu_capacity"][str(n)] = cap
         out["probe_inflation"][str(n)] = inf
+        out["steal_share"][str(n)] = statistics.median(steals)
         # below 1 it is the host's drift between the two timings: sharing caches never speeds work up
         out["effective_cores"][str(n)] = cap / max(inf, 1.0)
     return out
@@ -421,7 +506,15 @@ def build_profile(
     # the host's speed while the blocks were timed: yardsticks before and after them and at the
     # end, averaged (this host flips between a fast and a slow state every few seconds)
     yards = [yardstick(workload, max(batches))] if host else []
-    doc = profile_workload(workload, batches, device=device, threads=threads, repeats=repeats, precision=precision)
+    doc = profile_workload(
+        workload,
+        batches,
+        device=device,
+        threads=threads,
+        repeats=repeats,
+        precision=precision,
+        fsdp_world=max(ranks, default=FSDP_WORLD),
+    )
     if host:
         yards.append(yardstick(workload, max(batches)))
     if topologies:
@@ -536,6 +629,9 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
     print(f"Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param", end="")
     so = doc.get("sharded_optimizer_overhead_s")
     print("" if so is None else f", +{so * 1e3:.1f} ms a step on FSDP2's sharded parameters")
+    if fo := doc.get("fsdp_overhead_s"):
+        print(f"FSDP2's own work at {fo['world']} ranks: +{fo['fwd_s'] * 1e3:.1f} ms a forward, "
+              f"+{fo['bwd_s'] * 1e3:.1f} ms a backward")  # fmt: skip
     for name, lp in doc.get("links", {}).items():
         nic = ""
         if "nic_Bps" in lp:

@@ -345,7 +345,7 @@ def run(ns: argparse.Namespace, status) -> int:
     import torch.distributed as dist
 
     from runtime.collective_trace import save_rank_trace, trace_dir
-    from runtime.hostspeed import Probe
+    from runtime.hostspeed import Probe, StealClock
     from runtime.results import summarize, write_results
     from runtime.status import Fault
 
@@ -383,6 +383,7 @@ def run(ns: argparse.Namespace, status) -> int:
         # resident: about 2 % of a small-gpt rank's peak resident set)
         probe = None if use_cuda else Probe()
         probes: list[float] = []
+        steal, steals = StealClock(), []  # the hypervisor's share of the host's cores in each step
         _reset_peak_memory(device)
         cpu_times: list[float] = []  # this process' CPU seconds in the step (barriers excluded)
         perf, cpu = time.perf_counter, time.process_time
@@ -397,6 +398,7 @@ def run(ns: argparse.Namespace, status) -> int:
             sync()
             t0 = perf()
             c0 = cpu()
+            steal.start()
             with _recording(tracing is not None and i >= ns.warmup) as calls:
                 loss = job.forward_backward(batches)
                 job.optimizer_step()
@@ -405,6 +407,7 @@ def run(ns: argparse.Namespace, status) -> int:
             if calls is not None:
                 traced.append(calls)
             times.append(perf() - t0)
+            steals.append(steal.stop())
             cpu_times.append(c1 - c0)
             losses.append(loss)
         status.step(total)
@@ -424,6 +427,13 @@ def run(ns: argparse.Namespace, status) -> int:
         if probes:
             probe_all[rank] = torch.as_tensor(probes[ns.warmup :], dtype=torch.float64)
         dist.all_reduce(probe_all)
+        measured_steal = steals[ns.warmup :]
+        has_steal = all(v is not None for v in measured_steal)
+        steal_all = torch.zeros(2, world, ns.steps, dtype=torch.float64, device=device)  # cores, share
+        if has_steal:
+            steal_all[0, rank] = torch.as_tensor([v.cores for v in measured_steal], dtype=torch.float64)
+            steal_all[1, rank] = torch.as_tensor([v.share for v in measured_steal], dtype=torch.float64)
+        dist.all_reduce(steal_all)
         if ns.save_params:
             # final parameters, then the gradients of one more step's batches (not applied):
             # with Adam the parameters hide a wrongly scaled gradient, the gradients do not
@@ -460,6 +470,13 @@ def run(ns: argparse.Namespace, status) -> int:
                 "step_cpu_times_by_rank_s": cpu_all.cpu().tolist(),  # every rank's, [rank][step]
                 # runtime.hostspeed's probe on every rank before every measured step (CPU only)
                 "host_probe_s": float(probe_all.mean()) if probes else None,
+                # the hypervisor's part of each measured step (runtime.hostspeed.Steal: the cores'
+                # worth of time it ran other guests on ours, and that over all the host's cores;
+                # each rank's host, mean over ranks), and their means
+                "host_steal_cores_by_step": steal_all[0].mean(0).tolist() if has_steal else None,
+                "host_steal_share_by_step": steal_all[1].mean(0).tolist() if has_steal else None,
+                "host_steal_cores": float(steal_all[0].mean()) if has_steal else None,
+                "host_steal_share": float(steal_all[1].mean()) if has_steal else None,
                 "samples_per_s": job.res.global_batch / summary["step_time_s"],
                 "memory_per_rank_gib": max(mem_list),
                 "memory_by_rank_gib": mem_list,
@@ -498,6 +515,11 @@ def _summary_text(r: dict, path: str | None) -> str:
         f"  memory      {r['memory_per_rank_gib']:.3f} GiB per rank ({r['memory_measure']})",
         f"  loss        {r['loss_first']:.4f} -> {r['loss_last']:.4f}",
     ]
+    if r.get("host_probe_s"):
+        host = f"  host        speed probe {r['host_probe_s'] * 1e3:.1f} ms"
+        if r.get("host_steal_cores") is not None:
+            host += f"; the hypervisor took {r['host_steal_cores']:.2f} cores' worth of the steps' time"
+        lines.append(host)
     if path:
         lines.append(f"  written     {path}")
     return "\n".join(lines)

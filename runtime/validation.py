@@ -172,6 +172,7 @@ class Row:
     host_slowdown_after: float = math.nan  # ... and just after it (NaN: not timed)
     host_probe_s: float = math.nan  # runtime.hostspeed's probe on every rank before every measured step
     host_speed_from: str = ""  # probe: the run's own probe | yardstick: the validation's pooled yardsticks
+    host_steal_share: float = math.nan  # the part of the host's cores' time the hypervisor took (hostspeed.Steal)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -349,6 +350,10 @@ def row_slowdown(row: Row, profile_probe_s: float | None, pooled: float) -> tupl
     return pooled, "yardstick"
 
 
+def _steal_note(share: float) -> str:
+    return f"; the hypervisor took {100 * share:.0f} % of the cores' time" if math.isfinite(share) else ""
+
+
 def _host_slowdown(profile, batch: int) -> float:
     """How much slower this host is now than when the profile was measured (1.0 when the
     profile has no yardstick), timed with the profile's own yardstick."""
@@ -427,7 +432,9 @@ def validate(
     def rescore(i: int, pooled: float) -> None:
         rows[i].host_slowdown, rows[i].host_speed_from = row_slowdown(rows[i], profile_obj.probe_s, pooled)
         among = rows[i].host_speed_from == "probe"  # read among the ranks: their cache sharing included
-        _rescore(rows[i], predict(configs[i], profile=profile_obj.slowed(rows[i].host_slowdown, among_ranks=among)))
+        steal = rows[i].host_steal_share if math.isfinite(rows[i].host_steal_share) else None
+        slowed = profile_obj.slowed(rows[i].host_slowdown, among_ranks=among, steal_share=steal)
+        _rescore(rows[i], predict(configs[i], profile=slowed))
 
     def rescore_all() -> None:
         pooled = pooled_slowdown(rows)
@@ -464,11 +471,14 @@ def validate(
                     r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
                     r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
                     r.host_probe_s = result.get("host_probe_s") or math.nan
+                    steal = result.get("host_steal_share")
+                    r.host_steal_share = math.nan if steal is None else steal
                     rescore(i, pooled_slowdown(rows))  # the pool so far; every row is rescored at the end
                     log(
                         f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
                         f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; host speed x"
-                        f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after)"
+                        f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after"
+                        f"{_steal_note(r.host_steal_share)})"
                     )
                 save(out, matrix, rows, summarize(rows))
     if todo:

@@ -27,6 +27,16 @@ class BlockCost:
 
 
 @dataclass(frozen=True)
+class FsdpCpu:
+    """FSDP2's own work on a rank's compute stream, per parameter of a unit: per all-gather
+    (copying the shard in and the gathered unit out, the unshard hooks), and per
+    reduce-scatter (copying the unsharded gradients in, the shard out, the post-backward hooks)."""
+
+    gather_s_per_param: float = 0.0
+    reduce_s_per_param: float = 0.0
+
+
+@dataclass(frozen=True)
 class ComputeModel:
     device: DeviceSpec
     precision: str
@@ -71,6 +81,20 @@ class ComputeModel:
         if self.profile and self.profile.sharded_optimizer_overhead_s is not None:
             return self.profile.sharded_optimizer_overhead_s
         return 0.0
+
+    def fsdp_cpu(self, params: float, layer_params: float) -> FsdpCpu:
+        """FSDP2's own cost per unit parameter for a model of `params` parameters whose blocks
+        (the units resharded after forward) hold `layer_params`, from the profile's measured
+        whole-model overheads: a forward all-gathers every unit once, so it sets the cost per
+        gathered parameter; a backward all-gathers the blocks again and reduce-scatters every
+        unit, so what is left of it over the gathers sets the cost per reduced parameter
+        (at least 0). Zero without a measured figure: an assumption (on a GPU these copies run
+        on the device's streams, beside the blocks' kernels)."""
+        fo = self.profile.fsdp_overhead_s if self.profile else None
+        if fo is None or params <= 0:
+            return FsdpCpu()
+        gather = fo[0] / params
+        return FsdpCpu(gather, max(0.0, fo[1] - gather * layer_params) / params)
 
     @property
     def peak_flops(self) -> float:

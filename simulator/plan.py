@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from simulator.collectives import GroupLayout
-from simulator.compute import DTYPE_BYTES, BlockCost, ComputeModel
+from simulator.compute import DTYPE_BYTES, BlockCost, ComputeModel, FsdpCpu
 from simulator.config import Resolved, RunConfig
 from simulator.gcpause import paused_gc
 from simulator.workload import Block, Workload, stage_ranges
@@ -97,6 +97,7 @@ class Plan:
     ops: list[Op] = field(default_factory=list)
     classes: list[RankClass] = field(default_factory=list)
     overlap: bool = True
+    fsdp: FsdpCpu = field(default_factory=FsdpCpu)  # FSDP2's own work per unit parameter
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(self, rc: int, stream: str, kind: str, name: str, deps: list[Dep], **kw) -> int:
@@ -213,23 +214,35 @@ def fsdp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc
             res.post_forward(b.name)
         return _run_through(p, rc, f"F{tag}", after, [cm.block(b, mb).fwd_s for b in pc.blocks], "fwd")
     ag_root = None
+    prev = after
     if sh and res.unshard(ROOT):
         ag_root = p.comm(rc, "ag", "all_gather", sh, pc.root_params * pbytes, f"AG root{tag}", [after], "fwd")
-    prev = after
+        out = p.fsdp.gather_s_per_param * pc.root_params
+        prev = _fsdp_work(p, rc, f"copy-out root{tag}", [ag_root, prev], out, "fwd")
     for b in pc.embed:
         prev = _compute(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
     fwd_ids: list[int] = []
     for i, b in enumerate(pc.layers):
         ag = None
+        own = 0.0
         if sh and res.unshard(b.name):
             gate = fwd_ids[i - FSDP_PREFETCH_LIMIT] if i >= FSDP_PREFETCH_LIMIT else after
             ag = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG {b.name}{tag}", [gate, ag_root], "fwd")
-        prev = _compute(p, rc, f"F {b.name}{tag}", [ag, prev], cm.block(b, mb).fwd_s, "fwd")
+            own = p.fsdp.gather_s_per_param * b.params
+        prev = _compute(p, rc, f"F {b.name}{tag}", [ag, prev], own + cm.block(b, mb).fwd_s, "fwd")
         res.post_forward(b.name)
         fwd_ids.append(prev)
     for b in pc.head:
         prev = _compute(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
     return prev
+
+
+def _fsdp_work(p: Plan, rc: int, name: str, deps, dur: float, phase: str):
+    """FSDP2's own work on the compute stream (Plan.fsdp) as an op of its own, when it costs
+    anything; else the last of `deps` (what the next op waits on either way)."""
+    if dur > 0:
+        return _compute(p, rc, name, deps, dur, phase)
+    return deps[-1]
 
 
 def fsdp_backward(
@@ -285,10 +298,13 @@ def fsdp_backward(
         b = pc.layers[i]
         c = cm.block(b, mb)
         agb = None
+        dur = c.bwd_s + (c.fwd_s if cfg.checkpointing else 0.0)
         if fsdp and pc.residency.unshard(b.name):
             gate = after if i == L - 1 else pre[i + 1]
             agb = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG' {b.name}{tag}", [gate], "bwd")
-        dur = c.bwd_s + (c.fwd_s if cfg.checkpointing else 0.0)
+            dur += p.fsdp.gather_s_per_param * b.params
+        if fsdp and reduce:
+            dur += p.fsdp.reduce_s_per_param * b.params  # copy-in before its reduce-scatter
         prev = _compute(p, rc, f"B {b.name}{tag}", [agb, prev], dur, "bwd")
         pre[i - 1] = prev
         if fsdp and reduce:
@@ -302,6 +318,7 @@ def fsdp_backward(
     for b in pc.embed:
         prev = _compute(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
     if fsdp and reduce and pc.root_params:
+        prev = _fsdp_work(p, rc, f"copy-in root{tag}", [prev], p.fsdp.reduce_s_per_param * pc.root_params, "bwd")
         rs = p.comm(rc, "rs", "reduce_scatter", sh, pc.root_params * pbytes, f"RS root{tag}", [prev], "sync")
         syncs.append(rs)
         if sync and rep is not None:
@@ -327,6 +344,9 @@ def fsdp_reduce_grad(p: Plan, rc: int, cfg: RunConfig, pc: Piece, after: Dep, sy
         return syncs
     units = [(ROOT, pc.root_params)] + [(b.name, b.params) for b in pc.layers]
     for name, params in units:
+        if params <= 0:
+            continue
+        after = _fsdp_work(p, rc, f"copy-in {name}{tag}", [after], p.fsdp.reduce_s_per_param * params, "sync")
         rs = p.comm(rc, "rs", "reduce_scatter", sh, params * pbytes, f"RS {name}{tag}", [after], "sync")
         syncs.append(rs)
         if sync and rep is not None and rs is not None:
@@ -604,7 +624,8 @@ class _BlockTimes:
 
 
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
-    p = Plan(overlap=overlaps(cfg, res))
+    layer_params = sum(b.params for b in w.blocks if b.kind == "layer")
+    p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
     cm = _BlockTimes(cm)  # type: ignore[assignment]
     with paused_gc():
         if cfg.strategy.kind == "pipeline":

@@ -8,7 +8,8 @@ A profile replaces model figures with measured ones:
   byte it sends (on one host, moving bytes takes the cores that compute needs);
 - how many cores the host's processes really get when N ranks compute at once
   (`effective_cores`: N processes on C cores do not each run at C/N of their speed alone,
-  caches and memory bandwidth are shared too).
+  caches and memory bandwidth are shared too), and the hypervisor's share of their time then;
+- FSDP2's own work in a forward and a backward (copies in and out of its collectives' buffers).
 
 A block timed at another microbatch size than the one predicted is scaled linearly from the
 nearest measured size (a named simplification: small microbatches run matmuls less
@@ -24,6 +25,10 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.topology import Cluster
+
+# A run whose cores the hypervisor takes more of than this is scaled as if it took this much:
+# a bound on a correction, not a figure of the host (the most seen here was 0.3, 2026-11-22)
+MAX_STEAL_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -60,27 +65,39 @@ class Profile:
     # ranks computing at once → cores' worth of CPU time the host gives them together (the
     # effective cores before their work's own slowdown from sharing caches, `probe_inflation`)
     cpu_capacity: dict[int, float] = field(default_factory=dict)
+    # ranks computing at once → the part of the host's cores' time the hypervisor took while the
+    # two figures above were measured (time they lost, runtime.hostspeed.Steal)
+    steal_share: dict[int, float] = field(default_factory=dict)
     yardstick_s: float | None = None  # the whole model's forward + backward on every core at once, when profiled
     # an Adam step on FSDP2's (DTensor) parameters over one on plain ones: per step, whatever the shard
     sharded_optimizer_overhead_s: float | None = None
     # the host-speed probe (runtime.hostspeed) at the speed every figure is stated at
     probe_s: float | None = None
+    # FSDP2's own CPU work in a forward and in a backward of the whole model, one microbatch,
+    # over the same passes unsharded (copies in and out of its collectives' buffers, hooks):
+    # timed on this host with collectives that move nothing (runtime.profile.fsdp_overhead)
+    fsdp_overhead_s: tuple[float, float] | None = None
 
-    def slowed(self, factor: float, among_ranks: bool = False) -> Profile:
+    def slowed(self, factor: float, among_ranks: bool = False, steal_share: float | None = None) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
-        optimizer times (and the sharded optimizer's overhead, and what moving a byte costs
-        the cores) scaled (a shared host's speed drifts; `validate` reads the factor with the
+        optimizer times (and the sharded optimizer's and FSDP2's own overheads, and what moving
+        a byte costs the cores) scaled (a shared host's speed drifts; `validate` reads the factor with the
         profile's own probe in each run, or a yardstick around it).
 
         `among_ranks`: the factor was read among the ranks computing at once (the runtime's
         probe), so it holds the slowdown of their sharing caches too: the cores are then the
         CPU time the host gives them (`cpu_capacity`), not the effective cores, which hold
-        that slowdown a second time."""
+        that slowdown a second time.
+
+        `steal_share`: the part of the host's cores' time the hypervisor took during the run
+        (runtime.hostspeed.Steal; no probe sees it): the cores are scaled by what it left over
+        what it left the core-sharing measurement."""
 
         def slow(v: float | None) -> float | None:
             return None if v is None else v * factor
 
         blocks = {b: {k: (f * factor, w * factor) for k, (f, w) in t.items()} for b, t in self.blocks.items()}
+        fsdp = None if self.fsdp_overhead_s is None else tuple(v * factor for v in self.fsdp_overhead_s)
         links = {
             top: replace(
                 lp, gather_cpu_s_per_B=slow(lp.gather_cpu_s_per_B), reduce_cpu_s_per_B=slow(lp.reduce_cpu_s_per_B)
@@ -92,9 +109,20 @@ class Profile:
             blocks=blocks,
             optimizer_per_param_s=slow(self.optimizer_per_param_s),
             sharded_optimizer_overhead_s=slow(self.sharded_optimizer_overhead_s),
+            fsdp_overhead_s=fsdp,
             links=links,
-            effective_cores=self.cpu_capacity if among_ranks and self.cpu_capacity else self.effective_cores,
+            effective_cores=self._cores_under(
+                self.cpu_capacity if among_ranks and self.cpu_capacity else self.effective_cores, steal_share
+            ),
         )
+
+    def _cores_under(self, cores: dict[int, float], steal_share: float | None) -> dict[int, float]:
+        """`cores` (rank count → cores) where the hypervisor takes `steal_share` of the time
+        they want to run instead of the share it took when they were measured."""
+        if steal_share is None:
+            return cores
+        left = 1.0 - min(max(steal_share, 0.0), MAX_STEAL_SHARE)
+        return {n: c * left / (1.0 - min(self.steal_share.get(n, 0.0), MAX_STEAL_SHARE)) for n, c in cores.items()}
 
     def block_time(self, name: str, batch: int) -> tuple[float, float] | None:
         """(fwd_s, bwd_s) of block `name` for a microbatch of `batch` samples, or None if not profiled."""
@@ -151,13 +179,13 @@ def _positive(v: Any, where: str, key: str, *, zero: bool = False) -> float:
     return float(v)
 
 
-def _by_rank_count(host: dict, key: str, where: str) -> dict[int, float]:
-    """host[key]: rank count -> a number > 0."""
+def _by_rank_count(host: dict, key: str, where: str, zero: bool = False) -> dict[int, float]:
+    """host[key]: rank count -> a number > 0 (>= 0 with `zero`)."""
     out = {}
     for n, c in (host.get(key) or {}).items():
         if not str(n).isdigit():
             raise ConfigError("expected a rank count", where=where, field=f"host.{key}.{n}")
-        out[int(n)] = _positive(c, where, f"host.{key}.{n}")
+        out[int(n)] = _positive(c, where, f"host.{key}.{n}", zero=zero)
     return out
 
 
@@ -193,6 +221,11 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
     so = None if so is None else _positive(so, where, "sharded_optimizer_overhead_s", zero=True)
     probe = doc.get("probe_s")
     probe = None if probe is None else _positive(probe, where, "probe_s")
+    fo = doc.get("fsdp_overhead_s")
+    if fo is not None:
+        if not isinstance(fo, dict):
+            raise ConfigError("expected {world, fwd_s, bwd_s}", where=where, field="fsdp_overhead_s")
+        fo = tuple(_positive(fo.get(k), where, f"fsdp_overhead_s.{k}", zero=True) for k in ("fwd_s", "bwd_s"))
     links = {}
     for top, lp in (doc.get("links") or {}).items():
         if not isinstance(lp, dict):
@@ -213,6 +246,7 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
     # (a profile before the yardstick used every core wrote `yardstick_s`: not comparable, unused)
     yard = host.get("yardstick_all_cores_s")
     cores, capacity = (_by_rank_count(host, key, where) for key in ("effective_cores", "cpu_capacity"))
+    steal = _by_rank_count(host, "steal_share", where, zero=True)
     return Profile(
         path=where,
         workload=workload,
@@ -221,9 +255,11 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         links=links,
         effective_cores=cores,
         cpu_capacity=capacity,
+        steal_share=steal,
         yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_all_cores_s"),
         sharded_optimizer_overhead_s=so,
         probe_s=probe,
+        fsdp_overhead_s=fo,
     )
 
 

@@ -130,7 +130,8 @@ def test_the_profile_states_every_figure_at_the_mean_probe(monkeypatch):
     monkeypatch.setattr(prof, "_whole_times", in_units((10.0, 20.0)))
     monkeypatch.setattr(prof, "_median_time", in_units(4.0))
     monkeypatch.setattr(prof, "sharded_optimizer_step", in_units(6.0))
-    doc = prof.profile_workload("small-gpt", [4])
+    monkeypatch.setattr(prof, "fsdp_overhead", in_units((3.0, 5.0)))
+    doc = prof.profile_workload("small-gpt", [4], fsdp_world=4)
     ref = doc["probe_s"]
     assert ref == pytest.approx(sum(doc["probe_readings_s"]) / len(doc["probe_readings_s"]))
     assert ref == SpeedLog(None, doc["probe_readings_s"]).ref and len(set(doc["probe_readings_s"])) > 1
@@ -140,6 +141,9 @@ def test_the_profile_states_every_figure_at_the_mean_probe(monkeypatch):
     n = len(blocks)
     assert all(v == [pytest.approx(10 * ref / n), pytest.approx(20 * ref / n)] for v in blocks.values())
     assert doc["sharded_optimizer_overhead_s"] == pytest.approx(2.0 * ref)  # (6 - 4) at one speed
+    fsdp = doc["fsdp_overhead_s"]
+    assert (fsdp["world"], fsdp["batch"]) == (4, 4)
+    assert (fsdp["fwd_s"], fsdp["bwd_s"]) == (pytest.approx(3.0 * ref), pytest.approx(5.0 * ref))
     assert json.loads(json.dumps(doc))["probe_s"] == ref and not math.isnan(ref)
 
 
