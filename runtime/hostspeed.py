@@ -112,7 +112,7 @@ class StealClock:
     ours is charged for it (this kernel subtracts it from their clocks) and no probe sees it,
     but cores computing for us lose it. On this VM it came and went within minutes, up to 0.6
     of its 2 cores over a step, most in steps that leave the cores idle between collectives
-    (a core woken from idle waits for the hypervisor) (2026-11-22).
+    (a core woken from idle waits for the hypervisor) (2026-11-22 and 23).
 
     `start()`, then `stop()` returns the Steal of the span between them (None where
     /proc/stat is missing)."""

@@ -157,7 +157,7 @@ def profile_workload(
 def _gradients(model, autocast=None) -> None:
     """Real gradients in every parameter (one sample's backward), for an optimizer step to be
     timed on: Adam on zero gradients took 2.6 times as long as on these (17.0 against 6.6 ns a
-    parameter, small-gpt, this host, 2026-11-22), which put its step 3 times over what the
+    parameter, small-gpt, this host, 2026-11-23), which put its step 3 times over what the
     ranks of a run spend on it."""
     import torch
 

@@ -27,7 +27,8 @@ from simulator.errors import ConfigError
 from simulator.topology import Cluster
 
 # A run whose cores the hypervisor takes more of than this is scaled as if it took this much:
-# a bound on a correction, not a figure of the host (the most seen here was 0.3, 2026-11-22)
+# a bound on a correction, not a figure of the host (the most seen here was 0.34 over a run,
+# 2026-11-23)
 MAX_STEAL_SHARE = 0.9
 
 
@@ -80,9 +81,9 @@ class Profile:
 
     def slowed(self, factor: float, among_ranks: bool = False, steal_share: float | None = None) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
-        optimizer times (and the sharded optimizer's and FSDP2's own overheads, and what moving
-        a byte costs the cores) scaled (a shared host's speed drifts; `validate` reads the factor with the
-        profile's own probe in each run, or a yardstick around it).
+        optimizer times (and the sharded optimizer's and FSDP2's own overheads, and what
+        moving a byte costs the cores) scaled (a shared host's speed drifts; `validate` reads
+        the factor with the profile's own probe in each run, or a yardstick around it).
 
         `among_ranks`: the factor was read among the ranks computing at once (the runtime's
         probe), so it holds the slowdown of their sharing caches too: the cores are then the
@@ -117,8 +118,8 @@ class Profile:
         )
 
     def _cores_under(self, cores: dict[int, float], steal_share: float | None) -> dict[int, float]:
-        """`cores` (rank count → cores) where the hypervisor takes `steal_share` of the time
-        they want to run instead of the share it took when they were measured."""
+        """`cores` (rank count → cores) where the hypervisor takes `steal_share` of the host's
+        cores' time instead of the part it took while they were measured."""
         if steal_share is None:
             return cores
         left = 1.0 - min(max(steal_share, 0.0), MAX_STEAL_SHARE)
