@@ -417,23 +417,17 @@ def run(ns: argparse.Namespace, status) -> int:
         # one exchange after timing: global losses per step and every rank's peak memory
         local = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in losses]) * job.loss_weight
         dist.all_reduce(local)
-        mem = torch.zeros(world, dtype=torch.float64, device=device)
-        mem[rank] = peak
-        dist.all_reduce(mem)
-        cpu_all = torch.zeros(world, ns.steps, dtype=torch.float64, device=device)  # every rank's CPU per step
-        cpu_all[rank] = torch.as_tensor(cpu_times[ns.warmup :], dtype=torch.float64)
-        dist.all_reduce(cpu_all)
-        probe_all = torch.zeros(world, ns.steps, dtype=torch.float64, device=device)
-        if probes:
-            probe_all[rank] = torch.as_tensor(probes[ns.warmup :], dtype=torch.float64)
-        dist.all_reduce(probe_all)
+
+        def every_rank(values: list[float] | None, n: int):
+            return _every_rank(values, n, rank, world, device)
+
+        mem = every_rank([peak], 1)[:, 0]
+        cpu_all = every_rank(cpu_times[ns.warmup :], ns.steps)  # every rank's CPU per step
+        probe_all = every_rank(probes[ns.warmup :] or None, ns.steps)
         measured_steal = steals[ns.warmup :]
         has_steal = all(v is not None for v in measured_steal)
-        steal_all = torch.zeros(2, world, ns.steps, dtype=torch.float64, device=device)  # cores, share
-        if has_steal:
-            steal_all[0, rank] = torch.as_tensor([v.cores for v in measured_steal], dtype=torch.float64)
-            steal_all[1, rank] = torch.as_tensor([v.share for v in measured_steal], dtype=torch.float64)
-        dist.all_reduce(steal_all)
+        steal_cores = every_rank([v.cores for v in measured_steal] if has_steal else None, ns.steps)
+        steal_share = every_rank([v.share for v in measured_steal] if has_steal else None, ns.steps)
         if ns.save_params:
             # final parameters, then the gradients of one more step's batches (not applied):
             # with Adam the parameters hide a wrongly scaled gradient, the gradients do not
@@ -473,10 +467,10 @@ def run(ns: argparse.Namespace, status) -> int:
                 # the hypervisor's part of each measured step (runtime.hostspeed.Steal: the cores'
                 # worth of time it ran other guests on ours, and that over all the host's cores;
                 # each rank's host, mean over ranks), and their means
-                "host_steal_cores_by_step": steal_all[0].mean(0).tolist() if has_steal else None,
-                "host_steal_share_by_step": steal_all[1].mean(0).tolist() if has_steal else None,
-                "host_steal_cores": float(steal_all[0].mean()) if has_steal else None,
-                "host_steal_share": float(steal_all[1].mean()) if has_steal else None,
+                "host_steal_cores_by_step": steal_cores.mean(0).tolist() if has_steal else None,
+                "host_steal_share_by_step": steal_share.mean(0).tolist() if has_steal else None,
+                "host_steal_cores": float(steal_cores.mean()) if has_steal else None,
+                "host_steal_share": float(steal_share.mean()) if has_steal else None,
                 "samples_per_s": job.res.global_batch / summary["step_time_s"],
                 "memory_per_rank_gib": max(mem_list),
                 "memory_by_rank_gib": mem_list,
@@ -503,6 +497,19 @@ def run(ns: argparse.Namespace, status) -> int:
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def _every_rank(values: list[float] | None, n: int, rank: int, world: int, device):
+    """Every rank's `values` (n of them) as the rows of one [world, n] tensor, by one all-reduce;
+    a rank with None leaves its row zero. Every rank calls it, in the same order."""
+    import torch
+    import torch.distributed as dist
+
+    out = torch.zeros(world, n, dtype=torch.float64, device=device)
+    if values is not None:
+        out[rank] = torch.as_tensor(values, dtype=torch.float64)
+    dist.all_reduce(out)
+    return out
 
 
 def _summary_text(r: dict, path: str | None) -> str:

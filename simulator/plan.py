@@ -624,7 +624,7 @@ class _BlockTimes:
 
 
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
-    layer_params = sum(b.params for b in w.blocks if b.kind == "layer")
+    layer_params = sum(b.params for b in w.layers)
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
     cm = _BlockTimes(cm)  # type: ignore[assignment]
     with paused_gc():

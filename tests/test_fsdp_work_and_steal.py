@@ -60,7 +60,7 @@ def test_fsdp2s_own_work_is_charged_where_fsdp2_does_it(tmp_path):
 
 def test_the_overheads_split_into_a_cost_per_gathered_and_per_reduced_parameter(tmp_path):
     w = load_workload("small-gpt")
-    layers = sum(b.params for b in w.blocks if b.kind == "layer")
+    layers = sum(b.params for b in w.layers)
     prof = dataclasses.replace(load_profile(_profile(tmp_path), "small-gpt"), fsdp_overhead_s=(0.03, 0.05))
     cm = ComputeModel(make_cluster("emu-2x2").instance.device, "fp32", prof)
     got = cm.fsdp_cpu(w.params, layers)
