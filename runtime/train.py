@@ -464,6 +464,7 @@ def run(ns: argparse.Namespace, status) -> int:
                 "step_cpu_times_by_rank_s": cpu_all.cpu().tolist(),  # every rank's, [rank][step]
                 # runtime.hostspeed's probe on every rank before every measured step (CPU only)
                 "host_probe_s": float(probe_all.mean()) if probes else None,
+                "host_probe_by_step_s": probe_all.mean(0).tolist() if probes else None,  # mean over ranks
                 # the hypervisor's part of each measured step (runtime.hostspeed.Steal: the cores'
                 # worth of time it ran other guests on ours, and that over all the host's cores;
                 # each rank's host, mean over ranks), and their means

@@ -8,9 +8,17 @@ get), and the two are compared: error % per row, the mean absolute percentage er
 largest error, and per topology whether the predicted-best configuration and the
 predicted-best sharded data-parallel degree are the measured-best ones.
 
+Quiet steps: this VM's hypervisor runs other guests on its cores for minutes at a time (up to
+45 % of their time in a run), which measures them as much as the configuration. A step in
+which it took more than `max_steal` of the cores' time is set aside; a configuration with
+fewer than half its steps quiet is run again after the others, at most `retries` more times,
+and its quiet steps of every attempt are what is measured. One that never gets them is
+measured over all its steps, predicted with the steal taken off the cores, and marked.
+
 Resumable: every finished run is written at once (``validation.json``, ``validation.csv``);
-a second call runs only what is missing or failed, and re-predicts every row (cheap), so a
-better model re-scores old measurements without running them again.
+a second call runs only what is missing, failed or still owed a quiet attempt, and
+re-predicts every row (cheap), so a better model re-scores old measurements without running
+them again.
 """
 
 from __future__ import annotations
@@ -19,11 +27,13 @@ import json
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runtime.hostspeed import QUIET_STEAL_SHARE
 from simulator.config import STRATEGIES, RunConfig, build_config, resolve
 from simulator.errors import ConfigError
 from simulator.topology import make_cluster
@@ -32,7 +42,8 @@ from simulator.yamlio import load_yaml
 MATRICES = Path(__file__).resolve().parent / "matrices"
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
-_RUN_KEYS = ("steps", "warmup", "timeout")
+_RUN_KEYS = ("steps", "warmup", "timeout", "max_steal", "retries")
+RETRY_PAUSE_S = 30.0  # before another round of a topology's stolen configurations: the hypervisor's turns last minutes
 _STRATEGY_KEYS = ("strategy", "degree", "pp", "microbatches", "schedule")
 
 
@@ -44,6 +55,12 @@ class Matrix:
     steps: int = 4
     warmup: int = 1
     timeout: float = 60.0
+    max_steal: float = QUIET_STEAL_SHARE  # a step where the hypervisor took more of the cores' time is set aside
+    retries: int = 2  # more attempts at a configuration with fewer than half its steps quiet
+
+    @property
+    def quiet_steps_needed(self) -> int:
+        return max(1, math.ceil(self.steps / 2))
 
     @property
     def configs(self) -> list[RunConfig]:
@@ -133,13 +150,23 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
                     cfgs.append(cfg)
         out.append((str(top), tuple(cfgs)))
     run = {}
-    for k, kind in (("steps", int), ("warmup", int), ("timeout", float)):
+    for k, kind, low in (("steps", int, 1), ("warmup", int, 0), ("timeout", float, 1), ("retries", int, 0)):
         if k in data:
             v = data[k]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < (1 if k != "warmup" else 0):
-                raise ConfigError(f"expected a number >= {1 if k != 'warmup' else 0}, got {v!r}", where=where, field=k)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < low or (kind is int and v != int(v)):
+                what = "a whole number" if kind is int else "a number"
+                raise ConfigError(f"expected {what} >= {low}, got {v!r}", where=where, field=k)
             run[k] = kind(v)
+    if "max_steal" in data:
+        run["max_steal"] = steal_bound(data["max_steal"], where, "max_steal")
     return Matrix(where, base, tuple(out), **run)
+
+
+def steal_bound(v: Any, where: str | None, name: str) -> float:
+    """A part of the host's cores' time, 0 < v <= 1 (the quiet-step bound)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise ConfigError(f"expected a part of the cores' time, 0 < {name} <= 1, got {v!r}", where=where, field=name)
+    return float(v)
 
 
 # -- rows ------------------------------------------------------------------------------------
@@ -173,6 +200,12 @@ class Row:
     host_probe_s: float = math.nan  # runtime.hostspeed's probe on every rank before every measured step
     host_speed_from: str = ""  # probe: the run's own probe | yardstick: the validation's pooled yardsticks
     host_steal_share: float = math.nan  # the part of the host's cores' time the hypervisor took (hostspeed.Steal)
+    steps_kept: int = 0  # measured steps where it took at most the matrix's max_steal (what measured_s is of)
+    host_quiet: bool = True  # at least half the steps were kept; else every step is measured, steal corrected
+    attempts: int = 0  # runs of this configuration
+    run_ids: list[str] = field(default_factory=list)  # every attempt's run; run_id is the last
+    step_steal_share: list[float] = field(default_factory=list)  # per step of every attempt, as step_times_s
+    step_probe_s: list[float] = field(default_factory=list)  # the probe before each step (mean over ranks)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -183,6 +216,54 @@ def _row_for(cfg: RunConfig, world: int) -> Row:
     s = cfg.strategy
     degree = 1 if s.kind == "ddp" else (s.degree or 1)
     return Row(cfg.topology, s.label(), s.kind, degree, s.pp, s.microbatches, s.schedule, world)
+
+
+def add_attempt(row: Row, result: dict[str, Any]) -> None:
+    """Append one run's measured steps, and the host's readings in each, to `row`."""
+    times = [float(t) for t in result["step_times_s"]]
+    n = len(times)
+    steal = result.get("host_steal_share_by_step") or [result.get("host_steal_share", math.nan)] * n
+    probe = result.get("host_probe_by_step_s") or [result.get("host_probe_s") or math.nan] * n
+    row.step_times_s += times
+    row.step_steal_share += [math.nan if v is None else float(v) for v in steal]
+    row.step_probe_s += [math.nan if v is None else float(v) for v in probe]
+    row.attempts += 1
+    row.run_id = result.get("run_id", "")
+    row.run_ids.append(row.run_id)
+    mem = result.get("memory_per_rank_gib")
+    if mem is not None:
+        row.measured_memory_gib = mem if math.isnan(row.measured_memory_gib) else max(row.measured_memory_gib, mem)
+    row.status = "ok"
+
+
+def quiet_steps(steal: list[float], max_steal: float) -> list[int]:
+    """Indices of the steps where the hypervisor took at most `max_steal` (no reading: kept)."""
+    return [i for i, s in enumerate(steal) if not s > max_steal]
+
+
+def settle(row: Row, max_steal: float, needed: int) -> None:
+    """Set what `row` measured from its steps: the median of its quiet steps, and the probe and
+    steal over them, when it has `needed` of them; else over all its steps (`host_quiet` False).
+    A row without per-step readings (an older file) keeps what it has."""
+    n = len(row.step_times_s)
+    if n == 0 or len(row.step_steal_share) != n or len(row.step_probe_s) != n:
+        return
+    kept = quiet_steps(row.step_steal_share, max_steal)
+    row.steps_kept, row.host_quiet = len(kept), len(kept) >= needed
+    use = kept if row.host_quiet else list(range(n))
+    times = [row.step_times_s[i] for i in use]
+    row.measured_s, row.measured_min_s, row.measured_max_s = statistics.median(times), min(times), max(times)
+
+    def mean(values: list[float]) -> float:
+        finite = [values[i] for i in use if math.isfinite(values[i])]
+        return statistics.fmean(finite) if finite else math.nan
+
+    row.host_probe_s, row.host_steal_share = mean(row.step_probe_s), mean(row.step_steal_share)
+
+
+def owes_attempt(row: Row, matrix: Matrix) -> bool:
+    """Not measured yet, failed, or stolen with attempts left."""
+    return row.status != "ok" or (not row.host_quiet and row.attempts < 1 + matrix.retries)
 
 
 def _rescore(row: Row, pred) -> None:
@@ -228,6 +309,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
         per_top[top] = entry
     return {
         "rows_ok": len(ok),
+        "rows_stolen": sum(1 for r in ok if not r.host_quiet),
         "rows_failed": sum(1 for r in rows if r.status.startswith("failed")),
         "mape_pct": sum(errs) / len(errs) if errs else math.nan,
         "max_error_pct": max(errs) if errs else math.nan,
@@ -252,7 +334,7 @@ def save(out: Path, matrix: Matrix, rows: list[Row], summary: dict[str, Any]) ->
     doc = {"matrix": str(shown), "base": matrix.base, "steps": matrix.steps, "warmup": matrix.warmup}
     doc |= {"rows": [asdict(r) for r in rows], **summary}
     _write_atomic(out / "validation.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
-    cols = [f for f in Row.__dataclass_fields__ if f != "step_times_s"]
+    cols = [f for f, spec in Row.__dataclass_fields__.items() if spec.type != "list[float]" and f != "run_ids"]
     lines = [",".join(cols)]
     for r in rows:
         lines.append(",".join(_csv_cell(getattr(r, c)) for c in cols))
@@ -278,21 +360,27 @@ def load_rows(out: Path) -> list[Row]:
 
 def markdown(rows: list[Row], summary: dict[str, Any]) -> str:
     lines = [
-        "| topology | configuration | predicted | measured (min–max) | error |",
-        "|---|---|---|---|---|",
+        "| topology | configuration | predicted | measured (min–max) | steps | steal | error |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.status != "ok":
-            lines.append(f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.status} | – |")
+            lines.append(f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.status} | – | – | – |")
             continue
+        n = len(r.step_times_s)
+        steps = f"{r.steps_kept} of {n}" + ("" if r.host_quiet else " †") if n else "–"
+        steal = f"{100 * r.host_steal_share:.0f} %" if math.isfinite(r.host_steal_share) else "–"
         lines.append(
             f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.measured_s:.3f} s "
-            f"({r.measured_min_s:.3f}–{r.measured_max_s:.3f}) | {r.error_pct:+.1f} % |"
+            f"({r.measured_min_s:.3f}–{r.measured_max_s:.3f}) | {steps} | {steal} | {r.error_pct:+.1f} % |"
         )
     lines += [
         "",
+        "steps: the quiet steps measured, of all run (every attempt); steal: the hypervisor's part of the",
+        "host's cores' time in the steps measured. † too few quiet steps: measured over every step.",
+        "",
         f"Mean absolute error {summary['mape_pct']:.1f} %, largest {summary['max_error_pct']:.1f} % "
-        f"({summary['rows_ok']} configurations).",
+        f"({summary['rows_ok']} configurations, {summary.get('rows_stolen', 0)} of them †).",
         "",
         "| topology | predicted best | measured best | agrees | regret | best degree (pred / meas) |",
         "|---|---|---|---|---|---|",
@@ -441,46 +529,62 @@ def validate(
         for i in range(len(rows)):
             rescore(i, pooled)
 
+    needed = matrix.quiet_steps_needed
+    for r in rows:
+        settle(r, matrix.max_steal, needed)  # the bound may differ from the earlier call's
     rescore_all()
-    todo = [(i, c) for i, c in enumerate(matrix.configs) if rows[i].status != "ok"]
+    todo = [(i, c) for i, c in enumerate(matrix.configs) if owes_attempt(rows[i], matrix)]
     if todo:
         check_privileges()
-    log(f"validate: {len(rows)} configurations, {len(rows) - len(todo)} already measured, {len(todo)} to run")
+    log(
+        f"validate: {len(rows)} configurations, {len(rows) - len(todo)} measured, {len(todo)} to run; "
+        f"steps where the hypervisor takes more than {100 * matrix.max_steal:g} % of the cores are set aside"
+    )
     done = 0
     yard_batch = max(matrix.microbatch_sizes())  # the size the profile's yardstick was timed at
+
+    def attempt(i: int, cfg: RunConfig, cluster, tag: str) -> None:
+        r = rows[i]
+        r.host_slowdown_before = before = _host_slowdown(profile_obj, yard_batch)
+        log(f"{tag} {cfg.topology} {r.config}: running (host speed x{1 / before:.2f}) ...")
+        result, err = _measure(cfg, matrix, cluster, runs, threads)
+        r.host_slowdown_after = _host_slowdown(profile_obj, yard_batch)
+        if result is None:
+            if r.attempts == 0:
+                r.status = f"failed: {err}"
+            log(f"{tag} {cfg.topology} {r.config}: FAILED: {err}")
+        else:
+            add_attempt(r, result)
+            settle(r, matrix.max_steal, needed)
+            rescore(i, pooled_slowdown(rows))  # the pool so far; every row is rescored at the end
+            quiet = f"{r.steps_kept} of {len(r.step_times_s)} steps quiet" + ("" if r.host_quiet else ", too few")
+            log(
+                f"{tag} {cfg.topology} {r.config}: measured {r.measured_s:.3f} s ({quiet}), "
+                f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; host speed x"
+                f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after"
+                f"{_steal_note(r.host_steal_share)})"
+            )
+        save(out, matrix, rows, summarize(rows))
+
     for top, _ in matrix.topologies:
-        mine = [(i, c) for i, c in todo if c.topology == top]
-        if not mine:
+        pending = [(i, c) for i, c in todo if c.topology == top]
+        if not pending:
             continue
         cluster = plan_cluster(top)
         with emulated(cluster):
-            for i, cfg in mine:
-                done += 1
-                r = rows[i]
-                r.host_slowdown_before = before = _host_slowdown(profile_obj, yard_batch)
-                log(f"[{done}/{len(todo)}] {top} {r.config}: running (host speed x{1 / before:.2f}) ...")
-                result, err = _measure(cfg, matrix, cluster, runs, threads)
-                r.host_slowdown_after = _host_slowdown(profile_obj, yard_batch)
-                if result is None:
-                    r.status = f"failed: {err}"
-                    log(f"[{done}/{len(todo)}] {top} {r.config}: FAILED: {err}")
-                else:
-                    r.status, r.run_id = "ok", result.get("run_id", "")
-                    r.measured_s = result["step_time_s"]
-                    r.step_times_s = list(result["step_times_s"])
-                    r.measured_min_s, r.measured_max_s = min(r.step_times_s), max(r.step_times_s)
-                    r.measured_memory_gib = result.get("memory_per_rank_gib", math.nan)
-                    r.host_probe_s = result.get("host_probe_s") or math.nan
-                    steal = result.get("host_steal_share")
-                    r.host_steal_share = math.nan if steal is None else steal
-                    rescore(i, pooled_slowdown(rows))  # the pool so far; every row is rescored at the end
-                    log(
-                        f"[{done}/{len(todo)}] {top} {r.config}: measured {r.measured_s:.3f} s, "
-                        f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; host speed x"
-                        f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after"
-                        f"{_steal_note(r.host_steal_share)})"
-                    )
-                save(out, matrix, rows, summarize(rows))
+            for i, cfg in pending:
+                if rows[i].status != "ok":  # a stolen row of an earlier call waits for the retries
+                    done += 1
+                    attempt(i, cfg, cluster, f"[{done}/{len(todo)}]")
+            for again in range(1, matrix.retries + 1):
+                pending = [(i, c) for i, c in pending if rows[i].status == "ok" and owes_attempt(rows[i], matrix)]
+                if not pending:
+                    break
+                names = ", ".join(rows[i].config for i, _ in pending)
+                log(f"{top}: too few quiet steps in {names}; again in {RETRY_PAUSE_S:g} s ({again}/{matrix.retries})")
+                time.sleep(RETRY_PAUSE_S)
+                for i, cfg in pending:
+                    attempt(i, cfg, cluster, f"[retry {again}]")
     if todo:
         rescore_all()  # with the yardsticks of every run
     summary = summarize(rows)
@@ -507,6 +611,12 @@ def _cmd_validate(ns) -> int:
         raise ConfigError(f"cannot write the output folder: {exc.strerror}", where=str(out)) from None
     if ns.threads < 1:
         raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
+    if ns.max_steal is not None:
+        matrix = replace(matrix, max_steal=steal_bound(ns.max_steal, None, "max-steal"))
+    if ns.retries is not None:
+        if ns.retries < 0:
+            raise ConfigError(f"expected --retries >= 0, got {ns.retries}", field="retries")
+        matrix = replace(matrix, retries=ns.retries)
     rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads)
     if ns.json:
         print(json.dumps({"rows": [asdict(r) for r in rows], **summary}))
@@ -538,6 +648,19 @@ def register(sub) -> None:
     p.add_argument("--out", default="results/validation", help="output folder (resumable; default %(default)s)")
     p.add_argument("--profile", default=None, help="a profile to predict from (default: measured, out/profile.json)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument(
+        "--max-steal",
+        type=float,
+        default=None,
+        help="set aside steps where the hypervisor took more than this part of the cores' time "
+        f"(default: the matrix's max_steal, else {QUIET_STEAL_SHARE:g})",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="more attempts at a configuration with fewer than half its steps quiet (default: the matrix's, else 2)",
+    )
     p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the mean absolute error (%%) is above")
     p.add_argument("--max-error", type=float, default=None, help="exit 1 when the largest error (%%) is above")
     p.add_argument("--json", action="store_true", help="print {rows, mape_pct, max_error_pct, best_agrees, ...}")

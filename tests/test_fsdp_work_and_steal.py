@@ -152,16 +152,16 @@ def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch)
 
     def fake_measure(cfg, matrix, cluster, runs_dir, threads):
         label = cfg.strategy.label()
-        return {"run_id": label, "step_time_s": 1.0, "step_times_s": [1.0], "host_probe_s": 0.012,
+        return {"run_id": label, "step_time_s": 1.0, "step_times_s": [1.0] * 4, "host_probe_s": 0.012,
                 "host_steal_share": runs[label]}, ""  # fmt: skip
 
     monkeypatch.setattr(validation, "_measure", fake_measure)
-    m = write(tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero]}\n")
-    matrix = validation.load_matrix(m)
+    text = "workload: small-gpt\ncheckpointing: false\nretries: 0\ntopologies: {emu-2x2: [ddp, zero]}\n"
+    matrix = validation.load_matrix(write(tmp_path, "m.yaml", text))
     rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))
     profile = load_profile(prof, "small-gpt")
     for cfg, r in zip(matrix.configs, rows, strict=True):
-        assert r.host_steal_share == runs[r.config]
+        assert r.host_steal_share == runs[r.config] and r.host_quiet == (runs[r.config] <= 0.1)
         want = predict(cfg, profile=profile.slowed(1.2, among_ranks=True, steal_share=runs[r.config]))
         assert r.predicted_s == pytest.approx(want.step_time_s)
     zero = predict(matrix.configs[1], profile=profile.slowed(1.2, among_ranks=True, steal_share=0.0))
