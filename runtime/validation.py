@@ -201,7 +201,7 @@ class Row:
     host_speed_from: str = ""  # probe: the run's own probe | yardstick: the validation's pooled yardsticks
     host_steal_share: float = math.nan  # the part of the host's cores' time the hypervisor took (hostspeed.Steal)
     steps_kept: int = 0  # measured steps where it took at most the matrix's max_steal (what measured_s is of)
-    host_quiet: bool = True  # at least half the steps were kept; else every step is measured, steal corrected
+    host_quiet: bool = True  # quiet steps (of every attempt) >= half a run's; else all measured, steal corrected
     attempts: int = 0  # runs of this configuration
     run_ids: list[str] = field(default_factory=list)  # every attempt's run; run_id is the last
     step_steal_share: list[float] = field(default_factory=list)  # per step of every attempt, as step_times_s
