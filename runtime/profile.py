@@ -342,8 +342,9 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
       ran (at most the core count: time slices lost to switching bring it below). A rate, not
       a fixed amount of work over the time until the last is done: the simulator shares the
       cores among the ranks computing at each moment, so the tail where fewer than the cores
-      are still busy is its own to model (counted here too, it was charged twice: 2-10 % of
-      the capacity at 4 processes on this host, 2026-11-23);
+      are still busy is its own to model (counted here too, it was charged twice: the old
+      measure read 1.93-1.97 cores where this one reads 1.99-2.02, 4 and 8 processes on this
+      quiet host, 2026-11-23);
     - `probe_inflation`: the probe's CPU time among them over one process alone (caches and
       memory bandwidth are shared: the same work takes more CPU time);
     - `effective_cores`: capacity / inflation (at least 1), the cores' worth of work they get;
@@ -429,7 +430,7 @@ def _rate_worker(ctx: _Ctx, batch: int, seconds: float, barrier, results) -> Non
     barrier.wait()
     t0, c0, probes = time.perf_counter(), time.process_time(), []
     signal.setitimer(signal.ITIMER_REAL, seconds)
-    while not read:
+    while not probes or not read:  # at least one probe, however short the time
         probes.append(probe())
         work()
     results.put((read[0], read[1], statistics.fmean(probes)))
