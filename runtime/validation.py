@@ -334,7 +334,7 @@ def save(out: Path, matrix: Matrix, rows: list[Row], summary: dict[str, Any]) ->
     doc = {"matrix": str(shown), "base": matrix.base, "steps": matrix.steps, "warmup": matrix.warmup}
     doc |= {"rows": [asdict(r) for r in rows], **summary}
     _write_atomic(out / "validation.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
-    cols = [f for f, spec in Row.__dataclass_fields__.items() if spec.type != "list[float]" and f != "run_ids"]
+    cols = [f for f, spec in Row.__dataclass_fields__.items() if not str(spec.type).startswith("list[")]  # per step
     lines = [",".join(cols)]
     for r in rows:
         lines.append(",".join(_csv_cell(getattr(r, c)) for c in cols))
