@@ -5,13 +5,12 @@ step and taken off the cores the ranks share."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 
 import pytest
 
-from runtime import emulation, validation
+from runtime import validation
 from runtime.hostspeed import StealClock
 from simulator.compute import ComputeModel, FsdpCpu
 from simulator.config import RunConfig, Strategy
@@ -21,7 +20,7 @@ from simulator.profile_data import load_profile, parse_profile
 from simulator.topology import make_cluster
 from simulator.workload import load_workload
 from tests.helpers import plan_ops
-from tests.test_validation import PROFILE, _profile, write
+from tests.test_validation import PROFILE, _profile, no_namespaces, write
 
 
 def _cfg(**strategy) -> RunConfig:
@@ -142,8 +141,7 @@ def test_a_run_whose_cores_the_hypervisor_took_is_predicted_on_fewer_cores():
 
 
 def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch):
-    monkeypatch.setattr(emulation, "emulated", lambda c: contextlib.nullcontext(c))
-    monkeypatch.setattr(emulation, "check_privileges", lambda: None)
+    no_namespaces(monkeypatch)
     doc = json.loads(_profile(tmp_path).read_text())
     doc["probe_s"] = 0.01
     doc["host"]["cpu_capacity"] = {"4": 1.9}

@@ -4,17 +4,16 @@ profile's core-sharing rounds do the same."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 
 import pytest
 
-from runtime import emulation, profile, validation
+from runtime import profile, validation
 from runtime.hostspeed import Steal
 from runtime.validation import Row, settle
 from simulator.errors import ConfigError
-from tests.test_validation import _profile, run_cli, write
+from tests.test_validation import _profile, no_namespaces, run_cli, write
 
 NAN = math.nan
 
@@ -50,8 +49,7 @@ def test_a_row_of_an_older_file_keeps_what_it_measured():
 @pytest.fixture
 def stolen_runs(monkeypatch):
     """Fake runs: each label's attempts return the given per-step steal shares, in turn."""
-    monkeypatch.setattr(emulation, "emulated", lambda c: contextlib.nullcontext(c))
-    monkeypatch.setattr(emulation, "check_privileges", lambda: None)
+    no_namespaces(monkeypatch)
     monkeypatch.setattr(validation, "RETRY_PAUSE_S", 0.0)
     calls: list[str] = []
     plan: dict[str, list[tuple[float, float]]] = {}  # label -> per attempt (step time, steal share)

@@ -167,11 +167,16 @@ def test_a_profile_of_another_workload_is_refused(tmp_path, capsys):
     assert "profile is for workload 'small-gpt', not 'tiny-gpt'" in capsys.readouterr().err
 
 
+def no_namespaces(monkeypatch) -> None:
+    """No namespaces, no root: bringing an emulated cluster up and down is a no-op."""
+    monkeypatch.setattr(emulation, "emulated", lambda c: contextlib.nullcontext(c))
+    monkeypatch.setattr(emulation, "check_privileges", lambda: None)
+
+
 @pytest.fixture
 def fake_cluster(monkeypatch):
     """No namespaces, no root: the emulated cluster is a no-op, measurements come from `measured`."""
-    monkeypatch.setattr(emulation, "emulated", lambda c: contextlib.nullcontext(c))
-    monkeypatch.setattr(emulation, "check_privileges", lambda: None)
+    no_namespaces(monkeypatch)
     calls: list[str] = []
     measured: dict[str, float | None] = {}
 
