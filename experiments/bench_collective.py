@@ -10,9 +10,9 @@ import argparse
 import statistics
 import time
 
-from simulator.collective_sim import simulate_collective
-from simulator.collectives import _plan_cached
-from simulator.topology import make_cluster
+from shardsim.simulator.collective import simulate_collective
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.network.collectives import _plan_cached
 
 
 def main() -> None:

@@ -11,9 +11,9 @@ import statistics
 import time
 from dataclasses import replace
 
-from simulator.collectives import _plan_cached
-from simulator.config import RunConfig, Strategy
-from simulator.predict import predict
+from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.simulator.network.collectives import _plan_cached
+from shardsim.simulator.predict import predict
 
 
 def timed(cfg: RunConfig, repeat: int = 3) -> tuple[float, float]:

@@ -36,12 +36,11 @@ def _handwritten_model(ns: argparse.Namespace):
     """What a user would write by hand: FSDP2 over a 1-D or (replicate, shard) mesh."""
     import torch
     import torch.distributed as dist
+    from shardsim.runtime.models.transformer import build_model
+    from shardsim.simulator.workload.model import PRESETS
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-
-    from runtime.models import build_model
-    from simulator.workload import PRESETS
 
     world = dist.get_world_size()
     if ns.degree and ns.degree < world:
@@ -111,9 +110,8 @@ def interleaved_worker(ns: argparse.Namespace) -> None:
 
     import torch
     import torch.distributed as dist
-
-    from runtime.train import setup
-    from simulator.config import load_config
+    from shardsim.runtime.train import setup
+    from shardsim.simulator.config import load_config
 
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=60)
@@ -161,7 +159,7 @@ def run_handwritten(ns: argparse.Namespace, worker: str = "hand") -> dict:
 
 def run_shardsim(ns: argparse.Namespace, out: str) -> dict:
     strategy = ["--strategy", "zero2d", "--degree", str(ns.degree)] if ns.degree else ["--strategy", "zero"]
-    cmd = [sys.executable, "-m", "runtime.cli", "run", "--topology", "emu-2x2", "--workload", ns.workload,
+    cmd = [sys.executable, "-m", "shardsim.runtime.run_cli", "run", "--topology", "emu-2x2", "--workload", ns.workload,
            "--nproc", str(ns.nproc), *strategy, "--batch-per-device", str(ns.batch), "--checkpointing",
            "--steps", str(ns.steps), "--warmup", str(ns.warmup), "--out", out, "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, check=False)

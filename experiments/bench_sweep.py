@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.config import RunConfig  # noqa: E402
-from simulator.sweep import SweepSpace, _row, default_workers, enumerate_configs, sweep  # noqa: E402
-from simulator.workload import load_workload  # noqa: E402
+from shardsim.simulator.config import RunConfig  # noqa: E402
+from shardsim.simulator.sweep.search import SweepSpace, _row, default_workers, enumerate_configs, sweep  # noqa: E402
+from shardsim.simulator.workload.model import load_workload  # noqa: E402
 
 CASES = {
     "seed (default sweep)": (RunConfig(), SweepSpace(), []),
@@ -60,7 +60,7 @@ def kind_of(cfg: RunConfig) -> str:
 
 
 def cli_wall(args: list[str], workers: int | None) -> float:
-    cmd = [sys.executable, "-m", "simulator.cli", "sweep", *args]
+    cmd = [sys.executable, "-m", "shardsim.simulator.cli", "sweep", *args]
     if workers:
         cmd += ["--workers", str(workers)]
     t = time.perf_counter()

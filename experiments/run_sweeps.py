@@ -28,9 +28,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.config import RunConfig  # noqa: E402
-from simulator.plots import plot_all  # noqa: E402
-from simulator.sweep import SweepSpace, check_output_dir, recommend, sweep, write_tables  # noqa: E402
+from shardsim.simulator.config import RunConfig  # noqa: E402
+from shardsim.simulator.sweep.plots import plot_all  # noqa: E402
+from shardsim.simulator.sweep.search import SweepSpace, check_output_dir, recommend, sweep, write_tables  # noqa: E402
 
 OUT = ROOT / "experiments" / "sweeps"
 MICS_NODES = (4, 8, 16, 32, 64)
@@ -166,7 +166,7 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
 
 def pivot_markdown(df: pd.DataFrame) -> list[str]:
     """Per topology: step time and weak/strong scaling efficiency of each configuration by GPU count."""
-    from simulator.plots import scaling_configs
+    from shardsim.simulator.sweep.plots import scaling_configs
 
     lines: list[str] = []
     for top, g in df.groupby("topology", sort=False):

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.emulation import EmulatedCluster, run_in_node, torchrun_argv
-from simulator.config import RunConfig
+from shardsim.runtime.emulation.cluster import EmulatedCluster, run_in_node, torchrun_argv
+from shardsim.simulator.config import RunConfig
 
 MONITOR_INTERVAL_S = 0.5  # torchrun's poll of its workers (leaves time for peers to report)
 TORCHRUN_FLAGS = ("--max-restarts=0", f"--monitor-interval={MONITOR_INTERVAL_S}")
@@ -72,7 +72,7 @@ def torchrun_command(nproc: int, worker_args: list[str]) -> list[str]:
         f"--nproc-per-node={nproc}",
         *TORCHRUN_FLAGS,
         "-m",
-        "runtime.train",
+        "shardsim.runtime.train",
         *worker_args,
     ]
 
@@ -178,10 +178,6 @@ def _kill_leftovers(views: dict[int, RankView]) -> list[int]:
     return killed
 
 
-def _repo_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
-
-
 def launch(
     nproc: int,
     worker_args: list[str],
@@ -210,7 +206,6 @@ def launch(
         # look up the peer's host name (harmless); keep errors only, unless the user says otherwise
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     env["SHARDSIM_RUN_DIR"] = str(run_dir)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH")) if p)
     env.update(extra_env or {})
     grace = straggler_grace_s if straggler_grace_s is not None else 2 * timeout_s + 10
     views = {r: RankView(r) for r in range(nproc)}
@@ -271,7 +266,7 @@ def _start(
     try:
         for i in range(len(cluster.nodes)):
             argv = torchrun_argv(
-                cluster, i, ["-m", "runtime.train", *worker_args], master_port=port, extra=TORCHRUN_FLAGS
+                cluster, i, ["-m", "shardsim.runtime.train", *worker_args], master_port=port, extra=TORCHRUN_FLAGS
             )
             procs.append(run_in_node(cluster, i, argv, env=env, stdout=stdout, start_new_session=False))
     except BaseException:

@@ -5,10 +5,10 @@ strategies change speed, never the math."""
 from __future__ import annotations
 
 import torch
-
-from runtime import data, workloads
-from runtime.train import LR, data_step
-from simulator.config import RunConfig
+from shardsim.runtime import data
+from shardsim.runtime.models import build as workloads
+from shardsim.runtime.train import LR, data_step
+from shardsim.simulator.config import RunConfig
 
 
 def _accumulate(model, cfg: RunConfig, world: int, step: int) -> float:

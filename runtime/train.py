@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
-from simulator.errors import ConfigError
+from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
+from shardsim.simulator.errors import ConfigError
 
 LR = 1e-3  # Adam's learning rate (defaults otherwise)
 DEFAULT_TIMEOUT_S = 30.0
@@ -67,7 +67,7 @@ def wants_cuda(cfg: RunConfig) -> bool:
 
     if not torch.cuda.is_available():
         return False
-    from simulator.topology import load_instance
+    from shardsim.simulator.hardware.topology import load_instance
 
     return load_instance(cfg.topology).device.kind != "cpu"
 
@@ -140,8 +140,9 @@ def data_step(step: int, data_batches: int) -> int:
 
 def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, data_batches: int = 0) -> Job:
     import torch
-
-    from runtime import data, parallel, workloads
+    from shardsim.runtime import data
+    from shardsim.runtime.models import build as workloads
+    from shardsim.runtime.strategies import parallel
 
     model = workloads.build(cfg.workload, cfg.seed)
     cfg, res = resolve(cfg, world, len(model.blocks))
@@ -168,7 +169,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
         # ranks that never compute a loss (early pipeline stages) still unscale: set the scale up
         scaler.scale(torch.zeros((), device=device))
     sample, base_loss = model.sample_batch, model.loss
-    from runtime.models import ShardsimModel, sample_batch
+    from shardsim.runtime.models.transformer import ShardsimModel, sample_batch
 
     if isinstance(model, ShardsimModel):
         # hold no reference to the whole model: a pipeline stage frees the other stages' blocks
@@ -334,7 +335,7 @@ def _recording(enabled: bool):
     if not enabled:
         yield None
         return
-    from runtime.collective_trace import record_collectives
+    from shardsim.runtime.collective_trace import record_collectives
 
     with record_collectives() as calls:
         yield calls
@@ -343,11 +344,10 @@ def _recording(enabled: bool):
 def run(ns: argparse.Namespace, status) -> int:
     import torch
     import torch.distributed as dist
-
-    from runtime.collective_trace import save_rank_trace, trace_dir
-    from runtime.hostspeed import Probe, StealClock
-    from runtime.results import summarize, write_results
-    from runtime.status import Fault
+    from shardsim.runtime.collective_trace import save_rank_trace, trace_dir
+    from shardsim.runtime.hostspeed import Probe, StealClock
+    from shardsim.runtime.results import summarize, write_results
+    from shardsim.runtime.status import Fault
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -534,7 +534,7 @@ def _summary_text(r: dict, path: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runtime.status import RankStatus
+    from shardsim.runtime.status import RankStatus
 
     ns = build_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))

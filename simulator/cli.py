@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -18,9 +18,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_collective(ns: argparse.Namespace) -> int:
-    from simulator.collective_sim import simulate_collective
-    from simulator.topology import make_cluster
-    from simulator.units import format_bytes, format_seconds, parse_size
+    from shardsim.simulator.collective import simulate_collective
+    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.units import format_bytes, format_seconds, parse_size
 
     size = parse_size(ns.size, field="--size")
     cluster = make_cluster(ns.topology, ns.nodes)
@@ -38,7 +38,7 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
 
 
 def _cmd_topologies(ns: argparse.Namespace) -> int:
-    from simulator.topology import builtin_topologies, load_instance
+    from shardsim.simulator.hardware.topology import builtin_topologies, load_instance
 
     for name in builtin_topologies():
         inst = load_instance(name)
@@ -52,7 +52,7 @@ def _cmd_topologies(ns: argparse.Namespace) -> int:
 
 
 def _cmd_workloads(ns: argparse.Namespace) -> int:
-    from simulator.workload import PRESETS, load_workload
+    from shardsim.simulator.workload.model import PRESETS, load_workload
 
     for name in PRESETS:
         w = load_workload(name)
@@ -86,12 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_cmd_workloads)
 
     subcommands = (
-        "simulator.predict_cli",
-        "simulator.sweep_cli",
-        "runtime.cli",
-        "runtime.profile",
-        "runtime.cluster_cli",
-        "runtime.validation",
+        "shardsim.simulator.predict_cli",
+        "shardsim.simulator.sweep.cli",
+        "shardsim.runtime.run_cli",
+        "shardsim.runtime.profile.profile",
+        "shardsim.runtime.emulation.cli",
+        "shardsim.runtime.validation.validate",
     )
     for module in subcommands:
         try:

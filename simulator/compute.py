@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.errors import ConfigError
-from simulator.profile_data import Profile
-from simulator.topology import DeviceSpec
-from simulator.workload import Block
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.profile import Profile
+from shardsim.simulator.hardware.topology import DeviceSpec
+from shardsim.simulator.workload.model import Block
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)

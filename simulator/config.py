@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ConfigError
-from simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.yamlio import Fields, load_yaml
 
 STRATEGIES = ("ddp", "zero", "zero2d", "pipeline")
 SCHEDULES = ("gpipe", "1f1b")

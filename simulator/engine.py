@@ -7,14 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
-
-from simulator.collectives import Phase, PhaseRun, Steps, algo_for
-from simulator.collectives import plan as plan_collective
-from simulator.gcpause import paused_gc
-from simulator.linkgroups import group_links
-from simulator.links import LinkGraph
-from simulator.network import Network, Route
-from simulator.plan import Op, Plan
+from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.network.collectives import Phase, PhaseRun, Steps, algo_for
+from shardsim.simulator.network.collectives import plan as plan_collective
+from shardsim.simulator.network.fluid import Network, Route
+from shardsim.simulator.network.linkgroups import group_links
+from shardsim.simulator.network.links import LinkGraph
+from shardsim.simulator.plan import Op, Plan
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 5x more to create, and a plan makes many

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simulator.compute import DTYPE_BYTES
-from simulator.config import Resolved, RunConfig
-from simulator.plan import RankClass
-from simulator.topology import DeviceSpec
-from simulator.units import GIB
-from simulator.workload import Block
+from shardsim.simulator.compute import DTYPE_BYTES
+from shardsim.simulator.config import Resolved, RunConfig
+from shardsim.simulator.hardware.topology import DeviceSpec
+from shardsim.simulator.plan import RankClass
+from shardsim.simulator.units import GIB
+from shardsim.simulator.workload.model import Block
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # torch.optim.Adam(foreach=True), the default on CUDA, materializes sqrt(exp_avg_sq) for all of a

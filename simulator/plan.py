@@ -38,11 +38,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from simulator.collectives import GroupLayout
-from simulator.compute import DTYPE_BYTES, BlockCost, ComputeModel, FsdpCpu
-from simulator.config import Resolved, RunConfig
-from simulator.gcpause import paused_gc
-from simulator.workload import Block, Workload, stage_ranges
+from shardsim.simulator.compute import DTYPE_BYTES, BlockCost, ComputeModel, FsdpCpu
+from shardsim.simulator.config import Resolved, RunConfig
+from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.workload.model import Block, Workload, stage_ranges
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.nn.parallel.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)

@@ -7,17 +7,17 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from simulator.compute import ComputeModel
-from simulator.config import Resolved, RunConfig, resolve
-from simulator.engine import Span, simulate
-from simulator.errors import ConfigError
-from simulator.links import links_for
-from simulator.memory import MemoryBreakdown, rank_memory
-from simulator.plan import Plan, build_plan
-from simulator.profile_data import Profile, load_profile
-from simulator.timeline import length, subtract, union, write_chrome_trace
-from simulator.topology import Cluster, make_cluster
-from simulator.workload import Workload, load_workload, stage_ranges
+from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.config import Resolved, RunConfig, resolve
+from shardsim.simulator.engine import Span, simulate
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.profile import Profile, load_profile
+from shardsim.simulator.hardware.topology import Cluster, make_cluster
+from shardsim.simulator.memory import MemoryBreakdown, rank_memory
+from shardsim.simulator.network.links import links_for
+from shardsim.simulator.plan import Plan, build_plan
+from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
+from shardsim.simulator.workload.model import Workload, load_workload, stage_ranges
 
 
 @dataclass(frozen=True)

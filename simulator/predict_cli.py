@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from simulator.config import add_config_arguments, config_from_args
-from simulator.units import format_seconds
+from shardsim.simulator.config import add_config_arguments, config_from_args
+from shardsim.simulator.units import format_seconds
 
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
-    from simulator.predict import predict, save_trace
+    from shardsim.simulator.predict import predict, save_trace
 
     cfg = config_from_args(ns)
     pred = predict(cfg, algo=ns.algo)

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from simulator.engine import Span
+from shardsim.simulator.engine import Span
 
 
 def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError
 
 _SIZE_UNITS = {
     "": 1,

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError
 
 
 def load_yaml(path: Path) -> dict[str, Any]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import torch
+from shardsim.runtime.models.transformer import build_model
+from shardsim.simulator.workload.model import PRESETS
 from torch import nn
-
-from runtime.models import build_model
-from simulator.workload import PRESETS
 
 IN, HID, OUT = 8, 16, 4
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.config import RunConfig
-from simulator.profile_data import Profile
-from simulator.topology import Cluster, InstanceType, parse_instance
+from shardsim.simulator.config import RunConfig
+from shardsim.simulator.hardware.profile import Profile
+from shardsim.simulator.hardware.topology import Cluster, InstanceType, parse_instance
 
 
 def instance(
@@ -48,11 +48,11 @@ def one_tier(nodes: int, nic_gbps: float = 100.0, latency_us: float = 5.0) -> Cl
 
 def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     """The ops of `cfg`'s plan on its topology (block times from `profile` when given)."""
-    from simulator.compute import ComputeModel
-    from simulator.config import resolve
-    from simulator.plan import build_plan
-    from simulator.topology import make_cluster
-    from simulator.workload import load_workload
+    from shardsim.simulator.compute import ComputeModel
+    from shardsim.simulator.config import resolve
+    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.plan import build_plan
+    from shardsim.simulator.workload.model import load_workload
 
     w = load_workload(cfg.workload)
     cluster = make_cluster(cfg.topology, cfg.nodes)

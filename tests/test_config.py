@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
-
-from simulator.cli import main
-from simulator.config import load_config, resolve
-from simulator.errors import ConfigError
+from shardsim.simulator.cli import main
+from shardsim.simulator.config import load_config, resolve
+from shardsim.simulator.errors import ConfigError
 
 
 def write(tmp_path, text: str, name: str = "c.yaml"):
@@ -124,8 +123,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle) -> None:
 
 def test_malformed_topology_file(tmp_path, capsys) -> None:
     import yaml
-
-    from simulator.topology import builtin_topology_dir
+    from shardsim.simulator.hardware.topology import builtin_topology_dir
 
     data = yaml.safe_load((builtin_topology_dir() / "p4d.24xlarge.yaml").read_text())
     data["nic"]["rate_gbps"] = {"value": -100, "source": "a typo"}
@@ -141,9 +139,12 @@ def test_malformed_topology_file(tmp_path, capsys) -> None:
 
 def test_help_starts_fast_without_torch() -> None:
     code = (
-        "import sys; from simulator.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+        "import sys; from shardsim.simulator.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-    code2 = "import sys; from simulator.cli import main\nmain(['predict', '--json'])\nassert 'torch' not in sys.modules"
+    code2 = (
+        "import sys; from shardsim.simulator.cli import main\n"
+        "main(['predict', '--json'])\nassert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code2], check=True, capture_output=True)

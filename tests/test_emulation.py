@@ -17,11 +17,11 @@ import textwrap
 import time
 
 import pytest
-
-from runtime import cluster_cli, emulation
-from runtime.emulation import down, emulated, measure_link, plan_cluster, run_in_node, status, up
-from simulator.errors import ConfigError
-from simulator.topology import load_instance
+from shardsim.runtime.emulation import cli as cluster_cli
+from shardsim.runtime.emulation import cluster as emulation
+from shardsim.runtime.emulation.cluster import down, emulated, measure_link, plan_cluster, run_in_node, status, up
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import load_instance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG = f"t{os.getpid()}"  # our own names: a cluster someone else has up on this machine is left alone
@@ -100,11 +100,11 @@ def test_plan_refuses_non_emulated_and_bad_counts():
 
 def test_torchrun_argv():
     c = plan_cluster("emu-2x2")
-    argv = emulation.torchrun_argv(c, 1, ["-m", "runtime.train", "--steps", "3"], master_port=29600)
+    argv = emulation.torchrun_argv(c, 1, ["-m", "shardsim.runtime.train", "--steps", "3"], master_port=29600)
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     joined = " ".join(argv)
     assert "--nnodes 2 --node_rank 1 --nproc_per_node 2 --master_addr 10.213.0.1 --master_port 29600" in joined
-    assert joined.endswith("--module runtime.train --steps 3")
+    assert joined.endswith("--module shardsim.runtime.train --steps 3")
     assert emulation.node_env(c, 1, {"X": "1"})["GLOO_SOCKET_IFNAME"] == "nic0"
 
 
@@ -249,7 +249,7 @@ def test_context_manager_cleans_up_on_error(cluster_of):
 _HOLD = textwrap.dedent(
     """
     import sys, time
-    from runtime.emulation import emulated, plan_cluster
+    from shardsim.runtime.emulation.cluster import emulated, plan_cluster
     with emulated(plan_cluster("emu-2x2", tag=sys.argv[1])):
         print("up", flush=True)
         time.sleep(60)

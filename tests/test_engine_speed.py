@@ -7,12 +7,11 @@ import random
 
 import numpy as np
 import pytest
-
-from simulator.linkgroups import group_links
-from simulator.links import build_links, links_for
-from simulator.network import Route
-from simulator.plan import Plan, _join
-from simulator.topology import make_cluster
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.network.fluid import Route
+from shardsim.simulator.network.linkgroups import group_links
+from shardsim.simulator.network.links import build_links, links_for
+from shardsim.simulator.plan import Plan, _join
 
 
 def _group_links_reference(capacity: np.ndarray, routes: list[Route]) -> tuple[np.ndarray, list[tuple]]:

@@ -9,16 +9,16 @@ import dataclasses
 import json
 
 import pytest
+from shardsim.runtime.hostspeed import StealClock
+from shardsim.runtime.validation import validate as validation
+from shardsim.simulator.compute import ComputeModel, FsdpCpu
+from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.profile import load_profile, parse_profile
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.predict import predict
+from shardsim.simulator.workload.model import load_workload
 
-from runtime import validation
-from runtime.hostspeed import StealClock
-from simulator.compute import ComputeModel, FsdpCpu
-from simulator.config import RunConfig, Strategy
-from simulator.errors import ConfigError
-from simulator.predict import predict
-from simulator.profile_data import load_profile, parse_profile
-from simulator.topology import make_cluster
-from simulator.workload import load_workload
 from tests.helpers import plan_ops
 from tests.test_validation import PROFILE, _profile, no_namespaces, write
 
@@ -87,10 +87,9 @@ def test_fsdp2s_own_work_is_timed_with_collectives_that_move_nothing():
     unsharded, no process group left behind, denormals as they were; none inside a process group."""
     import torch
     import torch.distributed as dist
+    from shardsim.runtime.launch import free_port
+    from shardsim.runtime.profile.profile import _setup, fsdp_overhead
     from torch.distributed.tensor import DTensor
-
-    from runtime.launch import free_port
-    from runtime.profile import _setup, fsdp_overhead
 
     ctx = _setup("tiny-gpt", "cpu", 1, "fp32")
     got = fsdp_overhead(ctx, 2, 4, repeats=1, warmup=1)
@@ -170,7 +169,7 @@ def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch)
 
 
 def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took():
-    from runtime.train import _summary_text
+    from shardsim.runtime.train import _summary_text
 
     r = {"workload": "small-gpt", "strategy": "zero", "world": 4, "device": "cpu", "backend": "gloo",
          "global_batch": 16, "step_time_s": 1.0, "steps": 3, "step_time_min_s": 0.9, "step_time_max_s": 1.1,
@@ -184,9 +183,8 @@ def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took(
 def test_adam_is_timed_on_real_gradients(monkeypatch):
     """Adam on zero gradients took 2.6 times as long as on real ones here: the profile times
     both optimizer steps (plain and FSDP2's) after a real backward."""
+    import shardsim.runtime.profile.profile as prof
     import torch
-
-    import runtime.profile as prof
 
     seen: list[bool] = []
 

@@ -8,17 +8,16 @@ import json
 import math
 
 import pytest
-
-from runtime import validation
-from runtime.validation import Row
-from simulator.collectives import GroupLayout
-from simulator.collectives import plan as plan_collective
-from simulator.engine import simulate
-from simulator.fairshare import MIN_YIELD_SHARE, fill
-from simulator.links import links_for
-from simulator.plan import Plan, RankClass
-from simulator.profile_data import parse_profile
-from simulator.topology import make_cluster
+from shardsim.runtime.validation import validate as validation
+from shardsim.runtime.validation.validate import Row
+from shardsim.simulator.engine import simulate
+from shardsim.simulator.hardware.profile import parse_profile
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.network.collectives import plan as plan_collective
+from shardsim.simulator.network.fairshare import MIN_YIELD_SHARE, fill
+from shardsim.simulator.network.links import links_for
+from shardsim.simulator.plan import Plan, RankClass
 
 
 def test_a_yielding_transfer_takes_what_the_others_leave():
@@ -90,7 +89,7 @@ def test_each_timed_pass_is_divided_by_the_probe_read_before_it(monkeypatch):
     """A host whose speed changes from pass to pass (each pass costs `base` x the speed the
     probe reads just before it): the median in probe units is `base` exactly; in seconds it
     would be whatever speed the middle pass had."""
-    import runtime.profile as prof
+    import shardsim.runtime.profile.profile as prof
 
     clock, speeds, now = [0.0], itertools.cycle([1.0, 2.0, 1.5, 3.0, 1.2]), [1.0]
 
@@ -109,8 +108,8 @@ def test_each_timed_pass_is_divided_by_the_probe_read_before_it(monkeypatch):
 
 def test_the_profile_states_every_figure_at_the_mean_probe(monkeypatch):
     """Every figure comes back in probe units; the profile multiplies all by the readings' mean."""
-    import runtime.profile as prof
-    from runtime.hostspeed import SpeedLog
+    import shardsim.runtime.profile.profile as prof
+    from shardsim.runtime.hostspeed import SpeedLog
 
     readings = iter([0.01, 0.03, 0.02, 0.02] * 10)
 

@@ -8,11 +8,11 @@ from functools import cache
 
 import pytest
 import torch
+from shardsim.runtime.models.transformer import build_model
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.measure import measure_import_path, measure_module
+from shardsim.simulator.workload.model import PRESETS, Workload, from_arch, load_workload
 
-from runtime.models import build_model
-from simulator.errors import ConfigError
-from simulator.measure import measure_import_path, measure_module
-from simulator.workload import PRESETS, Workload, from_arch, load_workload
 from tests import fixtures_models as fx
 
 CHECKED = ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")
@@ -121,7 +121,7 @@ def test_bad_import_path_is_a_one_line_config_error(path: str, needle: str) -> N
 
 def test_presets_do_not_import_torch() -> None:
     code = (
-        "import sys; from simulator.workload import load_workload; load_workload('gpt2-xl'); "
+        "import sys; from shardsim.simulator.workload.model import load_workload; load_workload('gpt2-xl'); "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -7,13 +7,12 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from simulator.collectives import GroupLayout, PhaseRun, plan, steps_of
-from simulator.fairshare import fill
-from simulator.linkgroups import group_links
-from simulator.links import build_links
-from simulator.network import Network
-from simulator.topology import make_cluster
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.network.collectives import GroupLayout, PhaseRun, plan, steps_of
+from shardsim.simulator.network.fairshare import fill
+from shardsim.simulator.network.fluid import Network
+from shardsim.simulator.network.linkgroups import group_links
+from shardsim.simulator.network.links import build_links
 
 
 def full_filling(capacity: np.ndarray, transfers: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import shardsim.simulator.plan as plan_mod
+from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.simulator.predict import predict
 
-import simulator.plan as plan_mod
-from simulator.config import RunConfig, Strategy
-from simulator.predict import predict
 from tests.helpers import plan_ops
 
 EMU = dict(workload="small-gpt", topology="emu-2x2", nodes=2, batch_per_device=4, precision="fp32", checkpointing=False)

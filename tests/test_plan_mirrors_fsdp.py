@@ -8,15 +8,14 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
-from runtime.collective_trace import trace_fsdp_step
-from runtime.models import build_model
-from runtime.parallel import apply_fsdp
-from simulator.compute import DTYPE_BYTES, ComputeModel
-from simulator.config import RunConfig, Strategy, resolve
-from simulator.plan import Plan, build_plan
-from simulator.topology import make_cluster
-from simulator.workload import PRESETS, Arch, from_arch
+from shardsim.runtime.collective_trace import trace_fsdp_step
+from shardsim.runtime.models.transformer import build_model
+from shardsim.runtime.strategies.parallel import apply_fsdp
+from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.config import RunConfig, Strategy, resolve
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.plan import Plan, build_plan
+from shardsim.simulator.workload.model import PRESETS, Arch, from_arch
 
 # Every parameter's first dimension divides 1,024, so FSDP2 pads nothing and sizes compare exactly.
 WIDE_MLP = Arch("mlp", hidden=4096, layers=4, ffn=16384, classes=1024)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from shardsim.runtime.collective_trace import TRACE_ENV, load_rank_trace
+from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.config import load_config, resolve
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.plan import Plan, build_plan, send_waits
+from shardsim.simulator.workload.model import PRESETS, load_workload
 
-from runtime.collective_trace import TRACE_ENV, load_rank_trace
-from simulator.compute import ComputeModel
-from simulator.config import load_config, resolve
-from simulator.plan import Plan, build_plan, send_waits
-from simulator.topology import make_cluster
-from simulator.workload import PRESETS, load_workload
 from tests.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
 from tests.test_runtime_strategies import shardsim_run
 

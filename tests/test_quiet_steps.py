@@ -8,11 +8,12 @@ import math
 import os
 
 import pytest
+from shardsim.runtime.hostspeed import Steal
+from shardsim.runtime.profile import profile
+from shardsim.runtime.validation import validate as validation
+from shardsim.runtime.validation.validate import Row, settle
+from shardsim.simulator.errors import ConfigError
 
-from runtime import profile, validation
-from runtime.hostspeed import Steal
-from runtime.validation import Row, settle
-from simulator.errors import ConfigError
 from tests.test_validation import _profile, no_namespaces, run_cli, write
 
 NAN = math.nan

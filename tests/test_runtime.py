@@ -11,17 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import shardsim.runtime.run_cli as rcli
 import torch
-
-import runtime.cli as rcli
-from runtime import data, parallel
-from runtime.launch import RankView, config_flags, diagnose
-from runtime.models import build_model
-from runtime.results import CSV_NAME, write_results
-from runtime.status import Fault, classify
-from runtime.train import build_parser
-from simulator.config import config_from_args, load_config
-from simulator.workload import PRESETS
+from shardsim.runtime import data
+from shardsim.runtime.launch import RankView, config_flags, diagnose
+from shardsim.runtime.models.transformer import build_model
+from shardsim.runtime.results import CSV_NAME, write_results
+from shardsim.runtime.status import Fault, classify
+from shardsim.runtime.strategies import parallel
+from shardsim.runtime.train import build_parser
+from shardsim.simulator.config import config_from_args, load_config
+from shardsim.simulator.workload.model import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def test_more_ranks_than_gpus_is_refused(monkeypatch, capsys):
 
 def test_bad_input_from_the_command_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
+        [sys.executable, "-m", "shardsim.runtime.run_cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
         cwd=ROOT,
         capture_output=True,
         text=True,

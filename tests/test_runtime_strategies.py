@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from runtime.reference import load_saved, reference_run
-from runtime.results import CSV_NAME
-from simulator.config import load_config
+from shardsim.runtime.reference import load_saved, reference_run
+from shardsim.runtime.results import CSV_NAME
+from shardsim.simulator.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS, WARMUP = 2, 1
@@ -26,7 +25,7 @@ def shardsim_run(tmp_path: Path, args: list[str], *, timeout_s: float = 30, env:
     """`shardsim run ... --json` in a subprocess; returns (CompletedProcess, record or None)."""
     import os
 
-    cmd = [sys.executable, "-m", "runtime.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--out",
+    cmd = [sys.executable, "-m", "shardsim.runtime.run_cli", "run", "--topology", "emu-2x2", "--no-emulate", "--out",
            str(tmp_path / "out")]  # fmt: skip
     cmd += ["--steps", str(STEPS), "--warmup", str(WARMUP), "--timeout", str(timeout_s), "--json", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
@@ -124,5 +123,5 @@ def test_low_precision_runs_and_learns(tmp_path, world, args):
 def test_hf_vit_optional_extra_equals_reference(tmp_path):
     """The seed's Hugging Face ViT (small config) under zero2d; skipped without transformers."""
     pytest.importorskip("transformers")
-    args = "--workload runtime.models:build_hf_vit_tiny --strategy zero2d --degree 2"
+    args = "--workload shardsim.runtime.models.hf:build_hf_vit_tiny --strategy zero2d --degree 2"
     check_equals_reference(tmp_path, 4, args.split())

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
-
-from simulator.cli import main
-from simulator.config import RunConfig, resolve
-from simulator.errors import ConfigError
-from simulator.sweep import (
+from shardsim.simulator.cli import main
+from shardsim.simulator.config import RunConfig, resolve
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import Cluster
+from shardsim.simulator.sweep.search import (
     COLUMNS,
     SCALING_COLUMNS,
     SweepSpace,
@@ -20,8 +20,8 @@ from simulator.sweep import (
     recommend,
     sweep,
 )
-from simulator.topology import Cluster
-from simulator.workload import load_workload
+from shardsim.simulator.workload.model import load_workload
+
 from tests.helpers import instance
 
 # 2 x g4dn.12xlarge = 8 T4s; tiny-gpt has 4 layers: every kind, a few dozen configurations.
@@ -253,7 +253,7 @@ def test_bad_input_exits_2_with_one_line(args, needle, capsys) -> None:
 
 
 def test_unwritable_output_folder_fails_before_predicting(tmp_path, capsys, monkeypatch) -> None:
-    import simulator.sweep as sw
+    import shardsim.simulator.sweep.search as sw
 
     monkeypatch.setattr(sw, "predict_all", lambda *a, **k: pytest.fail("predicted before checking --out"))
     a_file = tmp_path / "file.txt"
@@ -301,7 +301,7 @@ def test_several_topologies_in_one_sweep(tmp_path) -> None:
         "p3dn.24xlarge": [8, 16],
     }
     assert df["scaling_efficiency"].notna().all()
-    from simulator.plots import plot_all
+    from shardsim.simulator.sweep.plots import plot_all
 
     names = {p.name for p in plot_all(df, tmp_path)}
     assert {"scaling.png", "scaling.svg"} <= names

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from simulator.collective_sim import simulate_collective
-from simulator.topology import builtin_topologies, builtin_topology_dir, load_instance, make_cluster
+from shardsim.simulator.collective import simulate_collective
+from shardsim.simulator.hardware.topology import builtin_topologies, builtin_topology_dir, load_instance, make_cluster
 
 SHIPPED = builtin_topologies()
 EMULATED = ("emu-2x2", "emu-4x2")

@@ -10,15 +10,16 @@ import math
 from pathlib import Path
 
 import pytest
+from shardsim.runtime.emulation import cluster as emulation
+from shardsim.runtime.validation import validate as validation
+from shardsim.runtime.validation.validate import Row, load_matrix, summarize
+from shardsim.simulator.cli import main
+from shardsim.simulator.config import RunConfig
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.profile import load_profile, parse_profile
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.predict import predict
 
-from runtime import emulation, validation
-from runtime.validation import Row, load_matrix, summarize
-from simulator.cli import main
-from simulator.config import RunConfig
-from simulator.errors import ConfigError
-from simulator.predict import predict
-from simulator.profile_data import load_profile, parse_profile
-from simulator.topology import make_cluster
 from tests.helpers import plan_ops
 
 
@@ -115,7 +116,7 @@ PROFILE = {
 
 
 def _profile(tmp_path: Path) -> Path:
-    from simulator.workload import load_workload
+    from shardsim.simulator.workload.model import load_workload
 
     names = [b.name for b in load_workload("small-gpt").blocks]
     doc = json.loads(json.dumps(PROFILE))
@@ -242,7 +243,7 @@ def test_ci_matrix_is_small():
 
 
 def test_linkbench_fit_recovers_the_alpha_beta_of_a_ring_all_gather():
-    from runtime.linkbench import fit
+    from shardsim.runtime.profile.linkbench import fit
 
     k, bw, alpha = 2, 3e8, 1e-3
     sizes = (64 * 1024, 8 * 1024 * 1024)
@@ -254,7 +255,7 @@ def test_linkbench_fit_recovers_the_alpha_beta_of_a_ring_all_gather():
 def test_a_ring_step_costs_at_least_the_links_one_way_trip():
     """A fit whose small size went at the full rate has no per-step cost left (clamped at 0);
     the profile keeps the TCP probe's one-way latency instead, and a positive fit as it is."""
-    from runtime.profile import ring_figures
+    from shardsim.runtime.profile.profile import ring_figures
 
     bench = {"loopback_Bps": 3e8, "loopback_latency_s": 0.0, "nic_ring_Bps": 2.4e7, "nic_ring_latency_s": 0.0}
     got = ring_figures(bench, 1.6e-5, 2.2e-5)
@@ -271,7 +272,7 @@ def test_the_sharded_optimizer_overhead_goes_to_fsdp_ranks_only(tmp_path):
     (and a replicated stage) nothing. A negative figure is bad input."""
     import dataclasses
 
-    from simulator.config import Strategy
+    from shardsim.simulator.config import Strategy
 
     base = load_profile(_profile(tmp_path), "small-gpt")
     extra = dataclasses.replace(base, sharded_optimizer_overhead_s=0.05)
@@ -309,14 +310,14 @@ def test_a_slower_host_scales_the_measured_compute(tmp_path):
 def test_predictions_use_the_host_speed_pooled_over_the_runs(tmp_path, fake_cluster, monkeypatch):
     """The yardstick is timed before and after each run; every prediction is scaled by the mean
     of all of them (this host flips between speeds faster than one run lasts)."""
-    import runtime.profile
-    from simulator.predict import predict
+    import shardsim.runtime.profile.profile as profile
+    from shardsim.simulator.predict import predict
 
     doc = json.loads(_profile(tmp_path).read_text())
     doc["host"]["yardstick_all_cores_s"] = 0.5
     prof = write(tmp_path, "p.json", json.dumps(doc))
     timings = iter([1.0, 2.0, 1.5, 1.5])  # slowdowns 2 and 4 around the first run, 3 and 3 around the second
-    monkeypatch.setattr(runtime.profile, "yardstick", lambda workload, batch: next(timings))
+    monkeypatch.setattr(profile, "yardstick", lambda workload, batch: next(timings))
     m = write(tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero]}\n")
     matrix = validation.load_matrix(m)
     rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))

@@ -1,6 +1,6 @@
 """The promise of issue 6, for real: a small validation on an emulated 2-node cluster.
 
-Runs `shardsim validate --matrix runtime/matrices/ci.yaml` (ddp, zero, zero2d d=2 and a 1F1B
+Runs `shardsim validate --matrix runtime/validation/matrices/ci.yaml` (ddp, zero, zero2d d=2 and a 1F1B
 pipeline on emu-2x2: network namespaces, tc-shaped NICs, gloo), which profiles this machine,
 runs each configuration and predicts it, and fails when the prediction error passes the
 bounds below. Needs root and iproute2 (CI has both); about three minutes.
@@ -43,9 +43,20 @@ def _namespaces() -> list[str]:
 @needs_root
 def test_small_validation_on_an_emulated_cluster(tmp_path):
     out = tmp_path / "validation"
-    matrix = str(ROOT / "runtime/matrices/ci.yaml")
+    matrix = str(ROOT / "runtime/validation/matrices/ci.yaml")
     bounds = ["--max-mape", str(CI_MAX_MAPE_PCT), "--max-error", str(CI_MAX_ERROR_PCT)]
-    cmd = [sys.executable, "-m", "simulator.cli", "validate", "--matrix", matrix, "--out", str(out), "--json", *bounds]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardsim.simulator.cli",
+        "validate",
+        "--matrix",
+        matrix,
+        "--out",
+        str(out),
+        "--json",
+        *bounds,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     table = (out / "validation.md").read_text() if (out / "validation.md").exists() else "(no table)"
     print(table)  # shown in the CI log with -rA, and on failure
@@ -67,7 +78,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
 @pytest.mark.slow
 @needs_root
 def test_run_brings_the_emulated_cluster_up_and_down(tmp_path):
-    cmd = [sys.executable, "-m", "simulator.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
+    cmd = [sys.executable, "-m", "shardsim.simulator.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
            "--strategy", "zero2d", "--degree", "2", "--steps", "2", "--warmup", "1",
            "--out", str(tmp_path), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)

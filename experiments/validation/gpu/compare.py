@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from simulator.compute import ComputeModel  # noqa: E402
-from simulator.profile_data import load_profile  # noqa: E402
-from simulator.topology import load_instance  # noqa: E402
-from simulator.workload import load_workload  # noqa: E402
+from shardsim.simulator.compute import ComputeModel  # noqa: E402
+from shardsim.simulator.hardware.profile import load_profile  # noqa: E402
+from shardsim.simulator.hardware.topology import load_instance  # noqa: E402
+from shardsim.simulator.workload.model import load_workload  # noqa: E402
 
 
 def compare(profile_path: str, topology: str, precision: str) -> tuple[list[dict], dict]:

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from simulator.config import BACKENDS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
-from simulator.units import format_seconds
+from shardsim.simulator.config import BACKENDS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
+from shardsim.simulator.units import format_seconds
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -47,7 +47,7 @@ def _str_list(text: str) -> tuple[str, ...]:
 
 
 def _build(ns: argparse.Namespace):
-    from simulator.sweep import SweepSpace
+    from shardsim.simulator.sweep.search import SweepSpace
 
     overrides: dict[str, Any] = {
         "workload": ns.workload,
@@ -226,8 +226,7 @@ def _cluster_table(df, rec):
 def _efficiency_table(df):
     """Scaling efficiency of the ddp/zero/zero2d configurations (and the best pipelines), per GPU count."""
     from rich.table import Table
-
-    from simulator.plots import scaling_configs
+    from shardsim.simulator.sweep.plots import scaling_configs
 
     tables = []
     for top, g in df.groupby("topology", sort=False):
@@ -258,7 +257,7 @@ def _efficiency_table(df):
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from simulator.sweep import check_output_dir, recommend, sweep, to_records, write_tables
+    from shardsim.simulator.sweep.search import check_output_dir, recommend, sweep, to_records, write_tables
 
     base, space = _build(ns)
     out = check_output_dir(ns.out) if ns.out else None
@@ -284,7 +283,7 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     rec = recommend(df)
     files: list[str] = []
     if out is not None:
-        from simulator.plots import plot_all
+        from shardsim.simulator.sweep.plots import plot_all
 
         files += [str(p) for p in write_tables(df, out)]
         (out / "recommended.json").write_text(json.dumps(rec, indent=2) + "\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError
 
 FAMILIES = ("gpt", "bert", "vit", "mlp")
 
@@ -194,7 +194,7 @@ def load_workload(name: str) -> Workload:
     if name in PRESETS:
         return from_arch(name, PRESETS[name])
     if ":" in name:
-        from simulator.measure import measure_import_path  # imports torch, only here
+        from shardsim.simulator.workload.measure import measure_import_path  # imports torch, only here
 
         return measure_import_path(name)
     known = ", ".join(PRESETS)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError
 
 
 def first_line(err: BaseException) -> str:

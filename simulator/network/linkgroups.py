@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from simulator.network import Route
+from shardsim.simulator.network.fluid import Route
 
 
 def group_links(capacity: np.ndarray, routes: Sequence[Route]) -> tuple[np.ndarray, list[Route]]:

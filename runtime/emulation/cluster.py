@@ -19,7 +19,7 @@ Use::
 
     cluster = plan_cluster(load_instance("emu-2x2"))
     with emulated(cluster):                      # up; always down, also on error/SIGINT/SIGTERM
-        procs = [run_in_node(cluster, i, torchrun_argv(cluster, i, ["-m", "runtime.train", ...]))
+        procs = [run_in_node(cluster, i, torchrun_argv(cluster, i, ["-m", "shardsim.runtime.train", ...]))
                  for i in range(len(cluster.nodes))]
         ...
         for p in procs:
@@ -46,8 +46,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from simulator.errors import ConfigError
-from simulator.topology import InstanceType, load_instance
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import InstanceType, load_instance
 
 MTU = 1500
 NODE_IFNAME = "nic0"  # the node's NIC, inside its own namespace (what GLOO_SOCKET_IFNAME names)

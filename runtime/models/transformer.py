@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from shardsim.simulator.workload.model import Arch
 from torch import nn
-
-from simulator.workload import Arch
 
 
 class Attention(nn.Module):
@@ -153,17 +152,3 @@ def build_model(a: Arch) -> ShardsimModel:
     if a.family == "vit":
         return ShardsimModel(a, PatchEmbed(a), blocks, ClsHead(a.hidden, a.classes))
     return ShardsimModel(a, TokenEmbed(a.vocab, a.seq_len, a.hidden), blocks, LMHead(a.hidden, a.vocab))
-
-
-def build_hf_vit() -> nn.Module:
-    """The seed's Hugging Face ViT (630M parameters); needs ``transformers`` (see runtime.hf)."""
-    from runtime.hf import SEED_VIT, HFViT
-
-    return HFViT(**SEED_VIT)
-
-
-def build_hf_vit_tiny() -> nn.Module:
-    """A small Hugging Face ViT for CPU runs and tests; needs ``transformers``."""
-    from runtime.hf import TINY_VIT, HFViT
-
-    return HFViT(**TINY_VIT)

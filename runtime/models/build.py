@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from simulator.errors import ConfigError
-from simulator.importpath import first_line, resolve_import_path
-from simulator.workload import PRESETS, load_workload
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.importpath import first_line, resolve_import_path
+from shardsim.simulator.workload.model import PRESETS, load_workload
 
 
 def resolve_builder(name: str) -> Callable[[], Any]:
@@ -24,7 +24,7 @@ def resolve_builder(name: str) -> Callable[[], Any]:
         arch = PRESETS[name]
 
         def build():
-            from runtime.models import build_model
+            from shardsim.runtime.models.transformer import build_model
 
             return build_model(arch)
 

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
-from simulator.errors import ConfigError
+from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
+from shardsim.simulator.errors import ConfigError
 
 MAX_CPU_RANKS = 8  # default world on a CPU machine when --nproc is not given
 
@@ -46,8 +46,8 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
 
     `emulate` (default: whenever the topology is an emulated one and the run is on CPU) runs
     the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
-    from runtime.workloads import n_blocks
-    from simulator.topology import make_cluster
+    from shardsim.runtime.models.build import n_blocks
+    from shardsim.simulator.hardware.topology import make_cluster
 
     cluster = make_cluster(cfg.topology, cfg.nodes)
     if nproc is not None and nproc < 1:
@@ -84,7 +84,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
                 "(pass --no-emulate to run any number of ranks over loopback)",
                 field="nproc",
             )
-        from runtime.emulation import check_privileges
+        from shardsim.runtime.emulation.cluster import check_privileges
 
         try:
             check_privileges()
@@ -108,7 +108,7 @@ def _check_run_flags(ns: argparse.Namespace) -> None:
 
 
 def main_run(ns: argparse.Namespace) -> int:
-    from runtime.train import default_run_id
+    from shardsim.runtime.train import default_run_id
 
     try:
         _check_run_flags(ns)
@@ -156,7 +156,7 @@ def run_flags(
     cfg: RunConfig, steps: int, warmup: int, out: Path, timeout_s: float, threads: int, data_batches: int, run_id: str
 ) -> list[str]:
     """The arguments of runtime.train for one run of `cfg` (the configuration as explicit flags)."""
-    from runtime.launch import config_flags
+    from shardsim.runtime.launch import config_flags
 
     return config_flags(cfg) + [
         "--steps", str(steps),
@@ -172,11 +172,11 @@ def run_flags(
 def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads: int, stdout=None):
     """Launch the ranks of `plan`: over loopback, or in the emulated cluster, brought up for this
     run and always torn down (also on error and Ctrl-C)."""
-    from runtime.launch import launch
+    from shardsim.runtime.launch import launch
 
     if not plan.emulate:
         return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout)
-    from runtime.emulation import emulated, plan_cluster
+    from shardsim.runtime.emulation.cluster import emulated, plan_cluster
 
     cluster = plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)
     with emulated(cluster):
@@ -184,7 +184,7 @@ def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from runtime.train import add_run_arguments
+    from shardsim.runtime.train import add_run_arguments
 
     add_config_arguments(p)
     add_run_arguments(p)

@@ -2,8 +2,8 @@
 downloaded), in the runtime's block structure: embeddings, encoder layers, head.
 
 An optional extra: it needs ``transformers`` (``pip install shardsim[hf]``). Use it as the
-workload ``runtime.models:build_hf_vit`` (the seed's 630M configuration) or
-``runtime.models:build_hf_vit_tiny`` (seconds on a CPU).
+workload ``shardsim.runtime.models.hf:build_hf_vit`` (the seed's 630M configuration) or
+``shardsim.runtime.models.hf:build_hf_vit_tiny`` (seconds on a CPU).
 """
 
 from __future__ import annotations
@@ -85,3 +85,13 @@ class HFViT(nn.Module):
         c = self.config
         img = torch.randn(batch, c.num_channels, c.image_size, c.image_size, generator=generator)
         return img, torch.randint(0, c.num_labels, (batch,), generator=generator)
+
+
+def build_hf_vit() -> nn.Module:
+    """The seed's Hugging Face ViT (630M parameters); needs ``transformers``."""
+    return HFViT(**SEED_VIT)
+
+
+def build_hf_vit_tiny() -> nn.Module:
+    """A small Hugging Face ViT for CPU runs and tests; needs ``transformers``."""
+    return HFViT(**TINY_VIT)

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
-
-from simulator.errors import ConfigError
-from simulator.links import LinkGraph
-from simulator.network import Network, Route
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.network.fluid import Network, Route
+from shardsim.simulator.network.links import LinkGraph
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 ALGOS = ("ring", "tree", "hierarchical")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from simulator.errors import ConfigError
-from simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.yamlio import Fields, load_yaml
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
@@ -194,7 +194,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
 
 def builtin_topology_dir() -> Path:
     """The folder of shipped topology files (works from a checkout and from a wheel)."""
-    return Path(str(resources.files("topologies")))
+    return Path(str(resources.files("shardsim.topologies")))
 
 
 def builtin_topologies() -> list[str]:

@@ -30,16 +30,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from runtime.hostspeed import QUIET_STEAL_SHARE
-from simulator.config import STRATEGIES, RunConfig, build_config, resolve
-from simulator.errors import ConfigError
-from simulator.topology import make_cluster
-from simulator.yamlio import load_yaml
+from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
+from shardsim.simulator.config import STRATEGIES, RunConfig, build_config, resolve
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.yamlio import load_yaml
 
-MATRICES = Path(__file__).resolve().parent / "matrices"
+MATRICES = Path(str(resources.files("shardsim.runtime.validation") / "matrices"))
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
 _RUN_KEYS = ("steps", "warmup", "timeout", "max_steal", "retries")
@@ -76,7 +77,7 @@ class Matrix:
 
 
 def _resolve(cfg: RunConfig, world: int):
-    from runtime.workloads import n_blocks
+    from shardsim.runtime.models.build import n_blocks
 
     return resolve(cfg, world, n_blocks(cfg.workload, pipeline=cfg.strategy.kind == "pipeline"))
 
@@ -399,9 +400,9 @@ def markdown(rows: list[Row], summary: dict[str, Any]) -> str:
 
 def _measure(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int) -> tuple[dict | None, str]:
     """Run `cfg` for real in the emulated cluster (which is up). Returns (result, error)."""
-    from runtime.cli import plan_run, run_flags
-    from runtime.launch import launch
-    from runtime.train import default_run_id
+    from shardsim.runtime.launch import launch
+    from shardsim.runtime.run_cli import plan_run, run_flags
+    from shardsim.runtime.train import default_run_id
 
     plan = plan_run(cfg, None, emulate=True)
     run_id = default_run_id(plan.resolved_cfg)
@@ -447,7 +448,7 @@ def _host_slowdown(profile, batch: int) -> float:
     profile has no yardstick), timed with the profile's own yardstick."""
     if profile.yardstick_s is None:
         return 1.0
-    from runtime.profile import yardstick
+    from shardsim.runtime.profile.profile import yardstick
 
     return yardstick(profile.workload, batch) / profile.yardstick_s
 
@@ -455,7 +456,7 @@ def _host_slowdown(profile, batch: int) -> float:
 def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[str], None]) -> str:
     """The profile to predict from: `given`, or out/profile.json when it covers the matrix, or a
     new one measured now (blocks at every microbatch size, each topology's links, core sharing)."""
-    from simulator.profile_data import load_profile
+    from shardsim.simulator.hardware.profile import load_profile
 
     workload = matrix.base.get("workload", RunConfig().workload)
     if given:
@@ -477,7 +478,7 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
                 return str(path)
         except ConfigError:
             pass
-    from runtime.profile import build_profile, write_json_atomic
+    from shardsim.runtime.profile.profile import build_profile, write_json_atomic
 
     log(f"profile: timing {workload}'s blocks at microbatch {sizes}, the links of each topology, core sharing")
     doc = build_profile(
@@ -500,9 +501,9 @@ def validate(
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
 ) -> tuple[list[Row], dict[str, Any]]:
     """Run what is missing, predict everything, write the table and plots; returns (rows, summary)."""
-    from runtime.emulation import check_privileges, emulated, plan_cluster
-    from simulator.predict import predict
-    from simulator.profile_data import load_profile
+    from shardsim.runtime.emulation.cluster import check_privileges, emulated, plan_cluster
+    from shardsim.simulator.hardware.profile import load_profile
+    from shardsim.simulator.predict import predict
 
     out.mkdir(parents=True, exist_ok=True)
     runs = out / "runs"
@@ -590,7 +591,7 @@ def validate(
     summary = summarize(rows)
     save(out, matrix, rows, summary)
     if summary["rows_ok"]:
-        from runtime.validation_plots import plot_validation
+        from shardsim.runtime.validation.plots import plot_validation
 
         plot_validation(rows, summary, out)
     return rows, summary

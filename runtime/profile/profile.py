@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.hostspeed import QUIET_STEAL_SHARE, Probe, SpeedLog, StealClock
-from simulator.config import add_config_arguments, config_from_args
-from simulator.errors import ConfigError
+from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE, Probe, SpeedLog, StealClock
+from shardsim.simulator.config import add_config_arguments, config_from_args
+from shardsim.simulator.errors import ConfigError
 
 WHOLE_ROUNDS = 3
 # the world size FSDP2's own work is timed at when no rank count is given; it changes little
@@ -179,10 +179,9 @@ def sharded_optimizer_step(
     (it is left alone)."""
     import torch
     import torch.distributed as dist
+    from shardsim.runtime.launch import free_port
+    from shardsim.runtime.strategies.parallel import apply_fsdp
     from torch.distributed.device_mesh import init_device_mesh
-
-    from runtime.launch import free_port
-    from runtime.parallel import apply_fsdp
 
     if dist.is_initialized():
         return None
@@ -215,10 +214,9 @@ def fsdp_overhead(
     import torch
     import torch.distributed as dist
     import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
+    from shardsim.runtime.strategies.parallel import apply_fsdp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from runtime.parallel import apply_fsdp
 
     if dist.is_initialized():
         return None
@@ -267,9 +265,8 @@ class _Ctx:
 
 def _setup(workload: str, device: str, threads: int, precision: str) -> _Ctx:
     import torch
-
-    from runtime.workloads import resolve_builder
-    from simulator.workload import load_workload
+    from shardsim.runtime.models.build import resolve_builder
+    from shardsim.simulator.workload.model import load_workload
 
     torch.manual_seed(0)
     if device == "cpu":
@@ -478,8 +475,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     for reference, and their latency is the least a ring step can take. Needs root."""
     import subprocess
 
-    from runtime.emulation import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
-    from runtime.launch import free_port
+    from shardsim.runtime.emulation.cluster import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
+    from shardsim.runtime.launch import free_port
 
     cluster = plan_cluster(topology, nodes)
     out: dict[str, float] = {}
@@ -491,9 +488,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
         out |= {"loopback_tcp_Bps": lo.bandwidth_Bps, "loopback_tcp_latency_s": lo.latency_s}
         result = Path(tmp) / "loopback.json"
         port = free_port()
-        root = str(Path(__file__).resolve().parent.parent)
-        env = {"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONPATH": root}
-        argv = ["-m", "runtime.linkbench", str(result)]
+        env = {"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+        argv = ["-m", "shardsim.runtime.profile.linkbench", str(result)]
         procs = [
             run_in_node(
                 cluster,
@@ -624,7 +620,7 @@ def _batches(text: str | None, default: int) -> list[int]:
 
 
 def _cmd_profile(ns: argparse.Namespace) -> int:
-    from simulator.topology import make_cluster
+    from shardsim.simulator.hardware.topology import make_cluster
 
     cfg = config_from_args(ns)
     out = Path(ns.out)
@@ -637,7 +633,7 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
     emulated = cluster.instance.emulated is not None
     links = emulated if ns.links is None else ns.links
     if links:
-        from runtime.emulation import check_privileges
+        from shardsim.runtime.emulation.cluster import check_privileges
 
         if not emulated:
             raise ConfigError(f"topology {cluster.instance.name!r} is not emulated: its links cannot be measured here")

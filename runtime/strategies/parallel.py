@@ -22,10 +22,9 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from shardsim.simulator.config import Resolved
+from shardsim.simulator.workload.model import stage_ranges
 from torch import nn
-
-from simulator.config import Resolved
-from simulator.workload import stage_ranges
 
 
 def blocks_of(model: nn.Module) -> list[nn.Module]:

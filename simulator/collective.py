@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import simpy
-
-from simulator.collectives import BUS_FACTOR, GroupLayout, PhaseRun, plan
-from simulator.linkgroups import group_links
-from simulator.links import LinkGraph, build_links
-from simulator.network import Network
-from simulator.topology import Cluster
+from shardsim.simulator.hardware.topology import Cluster
+from shardsim.simulator.network.collectives import BUS_FACTOR, GroupLayout, PhaseRun, plan
+from shardsim.simulator.network.fluid import Network
+from shardsim.simulator.network.linkgroups import group_links
+from shardsim.simulator.network.links import LinkGraph, build_links
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ConfigError
-from simulator.topology import Cluster
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import Cluster
 
 # A run whose cores the hypervisor takes more of than this is scaled as if it took this much:
 # a bound on a correction, not a figure of the host (the most seen here was 0.45 over a run,

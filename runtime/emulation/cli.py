@@ -10,8 +10,8 @@ import argparse
 
 
 def _cmd_cluster(ns: argparse.Namespace) -> int:
-    from runtime.emulation import down, format_status, measure_link, plan_cluster, status, up
-    from simulator.topology import load_instance
+    from shardsim.runtime.emulation.cluster import down, format_status, measure_link, plan_cluster, status, up
+    from shardsim.simulator.hardware.topology import load_instance
 
     cluster = plan_cluster(load_instance(ns.topology), ns.nodes)
     if ns.action == "up":

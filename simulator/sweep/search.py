@@ -22,16 +22,15 @@ from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.config import SCHEDULES, STRATEGIES, RunConfig, Strategy, resolve
-from simulator.errors import ConfigError
-from simulator.gcpause import paused_gc
-from simulator.topology import Cluster, InstanceType, make_cluster
-from simulator.workload import Workload, load_workload
+from shardsim.simulator.config import SCHEDULES, STRATEGIES, RunConfig, Strategy, resolve
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.simulator.workload.model import Workload, load_workload
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd
-
-    from simulator.predict import StepPrediction
+    from shardsim.simulator.predict import StepPrediction
 
 DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
 SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is not worth starting
@@ -266,7 +265,7 @@ def _row(c: Candidate, w: Workload, algo: str) -> dict[str, Any]:
     """One prediction as a sweep row. The cyclic garbage collector stays off until the
     prediction is freed (it makes no cycles): re-enabled in between, it would scan the plan's
     and the timeline's objects once or twice for nothing."""
-    from simulator.predict import predict  # the engine: imported here, and by the pool before it forks
+    from shardsim.simulator.predict import predict  # the engine: imported here, and by the pool before it forks
 
     with paused_gc():
         return _row_of(c, predict(c.cfg, algo=algo, workload=w, cluster=c.cluster))
@@ -335,7 +334,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     # fork: workers inherit the loaded modules (the engine, imported once before the fork, not
     # once per worker). The pool is created and fed before any progress thread starts, so
     # nothing forks mid-thread.
-    import simulator.predict  # noqa: F401  (the engine and numpy, for every worker)
+    import shardsim.simulator.predict  # noqa: F401  (the engine and numpy, for every worker)
 
     ctx = get_context("fork") if "fork" in get_all_start_methods() else None
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
@@ -558,7 +557,7 @@ def sweep(
     space = space or SweepSpace()
     w = workload or load_workload(base.workload)
     if base.profile:
-        from simulator.profile_data import load_profile
+        from shardsim.simulator.hardware.profile import load_profile
 
         load_profile(base.profile, w.name)  # a bad profile fails once, here, not in every worker
     en = enumerate_configs(base, space, w)
