@@ -193,9 +193,9 @@ def pivot_markdown(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def run_study(name: str, workers: int | None, replot: bool = False) -> None:
+def run_study(name: str, workers: int | None, replot: bool = False, root: Path = OUT) -> None:
     command, parts = STUDIES[name]
-    out = check_output_dir(OUT / name)
+    out = check_output_dir(root / name)
     t = time.perf_counter()
     if replot:  # tables as committed: summary and plots only (e.g. after a change to the plots)
         df = pd.read_parquet(out / "sweep.parquet")
@@ -220,9 +220,10 @@ def main() -> None:
     p.add_argument("studies", nargs="*", choices=[*STUDIES, []], help="default: all")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--replot", action="store_true", help="no predictions: summary and plots from sweep.parquet")
+    p.add_argument("--out", type=Path, default=OUT, help=f"folder of the studies (default {OUT.relative_to(ROOT)})")
     ns = p.parse_args()
     for name in ns.studies or STUDIES:
-        run_study(name, ns.workers, ns.replot)
+        run_study(name, ns.workers, ns.replot, ns.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,121 @@
+"""Regenerate the seed predictions and every committed sweep into a scratch folder and compare
+them with the committed files: numbers within a relative 1e-12, text identical.
+
+    python experiments/check_regenerated.py            # all; exit 1 on any difference
+    python experiments/check_regenerated.py --studies seed --keep /tmp/regen
+
+Compared: experiments/seed/*.prediction.json and *.trace.json (from `shardsim predict` of each
+*.yaml there) and, per study under experiments/sweeps/, sweep.csv, sweep.parquet,
+recommended.json and summary.md. Plots (PNG/SVG) are not compared: they are drawn from the same
+tables, and a matplotlib upgrade changes their bytes without changing a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "experiments" / "seed"
+SWEEPS = ROOT / "experiments" / "sweeps"
+COMPARED = ("sweep.csv", "sweep.parquet", "recommended.json", "summary.md")
+RTOL = 1e-12
+
+
+def shardsim() -> str:
+    """The installed `shardsim` command of this interpreter's environment."""
+    return str(Path(sys.executable).parent / "shardsim")
+
+
+def same_json(a, b, where: str) -> list[str]:
+    """Differences between two JSON values, numbers compared within RTOL."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{where}: keys differ: {sorted(a.keys() ^ b.keys())}"]
+        return [d for k in a for d in same_json(a[k], b[k], f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{where}: {len(a)} items, committed {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in same_json(x, y, f"{where}[{i}]")]
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) or not isinstance(b, int | float):
+        return [] if a == b else [f"{where}: {a!r} != committed {b!r}"]
+    if math.isclose(a, b, rel_tol=RTOL, abs_tol=0.0) or (math.isnan(a) and math.isnan(b)):
+        return []
+    return [f"{where}: {a!r} != committed {b!r}"]
+
+
+def same_frame(a: pd.DataFrame, b: pd.DataFrame, where: str) -> list[str]:
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return [f"{where}: shape or columns differ"]
+    try:
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=RTOL, atol=0.0, check_dtype=False)
+    except AssertionError as exc:
+        return [f"{where}: {str(exc).splitlines()[0]}"]
+    return []
+
+
+def compare_file(new: Path, old: Path) -> list[str]:
+    where = str(old.relative_to(ROOT))
+    if not new.exists():
+        return [f"{where}: not regenerated"]
+    if old.suffix == ".json":
+        return same_json(json.loads(new.read_text()), json.loads(old.read_text()), where)
+    if old.suffix == ".csv":
+        return same_frame(pd.read_csv(new), pd.read_csv(old), where)
+    if old.suffix == ".parquet":
+        return same_frame(pd.read_parquet(new), pd.read_parquet(old), where)
+    return [] if new.read_text() == old.read_text() else [f"{where}: text differs"]
+
+
+def check_seed(scratch: Path) -> list[str]:
+    diffs = []
+    for cfg in sorted(SEED.glob("*.yaml")):
+        trace = scratch / f"{cfg.stem}.trace.json"
+        out = subprocess.run([shardsim(), "predict", str(cfg), "--json", "--trace", str(trace)],
+                             check=True, capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+        (scratch / f"{cfg.stem}.prediction.json").write_text(out.stdout)
+        for kind in ("prediction", "trace"):
+            diffs += compare_file(scratch / f"{cfg.stem}.{kind}.json", SEED / f"{cfg.stem}.{kind}.json")
+    return diffs
+
+
+def check_sweeps(scratch: Path, studies: list[str]) -> list[str]:
+    script = ROOT / "experiments" / "run_sweeps.py"
+    subprocess.run([sys.executable, str(script), *studies, "--out", str(scratch)], check=True, cwd=ROOT)
+    return [
+        d
+        for study in studies
+        for name in COMPARED
+        if (SWEEPS / study / name).exists()
+        for d in compare_file(scratch / study / name, SWEEPS / study / name)
+    ]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--studies", default=None, help="comma-separated studies (default: every one committed)")
+    p.add_argument("--keep", type=Path, default=None, help="regenerate into this folder and keep it")
+    p.add_argument("--no-seed", action="store_true", help="skip the seed predictions")
+    ns = p.parse_args()
+    studies = ns.studies.split(",") if ns.studies else sorted(d.name for d in SWEEPS.iterdir() if d.is_dir())
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = ns.keep or Path(tmp)
+        scratch.mkdir(parents=True, exist_ok=True)
+        diffs = ([] if ns.no_seed else check_seed(scratch)) + check_sweeps(scratch, studies)
+    for d in diffs:
+        print(d)
+    n_seed = 0 if ns.no_seed else len(list(SEED.glob("*.yaml")))
+    verdict = f"{len(diffs)} differences" if diffs else "identical"
+    print(f"{n_seed} seed predictions, {len(studies)} sweeps: {verdict}")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
