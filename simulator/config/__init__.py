@@ -1,0 +1,44 @@
+"""One configuration schema for the simulator and the runtime.
+
+A configuration is read from a YAML file (`load`), which also takes SageMaker model-parallel keys
+as users paste them (`smp`), then overridden by command-line flags generated from the schema
+(`flags`), then checked against its cluster and model (`resolve`).
+"""
+
+from shardsim.simulator.config.flags import add_config_arguments, config_from_args
+from shardsim.simulator.config.load import build_config, load_config
+from shardsim.simulator.config.resolve import resolve
+from shardsim.simulator.config.schema import (
+    BACKENDS,
+    DATA_PARALLEL,
+    FIELDS,
+    OPTIMIZERS,
+    PRECISIONS,
+    SCHEDULES,
+    SETTINGS,
+    STRATEGIES,
+    Resolved,
+    RunConfig,
+    Setting,
+    Strategy,
+)
+
+__all__ = [
+    "BACKENDS",
+    "DATA_PARALLEL",
+    "FIELDS",
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "SCHEDULES",
+    "SETTINGS",
+    "STRATEGIES",
+    "Resolved",
+    "RunConfig",
+    "Setting",
+    "Strategy",
+    "add_config_arguments",
+    "build_config",
+    "config_from_args",
+    "load_config",
+    "resolve",
+]

@@ -1,0 +1,104 @@
+"""Command-line flags generated from the configuration schema: each declared once, in `SETTINGS`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from shardsim.simulator.config.load import load_config
+from shardsim.simulator.config.schema import FIELDS, SETTINGS, RunConfig, Setting
+
+DEFAULTS = RunConfig()
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``2,4,8`` → (2, 4, 8): integers >= 1, duplicates dropped, order kept."""
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return tuple(dict.fromkeys(vals))
+
+
+def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """A parser of comma-separated values, each one of `choices`."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        vals = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [v for v in vals if v not in choices]
+        if not vals or bad:
+            raise argparse.ArgumentTypeError(f"expected some of {','.join(choices)}, got {text!r}")
+        return tuple(dict.fromkeys(vals))
+
+    return parse
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    vals = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not vals:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return vals
+
+
+def _default_text(s: Setting) -> str:
+    if s.name == "strategy":
+        value: Any = DEFAULTS.strategy.kind
+    elif s.name in ("degree", "pp", "microbatches", "schedule"):
+        value = getattr(DEFAULTS.strategy, s.name)
+    else:
+        value = getattr(DEFAULTS, s.name)
+    if s.name == "nodes":
+        return f"the file's, else {value} on the default topology, else the topology's own count"
+    if s.name == "degree":
+        return "the world for zero, 1 for pipeline; zero2d needs one"
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def add_config_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    exclude: Iterable[str] = (),
+    listed: Iterable[str] = (),
+    config_help: str = "YAML config file (flags override it)",
+) -> None:
+    """The `config` positional and one flag per schema setting, overriding the file's key.
+    `listed` settings take a comma-separated list (the sweep's clusters); `exclude` leaves
+    settings out (the sweep spans the strategy fields with lists of its own)."""
+    skip, lists = set(exclude), set(listed)
+    p.add_argument("config", nargs="?", help=config_help)
+    for s in SETTINGS:
+        if not s.flag or s.name in skip:
+            continue
+        default = f" (default: {_default_text(s)})"
+        if s.name in lists:
+            kind = int_list if s.kind is int else str_list
+            p.add_argument(s.option, dest=s.name, type=kind, metavar="LIST", help=f"{s.help}; comma-separated{default}")
+        elif s.kind is bool:
+            p.add_argument(
+                s.option, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + default
+            )
+        else:
+            p.add_argument(s.option, dest=s.name, type=s.kind, choices=s.choices, help=s.help + default)
+
+
+def overrides_from_args(ns: argparse.Namespace) -> dict[str, Any]:
+    """The schema's settings given as flags (None where a flag was not given)."""
+    return {k: getattr(ns, k, None) for k in FIELDS}
+
+
+def config_from_args(ns: argparse.Namespace) -> RunConfig:
+    return load_config(ns.config, overrides_from_args(ns))
+
+
+def add_algo_argument(p: argparse.ArgumentParser, *, auto: bool) -> None:
+    """`--algo`: a collective algorithm; `auto` (predict, sweep) lets the simulator choose."""
+    from shardsim.simulator.network.collectives import ALGOS
+
+    choices = ("auto", *ALGOS) if auto else ALGOS
+    why = " (auto: hierarchical all-gather across nodes, ring otherwise)" if auto else ""
+    p.add_argument(
+        "--algo", default=choices[0], choices=choices, help=f"collective algorithm{why} (default: {choices[0]})"
+    )

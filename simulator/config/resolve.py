@@ -1,0 +1,69 @@
+"""A configuration checked against its world size and model: defaults settled, sizes derived."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shardsim.simulator.config.schema import Resolved, RunConfig
+from shardsim.simulator.errors import ConfigError
+
+
+def resolve(cfg: RunConfig, world: int, n_blocks: int) -> tuple[RunConfig, Resolved]:
+    """Check the configuration against the world size and the model; settle defaults.
+
+    Returns the normalized config (zero's degree = world; SMP's degree = world → zero) and
+    the derived sizes. Raises ConfigError with one clear line when something does not fit.
+    """
+    s = cfg.strategy
+    where = cfg.source
+    if s.kind in ("zero", "zero2d", "ddp") and s.pp != 1:
+        raise ConfigError(f"pp={s.pp} needs strategy pipeline", where=where, field="pp")
+    pp = s.pp if s.kind == "pipeline" else 1
+    if pp > world or world % pp:
+        raise ConfigError(f"pipeline degree {pp} does not divide the world size {world}", where=where, field="pp")
+    if pp > n_blocks:
+        raise ConfigError(f"pipeline degree {pp} exceeds the model's {n_blocks} blocks", where=where, field="pp")
+    replicas_all = world // pp
+    if s.kind == "ddp":
+        shard = 1
+    elif s.kind == "zero":
+        if s.degree not in (None, world):
+            raise ConfigError(
+                f"zero shards over the whole world ({world}); degree {s.degree} contradicts it (use zero2d)",
+                where=where,
+                field="degree",
+            )
+        shard = world
+    elif s.kind == "zero2d":
+        shard = s.degree or world
+    else:
+        shard = s.degree or 1
+    if shard > replicas_all or replicas_all % shard:
+        span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
+        raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
+    kind = s.kind
+    if kind == "zero2d" and shard == world:
+        kind = "zero"  # MiCS with one partition group is plain ZeRO-3
+    strategy = replace(s, kind=kind, degree=shard if kind in ("zero", "zero2d", "pipeline") else None, pp=pp)
+    if kind != "pipeline":
+        strategy = replace(strategy, microbatches=1)
+    m = strategy.microbatches
+    per_replica = cfg.batch_per_device * pp  # a pipeline replica takes the batch of its pp devices
+    if kind == "pipeline" and per_replica % m:
+        raise ConfigError(
+            f"{m} microbatches do not divide the per-replica batch {per_replica} "
+            f"(batch_per_device {cfg.batch_per_device} x pp {pp})",
+            where=where,
+            field="microbatches",
+        )
+    mbs = per_replica // m if kind == "pipeline" else cfg.batch_per_device
+    res = Resolved(
+        world=world,
+        shard=shard,
+        replicas=replicas_all // shard,
+        pp=pp,
+        microbatches=m,
+        microbatch_size=mbs,
+        global_batch=cfg.batch_per_device * world * cfg.grad_accum,
+    )
+    return replace(cfg, strategy=strategy), res
