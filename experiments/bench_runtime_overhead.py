@@ -159,7 +159,7 @@ def run_handwritten(ns: argparse.Namespace, worker: str = "hand") -> dict:
 
 def run_shardsim(ns: argparse.Namespace, out: str) -> dict:
     strategy = ["--strategy", "zero2d", "--degree", str(ns.degree)] if ns.degree else ["--strategy", "zero"]
-    cmd = [sys.executable, "-m", "shardsim.runtime.run_cli", "run", "--topology", "emu-2x2", "--workload", ns.workload,
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", ns.workload,
            "--nproc", str(ns.nproc), *strategy, "--batch-per-device", str(ns.batch), "--checkpointing",
            "--steps", str(ns.steps), "--warmup", str(ns.warmup), "--out", out, "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, check=False)

@@ -60,7 +60,7 @@ def kind_of(cfg: RunConfig) -> str:
 
 
 def cli_wall(args: list[str], workers: int | None) -> float:
-    cmd = [sys.executable, "-m", "shardsim.simulator.cli", "sweep", *args]
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "sweep", *args]
     if workers:
         cmd += ["--workers", str(workers)]
     t = time.perf_counter()

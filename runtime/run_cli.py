@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
+
+log = logging.getLogger("shardsim")
 
 MAX_CPU_RANKS = 8  # default world on a CPU machine when --nproc is not given
 
@@ -110,44 +112,40 @@ def _check_run_flags(ns: argparse.Namespace) -> None:
 def main_run(ns: argparse.Namespace) -> int:
     from shardsim.runtime.train import default_run_id
 
+    _check_run_flags(ns)
+    cfg = config_from_args(ns)
+    plan = plan_run(cfg, ns.nproc, ns.emulate)
+    out = Path(ns.out).resolve()
     try:
-        _check_run_flags(ns)
-        cfg = config_from_args(ns)
-        plan = plan_run(cfg, ns.nproc, ns.emulate)
-        out = Path(ns.out).resolve()
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the results folder {out}: {exc.strerror}", field="out") from None
-    except ConfigError as exc:
-        print(f"shardsim: error: {exc}", file=sys.stderr)
-        return 2
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the results folder {out}: {exc.strerror}", field="out") from None
     run_id = default_run_id(plan.resolved_cfg)
     worker_args = run_flags(plan.cfg, ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)
     if getattr(ns, "save_params", None):
         worker_args += ["--save-params", str(Path(ns.save_params).resolve())]
     where = "GPU" if plan.on_gpu else "CPU"
     inside = f" in the emulated cluster {plan.resolved_cfg.topology}" if plan.emulate else ""
-    print(
-        f"shardsim: running {plan.resolved_cfg.workload}, {plan.resolved_cfg.strategy.label()}, "
-        f"on {plan.nproc} {where} ranks{inside} ({ns.warmup} warm-up + {ns.steps} measured steps)",
-        file=sys.stderr,
-        flush=True,
+    log.info(
+        "running %s, %s, on %d %s ranks%s (%d warm-up + %d measured steps)",
+        plan.resolved_cfg.workload,
+        plan.resolved_cfg.strategy.label(),
+        plan.nproc,
+        where,
+        inside,
+        ns.warmup,
+        ns.steps,
     )
-    try:
-        result = run_planned(plan, worker_args, ns.timeout, ns.threads, stdout=2 if ns.json else None)
-    except ConfigError as exc:  # the emulated cluster could not be brought up
-        print(f"shardsim: error: {exc}", file=sys.stderr)
-        return 2
+    result = run_planned(plan, worker_args, ns.timeout, ns.threads, stdout=2 if ns.json else None)
     if not result.ok:
-        print(f"shardsim: run failed: {result.message}", file=sys.stderr)
+        log.error("run failed: %s", result.message)
         return 1
     path = out / f"{run_id}.json"
     if ns.json:
         try:
             print(json.dumps(json.loads(path.read_text())))
         except (OSError, ValueError) as exc:
-            print(f"shardsim: run finished but its result {path} is unreadable: {exc}", file=sys.stderr)
+            log.error("run finished but its result %s is unreadable: %s", path, exc)
             return 1
     return 0
 
@@ -207,19 +205,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "run", help="run the configuration for real (torchrun; FSDP2, pipelining, DDP) and measure step time"
+        "run",
+        help="run the configuration for real (torchrun; FSDP2, pipelining, DDP) and measure step time",
+        description="Run the configuration for real with PyTorch's own engines (FSDP2, pipelining, DDP) under "
+        "torchrun — nccl on GPUs, gloo on CPU, in the emulated cluster for an emulated topology — and "
+        "measure step time and peak memory.",
     )
     add_arguments(p)
     p.set_defaults(func=main_run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m runtime.cli")
-    sub = p.add_subparsers(dest="command", required=True)
-    register(sub)
-    ns = p.parse_args(argv)
-    return ns.func(ns)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from shardsim.simulator.config import add_config_arguments, config_from_args
+from shardsim.simulator.config.flags import add_algo_argument
 from shardsim.simulator.units import format_seconds
 
 
@@ -42,14 +43,14 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("predict", help="predict one training step (default: the seed scenario)")
-    add_config_arguments(p)
-    p.add_argument(
-        "--algo",
-        default="auto",
-        choices=("auto", "ring", "tree", "hierarchical"),
-        help="collective algorithm (auto: hierarchical all-gather across nodes, ring otherwise)",
+    p = sub.add_parser(
+        "predict",
+        help="predict one training step (default: the seed scenario)",
+        description="Predict one training step of a configuration on a described cluster: step time, where "
+        "the time goes, memory per rank and whether it fits.",
     )
+    add_config_arguments(p)
+    add_algo_argument(p, auto=True)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace of the step")
     p.set_defaults(func=_cmd_predict)

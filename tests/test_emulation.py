@@ -128,7 +128,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
     ns = p.parse_args(argv)
     try:
         rc = ns.func(ns)
-    except ConfigError as exc:  # as simulator.cli.main does
+    except ConfigError as exc:  # as runtime.cli.main does
         print(f"shardsim: error: {exc}", file=sys.stderr)
         rc = 2
     out = capsys.readouterr()

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from shardsim.simulator.cli import main
+from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, Strategy, load_config
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.predict import predict

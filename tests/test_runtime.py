@@ -79,7 +79,7 @@ def test_more_ranks_than_gpus_is_refused(monkeypatch, capsys):
 
 def test_bad_input_from_the_command_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "shardsim.runtime.run_cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
+        [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
         cwd=ROOT,
         capture_output=True,
         text=True,

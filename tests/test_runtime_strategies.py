@@ -25,7 +25,7 @@ def shardsim_run(tmp_path: Path, args: list[str], *, timeout_s: float = 30, env:
     """`shardsim run ... --json` in a subprocess; returns (CompletedProcess, record or None)."""
     import os
 
-    cmd = [sys.executable, "-m", "shardsim.runtime.run_cli", "run", "--topology", "emu-2x2", "--no-emulate", "--out",
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--out",
            str(tmp_path / "out")]  # fmt: skip
     cmd += ["--steps", str(STEPS), "--warmup", str(WARMUP), "--timeout", str(timeout_s), "--json", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
-from shardsim.simulator.cli import main
+from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster

@@ -10,10 +10,10 @@ import math
 from pathlib import Path
 
 import pytest
+from shardsim.runtime.cli import main
 from shardsim.runtime.emulation import cluster as emulation
 from shardsim.runtime.validation import validate as validation
 from shardsim.runtime.validation.validate import Row, load_matrix, summarize
-from shardsim.simulator.cli import main
 from shardsim.simulator.config import RunConfig
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.profile import load_profile, parse_profile

@@ -48,7 +48,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "shardsim.simulator.cli",
+        "shardsim.runtime.cli",
         "validate",
         "--matrix",
         matrix,
@@ -78,7 +78,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
 @pytest.mark.slow
 @needs_root
 def test_run_brings_the_emulated_cluster_up_and_down(tmp_path):
-    cmd = [sys.executable, "-m", "shardsim.simulator.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
            "--strategy", "zero2d", "--degree", "2", "--steps", "2", "--warmup", "1",
            "--out", str(tmp_path), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
