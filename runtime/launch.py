@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardsim.runtime.emulation.cluster import EmulatedCluster, run_in_node, torchrun_argv
+from shardsim.runtime.processes import alive
 from shardsim.simulator.config import RunConfig
 
 MONITOR_INTERVAL_S = 0.5  # torchrun's poll of its workers (leaves time for peers to report)
@@ -85,15 +86,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def _read_json(path: Path) -> dict | None:
     import json
 
@@ -115,7 +107,7 @@ def _refresh(run_dir: Path, views: dict[int, RankView], now: float) -> None:
             v.step = int((run_dir / f"rank{r}.step").read_text().strip() or -1)
         except (OSError, ValueError):
             pass
-        if v.pid is not None and v.died_at is None and not _alive(v.pid):
+        if v.pid is not None and v.died_at is None and not alive(v.pid):
             v.died_at = now
 
 
@@ -169,7 +161,7 @@ def diagnose(views: dict[int, RankView], returncode: int, timeout_s: float) -> s
 def _kill_leftovers(views: dict[int, RankView]) -> list[int]:
     killed = []
     for v in views.values():
-        if v.pid is not None and _alive(v.pid):
+        if v.pid is not None and alive(v.pid):
             try:
                 os.kill(v.pid, signal.SIGKILL)
                 killed.append(v.rank)

@@ -235,24 +235,12 @@ def _kill_pids(pids: Sequence[int], grace_s: float) -> None:
                 pass
         deadline = time.monotonic() + grace_s
         while alive and time.monotonic() < deadline:
-            alive = [p for p in alive if _alive(p)]
+            alive = [p for p in alive if alive(p)]
             if alive:
                 time.sleep(0.02)
         if not alive:
             return
         pids = alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) counts as gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def up(cluster: EmulatedCluster) -> None:
