@@ -3,7 +3,6 @@ spawned (one line, exit status 2), the data layout, result files, failure diagno
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import shardsim.runtime.run_cli as rcli
 import torch
-from shardsim.runtime import data
+from shardsim.runtime import cli, data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.results import CSV_NAME, write_results
@@ -26,11 +25,9 @@ from shardsim.simulator.workload.model import PRESETS
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run_ns(args: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="command")
-    rcli.register(sub)
-    return p.parse_args(["run", *args])
+def _run(args: list[str]) -> int:
+    """`shardsim run ARGS` through the one CLI (its error handler turns bad input into exit 2)."""
+    return cli.main(["run", *args])
 
 
 @pytest.fixture
@@ -61,7 +58,7 @@ EMU = ["--topology", "emu-2x2", "--workload", "tiny-gpt"]
     ids=["zero2d-degree", "zero2d-nproc", "pp-degree", "pp-shard", "model", "import-path", "cpu-32", "steps", "nproc"],
 )
 def test_bad_input_is_one_line_and_exit_2_before_spawning(no_spawn, capsys, args, needle):
-    assert rcli.main_run(_run_ns(args)) == 2
+    assert _run(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("shardsim: error: ")
     assert needle in err
@@ -71,9 +68,9 @@ def test_more_ranks_than_gpus_is_refused(monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("spawned"))
     monkeypatch.setattr(rcli, "gpu_count", lambda: 2)
     base = ["--topology", "p4d.24xlarge", "--nodes", "1", "--workload", "tiny-gpt", "--strategy", "ddp"]
-    assert rcli.main_run(_run_ns(base)) == 2  # 8 devices per p4d node, 2 GPUs here
+    assert _run(base) == 2  # 8 devices per p4d node, 2 GPUs here
     assert "8 ranks on this machine but it has 2 GPU(s)" in capsys.readouterr().err
-    assert rcli.main_run(_run_ns([*base, "--nproc", "3"])) == 2
+    assert _run([*base, "--nproc", "3"]) == 2
     assert "3 ranks on this machine but it has 2 GPU(s)" in capsys.readouterr().err
 
 
