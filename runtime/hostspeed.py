@@ -1,23 +1,14 @@
 """How fast this host's cores are right now: a small fixed probe, timed in CPU seconds.
 
-This shared VM's cores change speed within seconds and drift over minutes (the same forward
-and backward of small-gpt took 0.35 s in the morning and 0.44-0.52 s in the evening of
-2026-11-22), so a figure timed at one moment is off at another by up to a third. The probe is
-one transformer layer's forward and backward (attention, MLP, layer norm: the op mix of the
-workloads; 512 wide, 3.1 M parameters, so that, like a model, its weights and activations do
-not sit in a core's cache), about 17 ms, timed by the calling thread's CPU clock: waiting
-for a core does not count (among eight processes on two cores it reads what sharing the
-caches costs, as a rank's compute pays it, not the time slices it waits).
+The probe is one transformer layer's forward and backward (attention, MLP, layer norm: the op mix
+of the workloads; 512 wide, 3.1 M parameters, so that, like a model, its weights and activations
+do not sit in a core's cache), timed by the calling thread's CPU clock: waiting for a core does not
+count, what sharing the caches costs does, as a rank's compute pays it.
 
-`shardsim profile` times it before every timed pass, divides the pass by it (a median of
-those ratios per figure) and states all figures at the mean probe; the runtime times it on
-every rank before every step (outside the timed span); `validate` scales a run's prediction
-by the run's probe over the profile's.
-
-It tracks the model: one process timing the probe and small-gpt's forward and backward
-(microbatch 4) in turn for 150 s, the model's means over 20 passes varied by 6.1 %
-(coefficient of variation), their ratios to the probe's by 2.7 %; a probe 256 wide on 64
-tokens, whose weights fit in cache, left 4.8 % (2026-11-22).
+`shardsim profile` times it before every timed pass and states all figures at the mean probe; the
+runtime times it on every rank before every step (outside the timed span); `validate` scales a
+run's prediction by the run's probe over the profile's. Why a probe, and how well it tracks a
+model: experiments/validation/README.md ("The host-speed probe").
 """
 
 from __future__ import annotations
@@ -116,9 +107,8 @@ class Steal:
 class StealClock:
     """Time the hypervisor gave other guests while we ran (/proc/stat's steal): no process of
     ours is charged for it (this kernel subtracts it from their clocks) and no probe sees it,
-    but cores computing for us lose it. On this VM it came and went within minutes, up to 0.6
-    of its 2 cores over a step, most in steps that leave the cores idle between collectives
-    (a core woken from idle waits for the hypervisor) (2026-11-22 and 23).
+    but cores computing for us lose it (most in steps that leave the cores idle between
+    collectives: a core woken from idle waits for the hypervisor).
 
     `start()`, then `stop()` returns the Steal of the span between them (None where
     /proc/stat is missing)."""
