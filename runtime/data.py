@@ -48,3 +48,9 @@ def local_batch(
 
 def global_batch(sample: Sampler, batch_per_device: int, world: int, seed: int, step: int, micro: int):
     return _cat([chunk(sample, batch_per_device, seed, step, micro, i) for i in range(world)])
+
+
+def data_step(step: int, data_batches: int) -> int:
+    """Which global batch optimizer step `step` trains on: `data_batches` distinct ones in turn,
+    or (0) a new one every step."""
+    return step % data_batches if data_batches > 0 else step

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from shardsim.runtime import data
 from shardsim.runtime.models import build as workloads
-from shardsim.runtime.train import LR, data_step
+from shardsim.runtime.train import LR
 from shardsim.simulator.config import RunConfig
 
 
@@ -31,11 +31,11 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses = []
     for step in range(steps):
-        losses.append(_accumulate(model, cfg, world, data_step(step, data_batches)))
+        losses.append(_accumulate(model, cfg, world, data.data_step(step, data_batches)))
         opt.step()
         opt.zero_grad(set_to_none=True)
     params = {name: p.detach().clone() for name, p in model.named_parameters()}
-    _accumulate(model, cfg, world, data_step(steps, data_batches))
+    _accumulate(model, cfg, world, data.data_step(steps, data_batches))
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
     return {"params": params, "grads": grads, "losses": losses}
 

@@ -3,7 +3,7 @@
 Launched by torchrun, one process per device: by ``shardsim run`` on one machine, or by you
 under multi-node torchrun or Slurm (see the README). Reads the same configuration as the
 simulator, builds the same model, applies the strategy with PyTorch's own engines
-(`runtime.parallel`), trains on seeded synthetic data and measures each step between two
+(`runtime.strategies`), trains on seeded synthetic data and measures each step between two
 synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the results.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import socket
@@ -133,172 +132,35 @@ def _full_state(module, keep: bool):
     return state
 
 
-def data_step(step: int, data_batches: int) -> int:
-    """Which global batch optimizer step `step` trains on."""
-    return step % data_batches if data_batches > 0 else step
-
-
 def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, data_batches: int = 0) -> Job:
+    """Build the configured model, apply its strategy (`runtime.strategies.apply_strategy`) and
+    an Adam optimizer: everything this rank trains with."""
     import torch
-    from shardsim.runtime import data
     from shardsim.runtime.models import build as workloads
-    from shardsim.runtime.strategies import parallel
+    from shardsim.runtime.strategies import apply_strategy
 
     model = workloads.build(cfg.workload, cfg.seed)
     cfg, res = resolve(cfg, world, len(model.blocks))
-    kind = cfg.strategy.kind
-    if kind == "pipeline":
+    if cfg.strategy.kind == "pipeline":
         workloads.check_model(model, cfg.workload, pipeline=True)
-    layout = parallel.build_layout(kind, res, rank, device.type, timeout)
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
-    mp_policy = None
-    if low is not None:
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
-        mp_policy = MixedPrecisionPolicy(param_dtype=low)
-    sharded = kind in ("zero", "zero2d") or (kind == "pipeline" and res.shard > 1)
-    # FSDP2 casts parameters itself (MixedPrecisionPolicy); DDP and plain stages use autocast.
-    amp = (
-        (lambda: torch.autocast(device.type, dtype=low)) if low is not None and not sharded else contextlib.nullcontext
-    )
-    scaler = None
-    if cfg.precision == "fp16":
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-        scaler = ShardedGradScaler(device=device.type)  # found-inf agreed over the world
-        # ranks that never compute a loss (early pipeline stages) still unscale: set the scale up
-        scaler.scale(torch.zeros((), device=device))
-    sample, base_loss = model.sample_batch, model.loss
-    from shardsim.runtime.models.transformer import ShardsimModel, sample_batch
-
-    if isinstance(model, ShardsimModel):
-        # hold no reference to the whole model: a pipeline stage frees the other stages' blocks
-        sample = functools.partial(sample_batch, model.arch)
-        base_loss = functools.partial(ShardsimModel.loss, None)  # uses no state of the model
-    loss_fn = base_loss if low is None else (lambda out, y: base_loss(out.float(), y))
-    K = cfg.grad_accum
-    bpd = cfg.batch_per_device
-
-    def to_dev(batch):
-        x, y = batch
-        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-
-    if kind != "pipeline":
-        if cfg.checkpointing:
-            parallel.apply_checkpointing(model)
-        if kind == "ddp":
-            module = parallel.apply_ddp(model.to(device), device)
-        else:
-            module = parallel.apply_fsdp(model, layout.fsdp_mesh, mp_policy=mp_policy)
-        optimizer = torch.optim.Adam(module.parameters(), lr=LR)
-        inv_k = 1.0 / K
-
-        def make_batches(step: int):
-            ds = data_step(step, data_batches)
-            return [to_dev(data.local_batch(sample, bpd, 1, cfg.seed, ds, k, layout.replica)) for k in range(K)]
-
-        def forward_backward(micro_batches):
-            total = None
-            for k, (x, y) in enumerate(micro_batches):
-                sync = parallel.replica_sync(module, k == K - 1) if K > 1 else contextlib.nullcontext()
-                with sync:
-                    with amp():
-                        loss = loss_fn(module(x), y)
-                    if K > 1:
-                        loss = loss * inv_k
-                    (scaler.scale(loss) if scaler else loss).backward()
-                total = loss.detach() if total is None else total + loss.detach()
-            return total
-
-        return Job(
-            cfg,
-            res,
-            rank,
-            device,
-            module,
-            optimizer,
-            forward_backward,
-            _stepper(optimizer, scaler),
-            make_batches,
-            _full_state(module, rank == 0),
-            1.0 / world,
-        )
-
-    # ---- pipeline: stage-major ranks, manual PipelineStage per rank
-    pp, M = res.pp, res.microbatches
-    R = world // pp
-    stage_idx, replica = layout.stage, layout.replica
-    first, last = stage_idx == 0, stage_idx == pp - 1
-
-    def wrap(stage_module):
-        if cfg.checkpointing:
-            parallel.apply_checkpointing(stage_module)
-        if res.shard > 1:
-            return parallel.apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=mp_policy)
-        stage_module = stage_module.to(device)
-        if R > 1:
-            return parallel.apply_ddp(stage_module, device, layout.dp_group)
-        return stage_module
-
-    stage, module = parallel.build_pipeline_stage(model, stage_idx, pp, device, group=layout.pp_group, wrap=wrap)
-    del model
-    scale = 1.0 / (M * K)
-
-    def mb_loss(out, y):
-        loss = loss_fn(out, y) * scale
-        return scaler.scale(loss) if scaler else loss
-
-    schedule = parallel.build_schedule(stage, cfg.strategy.schedule, M, mb_loss)
+    applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
+    del model  # a pipeline stage keeps only its own blocks
+    module = applied.module
     optimizer = torch.optim.Adam(module.parameters(), lr=LR)
-
-    def make_batches(step: int):
-        out = []
-        ds = data_step(step, data_batches)
-        for k in range(K):
-            if first or last:
-                x, y = to_dev(data.local_batch(sample, bpd, pp, cfg.seed, ds, k, replica))
-                out.append((x if first else None, y if last else None))
-            else:
-                out.append((None, None))
-        return out
-
-    inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)
-
-    def forward_backward(micro_batches):
-        losses: list = []
-        for k, (x, y) in enumerate(micro_batches):
-            stage.replica_sync = k == K - 1
-            mb: list = []  # the schedule clears the list it is given
-            with amp():
-                if first and last:
-                    schedule.step(x, target=y, losses=mb)
-                elif first:
-                    schedule.step(x)
-                elif last:
-                    schedule.step(target=y, losses=mb)
-                else:
-                    schedule.step()
-            losses += mb
-        if not losses:
-            return torch.zeros((), device=device)
-        return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
-
-    weight = 1.0 / R if last else 0.0
-    job = Job(
+    return Job(
         cfg,
         res,
         rank,
         device,
         module,
         optimizer,
-        forward_backward,
-        _stepper(optimizer, scaler),
-        make_batches,
-        _full_state(module, replica == 0),
-        weight,
+        applied.forward_backward,
+        _stepper(optimizer, applied.scaler),
+        applied.make_batches,
+        _full_state(module, applied.keeps_state),
+        applied.loss_weight,
+        applied.notes,
     )
-    job.notes["stage"] = stage_idx
-    return job
 
 
 def _peak_memory_gib(device) -> float:

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from shardsim.runtime.collective_trace import trace_fsdp_step
 from shardsim.runtime.models.transformer import build_model
-from shardsim.runtime.strategies.parallel import apply_fsdp
+from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.config import RunConfig, Strategy, resolve
 from shardsim.simulator.hardware.topology import make_cluster

@@ -17,7 +17,7 @@ from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.results import CSV_NAME, write_results
 from shardsim.runtime.status import Fault, classify
-from shardsim.runtime.strategies import parallel
+from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
 from shardsim.simulator.config import config_from_args, load_config
 from shardsim.simulator.workload.model import PRESETS
@@ -116,14 +116,14 @@ def test_pipeline_stages_partition_the_model_with_its_own_names():
     names = {n for n, _ in model.named_parameters()}
     got: list[str] = []
     for s in range(3):
-        stage = parallel.split_stage(model, s, 3)
+        stage = split_stage(model, s, 3)
         got += [n for n, _ in stage.named_parameters()]
         assert (stage.embed is not None) == (s == 0) and (stage.head is not None) == (s == 2)
     assert sorted(got) == sorted(names)
     x, _ = model.sample_batch(2, torch.Generator().manual_seed(0))
     y = x
     for s in range(3):
-        y = parallel.split_stage(model, s, 3)(y)
+        y = split_stage(model, s, 3)(y)
     assert torch.equal(y, model(x))
 
 

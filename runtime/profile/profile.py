@@ -180,7 +180,7 @@ def sharded_optimizer_step(
     import torch
     import torch.distributed as dist
     from shardsim.runtime.launch import free_port
-    from shardsim.runtime.strategies.parallel import apply_fsdp
+    from shardsim.runtime.strategies.fsdp import apply_fsdp
     from torch.distributed.device_mesh import init_device_mesh
 
     if dist.is_initialized():
@@ -214,7 +214,7 @@ def fsdp_overhead(
     import torch
     import torch.distributed as dist
     import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
-    from shardsim.runtime.strategies.parallel import apply_fsdp
+    from shardsim.runtime.strategies.fsdp import apply_fsdp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 

@@ -1,0 +1,34 @@
+"""Data parallelism with `DistributedDataParallel`: every rank holds the whole model and
+all-reduces gradient buckets as backward produces them."""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import AbstractContextManager
+
+import torch
+from shardsim.runtime.strategies.checkpointing import apply_checkpointing
+from shardsim.runtime.strategies.step import AppliedStrategy, StepContext, data_parallel_step
+from torch import nn
+
+
+def apply_ddp(model: nn.Module, device: torch.device, process_group=None) -> nn.Module:
+    """`DistributedDataParallel` with its default buckets (25 MiB, first bucket 1 MiB) over
+    `process_group` (None: the world)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, process_group=process_group)
+
+
+def ddp_replica_sync(module: nn.Module, sync: bool) -> AbstractContextManager:
+    """DDP's `no_sync` before the accumulation boundary: gradients accumulate locally, the
+    all-reduce runs in the boundary's backward."""
+    return contextlib.nullcontext() if sync else module.no_sync()
+
+
+def ddp(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
+    """Strategy ddp: checkpointing if configured, the model on the device under DDP over the world."""
+    if ctx.cfg.checkpointing:
+        apply_checkpointing(model)
+    return data_parallel_step(apply_ddp(model.to(ctx.device), ctx.device), ctx, ddp_replica_sync)

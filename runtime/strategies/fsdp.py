@@ -1,0 +1,45 @@
+"""Sharded data parallelism with FSDP2 (`fully_shard`): ZeRO over the world, ZeRO-2D
+(MiCS / HSDP) sharded within groups and replicated across them.
+
+`apply_fsdp` touches no process group except through FSDP2, so it also runs under PyTorch's
+fake process group (the simulator's collective trace and runtime.profile use it)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from shardsim.runtime.strategies.blocks import blocks_of
+from shardsim.runtime.strategies.checkpointing import apply_checkpointing
+from shardsim.runtime.strategies.step import AppliedStrategy, StepContext, data_parallel_step
+from torch import nn
+
+
+def apply_fsdp(model: nn.Module, mesh, *, mp_policy=None, reshard_after_forward: bool = True) -> nn.Module:
+    """FSDP2 `fully_shard`: one unit per block (``reshard_after_forward``: free the gathered
+    parameters after forward, gather again in backward), then the root (embedding + head and
+    anything left; FSDP2's default keeps the root gathered after forward). A 1-D mesh shards over all its ranks (ZeRO);
+    a 2-D ("replicate", "shard") mesh shards within dim 1 and replicates across dim 0 (HSDP)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = mp_policy or MixedPrecisionPolicy()
+    for block in blocks_of(model):
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+@contextlib.contextmanager
+def fsdp_replica_sync(module: nn.Module, sync: bool) -> Iterator[None]:
+    """FSDP2 reduce-scatters within the shard group on every micro-step; the all-reduce across
+    replicas (2-D mesh) only where `sync` (`set_requires_all_reduce`)."""
+    module.set_requires_all_reduce(sync)
+    yield
+
+
+def fsdp(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
+    """Strategies zero and zero2d: checkpointing if configured, then FSDP2 over the layout's mesh."""
+    if ctx.cfg.checkpointing:
+        apply_checkpointing(model)
+    module = apply_fsdp(model, ctx.layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
+    return data_parallel_step(module, ctx, fsdp_replica_sync)

@@ -1,0 +1,184 @@
+"""Pipeline parallelism with `torch.distributed.pipelining`: each rank runs one stage (a run of
+consecutive blocks, split as the simulator splits them) in a manual `PipelineStage`, driven by
+`ScheduleGPipe` or `Schedule1F1B`; a stage's replicas are plain, under DDP, or sharded by FSDP2."""
+
+from __future__ import annotations
+
+import torch
+from shardsim.runtime.strategies.blocks import blocks_of
+from shardsim.runtime.strategies.checkpointing import apply_checkpointing
+from shardsim.runtime.strategies.ddp import apply_ddp
+from shardsim.runtime.strategies.fsdp import apply_fsdp
+from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
+from shardsim.simulator.workload.model import stage_ranges
+from torch import nn
+
+
+class StageModule(nn.Module):
+    """The piece of a model one pipeline stage runs: embed (stage 0), a run of consecutive
+    blocks, head (last stage). Blocks keep their global index as key, so parameter names
+    equal the whole model's."""
+
+    def __init__(self, embed: nn.Module | None, blocks: dict[str, nn.Module], head: nn.Module | None):
+        super().__init__()
+        self.embed = embed
+        self.blocks = nn.ModuleDict(blocks)
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            x = self.embed(x)
+        for block in self.blocks.values():
+            x = block(x)
+        if self.head is not None:
+            x = self.head(x)
+        return x
+
+
+def split_stage(model: nn.Module, pp_rank: int, pp: int) -> StageModule:
+    """Stage `pp_rank` of `pp`: blocks by `simulator.workload.stage_ranges` (as the
+    simulator splits them), the embedding on the first stage, the head on the last."""
+    if not hasattr(model, "head"):
+        raise ValueError("a pipeline needs a model with embed (or None), blocks and head")
+    blocks = blocks_of(model)
+    start, end = stage_ranges(len(blocks), pp)[pp_rank]
+    if isinstance(model.blocks, nn.ModuleDict):
+        names = list(model.blocks.keys())
+    else:
+        names = [str(i) for i in range(len(blocks))]
+    embed = getattr(model, "embed", None) if pp_rank == 0 else None
+    head = model.head if pp_rank == pp - 1 else None
+    return StageModule(embed, {names[i]: blocks[i] for i in range(start, end)}, head)
+
+
+def _stage_class():
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.pipelining import PipelineStage
+    from torch.nn.parallel import DistributedDataParallel
+
+    class AccumulatingStage(PipelineStage):
+        """A PipelineStage whose data-parallel sync across replicas can wait for the
+        gradient-accumulation boundary. Pipelining syncs in every schedule step: DDP on the
+        last microbatch, FSDP2 in its post-backward (which turns the replica all-reduce back
+        on). With ``replica_sync = False`` DDP runs under no_sync and FSDP2 reduce-scatters
+        but skips the replica all-reduce (``set_requires_all_reduce(False)``)."""
+
+        replica_sync = True
+
+        def _compute_outputs(self, *args, module, **kwargs):
+            # Shape inference (first step) runs the stage outside the schedule; a DDP
+            # stage must not arm its reducer there (its backward only asks input grads).
+            if isinstance(module, DistributedDataParallel):
+                with module.no_sync():
+                    return module(*args, **kwargs)
+            return module(*args, **kwargs)
+
+        def backward_maybe_with_nosync(self, backward_type, bwd_kwargs, last_backward=False):
+            return super().backward_maybe_with_nosync(backward_type, bwd_kwargs, last_backward and self.replica_sync)
+
+        def perform_reduce_grad(self, grad_scale_factor):
+            mod = self.submod
+            if self.replica_sync or not isinstance(mod, FSDPModule):
+                return super().perform_reduce_grad(grad_scale_factor)
+            enable = mod.set_requires_gradient_sync
+
+            def reduce_scatter_only(flag: bool, *, recurse: bool = True) -> None:
+                enable(flag, recurse=recurse)
+                mod.set_requires_all_reduce(False, recurse=recurse)
+
+            mod.set_requires_gradient_sync = reduce_scatter_only
+            try:
+                return super().perform_reduce_grad(grad_scale_factor)
+            finally:
+                del mod.set_requires_gradient_sync
+
+    return AccumulatingStage
+
+
+def build_pipeline_stage(model: nn.Module, pp_rank: int, pp: int, device: torch.device, *, group=None, wrap=None):
+    """A manual `PipelineStage` for this rank: split the model, apply `wrap(stage_module)`
+    (checkpointing, FSDP or DDP over the stage's replicas), hand it to pipelining.
+    Returns (stage, stage_module)."""
+    module = split_stage(model, pp_rank, pp)
+    if wrap is not None:
+        module = wrap(module)
+    else:
+        module = module.to(device)
+    stage = _stage_class()(module, pp_rank, pp, device, group=group)
+    return stage, module
+
+
+def build_schedule(stage, schedule: str, microbatches: int, loss_fn):
+    """ScheduleGPipe or Schedule1F1B. Gradients are not rescaled by the schedule: the loss
+    function already divides by microbatches x accumulation steps (a schedule's own
+    rescaling would divide gradients accumulated over earlier steps again)."""
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+    return cls(stage, microbatches, loss_fn=loss_fn, scale_grads=False)
+
+
+def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
+    """Strategy pipeline: this rank's stage (checkpointing if configured; FSDP2 over the
+    layout's mesh when sharded, else DDP over the stage's replicas when it has several), and
+    a step of `grad_accum` schedule steps, each over `microbatches` microbatches; the replicas
+    sync their gradients only in the last (`AccumulatingStage.replica_sync`)."""
+    cfg, res, layout, device = ctx.cfg, ctx.res, ctx.layout, ctx.device
+    amp, scaler, loss_fn = ctx.precision.autocast, ctx.precision.scaler, ctx.loss_fn
+    pp, M, K = res.pp, res.microbatches, cfg.grad_accum
+    R = res.world // pp
+    first, last = layout.stage == 0, layout.stage == pp - 1
+
+    def wrap(stage_module: StageModule) -> nn.Module:
+        if cfg.checkpointing:
+            apply_checkpointing(stage_module)
+        if res.shard > 1:
+            return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
+        stage_module = stage_module.to(device)
+        if R > 1:
+            return apply_ddp(stage_module, device, layout.dp_group)
+        return stage_module
+
+    stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap)
+    scale = 1.0 / (M * K)
+
+    def mb_loss(out, y):
+        loss = loss_fn(out, y) * scale
+        return scaler.scale(loss) if scaler else loss
+
+    schedule = build_schedule(stage, cfg.strategy.schedule, M, mb_loss)
+
+    def make_batches(step: int) -> list[Batch]:
+        out = []
+        for k in range(K):
+            if first or last:
+                x, y = ctx.batch(step, k, pp)
+                out.append((x if first else None, y if last else None))
+            else:
+                out.append((None, None))
+        return out
+
+    inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)
+
+    def forward_backward(micro_batches: list[Batch]) -> torch.Tensor:
+        losses: list = []
+        for k, (x, y) in enumerate(micro_batches):
+            stage.replica_sync = k == K - 1
+            mb: list = []  # the schedule clears the list it is given
+            with amp():
+                if first and last:
+                    schedule.step(x, target=y, losses=mb)
+                elif first:
+                    schedule.step(x)
+                elif last:
+                    schedule.step(target=y, losses=mb)
+                else:
+                    schedule.step()
+            losses += mb
+        if not losses:
+            return torch.zeros((), device=device)
+        return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
+
+    weight = 1.0 / R if last else 0.0
+    keeps = layout.replica == 0
+    return AppliedStrategy(module, forward_backward, make_batches, weight, keeps, scaler, {"stage": layout.stage})
