@@ -10,12 +10,12 @@ rank and exit status 1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardsim.runtime.records import load_run
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
 
@@ -145,7 +145,7 @@ def main_run(ns: argparse.Namespace) -> int:
     path = out / f"{run_id}.json"
     if ns.json:
         try:
-            print(json.dumps(json.loads(path.read_text())))
+            print(load_run(path).to_json())
         except (OSError, ValueError) as exc:
             print(f"shardsim: run finished but its result {path} is unreadable: {exc}", file=sys.stderr)
             return 1

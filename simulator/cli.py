@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "shardsim.runtime.run_cli",
         "shardsim.runtime.profile.profile",
         "shardsim.runtime.emulation.cli",
-        "shardsim.runtime.validation.validate",
+        "shardsim.runtime.validation.cli",
     )
     for module in subcommands:
         try:
