@@ -25,7 +25,7 @@ from pathlib import Path
 from shardsim.runtime import run_cli
 from shardsim.runtime.emulation import cli as cluster_cli
 from shardsim.runtime.profile import profile as profile_cli
-from shardsim.runtime.validation import validate as validation_cli
+from shardsim.runtime.validation import cli as validation_cli
 from shardsim.simulator import collective_cli, predict_cli
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware import cli as topologies_cli

@@ -10,12 +10,12 @@ rank and exit status 1.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardsim.runtime.records import load_run
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
 
@@ -143,7 +143,7 @@ def main_run(ns: argparse.Namespace) -> int:
     path = out / f"{run_id}.json"
     if ns.json:
         try:
-            print(json.dumps(json.loads(path.read_text())))
+            print(load_run(path).to_json())
         except (OSError, ValueError) as exc:
             log.error("run finished but its result %s is unreadable: %s", path, exc)
             return 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import socket
 import sys
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
 
@@ -208,7 +208,6 @@ def run(ns: argparse.Namespace, status) -> int:
     import torch.distributed as dist
     from shardsim.runtime.collective_trace import save_rank_trace, trace_dir
     from shardsim.runtime.hostspeed import Probe, StealClock
-    from shardsim.runtime.results import summarize, write_results
     from shardsim.runtime.status import Fault
 
     rank = int(os.environ.get("RANK", "0"))
@@ -302,58 +301,49 @@ def run(ns: argparse.Namespace, status) -> int:
                 torch.save(saved, os.path.join(ns.save_params, f"stage{job.notes.get('stage', 0)}.pt"))
         if rank == 0:
             measured = times[ns.warmup :]
-            summary = summarize(measured)
+            stats = step_time_stats(measured)
             step_losses = [float(v) for v in local.cpu()]
             mem_list = [float(v) for v in mem.cpu()]
-            record = {
-                "source": "measured",
-                "run_id": ns.run_id or default_run_id(job.cfg),
-                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "config": job.cfg.to_dict(),
-                "workload": job.cfg.workload,
-                "topology": job.cfg.topology,
-                "nodes": job.cfg.nodes,
-                "strategy": job.cfg.strategy.label(),
-                "world": world,
-                "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-                "global_batch": job.res.global_batch,
-                "steps": ns.steps,
-                "warmup": ns.warmup,
-                **summary,
-                "step_times_s": measured,
-                "warmup_times_s": times[: ns.warmup],
-                "step_cpu_times_s": cpu_times[ns.warmup :],  # rank 0's process CPU time per step
-                "step_cpu_times_by_rank_s": cpu_all.cpu().tolist(),  # every rank's, [rank][step]
-                # runtime.hostspeed's probe on every rank before every measured step (CPU only)
-                "host_probe_s": float(probe_all.mean()) if probes else None,
-                "host_probe_by_step_s": probe_all.mean(0).tolist() if probes else None,  # mean over ranks
-                # the hypervisor's part of each measured step (runtime.hostspeed.Steal: the cores'
-                # worth of time it ran other guests on ours, and that over all the host's cores;
-                # each rank's host, mean over ranks), and their means
-                "host_steal_cores_by_step": steal_cores.mean(0).tolist() if has_steal else None,
-                "host_steal_share_by_step": steal_share.mean(0).tolist() if has_steal else None,
-                "host_steal_cores": float(steal_cores.mean()) if has_steal else None,
-                "host_steal_share": float(steal_share.mean()) if has_steal else None,
-                "samples_per_s": job.res.global_batch / summary["step_time_s"],
-                "memory_per_rank_gib": max(mem_list),
-                "memory_by_rank_gib": mem_list,
-                "memory_measure": "cuda_max_memory_allocated" if use_cuda else "cpu_peak_rss",
-                "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",
-                "backend": backend,
-                "threads_per_rank": None if use_cuda else torch.get_num_threads(),
-                "losses": step_losses,
-                "loss_first": step_losses[0],
-                "loss_last": step_losses[-1],
-                "torch_version": torch.__version__,
-                "hostname": socket.gethostname(),
-            }
-            if not ns.no_write:
-                path = write_results(record, ns.out)
-                record_path = str(path)
-            else:
-                record_path = None
+            record = RunRecord(
+                run_id=ns.run_id or default_run_id(job.cfg),
+                finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                config=job.cfg.to_dict(),
+                workload=job.cfg.workload,
+                topology=job.cfg.topology,
+                nodes=job.cfg.nodes,
+                strategy=job.cfg.strategy.label(),
+                world=world,
+                nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                global_batch=job.res.global_batch,
+                steps=ns.steps,
+                warmup=ns.warmup,
+                **stats,
+                step_times_s=measured,
+                warmup_times_s=times[: ns.warmup],
+                step_cpu_times_s=cpu_times[ns.warmup :],
+                step_cpu_times_by_rank_s=cpu_all.cpu().tolist(),
+                host_probe_s=float(probe_all.mean()) if probes else None,
+                host_probe_by_step_s=probe_all.mean(0).tolist() if probes else None,
+                host_steal_cores_by_step=steal_cores.mean(0).tolist() if has_steal else None,
+                host_steal_share_by_step=steal_share.mean(0).tolist() if has_steal else None,
+                host_steal_cores=float(steal_cores.mean()) if has_steal else None,
+                host_steal_share=float(steal_share.mean()) if has_steal else None,
+                samples_per_s=job.res.global_batch / stats["step_time_s"],
+                memory_per_rank_gib=max(mem_list),
+                memory_by_rank_gib=mem_list,
+                memory_measure="cuda_max_memory_allocated" if use_cuda else "cpu_peak_rss",
+                device=torch.cuda.get_device_name(device) if use_cuda else "cpu",
+                backend=backend,
+                threads_per_rank=None if use_cuda else torch.get_num_threads(),
+                losses=step_losses,
+                loss_first=step_losses[0],
+                loss_last=step_losses[-1],
+                torch_version=torch.__version__,
+                hostname=socket.gethostname(),
+            )
+            record_path = None if ns.no_write else str(write_run(record, ns.out))
             if ns.json:
-                print(json.dumps(record))
+                print(record.to_json())
             else:
                 print(_summary_text(record, record_path), flush=True)
         dist.barrier()
@@ -375,20 +365,19 @@ def _every_rank(values: list[float] | None, n: int, rank: int, world: int, devic
     return out
 
 
-def _summary_text(r: dict, path: str | None) -> str:
+def _summary_text(r: RunRecord, path: str | None) -> str:
     lines = [
-        f"{r['workload']}: {r['strategy']} on {r['world']} ranks ({r['device']}, {r['backend']}), "
-        f"global batch {r['global_batch']}",
-        f"  step time   {r['step_time_s'] * 1e3:.1f} ms median of {r['steps']} "
-        f"(min {r['step_time_min_s'] * 1e3:.1f}, max {r['step_time_max_s'] * 1e3:.1f}), "
-        f"{r['samples_per_s']:.1f} samples/s",
-        f"  memory      {r['memory_per_rank_gib']:.3f} GiB per rank ({r['memory_measure']})",
-        f"  loss        {r['loss_first']:.4f} -> {r['loss_last']:.4f}",
+        f"{r.workload}: {r.strategy} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
+        f"  step time   {r.step_time_s * 1e3:.1f} ms median of {r.steps} "
+        f"(min {r.step_time_min_s * 1e3:.1f}, max {r.step_time_max_s * 1e3:.1f}), "
+        f"{r.samples_per_s:.1f} samples/s",
+        f"  memory      {r.memory_per_rank_gib:.3f} GiB per rank ({r.memory_measure})",
+        f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",
     ]
-    if r.get("host_probe_s"):
-        host = f"  host        speed probe {r['host_probe_s'] * 1e3:.1f} ms"
-        if r.get("host_steal_cores") is not None:
-            host += f"; the hypervisor took {r['host_steal_cores']:.2f} cores' worth of the steps' time"
+    if r.host_probe_s:
+        host = f"  host        speed probe {r.host_probe_s * 1e3:.1f} ms"
+        if r.host_steal_cores is not None:
+            host += f"; the hypervisor took {r.host_steal_cores:.2f} cores' worth of the steps' time"
         lines.append(host)
     if path:
         lines.append(f"  written     {path}")

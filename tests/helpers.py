@@ -1,8 +1,11 @@
-"""Shared test helpers: synthetic topologies built in code; a configuration's plan."""
+"""Shared test helpers: synthetic topologies built in code; a configuration's plan; a run's record."""
 
 from __future__ import annotations
 
-from shardsim.simulator.config import RunConfig
+from typing import Any
+
+from shardsim.runtime.records import RunRecord
+from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, parse_instance
 
@@ -58,3 +61,18 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     cluster = make_cluster(cfg.topology, cfg.nodes)
     cfg, res = resolve(cfg, cluster.world, len(w.layers))
     return build_plan(cfg, res, w, ComputeModel(cluster.instance.device, cfg.precision, profile)).ops
+
+
+def run_record(**fields: Any) -> RunRecord:
+    """A run's record: small-gpt, zero over emu-2x2's 4 ranks, 3 steps of 1 s; `fields` replace any of it."""
+    cfg = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=2, backend="gloo", strategy=Strategy("zero"))
+    base: dict[str, Any] = dict(
+        run_id="run", finished_at="2026-01-01T00:00:00+00:00", config=cfg.to_dict(), workload=cfg.workload,
+        topology=cfg.topology, nodes=cfg.nodes, strategy="zero", world=4, nproc_per_node=4, global_batch=16,
+        steps=3, warmup=1, step_time_s=1.0, step_time_min_s=1.0, step_time_max_s=1.0, step_time_iqr_s=0.0,
+        step_time_std_s=0.0, step_times_s=[1.0] * 3, warmup_times_s=[1.5], step_cpu_times_s=[1.0] * 3,
+        samples_per_s=16.0, memory_per_rank_gib=0.5, memory_by_rank_gib=[0.5] * 4, memory_measure="cpu_peak_rss",
+        device="cpu", backend="gloo", threads_per_rank=1, losses=[8.5, 8.5, 8.45, 8.4], loss_first=8.5,
+        loss_last=8.4, torch_version="2.13.0", hostname="host",
+    )  # fmt: skip
+    return RunRecord(**(base | fields))

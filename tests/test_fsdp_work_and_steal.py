@@ -9,8 +9,9 @@ import dataclasses
 import json
 
 import pytest
+from shardsim.runtime import validation
 from shardsim.runtime.hostspeed import StealClock
-from shardsim.runtime.validation import validate as validation
+from shardsim.runtime.validation import measure
 from shardsim.simulator.compute import ComputeModel, FsdpCpu
 from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.errors import ConfigError
@@ -19,7 +20,7 @@ from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.model import load_workload
 
-from tests.helpers import plan_ops
+from tests.helpers import plan_ops, run_record
 from tests.test_validation import PROFILE, _profile, no_namespaces, write
 
 
@@ -149,10 +150,10 @@ def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch)
 
     def fake_measure(cfg, matrix, cluster, runs_dir, threads):
         label = cfg.strategy.label()
-        return {"run_id": label, "step_time_s": 1.0, "step_times_s": [1.0] * 4, "host_probe_s": 0.012,
-                "host_steal_share": runs[label]}, ""  # fmt: skip
+        return run_record(run_id=label, step_time_s=1.0, step_times_s=[1.0] * 4, host_probe_s=0.012,
+                          host_steal_share=runs[label]), ""  # fmt: skip
 
-    monkeypatch.setattr(validation, "_measure", fake_measure)
+    monkeypatch.setattr(measure, "run_config", fake_measure)
     text = "workload: small-gpt\ncheckpointing: false\nretries: 0\ntopologies: {emu-2x2: [ddp, zero]}\n"
     matrix = validation.load_matrix(write(tmp_path, "m.yaml", text))
     rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))
@@ -171,12 +172,9 @@ def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch)
 def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took():
     from shardsim.runtime.train import _summary_text
 
-    r = {"workload": "small-gpt", "strategy": "zero", "world": 4, "device": "cpu", "backend": "gloo",
-         "global_batch": 16, "step_time_s": 1.0, "steps": 3, "step_time_min_s": 0.9, "step_time_max_s": 1.1,
-         "samples_per_s": 16.0, "memory_per_rank_gib": 0.5, "memory_measure": "cpu_peak_rss",
-         "loss_first": 8.5, "loss_last": 8.4}  # fmt: skip
+    r = run_record(workload="small-gpt", step_time_min_s=0.9, step_time_max_s=1.1)
     assert "host" not in _summary_text(r, None)  # a GPU run: no probe
-    text = _summary_text(r | {"host_probe_s": 0.0172, "host_steal_cores": 0.31}, None)
+    text = _summary_text(dataclasses.replace(r, host_probe_s=0.0172, host_steal_cores=0.31), None)
     assert "speed probe 17.2 ms" in text and "took 0.31 cores' worth" in text
 
 

@@ -8,8 +8,8 @@ import json
 import math
 
 import pytest
-from shardsim.runtime.validation import validate as validation
-from shardsim.runtime.validation.validate import Row
+from shardsim.runtime import validation
+from shardsim.runtime.validation import Row
 from shardsim.simulator.engine import simulate
 from shardsim.simulator.hardware.profile import parse_profile
 from shardsim.simulator.hardware.topology import make_cluster

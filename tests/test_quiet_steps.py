@@ -8,12 +8,13 @@ import math
 import os
 
 import pytest
+from shardsim.runtime import validation
 from shardsim.runtime.hostspeed import Steal
 from shardsim.runtime.profile import profile
-from shardsim.runtime.validation import validate as validation
-from shardsim.runtime.validation.validate import Row, settle
+from shardsim.runtime.validation import Row, measure, settle
 from shardsim.simulator.errors import ConfigError
 
+from tests.helpers import run_record
 from tests.test_validation import _profile, no_namespaces, run_cli, write
 
 NAN = math.nan
@@ -51,7 +52,7 @@ def test_a_row_of_an_older_file_keeps_what_it_measured():
 def stolen_runs(monkeypatch):
     """Fake runs: each label's attempts return the given per-step steal shares, in turn."""
     no_namespaces(monkeypatch)
-    monkeypatch.setattr(validation, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(measure, "RETRY_PAUSE_S", 0.0)
     calls: list[str] = []
     plan: dict[str, list[tuple[float, float]]] = {}  # label -> per attempt (step time, steal share)
 
@@ -59,10 +60,10 @@ def stolen_runs(monkeypatch):
         label = cfg.strategy.label()
         calls.append(label)
         t, s = plan[label][min(calls.count(label), len(plan[label])) - 1]
-        return {"run_id": f"{label}-{calls.count(label)}", "step_time_s": t, "step_times_s": [t] * 4,
-                "host_steal_share_by_step": [s] * 4, "host_probe_by_step_s": [0.01] * 4}, ""  # fmt: skip
+        return run_record(run_id=f"{label}-{calls.count(label)}", step_time_s=t, step_times_s=[t] * 4,
+                          host_steal_share_by_step=[s] * 4, host_probe_by_step_s=[0.01] * 4), ""  # fmt: skip
 
-    monkeypatch.setattr(validation, "_measure", fake_measure)
+    monkeypatch.setattr(measure, "run_config", fake_measure)
     return calls, plan
 
 

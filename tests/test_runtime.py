@@ -4,6 +4,7 @@ spawned (one line, exit status 2), the data layout, result files, failure diagno
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,12 +16,14 @@ import torch
 from shardsim.runtime import cli, data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
-from shardsim.runtime.results import CSV_NAME, write_results
+from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
 from shardsim.runtime.status import Fault, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
 from shardsim.simulator.config import config_from_args, load_config
 from shardsim.simulator.workload.model import PRESETS
+
+from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,16 +131,36 @@ def test_pipeline_stages_partition_the_model_with_its_own_names():
 
 
 def test_results_are_written_atomically_and_appended(tmp_path):
-    cfg = {"workload": "w", "backend": "nccl", "strategy": {"kind": "zero"}}
-    rec = {"run_id": "a", "config": cfg, "backend": "gloo", "step_time_s": 0.5}
-    write_results({**rec, "step_times_s": [0.5, 0.6]}, tmp_path)
-    write_results({**rec, "run_id": "b", "step_time_s": 0.7}, tmp_path)
+    cfg = run_record().config | {"workload": "w", "backend": "nccl"}
+    rec = run_record(run_id="a", config=cfg, workload="w", backend="gloo", step_time_s=0.5)
+    write_run(dataclasses.replace(rec, step_times_s=[0.5, 0.6]), tmp_path)
+    write_run(dataclasses.replace(rec, run_id="b", step_time_s=0.7), tmp_path)
     assert json.loads((tmp_path / "a.json").read_text())["step_times_s"] == [0.5, 0.6]
+    assert load_run(tmp_path / "b.json") == dataclasses.replace(rec, run_id="b", step_time_s=0.7)
     rows = list(csv.DictReader(open(tmp_path / CSV_NAME)))
+    assert tuple(rows[0]) == CSV_COLUMNS
     assert [r["run_id"] for r in rows] == ["a", "b"] and rows[1]["step_time_s"] == "0.7"
     assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["kind"] == "zero"
     assert rows[0]["backend"] == "gloo" and rows[0]["workload"] == "w"  # what ran, not what was asked
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_committed_run_files_load_as_records(tmp_path):
+    """Every run file under experiments/ loads, field for key (older ones lack the host
+    readings: None); a file that is not a record is a ValueError."""
+    docs = {p: json.loads(p.read_text()) for p in sorted(ROOT.glob("experiments/**/*.json"))}
+    runs = {p: d for p, d in docs.items() if isinstance(d, dict) and d.get("source") == "measured"}
+    assert runs
+    for p, doc in runs.items():
+        got = load_run(p).to_dict()
+        assert {k: got[k] for k in doc} == doc and all(got[k] is None for k in set(got) - set(doc)), p
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(next(iter(runs.values())) | {"nope": 1}))
+    with pytest.raises(ValueError, match="unknown key 'nope'"):
+        load_run(bad)
+    bad.write_text(json.dumps({"run_id": "a"}))
+    with pytest.raises(ValueError, match="not a run record"):
+        load_run(bad)
 
 
 def _view(rank, *, status=None, t=None, died=None, step=3, **extra):

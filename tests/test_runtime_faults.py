@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from shardsim.runtime.results import CSV_NAME, write_results
+from shardsim.runtime.records import CSV_NAME, write_run
+
+from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +37,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def _run_with_fault(tmp_path: Path, fault: str, timeout_s: float, world: int = 2, strategy=("--strategy", "ddp")):
     out = tmp_path / "out"
     # results of an earlier run, which a failed run must leave as they are
-    write_results({"run_id": "earlier", "config": {}, "step_time_s": 1.0, "step_times_s": [1.0]}, out)
+    write_run(run_record(run_id="earlier"), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-mlp",
            "--nproc", str(world), *strategy, "--steps", "3", "--warmup", "1", "--timeout", str(timeout_s),

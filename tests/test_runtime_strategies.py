@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.reference import load_saved, reference_run
-from shardsim.runtime.results import CSV_NAME
 from shardsim.simulator.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,17 +10,17 @@ import math
 from pathlib import Path
 
 import pytest
+from shardsim.runtime import validation
 from shardsim.runtime.cli import main
 from shardsim.runtime.emulation import cluster as emulation
-from shardsim.runtime.validation import validate as validation
-from shardsim.runtime.validation.validate import Row, load_matrix, summarize
+from shardsim.runtime.validation import Row, load_matrix, measure, summarize
 from shardsim.simulator.config import RunConfig
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 
-from tests.helpers import plan_ops
+from tests.helpers import plan_ops, run_record
 
 
 def run_cli(argv: list[str]) -> int:
@@ -187,9 +187,9 @@ def fake_cluster(monkeypatch):
         t = measured.get(label, 1.0)
         if t is None:
             return None, "rank 1 failed at step 2: RuntimeError: boom"
-        return {"run_id": label, "step_time_s": t, "step_times_s": [t * 0.99, t, t * 1.02]}, ""
+        return run_record(run_id=label, step_time_s=t, step_times_s=[t * 0.99, t, t * 1.02]), ""
 
-    monkeypatch.setattr(validation, "_measure", fake_measure)
+    monkeypatch.setattr(measure, "run_config", fake_measure)
     return calls, measured
 
 

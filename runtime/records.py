@@ -1,0 +1,205 @@
+"""What one real training run measured (`RunRecord`), and its two files.
+
+Rank 0 of a run writes ``<out>/<run_id>.json`` (every field of the record) and appends one
+`RunRow` to ``<out>/runs.csv``, each atomically (`simulator.files`); runs.csv is read, added
+to and replaced under a lock, so runs sharing a folder never lose each other's rows and a
+crash never leaves a torn file. Readers take a record back with `load_run`.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import statistics
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from shardsim.simulator.files import atomic_write
+
+CSV_NAME = "runs.csv"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """One run's measurements, in the JSON file's order. Named as `simulator.predict.StepPrediction`'s
+    fields where they mean the same: `config`, `strategy` (the label), `world`, `global_batch`,
+    `step_time_s` (here the median step), `samples_per_s`, `memory_per_rank_gib` (the worst
+    rank); every other field only a measurement has. The per-rank CPU times and the host
+    readings, which older files lack, are None there."""
+
+    source: str = "measured"
+    run_id: str
+    finished_at: str  # ISO 8601, UTC, to the second
+    config: dict[str, Any]  # the resolved configuration (RunConfig.to_dict())
+    workload: str
+    topology: str
+    nodes: int | None
+    strategy: str  # the strategy's label
+    world: int
+    nproc_per_node: int
+    global_batch: int
+    steps: int  # measured steps
+    warmup: int  # warm-up steps, not measured
+    step_time_s: float  # median of the measured steps
+    step_time_min_s: float
+    step_time_max_s: float
+    step_time_iqr_s: float
+    step_time_std_s: float
+    step_times_s: list[float]  # every measured step
+    warmup_times_s: list[float]
+    step_cpu_times_s: list[float]  # rank 0's process CPU time per measured step
+    step_cpu_times_by_rank_s: list[list[float]] | None = None  # every rank's, [rank][step]
+    # runtime.hostspeed's probe on every rank before every measured step (CPU runs only)
+    host_probe_s: float | None = None
+    host_probe_by_step_s: list[float] | None = None  # mean over ranks
+    # the hypervisor's part of each measured step (runtime.hostspeed.Steal: the cores' worth of
+    # time it ran other guests on ours, and that over all the host's cores; each rank's host,
+    # mean over ranks), and their means
+    host_steal_cores_by_step: list[float] | None = None
+    host_steal_share_by_step: list[float] | None = None
+    host_steal_cores: float | None = None
+    host_steal_share: float | None = None
+    samples_per_s: float
+    memory_per_rank_gib: float  # the largest rank's peak
+    memory_by_rank_gib: list[float]
+    memory_measure: str  # cuda_max_memory_allocated | cpu_peak_rss
+    device: str  # the CUDA device's name, or cpu
+    backend: str  # what ran (gloo on CPU whatever the configuration asks)
+    threads_per_rank: int | None  # torch threads per rank on CPU; None on GPU
+    losses: list[float]  # the global loss of every step, warm-up included
+    loss_first: float
+    loss_last: float
+    torch_version: str
+    hostname: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        """The record of a JSON file's object; a key it does not know, or a missing one that
+        every record has, is a ValueError."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"not a run record: unknown key {unknown[0]!r}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ValueError(f"not a run record: {exc}") from None
+
+
+def step_time_stats(times: list[float]) -> dict[str, float]:
+    """Median and spread of the measured (post-warm-up) step times, as RunRecord's fields."""
+    if not times:
+        raise ValueError("no measured steps")
+    s = sorted(times)
+    q = statistics.quantiles(s, n=4, method="inclusive") if len(s) > 1 else [s[0], s[0], s[0]]
+    return {
+        "step_time_s": statistics.median(s),
+        "step_time_min_s": s[0],
+        "step_time_max_s": s[-1],
+        "step_time_iqr_s": q[2] - q[0],
+        "step_time_std_s": statistics.stdev(s) if len(s) > 1 else 0.0,
+    }
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run's row of runs.csv: its columns are these fields, in this order."""
+
+    run_id: str
+    finished_at: str
+    workload: str
+    topology: str
+    nodes: int | None
+    strategy: str
+    kind: str
+    degree: int | None
+    pp: int
+    microbatches: int
+    schedule: str
+    batch_per_device: int
+    grad_accum: int
+    precision: str
+    checkpointing: bool
+    backend: str
+    device: str
+    world: int
+    global_batch: int
+    steps: int
+    warmup: int
+    step_time_s: float
+    step_time_min_s: float
+    step_time_max_s: float
+    step_time_iqr_s: float
+    samples_per_s: float
+    memory_per_rank_gib: float
+    memory_measure: str
+    loss_first: float
+    loss_last: float
+    step_times_s: str  # ';'-separated, 6 significant digits
+
+    @classmethod
+    def of(cls, r: RunRecord) -> RunRow:
+        cfg, s = r.config, r.config["strategy"]
+        return cls(
+            **{name: getattr(r, name) for name in _SHARED},
+            kind=s["kind"],
+            degree=s["degree"],
+            pp=s["pp"],
+            microbatches=s["microbatches"],
+            schedule=s["schedule"],
+            batch_per_device=cfg["batch_per_device"],
+            grad_accum=cfg["grad_accum"],
+            precision=cfg["precision"],
+            checkpointing=cfg["checkpointing"],
+            step_times_s=";".join(f"{t:.6g}" for t in r.step_times_s),
+        )
+
+    def cells(self) -> dict[str, str]:
+        return {k: "" if v is None else str(v) for k, v in asdict(self).items()}
+
+
+CSV_COLUMNS = tuple(f.name for f in fields(RunRow))
+_SHARED = tuple(n for n in CSV_COLUMNS if n != "step_times_s" and n in RunRecord.__dataclass_fields__)
+
+
+def write_run(record: RunRecord, out_dir: str | Path) -> Path:
+    """Write ``<out>/<run_id>.json`` and append the record's row to ``<out>/runs.csv`` (columns
+    an existing file has beyond `CSV_COLUMNS` are kept); returns the JSON path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{record.run_id}.json"
+    atomic_write(path, record.to_json(indent=2) + "\n")
+    csv_path = out / CSV_NAME
+    with open(out / f".{CSV_NAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows: list[dict[str, str]] = []
+        columns = list(CSV_COLUMNS)
+        if csv_path.exists():
+            with open(csv_path, newline="") as f:
+                reader = csv.DictReader(f)
+                columns += [k for k in (reader.fieldnames or []) if k not in columns]
+                rows = list(reader)
+        rows.append(RunRow.of(record).cells())
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(csv_path, buf.getvalue())
+    return path
+
+
+def load_run(path: str | Path) -> RunRecord:
+    """The record of a run's JSON file (OSError when unreadable, ValueError when not a record)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"not a run record: a JSON {type(data).__name__}")
+    return RunRecord.from_dict(data)

@@ -1,0 +1,84 @@
+"""`shardsim validate`: predicted vs measured step times on emulated clusters."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
+from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix, steal_bound
+from shardsim.runtime.validation.measure import validate
+from shardsim.runtime.validation.report import markdown
+from shardsim.simulator.errors import ConfigError
+
+log = logging.getLogger("shardsim")
+
+
+def _cmd_validate(ns) -> int:
+    matrix = load_matrix(ns.matrix)
+    out = Path(ns.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write the output folder: {exc.strerror}", where=str(out)) from None
+    if ns.threads < 1:
+        raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
+    if ns.max_steal is not None:
+        matrix = replace(matrix, max_steal=steal_bound(ns.max_steal, None, "max-steal"))
+    if ns.retries is not None:
+        if ns.retries < 0:
+            raise ConfigError(f"expected --retries >= 0, got {ns.retries}", field="retries")
+        matrix = replace(matrix, retries=ns.retries)
+    rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads)
+    if ns.json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], **summary}))
+    else:
+        print(markdown(rows, summary), end="")
+        log.info("written %s/validation.{json,csv,md}, scatter.png, errors.png", out)
+    failed = [r for r in rows if r.status.startswith("failed")]
+    if failed:
+        log.error("%d run(s) failed, e.g. %s: %s", len(failed), failed[0].key, failed[0].status)
+        return 1
+    bad = []
+    if ns.max_mape is not None and not summary["mape_pct"] <= ns.max_mape:
+        bad.append(f"mean error {summary['mape_pct']:.1f} % exceeds --max-mape {ns.max_mape:g} %")
+    if ns.max_error is not None and not summary["max_error_pct"] <= ns.max_error:
+        bad.append(f"largest error {summary['max_error_pct']:.1f} % exceeds --max-error {ns.max_error:g} %")
+    if bad:
+        log.error("validation failed: %s", "; ".join(bad))
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="run configurations for real on emulated clusters and compare with predictions (needs root)",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("--matrix", default=None, help=f"matrix YAML (default: {DEFAULT_MATRIX.name}, shipped)")
+    p.add_argument("--out", default="results/validation", help="output folder (resumable; default %(default)s)")
+    p.add_argument("--profile", default=None, help="a profile to predict from (default: measured, out/profile.json)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument(
+        "--max-steal",
+        type=float,
+        default=None,
+        help="set aside steps where the hypervisor took more than this part of the cores' time "
+        f"(default: the matrix's max_steal, else {QUIET_STEAL_SHARE:g})",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="more attempts at a configuration with fewer than half its steps quiet (default: the matrix's, else 2)",
+    )
+    p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the mean absolute error (%%) is above")
+    p.add_argument("--max-error", type=float, default=None, help="exit 1 when the largest error (%%) is above")
+    p.add_argument("--json", action="store_true", help="print {rows, mape_pct, max_error_pct, best_agrees, ...}")
+    p.set_defaults(func=_cmd_validate)

@@ -1,0 +1,65 @@
+"""The profile a validation predicts from, and how much slower the host is now than when that
+profile was measured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shardsim.runtime.validation.matrix import Matrix
+from shardsim.simulator.config import RunConfig
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import make_cluster
+
+if TYPE_CHECKING:
+    from shardsim.simulator.hardware.profile import Profile
+
+
+def host_slowdown(profile: Profile, batch: int) -> float:
+    """How much slower this host is now than when the profile was measured (1.0 when the
+    profile has no yardstick), timed with the profile's own yardstick."""
+    if profile.yardstick_s is None:
+        return 1.0
+    from shardsim.runtime.profile.profile import yardstick
+
+    return yardstick(profile.workload, batch) / profile.yardstick_s
+
+
+def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[str], None]) -> str:
+    """The profile to predict from: `given`, or out/profile.json when it covers the matrix, or a
+    new one measured now (blocks at every microbatch size, each topology's links, core sharing)."""
+    from shardsim.simulator.hardware.profile import load_profile
+
+    workload = matrix.base.get("workload", RunConfig().workload)
+    if given:
+        load_profile(given, workload)  # fails here, once, if it is for another workload
+        return given
+    path = out / "profile.json"
+    sizes = matrix.microbatch_sizes()
+    worlds = sorted({make_cluster(t).world for t, _ in matrix.topologies})
+    if path.exists():
+        try:
+            prof = load_profile(path, workload)
+            covered = (
+                all(b in prof.blocks for b in sizes)
+                and all(t in prof.links for t, _ in matrix.topologies)
+                and all(w in prof.effective_cores for w in worlds)
+            )
+            if covered:
+                log(f"profile: reusing {path}")
+                return str(path)
+        except ConfigError:
+            pass
+    from shardsim.runtime.profile.profile import build_profile, write_json_atomic
+
+    log(f"profile: timing {workload}'s blocks at microbatch {sizes}, the links of each topology, core sharing")
+    doc = build_profile(
+        workload,
+        sizes,
+        precision=matrix.base.get("precision", "fp32"),
+        topologies=[(t, None) for t, _ in matrix.topologies],
+        ranks=worlds,
+    )
+    write_json_atomic(path, doc)
+    return str(path)
