@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "shardsim.simulator.predict_cli",
         "shardsim.simulator.sweep.cli",
         "shardsim.runtime.run_cli",
-        "shardsim.runtime.profile.profile",
+        "shardsim.runtime.profile.cli",
         "shardsim.runtime.emulation.cli",
         "shardsim.runtime.validation.validate",
     )
