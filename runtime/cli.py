@@ -24,7 +24,7 @@ from pathlib import Path
 
 from shardsim.runtime import run_cli
 from shardsim.runtime.emulation import cli as cluster_cli
-from shardsim.runtime.profile import profile as profile_cli
+from shardsim.runtime.profile import cli as profile_cli
 from shardsim.runtime.validation import cli as validation_cli
 from shardsim.simulator import collective_cli, predict_cli
 from shardsim.simulator.errors import ConfigError

@@ -89,10 +89,11 @@ def test_fsdp2s_own_work_is_timed_with_collectives_that_move_nothing():
     import torch
     import torch.distributed as dist
     from shardsim.runtime.launch import free_port
-    from shardsim.runtime.profile.profile import _setup, fsdp_overhead
+    from shardsim.runtime.profile.blocks import setup_bench
+    from shardsim.runtime.profile.fsdp import fsdp_overhead
     from torch.distributed.tensor import DTensor
 
-    ctx = _setup("tiny-gpt", "cpu", 1, "fp32")
+    ctx = setup_bench("tiny-gpt", "cpu", 1, "fp32")
     got = fsdp_overhead(ctx, 2, 4, repeats=1, warmup=1)
     assert got is not None and len(got) == 2 and all(v >= 0 for v in got)
     assert not dist.is_initialized()
@@ -181,7 +182,9 @@ def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took(
 def test_adam_is_timed_on_real_gradients(monkeypatch):
     """Adam on zero gradients took 2.6 times as long as on real ones here: the profile times
     both optimizer steps (plain and FSDP2's) after a real backward."""
-    import shardsim.runtime.profile.profile as prof
+    import shardsim.runtime.profile.blocks as blocks
+    import shardsim.runtime.profile.build as build
+    import shardsim.runtime.profile.fsdp as fsdp
     import torch
 
     seen: list[bool] = []
@@ -194,10 +197,11 @@ def test_adam_is_timed_on_real_gradients(monkeypatch):
             seen.append(len(local) == len(grads) and all(bool(g.abs().sum() > 0) for g in local))
         return 1.0
 
-    monkeypatch.setattr(prof, "_median_time", timed)
-    monkeypatch.setattr(prof, "_block_times", lambda ctx, *a: {n: (1.0, 2.0) for n in ctx.names})
-    monkeypatch.setattr(prof, "_whole_times", lambda *a: (10.0, 20.0))
-    monkeypatch.setattr(prof, "fsdp_overhead", lambda *a: (0.0, 0.0))
-    doc = prof.profile_workload("tiny-gpt", [2], repeats=1, warmup=0)
+    monkeypatch.setattr(blocks, "median_time", timed)
+    monkeypatch.setattr(fsdp, "median_time", timed)
+    monkeypatch.setattr(build, "block_times", lambda ctx, *a: {n: (1.0, 2.0) for n in ctx.names})
+    monkeypatch.setattr(build, "whole_times", lambda *a: (10.0, 20.0))
+    monkeypatch.setattr(build, "fsdp_overhead", lambda *a: (0.0, 0.0))
+    doc = build.profile_workload("tiny-gpt", [2], repeats=1, warmup=0)
     assert seen == [True, True]  # Adam, then Adam on FSDP2's parameters
     assert doc["sharded_optimizer_overhead_s"] == 0.0

@@ -89,7 +89,7 @@ def test_each_timed_pass_is_divided_by_the_probe_read_before_it(monkeypatch):
     """A host whose speed changes from pass to pass (each pass costs `base` x the speed the
     probe reads just before it): the median in probe units is `base` exactly; in seconds it
     would be whatever speed the middle pass had."""
-    import shardsim.runtime.profile.profile as prof
+    import shardsim.runtime.profile.blocks as blocks
 
     clock, speeds, now = [0.0], itertools.cycle([1.0, 2.0, 1.5, 3.0, 1.2]), [1.0]
 
@@ -100,15 +100,16 @@ def test_each_timed_pass_is_divided_by_the_probe_read_before_it(monkeypatch):
     def work() -> None:
         clock[0] += 0.01 * now[0]
 
-    monkeypatch.setattr(prof.time, "perf_counter", lambda: clock[0])
-    assert prof._median_time(work, 5, 0, lambda: None, speed) == pytest.approx(0.01)
+    monkeypatch.setattr(blocks.time, "perf_counter", lambda: clock[0])
+    assert blocks.median_time(work, 5, 0, lambda: None, speed) == pytest.approx(0.01)
     now[0] = 2.0
-    assert prof._median_time(work, 5, 0, lambda: None) == pytest.approx(0.02)  # no probe: seconds
+    assert blocks.median_time(work, 5, 0, lambda: None) == pytest.approx(0.02)  # no probe: seconds
 
 
 def test_the_profile_states_every_figure_at_the_mean_probe(monkeypatch):
     """Every figure comes back in probe units; the profile multiplies all by the readings' mean."""
-    import shardsim.runtime.profile.profile as prof
+    import shardsim.runtime.profile.blocks as blocks
+    import shardsim.runtime.profile.build as build
     from shardsim.runtime.hostspeed import SpeedLog
 
     readings = iter([0.01, 0.03, 0.02, 0.02] * 10)
@@ -124,13 +125,13 @@ def test_the_profile_states_every_figure_at_the_mean_probe(monkeypatch):
 
         return timed
 
-    monkeypatch.setattr(prof, "Probe", FakeProbe)
-    monkeypatch.setattr(prof, "_block_times", in_units(lambda ctx: {n: (1.0, 2.0) for n in ctx.names}))
-    monkeypatch.setattr(prof, "_whole_times", in_units((10.0, 20.0)))
-    monkeypatch.setattr(prof, "_median_time", in_units(4.0))
-    monkeypatch.setattr(prof, "sharded_optimizer_step", in_units(6.0))
-    monkeypatch.setattr(prof, "fsdp_overhead", in_units((3.0, 5.0)))
-    doc = prof.profile_workload("small-gpt", [4], fsdp_world=4)
+    monkeypatch.setattr(build, "Probe", FakeProbe)
+    monkeypatch.setattr(build, "block_times", in_units(lambda ctx: {n: (1.0, 2.0) for n in ctx.names}))
+    monkeypatch.setattr(build, "whole_times", in_units((10.0, 20.0)))
+    monkeypatch.setattr(blocks, "median_time", in_units(4.0))  # the Adam step
+    monkeypatch.setattr(build, "sharded_optimizer_step", in_units(6.0))
+    monkeypatch.setattr(build, "fsdp_overhead", in_units((3.0, 5.0)))
+    doc = build.profile_workload("small-gpt", [4], fsdp_world=4)
     ref = doc["probe_s"]
     assert ref == pytest.approx(sum(doc["probe_readings_s"]) / len(doc["probe_readings_s"]))
     assert ref == SpeedLog(None, doc["probe_readings_s"]).ref and len(set(doc["probe_readings_s"])) > 1

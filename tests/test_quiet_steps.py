@@ -10,7 +10,7 @@ import os
 import pytest
 from shardsim.runtime import validation
 from shardsim.runtime.hostspeed import Steal
-from shardsim.runtime.profile import profile
+from shardsim.runtime.profile import cores
 from shardsim.runtime.validation import Row, measure, settle
 from shardsim.simulator.errors import ConfigError
 
@@ -143,22 +143,22 @@ def test_core_sharing_keeps_the_rounds_the_hypervisor_left_alone(monkeypatch):
         timed[n] += 1
         return caps[n][timed[n] - 1], 0.012
 
-    monkeypatch.setattr(profile, "StealClock", lambda: clock)
-    monkeypatch.setattr(profile, "_cpu_ctx", lambda workload: None)
-    monkeypatch.setattr(profile, "_model_step", lambda ctx, batch: None)
-    monkeypatch.setattr(profile, "_median_time", lambda *a: 0.1)
-    monkeypatch.setattr(profile, "_forked_cpu", lambda ctx, batch, iters, n: (1.0, 1.0, 0.010))  # alone: its probe
-    monkeypatch.setattr(profile, "_forked_rate", rate)
-    got = profile.measure_core_sharing("small-gpt", 4, [4, 8])
-    assert timed == {4: 5, 8: profile.SHARING_ROUNDS_MAX}  # until 3 quiet rounds, or the most it times
+    monkeypatch.setattr(cores, "StealClock", lambda: clock)
+    monkeypatch.setattr(cores, "_cpu_bench", lambda workload: None)
+    monkeypatch.setattr(cores, "_model_step", lambda ctx, batch: None)
+    monkeypatch.setattr(cores, "median_time", lambda *a: 0.1)
+    monkeypatch.setattr(cores, "_forked_cpu", lambda ctx, batch, iters, n: (1.0, 1.0, 0.010))  # alone: its probe
+    monkeypatch.setattr(cores, "_forked_rate", rate)
+    got = cores.measure_core_sharing("small-gpt", 4, [4, 8])
+    assert timed == {4: 5, 8: cores.SHARING_ROUNDS_MAX}  # until 3 quiet rounds, or the most it times
     assert got["cpu_capacity"]["4"] == 1.8 and got["steal_share"]["4"] == 0.0  # the quiet rounds' medians
     assert got["cpu_capacity"]["8"] == pytest.approx(1.25) and got["steal_share"]["8"] == 0.4  # none quiet: all
     assert got["probe_inflation"]["4"] == pytest.approx(1.2)
 
 
 def test_the_cores_capacity_is_a_rate_while_every_process_runs():
-    ctx = profile._cpu_ctx("tiny-gpt")
-    alone, probe = profile._forked_rate(ctx, 2, 0.3, 1)
+    ctx = cores._cpu_bench("tiny-gpt")
+    alone, probe = cores._forked_rate(ctx, 2, 0.3, 1)
     assert 0.5 < alone <= 1.02 and probe > 0  # one process: at most one core's second per second
-    two, _ = profile._forked_rate(ctx, 2, 0.3, 2)
+    two, _ = cores._forked_rate(ctx, 2, 0.3, 2)
     assert alone < two <= min(2, os.cpu_count() or 1) + 0.02  # never more than the processes or the cores

@@ -255,7 +255,7 @@ def test_linkbench_fit_recovers_the_alpha_beta_of_a_ring_all_gather():
 def test_a_ring_step_costs_at_least_the_links_one_way_trip():
     """A fit whose small size went at the full rate has no per-step cost left (clamped at 0);
     the profile keeps the TCP probe's one-way latency instead, and a positive fit as it is."""
-    from shardsim.runtime.profile.profile import ring_figures
+    from shardsim.runtime.profile.links import ring_figures
 
     bench = {"loopback_Bps": 3e8, "loopback_latency_s": 0.0, "nic_ring_Bps": 2.4e7, "nic_ring_latency_s": 0.0}
     got = ring_figures(bench, 1.6e-5, 2.2e-5)
@@ -310,14 +310,14 @@ def test_a_slower_host_scales_the_measured_compute(tmp_path):
 def test_predictions_use_the_host_speed_pooled_over_the_runs(tmp_path, fake_cluster, monkeypatch):
     """The yardstick is timed before and after each run; every prediction is scaled by the mean
     of all of them (this host flips between speeds faster than one run lasts)."""
-    import shardsim.runtime.profile.profile as profile
+    import shardsim.runtime.profile as profiling
     from shardsim.simulator.predict import predict
 
     doc = json.loads(_profile(tmp_path).read_text())
     doc["host"]["yardstick_all_cores_s"] = 0.5
     prof = write(tmp_path, "p.json", json.dumps(doc))
     timings = iter([1.0, 2.0, 1.5, 1.5])  # slowdowns 2 and 4 around the first run, 3 and 3 around the second
-    monkeypatch.setattr(profile, "yardstick", lambda workload, batch: next(timings))
+    monkeypatch.setattr(profiling, "yardstick", lambda workload, batch: next(timings))  # as validate imports it
     m = write(tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero]}\n")
     matrix = validation.load_matrix(m)
     rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))

@@ -10,7 +10,7 @@ loopback's achieved bandwidth per rank and its per-step latency. Every rank's pr
 over the largest all-gather over all ranks and over an all-reduce gives what moving a byte
 costs the host's cores (the simulator charges it to the cores that compute shares).
 
-    python -m torch.distributed.run ... -m runtime.linkbench OUT.json
+    python -m torch.distributed.run ... -m shardsim.runtime.profile.linkbench OUT.json
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ import statistics
 import sys
 import time
 
+from shardsim.simulator.files import atomic_write
+
 SIZES = (64 * 1024, 8 * 1024 * 1024)  # bytes of the gathered (whole) array
 REPEATS = 6
 NIC_SIZES = (2 * 1024 * 1024, 16 * 1024 * 1024)  # the world ring: NIC-bound, so larger arrays
 NIC_REPEATS = 2
 # Every figure is the median of ROUNDS rounds (each `repeats` calls after a barrier): this
 # shared host stalls now and then for a fraction of a second, and a stall inside a plain mean
-# of a few calls counts whole (profiles of one day had the NIC 14 % apart, 2026-11-22).
+# of a few calls counts whole (profiles of one day had the NIC 14 % apart).
 ROUNDS = 5
 # The CPU an all-reduce costs (gloo's reduction on top of the moving): over every rank, this
 # size, fewer rounds (process CPU time does not count a stall, so it needs no median).
@@ -123,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             nic_bw, nic_alpha = fit(world, (NIC_SIZES[0], NIC_SIZES[1]), (ring[0], ring[1]))
             doc |= {"ring_sizes": list(NIC_SIZES), "ring_times_s": ring}
             doc |= {"nic_ring_Bps": nic_bw, "nic_ring_latency_s": nic_alpha}
-        with open(out, "w") as fh:
-            json.dump(doc, fh)
+        atomic_write(out, json.dumps(doc))
     dist.destroy_process_group()
     return 0
 

@@ -21,7 +21,7 @@ def host_slowdown(profile: Profile, batch: int) -> float:
     profile has no yardstick), timed with the profile's own yardstick."""
     if profile.yardstick_s is None:
         return 1.0
-    from shardsim.runtime.profile.profile import yardstick
+    from shardsim.runtime.profile import yardstick
 
     return yardstick(profile.workload, batch) / profile.yardstick_s
 
@@ -51,7 +51,7 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
                 return str(path)
         except ConfigError:
             pass
-    from shardsim.runtime.profile.profile import build_profile, write_json_atomic
+    from shardsim.runtime.profile import build_profile, write_json_atomic
 
     log(f"profile: timing {workload}'s blocks at microbatch {sizes}, the links of each topology, core sharing")
     doc = build_profile(

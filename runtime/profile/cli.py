@@ -1,0 +1,122 @@
+"""`shardsim profile`: its arguments, and what it prints after writing the profile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from shardsim.runtime.profile.build import build_profile, write_json_atomic
+from shardsim.simulator.config import add_config_arguments, config_from_args
+from shardsim.simulator.errors import ConfigError
+
+
+def _batches(text: str | None, default: int) -> list[int]:
+    if not text:
+        return [default]
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"expected microbatch sizes like 2,4, got {text!r}", field="batch") from None
+    if not out or min(out) < 1:
+        raise ConfigError(f"expected microbatch sizes >= 1, got {text!r}", field="batch")
+    return out
+
+
+def _cmd_profile(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.hardware.topology import make_cluster
+
+    cfg = config_from_args(ns)
+    out = Path(ns.out)
+    if out.exists() and out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; expected a file path")
+    if ns.repeats < 1:
+        raise ConfigError(f"expected --repeats >= 1, got {ns.repeats}", field="repeats")
+    batches = _batches(ns.batch, cfg.batch_per_device)
+    cluster = make_cluster(cfg.topology, cfg.nodes)
+    emulated = cluster.instance.emulated is not None
+    links = emulated if ns.links is None else ns.links
+    if links:
+        from shardsim.runtime.emulation.cluster import check_privileges
+
+        if not emulated:
+            raise ConfigError(f"topology {cluster.instance.name!r} is not emulated: its links cannot be measured here")
+        try:
+            check_privileges()
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (or pass --no-links to profile the blocks only)") from None
+    device = ns.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    sharing = emulated and device == "cpu" if ns.sharing is None else ns.sharing
+    doc = build_profile(
+        cfg.workload,
+        batches,
+        device=device,
+        threads=ns.threads,
+        repeats=ns.repeats,
+        precision=cfg.precision,
+        topologies=[(cluster.instance.name, cluster.nodes)] if links else [],
+        ranks=[cluster.world] if sharing else [],
+    )
+    write_json_atomic(out, doc)
+    if ns.json:
+        print(json.dumps(doc))
+        return 0
+    for b, table in doc["blocks_by_batch_s"].items():
+        total_f = sum(v[0] for v in table.values())
+        total_b = sum(v[1] for v in table.values())
+        print(f"{cfg.workload} on {doc['device']}, microbatch {b}: forward {total_f * 1e3:.2f} ms, "
+              f"backward {total_b * 1e3:.2f} ms")  # fmt: skip
+    print(f"Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param", end="")
+    so = doc.get("sharded_optimizer_overhead_s")
+    print("" if so is None else f", +{so * 1e3:.1f} ms a step on FSDP2's sharded parameters")
+    if fo := doc.get("fsdp_overhead_s"):
+        print(f"FSDP2's own work at {fo['world']} ranks: +{fo['fwd_s'] * 1e3:.1f} ms a forward, "
+              f"+{fo['bwd_s'] * 1e3:.1f} ms a backward")  # fmt: skip
+    for name, lp in doc.get("links", {}).items():
+        nic = ""
+        if "nic_Bps" in lp:
+            nic = f"NIC {lp['nic_Bps'] * 8 / 1e6:.1f} Mbit/s, {lp['nic_latency_s'] * 1e6:.0f} us a ring step"
+            nic += f" (one TCP stream: {lp['nic_tcp_Bps'] * 8 / 1e6:.1f} Mbit/s); " if "nic_tcp_Bps" in lp else "; "
+        print(f"{name}: {nic}loopback {lp['loopback_Bps'] / 1e9:.2f} GB/s, {lp['loopback_latency_s'] * 1e6:.0f} us")
+        if "gather_cpu_s_per_B" in lp:
+            print(f"  moving a byte costs {lp['gather_cpu_s_per_B'] * 1e9:.2f} ns of CPU (all-gather), "
+                  f"{lp['reduce_cpu_s_per_B'] * 1e9:.2f} ns (all-reduce)")  # fmt: skip
+    host = doc.get("host", {})
+    for n, c in host.get("effective_cores", {}).items():
+        cap, infl = host.get("cpu_capacity", {}).get(n), host.get("probe_inflation", {}).get(n)
+        more = "" if cap is None else f" ({cap:.2f} cores of CPU time, work costing {infl:.2f}x the CPU alone)"
+        print(f"{n} ranks computing at once get {c:.2f} of the host's {host['cores']} cores{more}")
+    if doc.get("probe_s"):
+        print(f"every figure at the host speed where the probe takes {doc['probe_s'] * 1e3:.2f} ms")
+    print(f"written {out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "profile", help="measure the workload's blocks on this machine's device (and an emulated cluster's links)"
+    )
+    add_config_arguments(p)
+    p.add_argument("--out", default="results/profile.json", help="profile file to write")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--threads", type=int, default=1, help="torch threads (one per rank on CPU)")
+    p.add_argument("--batch", default=None, help="microbatch sizes to time, e.g. 2,4 (default: batch_per_device)")
+    p.add_argument("--repeats", type=int, default=9, help="timings per figure (the median is kept)")
+    p.add_argument(
+        "--links",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure the emulated cluster's NIC and loopback (needs root; default: for an emulated topology)",
+    )
+    p.add_argument(
+        "--sharing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure the cores the cluster's ranks really get when all compute (default: emulated, CPU)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_profile)
