@@ -7,7 +7,7 @@ No command module imports torch at import time: `shardsim sweep` runs without it
 Streams: a command's result goes to stdout (``--json`` output stays clean); diagnostics go through
 `logging` to stderr (``-v`` for more, ``-q`` for warnings and errors only).
 Exit status: 0 done, 1 a run or check failed or something unexpected happened (one line names a
-log file with the traceback), 2 bad input (one line saying what and where), 130 interrupted.
+log file with the traceback), 2 bad input (one line saying what and where), 130 interrupted, 141 stdout closed early.
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
+    except BrokenPipeError:  # stdout closed early (`shardsim sweep | head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes one line
         first = (str(exc).splitlines() or [""])[0]
         try:

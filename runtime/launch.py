@@ -1,6 +1,6 @@
 """Launch one machine's ranks with torchrun, watch them, explain a failure.
 
-`launch` runs ``python -m torch.distributed.run --standalone ... -m runtime.train ...`` (a
+`launch` runs ``python -m torch.distributed.run --standalone ... -m shardsim.runtime.train ...`` (a
 free port on this machine), passes the configuration as explicit flags, and follows each
 rank through the files of `runtime.status`. When the job fails it names the rank that
 crashed, died or hung; torchrun itself tears the other ranks down, and `launch` makes sure

@@ -1,7 +1,7 @@
-"""One rank of a real training run: ``python -m runtime.train [CONFIG.yaml] [flags]``.
+"""One rank of a real training run: ``python -m shardsim.runtime.train [CONFIG.yaml] [flags]``.
 
 Launched by torchrun, one process per device: by ``shardsim run`` on one machine, or by you
-under multi-node torchrun or Slurm (see the README). Reads the same configuration as the
+under multi-node torchrun or Slurm (see docs/runtime.md). Reads the same configuration as the
 simulator, builds the same model, applies the strategy with PyTorch's own engines
 (`runtime.strategies`), trains on seeded synthetic data and measures each step between two
 synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the results.
@@ -28,7 +28,7 @@ DEFAULT_TIMEOUT_S = 30.0
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of a run shared by `shardsim run` and `python -m runtime.train`."""
+    """Flags of a run shared by `shardsim run` and `python -m shardsim.runtime.train`."""
     p.add_argument("--steps", type=int, default=5, help="measured steps (after the warm-up)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps, not measured")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -51,7 +51,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m runtime.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m shardsim.runtime.train", description=__doc__.splitlines()[0])
     add_config_arguments(p)
     add_run_arguments(p)
     p.add_argument("--run-id", help="name of the result file (default: time + strategy)")

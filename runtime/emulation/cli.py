@@ -1,4 +1,4 @@
-"""`shardsim cluster up|down|status TOPOLOGY`: the emulated cluster by hand (see runtime/emulation.py).
+"""`shardsim cluster up|down|status TOPOLOGY`: the emulated cluster by hand (see runtime/emulation/cluster.py).
 
 ``up`` leaves the cluster up until ``down`` (``shardsim run`` brings its own up and down);
 ``status --measure`` also measures the link between node 0 and node 1.

@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from shardsim.runtime.processes import alive
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType, load_instance
 
@@ -226,21 +227,21 @@ def namespace_pids(namespace: str) -> list[int]:
 
 def _kill_pids(pids: Sequence[int], grace_s: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = []
+        running = []
         for pid in pids:
             try:
                 os.kill(pid, sig)
-                alive.append(pid)
+                running.append(pid)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s
-        while alive and time.monotonic() < deadline:
-            alive = [p for p in alive if alive(p)]
-            if alive:
+        while running and time.monotonic() < deadline:
+            running = [p for p in running if alive(p)]
+            if running:
                 time.sleep(0.02)
-        if not alive:
+        if not running:
             return
-        pids = alive
+        pids = running
 
 
 def up(cluster: EmulatedCluster) -> None:
