@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from shardsim.simulator.config import RunConfig  # noqa: E402
-from shardsim.simulator.sweep.search import SweepSpace, _row, default_workers, enumerate_configs, sweep  # noqa: E402
+from shardsim.simulator.sweep import SweepSpace, default_workers, enumerate_configs, predict_row, sweep  # noqa: E402
 from shardsim.simulator.workload.model import load_workload  # noqa: E402
 
 CASES = {
@@ -75,7 +75,7 @@ def per_config(base: RunConfig, space: SweepSpace) -> None:
     slow: list[tuple[float, str]] = []
     for c in en.candidates:
         t = time.process_time()
-        _row(c, w, "auto")
+        predict_row(c, w, "auto")
         dt = time.process_time() - t
         by_kind[kind_of(c.cfg)].append(dt)
         slow.append((dt, c.cfg.strategy.label()))

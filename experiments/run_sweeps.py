@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from shardsim.simulator.config import RunConfig  # noqa: E402
-from shardsim.simulator.sweep.plots import plot_all  # noqa: E402
-from shardsim.simulator.sweep.search import SweepSpace, check_output_dir, recommend, sweep, write_tables  # noqa: E402
+from shardsim.simulator.sweep import SweepSpace, check_output_dir, plot_all, recommend, sweep, write_tables  # noqa: E402
 
 OUT = ROOT / "experiments" / "sweeps"
 MICS_NODES = (4, 8, 16, 32, 64)

@@ -11,7 +11,7 @@ from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
-from shardsim.simulator.sweep.search import (
+from shardsim.simulator.sweep import (
     COLUMNS,
     SCALING_COLUMNS,
     SweepSpace,
@@ -253,9 +253,9 @@ def test_bad_input_exits_2_with_one_line(args, needle, capsys) -> None:
 
 
 def test_unwritable_output_folder_fails_before_predicting(tmp_path, capsys, monkeypatch) -> None:
-    import shardsim.simulator.sweep.search as sw
+    import shardsim.simulator.sweep.search as search  # where sweep() looks up predict_all
 
-    monkeypatch.setattr(sw, "predict_all", lambda *a, **k: pytest.fail("predicted before checking --out"))
+    monkeypatch.setattr(search, "predict_all", lambda *a, **k: pytest.fail("predicted before checking --out"))
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     for out in (a_file, a_file / "sub"):
@@ -301,7 +301,7 @@ def test_several_topologies_in_one_sweep(tmp_path) -> None:
         "p3dn.24xlarge": [8, 16],
     }
     assert df["scaling_efficiency"].notna().all()
-    from shardsim.simulator.sweep.plots import plot_all
+    from shardsim.simulator.sweep import plot_all
 
     names = {p.name for p in plot_all(df, tmp_path)}
     assert {"scaling.png", "scaling.svg"} <= names

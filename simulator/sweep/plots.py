@@ -22,6 +22,7 @@ import pandas as pd
 # calling process has selected.
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+from shardsim.simulator.files import atomic_path
 
 BREAKDOWN = (
     ("compute_s", "compute", "#4C72B0"),
@@ -47,8 +48,8 @@ def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
         p = out / f"{stem}.{ext}"
         # no date and fixed ids in the SVG: the same sweep gives the same file
         meta = {"Date": None} if ext == "svg" else {}
-        with matplotlib.rc_context({"svg.hashsalt": "shardsim"}):
-            fig.savefig(p, dpi=110, metadata=meta)  # constrained layout already fits the labels
+        with matplotlib.rc_context({"svg.hashsalt": "shardsim"}), atomic_path(p) as tmp:
+            fig.savefig(tmp, format=ext, dpi=110, metadata=meta)  # constrained layout already fits the labels
         paths.append(p)
         fig.set_layout_engine("none")  # laid out by the first save: the second keeps its positions
     return paths

@@ -1,0 +1,55 @@
+"""The columns computed over a whole sweep table: the rank of each row within its cluster, and
+the scaling efficiency of each configuration across cluster sizes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardsim.simulator.sweep.rows import SCALING_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def rank(df: pd.DataFrame) -> pd.DataFrame:
+    """Rank within each cluster: fitting configurations first by samples/s (= by step time,
+    the global batch being the same for every configuration of one cluster), then the ones
+    that do not fit, by samples/s. Equal speed: less memory first (1F1B before GPipe when
+    they tie), then the enumeration order."""
+    df = df.copy()
+    df["_order"] = range(len(df))
+    df["_cluster"] = df.groupby(["topology", "nodes"], sort=False).ngroup()
+    df = df.sort_values(
+        ["_cluster", "fits", "samples_per_s", "memory_per_rank_gib", "_order"],
+        ascending=[True, False, False, True, True],
+        kind="mergesort",
+    )
+    df["rank"] = df.groupby("_cluster").cumcount() + 1
+    return df.drop(columns=["_order", "_cluster"]).reset_index(drop=True)
+
+
+def scaling(df: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
+    """Scaling efficiency of each configuration across cluster sizes, per topology.
+
+    efficiency(N) = (samples/s at N GPUs / N) / (samples/s at N0 / N0), N0 the smallest
+    world where that configuration was predicted; the ideal line is samples/s(N0) · N/N0.
+    mode: "weak" (fixed batch per device) or "strong" (fixed global batch); None infers it
+    (strong when every row of a topology has the same global batch and worlds differ)."""
+    df = df.copy()
+    for col in SCALING_COLUMNS:
+        df[col] = None if col == "scaling_mode" else float("nan")
+    for _, idx in df.groupby(["topology", "config"], sort=False).groups.items():
+        g = df.loc[idx]
+        base = g.loc[g["world"].idxmin()]
+        n0, s0 = float(base["world"]), float(base["samples_per_s"])
+        ideal = s0 * g["world"] / n0
+        df.loc[idx, "scaling_base_gpus"] = n0
+        df.loc[idx, "ideal_samples_per_s"] = ideal
+        df.loc[idx, "scaling_efficiency"] = g["samples_per_s"] / ideal
+    for idx in df.groupby("topology", sort=False).groups.values():
+        g = df.loc[idx]
+        m = mode
+        if m is None:
+            m = "strong" if g["global_batch"].nunique() == 1 and g["world"].nunique() > 1 else "weak"
+        df.loc[idx, "scaling_mode"] = m
+    return df

@@ -1,0 +1,114 @@
+"""A sweep row: the table's columns, a row made from one prediction, its values as plain Python."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardsim.simulator.predict import StepPrediction
+    from shardsim.simulator.sweep.space import Candidate
+
+# Columns of a sweep row, in order (the CSV/Parquet schema; `--json` rows have the same keys).
+COLUMNS = (
+    "topology",
+    "nodes",
+    "world",
+    "device",
+    "workload",
+    "precision",
+    "batch_per_device",
+    "grad_accum",
+    "global_batch",
+    "config",
+    "strategy",
+    "degree",
+    "pp",
+    "microbatches",
+    "schedule",
+    "step_time_s",
+    "samples_per_s",
+    "compute_s",
+    "exposed_comm_s",
+    "bubble_s",
+    "optimizer_s",
+    "comm_total_s",
+    "tflops_per_device",
+    "mfu",
+    "memory_per_rank_gib",
+    "device_memory_gib",
+    "mem_params_gib",
+    "mem_grads_gib",
+    "mem_optimizer_gib",
+    "mem_gathered_gib",
+    "mem_activations_gib",
+    "mem_overhead_gib",
+    "fits",
+    "fit_reason",
+    "cost_per_hour_usd",
+    "cost_per_million_samples_usd",
+    "rank",
+)
+# Added by `scaling()` when a sweep spans several cluster sizes.
+SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
+
+
+def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
+    """The row of one prediction: every column of `COLUMNS` but the rank."""
+    s = c.cfg.strategy
+    bd = p.breakdown
+    m = p.memory
+    price = p.cost_per_hour_usd
+    per_million = price / 3600.0 / p.samples_per_s * 1e6 if price is not None and p.samples_per_s > 0 else None
+    degree = {"ddp": 1, "zero": p.world}.get(s.kind, s.degree or 1)
+    return {
+        "topology": c.cluster.instance.name,
+        "nodes": c.cluster.nodes,
+        "world": p.world,
+        "device": c.cluster.instance.device.model,
+        "workload": c.cfg.workload,
+        "precision": c.cfg.precision,
+        "batch_per_device": c.cfg.batch_per_device,
+        "grad_accum": c.cfg.grad_accum,
+        "global_batch": p.global_batch,
+        "config": s.label(),
+        "strategy": s.kind,
+        "degree": degree,
+        "pp": s.pp,
+        "microbatches": s.microbatches,
+        "schedule": s.schedule if s.kind == "pipeline" else None,
+        "step_time_s": p.step_time_s,
+        "samples_per_s": p.samples_per_s,
+        "compute_s": bd["compute_s"],
+        "exposed_comm_s": bd["exposed_comm_s"],
+        "bubble_s": bd["bubble_s"],
+        "optimizer_s": bd["optimizer_s"],
+        "comm_total_s": bd["comm_total_s"],
+        "tflops_per_device": p.tflops_per_device,
+        "mfu": p.mfu,
+        "memory_per_rank_gib": p.memory_per_rank_gib,
+        "device_memory_gib": p.device_memory_gib,
+        "mem_params_gib": m["params_gib"],
+        "mem_grads_gib": m["grads_gib"],
+        "mem_optimizer_gib": m["optimizer_gib"],
+        "mem_gathered_gib": m["gathered_gib"],
+        "mem_activations_gib": m["activations_gib"],
+        "mem_overhead_gib": m["overhead_gib"],
+        "fits": bool(p.fits),
+        "fit_reason": p.fit_reason,
+        "cost_per_hour_usd": price,
+        "cost_per_million_samples_usd": per_million,
+    }
+
+
+def native(v: Any) -> Any:
+    """A table value as plain Python (numpy scalars unwrapped, NaN as None), ready for JSON."""
+    if v is None:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+        if isinstance(v, float) and math.isnan(v):
+            return None
+    return v

@@ -1,0 +1,196 @@
+"""The space a sweep searches: which configurations to try, and their enumeration.
+
+`enumerate_configs(base, space)` lists the strategies each cluster admits — ddp, zero, zero2d
+at every degree that divides the world, pipelines at every valid degree × microbatch count ×
+schedule, alone or with sharded stages — and keeps those `resolve()` accepts, in a fixed order,
+each with a rough cost estimate for scheduling the predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from shardsim.simulator.config import SCHEDULES, STRATEGIES, RunConfig, Strategy, resolve
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.simulator.workload.model import Workload, load_workload
+
+
+@dataclass(frozen=True)
+class SweepSpace:
+    """Which configurations to try. None means "all valid" for that axis.
+
+    strategies: kinds to include (ddp, zero, zero2d, pipeline).
+    degrees: shard degrees where a kind has a choice — zero2d's partition group size and a
+      pipeline stage's shard degree (1 = unsharded stages). ddp (1) and zero (the world)
+      have no choice and are kept whenever their kind is selected.
+    pp: pipeline degrees; default every divisor of the world from 2 up to the layer count.
+    microbatches: default pp, 2·pp, 4·pp where they divide the per-replica batch; given
+      explicitly, every listed count that divides it.
+    schedules: pipeline schedules (gpipe, 1f1b).
+    topologies / nodes: the clusters (product of both); None = the base config's.
+    global_batch: strong scaling — batch_per_device = global_batch / (world × grad_accum),
+      clusters where it does not divide are skipped. None = weak scaling (fixed batch per device).
+    """
+
+    strategies: tuple[str, ...] = STRATEGIES
+    degrees: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    microbatches: tuple[int, ...] | None = None
+    schedules: tuple[str, ...] = SCHEDULES
+    topologies: tuple[str | InstanceType, ...] | None = None
+    nodes: tuple[int | None, ...] | None = None
+    global_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        for k in self.strategies:
+            if k not in STRATEGIES:
+                raise ConfigError(
+                    f"unknown strategy {k!r}; expected some of {', '.join(STRATEGIES)}", field="strategies"
+                )
+        for s in self.schedules:
+            if s not in SCHEDULES:
+                raise ConfigError(f"unknown schedule {s!r}; expected some of {', '.join(SCHEDULES)}", field="schedules")
+        for name in ("degrees", "pp", "microbatches", "nodes"):
+            for v in getattr(self, name) or ():
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                    raise ConfigError(f"expected integers >= 1, got {v!r}", field=name)
+        if self.global_batch is not None and (isinstance(self.global_batch, bool) or self.global_batch < 1):
+            raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
+        for name in ("strategies", "schedules", "topologies", "nodes"):
+            if getattr(self, name) is not None and not getattr(self, name):
+                raise ConfigError("empty list", field=name)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to predict: a checked RunConfig on a known cluster."""
+
+    index: int  # enumeration order (the deterministic tie-break)
+    cfg: RunConfig  # normalized by resolve()
+    cluster: Cluster
+    cost_estimate: float  # relative cost of predicting it (for scheduling work on the pool)
+
+
+@dataclass
+class Enumeration:
+    """The candidates in enumeration order, and what was dropped on the way."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one line per cluster or axis value dropped
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def default_microbatches(pp: int, batch_per_device: int) -> list[int]:
+    """pp, 2·pp, 4·pp microbatches where they divide the per-replica batch (batch_per_device × pp).
+
+    Fewer than pp microbatches leave stages idle by construction; more than 4·pp buy a
+    bubble under (pp-1)/(5·pp-1) at the price of tiny microbatches and, for sharded stages,
+    one all-gather of every unit per microbatch — pass --microbatches to go further."""
+    per_replica = batch_per_device * pp
+    return [m for m in (pp, 2 * pp, 4 * pp) if per_replica % m == 0]
+
+
+def _cost_estimate(cfg: RunConfig, n_layers: int) -> float:
+    """Relative cost of one prediction (events in the simulation), for load balancing only."""
+    s = cfg.strategy
+    units = n_layers + 2
+    if s.kind != "pipeline":
+        return units * cfg.grad_accum * 3.0
+    sharded = (s.degree or 1) > 1
+    return s.microbatches * units * cfg.grad_accum * (4.0 if sharded else 1.5) * (1 + s.pp / 8)
+
+
+def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceType, int | None]]:
+    tops = space.topologies or (base.topology,)
+    nodes = space.nodes or (base.nodes,)
+    return [(t, n) for t in tops for n in nodes]
+
+
+def _strategies_for(world: int, n_layers: int, batch_per_device: int, space: SweepSpace) -> Iterable[Strategy]:
+    kinds = space.strategies
+    sel = set(space.degrees) if space.degrees is not None else None
+    if "ddp" in kinds:
+        yield Strategy("ddp")
+    if "zero" in kinds:
+        yield Strategy("zero")
+    if "zero2d" in kinds:
+        # d = 1 is ddp; d = world is zero (resolve() says so): only when asked for by --degrees
+        for d in sorted(sel) if sel is not None else divisors(world)[1:-1]:
+            if d > 1:
+                yield Strategy("zero2d", degree=d)
+    if "pipeline" in kinds:
+        pps = sorted(space.pp) if space.pp is not None else [p for p in divisors(world) if 2 <= p <= n_layers]
+        for pp in pps:
+            if pp < 2:
+                continue  # a one-stage pipeline is data parallel: ddp/zero/zero2d cover it
+            stage_ranks = world // pp if world % pp == 0 else 0
+            ds = sorted(sel) if sel is not None else divisors(stage_ranks) if stage_ranks else [1]
+            if space.microbatches is not None:
+                ms = sorted(space.microbatches)
+            else:
+                ms = default_microbatches(pp, batch_per_device)
+            for d in ds:
+                for m in ms:
+                    for sched in space.schedules:
+                        yield Strategy("pipeline", degree=d, pp=pp, microbatches=m, schedule=sched)
+
+
+def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
+    """Why a whole cluster is out (the checks predict() makes beyond resolve), or None."""
+    dev = cluster.instance.device
+    if not dev.supports(cfg.precision):
+        return f"{dev.model} has no {cfg.precision} support (peak_tflops lists {', '.join(dev.peak_tflops)})"
+    if cfg.backend == "nccl" and dev.kind == "cpu":
+        return "nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)"
+    return None
+
+
+def enumerate_configs(
+    base: RunConfig, space: SweepSpace | None = None, workload: Workload | None = None
+) -> Enumeration:
+    """Every configuration of `space` that resolve() accepts, in a fixed order: clusters in the
+    order given (topology, then nodes), then ddp, zero, zero2d by degree, pipelines by pp,
+    shard degree, microbatches, schedule. Duplicates after normalization are dropped."""
+    space = space or SweepSpace()
+    w = workload or load_workload(base.workload)
+    n_layers = len(w.layers) or len(w.blocks)
+    out = Enumeration()
+    seen: set[tuple] = set()
+    for topology, nodes in _clusters(base, space):
+        cluster = make_cluster(topology, nodes)
+        name = f"{cluster.nodes} x {cluster.instance.name}"
+        cfg0 = replace(base, topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
+        cfg0 = replace(cfg0, nodes=cluster.nodes)
+        if space.global_batch is not None:
+            per = cluster.world * base.grad_accum
+            if space.global_batch % per:
+                out.skipped.append(
+                    f"{name}: global batch {space.global_batch} does not divide over {cluster.world} devices"
+                    + (f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else "")
+                )
+                continue
+            cfg0 = replace(cfg0, batch_per_device=space.global_batch // per)
+        why = _check_cluster(cfg0, cluster)
+        if why:
+            out.skipped.append(f"{name}: {why}")
+            continue
+        before = len(out.candidates)
+        for strat in _strategies_for(cluster.world, n_layers, cfg0.batch_per_device, space):
+            try:
+                cfg, _ = resolve(replace(cfg0, strategy=strat), cluster.world, n_layers)
+            except ConfigError:
+                continue
+            key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.candidates.append(Candidate(len(out.candidates), cfg, cluster, _cost_estimate(cfg, n_layers)))
+        if len(out.candidates) == before:
+            out.skipped.append(f"{name}: no valid configuration in the requested space")
+    return out
