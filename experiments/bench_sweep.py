@@ -24,12 +24,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from shardsim.simulator.config import RunConfig
+from shardsim.simulator.sweep.execute import default_workers, predict_row
+from shardsim.simulator.sweep.search import sweep
+from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+from shardsim.simulator.workload.model import load_workload
 
-from shardsim.simulator.config import RunConfig  # noqa: E402
-from shardsim.simulator.sweep import SweepSpace, default_workers, enumerate_configs, predict_row, sweep  # noqa: E402
-from shardsim.simulator.workload.model import load_workload  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 CASES = {
     "seed (default sweep)": (RunConfig(), SweepSpace(), []),

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from shardsim.simulator.config import RunConfig
+from shardsim.simulator.sweep.output import check_output_dir, write_tables
+from shardsim.simulator.sweep.plots import plot_all
+from shardsim.simulator.sweep.recommendation import recommend
+from shardsim.simulator.sweep.search import sweep
+from shardsim.simulator.sweep.space import SweepSpace
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from shardsim.simulator.config import RunConfig  # noqa: E402
-from shardsim.simulator.sweep import SweepSpace, check_output_dir, plot_all, recommend, sweep, write_tables  # noqa: E402
 
 OUT = ROOT / "experiments" / "sweeps"
 MICS_NODES = (4, 8, 16, 32, 64)

@@ -11,15 +11,10 @@ from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
-from shardsim.simulator.sweep import (
-    COLUMNS,
-    SCALING_COLUMNS,
-    SweepSpace,
-    default_microbatches,
-    enumerate_configs,
-    recommend,
-    sweep,
-)
+from shardsim.simulator.sweep.recommendation import recommend
+from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS
+from shardsim.simulator.sweep.search import sweep
+from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from shardsim.simulator.workload.model import load_workload
 
 from tests.helpers import instance
@@ -301,7 +296,7 @@ def test_several_topologies_in_one_sweep(tmp_path) -> None:
         "p3dn.24xlarge": [8, 16],
     }
     assert df["scaling_efficiency"].notna().all()
-    from shardsim.simulator.sweep import plot_all
+    from shardsim.simulator.sweep.plots import plot_all
 
     names = {p.name for p in plot_all(df, tmp_path)}
     assert {"scaling.png", "scaling.svg"} <= names

@@ -14,6 +14,7 @@ from typing import Any
 
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row
+from shardsim.simulator.config import DATA_PARALLEL
 from shardsim.simulator.files import atomic_write
 
 # validation.csv: every field of a row but its per-step lists
@@ -40,7 +41,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
             # how much slower, measured, the predicted-best configuration is than the measured best
             "regret_pct": 100 * (pb.measured_s - mb.measured_s) / mb.measured_s,
         }
-        dp = [r for r in mine if r.strategy in ("ddp", "zero", "zero2d")]
+        dp = [r for r in mine if r.strategy in DATA_PARALLEL]
         if dp:
             pd_, md = _best(dp, "predicted_s"), _best(dp, "measured_s")
             entry |= {

@@ -61,8 +61,7 @@ class Row:
 def row_for(cfg: RunConfig, world: int) -> Row:
     """The row of `cfg`, on a cluster of `world` ranks, before anything is run or predicted."""
     s = cfg.strategy
-    degree = 1 if s.kind == "ddp" else (s.degree or 1)
-    return Row(cfg.topology, s.label(), s.kind, degree, s.pp, s.microbatches, s.schedule, world)
+    return Row(cfg.topology, s.label(), s.kind, s.sharded_degree(world), s.pp, s.microbatches, s.schedule, world)
 
 
 def add_attempt(row: Row, run: RunRecord) -> None:

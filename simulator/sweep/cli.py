@@ -11,55 +11,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from shardsim.simulator.config import BACKENDS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
+from shardsim.simulator.config import SCHEDULES, STRATEGIES, load_config
+from shardsim.simulator.config.flags import (
+    add_algo_argument,
+    add_config_arguments,
+    choice_list,
+    int_list,
+    overrides_from_args,
+)
 
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
-    return tuple(dict.fromkeys(vals))
-
-
-def _choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        vals = tuple(x.strip() for x in text.split(",") if x.strip())
-        bad = [v for v in vals if v not in choices]
-        if not vals or bad:
-            raise argparse.ArgumentTypeError(f"expected some of {','.join(choices)}, got {text!r}")
-        return tuple(dict.fromkeys(vals))
-
-    return parse
-
-
-def _str_list(text: str) -> tuple[str, ...]:
-    vals = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
-    if not vals:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return vals
+SPANNED = ("strategy", "degree", "pp", "microbatches", "schedule")  # the sweep spans these with lists of its own
 
 
 def _build(ns: argparse.Namespace):
     from shardsim.simulator.sweep.space import SweepSpace
 
-    overrides: dict[str, Any] = {
-        "workload": ns.workload,
-        "topology": ns.topology[0] if ns.topology else None,
-        "nodes": ns.nodes[0] if ns.nodes else None,
-        "batch_per_device": ns.batch_per_device,
-        "grad_accum": ns.grad_accum,
-        "precision": ns.precision,
-        "checkpointing": ns.checkpointing,
-        "backend": ns.backend,
-        "profile": ns.profile,
-        "seed": ns.seed,
-    }
+    overrides: dict[str, Any] = {k: v for k, v in overrides_from_args(ns).items() if k not in SPANNED}
+    overrides["topology"] = ns.topology[0] if ns.topology else None  # the first cluster is the base
+    overrides["nodes"] = ns.nodes[0] if ns.nodes else None
     base = load_config(ns.config, overrides)
     space = SweepSpace(
         strategies=ns.strategies or STRATEGIES,
@@ -141,59 +112,47 @@ def register(sub) -> None:
         description="Enumerate ddp, zero, zero2d at every degree, pipelines (x sharding) at every valid degree, "
         "microbatch count and schedule; predict each; rank; recommend. Lists are comma-separated.",
     )
-    p.add_argument("config", nargs="?", help="YAML config file: workload, topology, nodes, batch... (flags override)")
-    p.add_argument("--workload", help="preset name or pkg.module:build_fn")
-    p.add_argument(
-        "--topology", type=_str_list, help="instance type(s) or YAML path(s), e.g. p4d.24xlarge,p3dn.24xlarge"
+    add_config_arguments(
+        p,
+        exclude=SPANNED,
+        listed=("topology", "nodes"),
+        config_help="YAML config file: workload, topology, nodes, batch... (flags override)",
     )
-    p.add_argument("--nodes", type=_int_list, help="node count(s), e.g. 2,4,8,16")
     p.add_argument(
         "--strategies",
         "--strategy",
         dest="strategies",
-        type=_choice_list(STRATEGIES),
+        type=choice_list(STRATEGIES),
         help=f"kinds to include (default all: {','.join(STRATEGIES)})",
     )
     p.add_argument(
         "--degrees",
         "--degree",
         dest="degrees",
-        type=_int_list,
+        type=int_list,
         help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
         "ddp (1) and zero (world) are kept when selected",
     )
-    p.add_argument("--pp", type=_int_list, help="pipeline degrees (default: every divisor of the world, 2..layers)")
+    p.add_argument("--pp", type=int_list, help="pipeline degrees (default: every divisor of the world, 2..layers)")
     p.add_argument(
         "--microbatches",
-        type=_int_list,
+        type=int_list,
         help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
     )
     p.add_argument(
         "--schedules",
         "--schedule",
         dest="schedules",
-        type=_choice_list(SCHEDULES),
+        type=choice_list(SCHEDULES),
         help="pipeline schedules (default gpipe,1f1b)",
     )
-    p.add_argument("--batch-per-device", type=int, dest="batch_per_device")
     p.add_argument(
         "--global-batch",
         type=int,
         dest="global_batch",
         help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum)",
     )
-    p.add_argument("--grad-accum", type=int, dest="grad_accum")
-    p.add_argument("--precision", choices=PRECISIONS)
-    p.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--backend", choices=BACKENDS)
-    p.add_argument("--profile", help="measured profile file (shardsim profile)")
-    p.add_argument("--seed", type=int)
-    p.add_argument(
-        "--algo",
-        default="auto",
-        choices=("auto", "ring", "tree", "hierarchical"),
-        help="collective algorithm (as for predict)",
-    )
+    add_algo_argument(p, auto=True)
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.parquet, recommended.json and plots here")
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')

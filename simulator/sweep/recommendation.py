@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shardsim.simulator.config import DATA_PARALLEL
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.sweep.rows import native
 
 if TYPE_CHECKING:
     import pandas as pd
-
-DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
 
 
 def _summary(r: pd.Series | None) -> dict[str, Any] | None:

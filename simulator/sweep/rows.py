@@ -60,7 +60,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     m = p.memory
     price = p.cost_per_hour_usd
     per_million = price / 3600.0 / p.samples_per_s * 1e6 if price is not None and p.samples_per_s > 0 else None
-    degree = {"ddp": 1, "zero": p.world}.get(s.kind, s.degree or 1)
+    degree = s.sharded_degree(p.world)
     return {
         "topology": c.cluster.instance.name,
         "nodes": c.cluster.nodes,

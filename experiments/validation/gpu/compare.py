@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
+from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.hardware.profile import load_profile
+from shardsim.simulator.hardware.topology import load_instance
+from shardsim.simulator.workload.model import load_workload
 
-from shardsim.simulator.compute import ComputeModel  # noqa: E402
-from shardsim.simulator.hardware.profile import load_profile  # noqa: E402
-from shardsim.simulator.hardware.topology import load_instance  # noqa: E402
-from shardsim.simulator.workload.model import load_workload  # noqa: E402
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def compare(profile_path: str, topology: str, precision: str) -> tuple[list[dict], dict]:
