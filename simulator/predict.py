@@ -15,7 +15,8 @@ from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.memory import MemoryBreakdown, rank_memory
 from shardsim.simulator.network.links import links_for
-from shardsim.simulator.plan import Plan, build_plan
+from shardsim.simulator.plan import Plan
+from shardsim.simulator.strategies import build_plan
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.model import Workload, load_workload, stage_ranges
 

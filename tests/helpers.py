@@ -54,7 +54,7 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.config import resolve
     from shardsim.simulator.hardware.topology import make_cluster
-    from shardsim.simulator.plan import build_plan
+    from shardsim.simulator.strategies import build_plan
     from shardsim.simulator.workload.model import load_workload
 
     w = load_workload(cfg.workload)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import shardsim.simulator.plan as plan_mod
+import shardsim.simulator.strategies.pipeline as pipeline_mod
 from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.simulator.plan import ASYNC_STREAMS
 from shardsim.simulator.predict import predict
 
 from tests.helpers import plan_ops
@@ -35,7 +36,7 @@ def test_gloo_activation_moves_only_once_the_next_stage_posts_its_recv() -> None
 
 
 def test_without_a_rendezvous_the_activation_leaves_when_it_is_computed(monkeypatch) -> None:
-    monkeypatch.setattr(plan_mod, "RENDEZVOUS_BACKENDS", frozenset())
+    monkeypatch.setattr(pipeline_mod, "RENDEZVOUS_BACKENDS", frozenset())
     sp = _spans(_cfg("gpipe"))
     assert sp["send act s0 m1"][0] == pytest.approx(sp["F s0 m1 (5 blocks)"][1])
     assert sp["send act s0 m1"][0] < sp["F s1 m0 (5 blocks)"][1]
@@ -48,7 +49,7 @@ def test_a_small_gloo_isend_frees_its_sender_at_the_rendezvous(monkeypatch) -> N
     ops = {op.name: op for op in plan_ops(_cfg("1f1b"))}
     b0 = ops["B s0 m0 (5 blocks)"]
     assert ops["post act s0 m1"].id in b0.deps and ops["send act s0 m1"].id not in b0.deps
-    monkeypatch.setattr(plan_mod, "BUFFERED_SEND_BYTES", 0)
+    monkeypatch.setattr(pipeline_mod, "BUFFERED_SEND_BYTES", 0)
     ops = {op.name: op for op in plan_ops(_cfg("1f1b"))}
     assert ops["send act s0 m1"].id in ops["B s0 m0 (5 blocks)"].deps
     assert predict(_cfg("1f1b")).step_time_s >= buffered.step_time_s - 1e-12
@@ -100,7 +101,7 @@ def test_a_replicated_stage_all_reduces_while_it_computes_a_sharded_one_does_not
     sharded stage's collectives run between its computations."""
 
     def streams(ops, kinds) -> set[str]:  # the pipeline's sends and their posting have their own
-        return {op.stream for op in ops if op.kind in kinds and op.stream not in plan_mod.ASYNC_STREAMS}
+        return {op.stream for op in ops if op.kind in kinds and op.stream not in ASYNC_STREAMS}
 
     replicated = plan_ops(_cfg("1f1b", topology="emu-4x2", nodes=4))
     assert {op.stream for op in replicated if op.name.startswith("AR bucket")} == {"ar"}

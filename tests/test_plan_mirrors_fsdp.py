@@ -14,7 +14,8 @@ from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.config import RunConfig, Strategy, resolve
 from shardsim.simulator.hardware.topology import make_cluster
-from shardsim.simulator.plan import Plan, build_plan
+from shardsim.simulator.plan import Plan
+from shardsim.simulator.strategies import build_plan
 from shardsim.simulator.workload.model import PRESETS, Arch, from_arch
 
 # Every parameter's first dimension divides 1,024, so FSDP2 pads nothing and sizes compare exactly.

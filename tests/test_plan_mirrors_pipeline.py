@@ -16,7 +16,9 @@ from shardsim.runtime.collective_trace import TRACE_ENV, load_rank_trace
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.config import load_config, resolve
 from shardsim.simulator.hardware.topology import make_cluster
-from shardsim.simulator.plan import Plan, build_plan, send_waits
+from shardsim.simulator.plan import Plan
+from shardsim.simulator.strategies import build_plan
+from shardsim.simulator.strategies.pipeline import send_waits
 from shardsim.simulator.workload.model import PRESETS, load_workload
 
 from tests.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
