@@ -23,7 +23,7 @@ from shardsim.runtime.emulation.cluster import down, emulated, measure_link, pla
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import load_instance
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TAG = f"t{os.getpid()}"  # our own names: a cluster someone else has up on this machine is left alone
 
 

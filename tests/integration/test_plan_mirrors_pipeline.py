@@ -21,8 +21,8 @@ from shardsim.simulator.strategies import build_plan
 from shardsim.simulator.strategies.pipeline import send_waits
 from shardsim.simulator.workload.model import PRESETS, load_workload
 
-from tests.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
-from tests.test_runtime_strategies import shardsim_run
+from tests.integration.test_runtime_strategies import shardsim_run
+from tests.unit.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
 
 WORLD, PP, SHARD, MICROBATCHES = 4, 2, 2, 4
 

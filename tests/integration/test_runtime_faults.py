@@ -15,7 +15,7 @@ from shardsim.runtime.records import CSV_NAME, write_run
 
 from tests.helpers import run_record
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _processes_mentioning(text: str) -> list[int]:

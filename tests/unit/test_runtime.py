@@ -25,7 +25,7 @@ from shardsim.simulator.workload.model import PRESETS
 
 from tests.helpers import run_record
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(args: list[str]) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Bounds for CI (3 measured steps a configuration on a shared 2-core VM). The same matrix
 # measured 10-17 % mean error (largest 15-20 %) in quiet runs and 27 % (largest 39 %) in a run
 # where the host had slowed by half between the profile and the runs, before each run's

@@ -15,7 +15,7 @@ from shardsim.runtime.validation import Row, measure, settle
 from shardsim.simulator.errors import ConfigError
 
 from tests.helpers import run_record
-from tests.test_validation import _profile, no_namespaces, run_cli, write
+from tests.unit.test_validation import _profile, no_namespaces, run_cli, write
 
 NAN = math.nan
 

@@ -21,7 +21,7 @@ from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.model import load_workload
 
 from tests.helpers import plan_ops, run_record
-from tests.test_validation import PROFILE, _profile, no_namespaces, write
+from tests.unit.test_validation import PROFILE, _profile, no_namespaces, write
 
 
 def _cfg(**strategy) -> RunConfig:

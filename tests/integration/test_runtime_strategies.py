@@ -17,7 +17,7 @@ from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.reference import load_saved, reference_run
 from shardsim.simulator.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 2, 1
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-GPU = Path(__file__).resolve().parent.parent / "experiments" / "validation" / "gpu"
+GPU = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "gpu"
 
 
 def _compare_module():
