@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shardsim.simulator.files import atomic_write
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,11 +38,12 @@ def _handwritten_model(ns: argparse.Namespace):
     """What a user would write by hand: FSDP2 over a 1-D or (replicate, shard) mesh."""
     import torch
     import torch.distributed as dist
-    from shardsim.runtime.models.transformer import build_model
-    from shardsim.simulator.workload.model import PRESETS
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
+    from shardsim.runtime.models.transformer import build_model
+    from shardsim.simulator.workload.model import PRESETS
 
     world = dist.get_world_size()
     if ns.degree and ns.degree < world:
@@ -110,6 +113,7 @@ def interleaved_worker(ns: argparse.Namespace) -> None:
 
     import torch
     import torch.distributed as dist
+
     from shardsim.runtime.train import setup
     from shardsim.simulator.config import load_config
 
@@ -233,7 +237,7 @@ def main() -> None:
         f"target <= 1.03: {'OK' if ratio <= 1.03 else 'ABOVE TARGET'}"
     )
     if ns.json:
-        Path(ns.json).write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write(Path(ns.json), json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

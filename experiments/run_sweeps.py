@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
 from shardsim.simulator.config import RunConfig
+from shardsim.simulator.files import atomic_write
 from shardsim.simulator.sweep.output import check_output_dir, write_tables
 from shardsim.simulator.sweep.plots import plot_all
 from shardsim.simulator.sweep.recommendation import recommend
@@ -205,8 +207,8 @@ def run_study(name: str, workers: int | None, replot: bool = False, root: Path =
         write_tables(df, out)
     seconds = time.perf_counter() - t
     rec = recommend(df)
-    (out / "recommended.json").write_text(json.dumps(rec, indent=2) + "\n")
-    (out / "summary.md").write_text(summary_markdown(name, command, df, rec) + "\n")
+    atomic_write(out / "recommended.json", json.dumps(rec, indent=2) + "\n")
+    atomic_write(out / "summary.md", summary_markdown(name, command, df, rec) + "\n")
     plot_all(df, out)
     b = rec["best"]
     best = "nothing fits" if b is None else f"{b['config']} on {b['nodes']} x {b['topology']}"

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from shardsim.simulator.files import atomic_write
+
 _KINDS = {
     "all_gather_into_tensor": "all_gather",
     "all_gather_single": "all_gather",
@@ -80,7 +82,7 @@ def save_rank_trace(folder: str, rank: int, steps: list[list[TracedCollective]])
     """Write one rank's collectives, one list per measured step, to ``folder/rank<r>.json``."""
     os.makedirs(folder, exist_ok=True)
     data = {"rank": rank, "steps": [[list(astuple(c)) for c in step] for step in steps]}
-    Path(folder, f"rank{rank}.json").write_text(json.dumps(data))
+    atomic_write(Path(folder, f"rank{rank}.json"), json.dumps(data))
 
 
 def load_rank_trace(folder: str | Path, rank: int) -> list[list[TracedCollective]]:

@@ -5,6 +5,7 @@ strategies change speed, never the math."""
 from __future__ import annotations
 
 import torch
+
 from shardsim.runtime import data
 from shardsim.runtime.models import build as workloads
 from shardsim.runtime.train import LR

@@ -17,6 +17,8 @@ import signal
 import time
 from pathlib import Path
 
+from shardsim.simulator.files import atomic_write
+
 TIMEOUT_MARKERS = ("timed out", "timeout", "deadline")
 PEER_MARKERS = ("connection closed", "connection reset", "broken pipe", "closed by peer", "peer", "socket closed")
 
@@ -32,9 +34,7 @@ def classify(message: str) -> str:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data), durable=False)  # read by the launcher while the job runs
 
 
 class RankStatus:

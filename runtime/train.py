@@ -136,6 +136,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     """Build the configured model, apply its strategy (`runtime.strategies.apply_strategy`) and
     an Adam optimizer: everything this rank trains with."""
     import torch
+
     from shardsim.runtime.models import build as workloads
     from shardsim.runtime.strategies import apply_strategy
 
@@ -206,6 +207,7 @@ def _recording(enabled: bool):
 def run(ns: argparse.Namespace, status) -> int:
     import torch
     import torch.distributed as dist
+
     from shardsim.runtime.collective_trace import save_rank_trace, trace_dir
     from shardsim.runtime.hostspeed import Probe, StealClock
     from shardsim.runtime.status import Fault

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import simpy
+
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.network.collectives import BUS_FACTOR, GroupLayout, PhaseRun, plan
 from shardsim.simulator.network.fluid import Network

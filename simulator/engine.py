@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
+
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.network.collectives import Phase, PhaseRun, Steps, algo_for
 from shardsim.simulator.network.collectives import plan as plan_collective

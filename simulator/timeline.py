@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from shardsim.simulator.engine import Span
+from shardsim.simulator.files import atomic_write
 
 
 def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -69,9 +68,4 @@ def write_chrome_trace(path: str | Path, spans: list[Span], class_labels: list[s
             }
         )
     doc = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta}
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(doc))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
+
 from shardsim.runtime.models.transformer import build_model
 from shardsim.simulator.workload.model import PRESETS
-from torch import nn
 
 IN, HID, OUT = 8, 16, 4
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from shardsim.simulator.workload.model import Arch
 from torch import nn
+
+from shardsim.simulator.workload.model import Arch
 
 
 class Attention(nn.Module):

@@ -73,6 +73,7 @@ def setup_bench(workload: str, device: str, threads: int, precision: str) -> Ben
     """The workload's model built on `device` (`threads` torch threads on CPU), in training mode,
     with its autocast at `precision`; its modules matched to the simulator's blocks."""
     import torch
+
     from shardsim.runtime.models.build import resolve_builder
     from shardsim.simulator.workload.model import load_workload
 
@@ -143,9 +144,8 @@ def whole_times(
 
 def fill_gradients(model, autocast=None) -> None:
     """Real gradients in every parameter (one sample's backward), for an optimizer step to be
-    timed on: Adam on zero gradients took 2.6 times as long as on these (17.0 against 6.6 ns a
-    parameter, small-gpt, measured on this host), which put its step 3 times over what the
-    ranks of a run spend on it."""
+    timed on: Adam on zero gradients runs far slower than on real ones (2.6 times, small-gpt on
+    a CPU), which would put its step well over what the ranks of a run spend on it."""
     import torch
 
     model.zero_grad(set_to_none=True)

@@ -24,9 +24,10 @@ def sharded_optimizer_step(
     (it is left alone)."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
     from shardsim.runtime.launch import free_port
     from shardsim.runtime.strategies.fsdp import apply_fsdp
-    from torch.distributed.device_mesh import init_device_mesh
 
     if dist.is_initialized():
         return None
@@ -59,9 +60,10 @@ def fsdp_overhead(
     import torch
     import torch.distributed as dist
     import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers the "fake" backend)
-    from shardsim.runtime.strategies.fsdp import apply_fsdp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from shardsim.runtime.strategies.fsdp import apply_fsdp
 
     if dist.is_initialized():
         return None

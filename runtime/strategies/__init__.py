@@ -15,6 +15,8 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import torch
+from torch import nn
+
 from shardsim.runtime.strategies.ddp import ddp
 from shardsim.runtime.strategies.fsdp import fsdp
 from shardsim.runtime.strategies.layout import Layout, build_layout
@@ -22,7 +24,6 @@ from shardsim.runtime.strategies.pipeline import pipeline
 from shardsim.runtime.strategies.precision import precision_for
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext
 from shardsim.simulator.config import Resolved, RunConfig
-from torch import nn
 
 __all__ = ["STRATEGIES", "AppliedStrategy", "Layout", "StepContext", "apply_strategy", "build_layout"]
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from shardsim.runtime.strategies.blocks import blocks_of, set_block
 from torch import nn
+
+from shardsim.runtime.strategies.blocks import blocks_of, set_block
 
 
 def apply_checkpointing(model: nn.Module) -> nn.Module:

@@ -7,9 +7,10 @@ import contextlib
 from contextlib import AbstractContextManager
 
 import torch
+from torch import nn
+
 from shardsim.runtime.strategies.checkpointing import apply_checkpointing
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext, data_parallel_step
-from torch import nn
 
 
 def apply_ddp(model: nn.Module, device: torch.device, process_group=None) -> nn.Module:

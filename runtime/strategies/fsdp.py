@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from torch import nn
+
 from shardsim.runtime.strategies.blocks import blocks_of
 from shardsim.runtime.strategies.checkpointing import apply_checkpointing
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext, data_parallel_step
-from torch import nn
 
 
 def apply_fsdp(model: nn.Module, mesh, *, mp_policy=None, reshard_after_forward: bool = True) -> nn.Module:

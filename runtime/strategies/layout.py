@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import torch.distributed as dist
+
 from shardsim.simulator.config import Resolved
 
 

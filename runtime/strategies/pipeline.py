@@ -5,13 +5,14 @@ consecutive blocks, split as the simulator splits them) in a manual `PipelineSta
 from __future__ import annotations
 
 import torch
+from torch import nn
+
 from shardsim.runtime.strategies.blocks import blocks_of
 from shardsim.runtime.strategies.checkpointing import apply_checkpointing
 from shardsim.runtime.strategies.ddp import apply_ddp
 from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
 from shardsim.simulator.workload.model import stage_ranges
-from torch import nn
 
 
 class StageModule(nn.Module):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from shardsim.simulator.config import Resolved, RunConfig
 
 LOW_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # fp32 computes in full precision

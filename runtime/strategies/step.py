@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
+
 from shardsim.runtime import data
 from shardsim.runtime.strategies.layout import Layout
 from shardsim.runtime.strategies.precision import Precision
 from shardsim.simulator.config import Resolved, RunConfig
-from torch import nn
 
 Batch = tuple[Any, Any]  # (inputs, targets) of one micro-step; None where a pipeline stage needs neither
 ReplicaSync = Callable[[nn.Module, bool], AbstractContextManager]  # (module, sync on?) around a micro-step

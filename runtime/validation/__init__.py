@@ -8,8 +8,8 @@ cores its ranks really get), and the two are compared (`rows`, `report`): error 
 mean absolute percentage error, the largest error, and per topology whether the predicted-best
 configuration and the predicted-best sharded data-parallel degree are the measured-best ones.
 
-Quiet steps: this VM's hypervisor runs other guests on its cores for minutes at a time (up to
-45 % of their time in a run), which measures them as much as the configuration. A step in
+Quiet steps: a virtual machine's hypervisor may run other guests on its cores for minutes at a
+time, which measures them as much as the configuration. A step in
 which it took more than `max_steal` of the cores' time is set aside; a configuration with
 fewer than half its steps quiet is run again after the others (`measure`), at most `retries`
 more times, and its quiet steps of every attempt are what is measured. One that never gets

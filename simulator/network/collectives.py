@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
+
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph

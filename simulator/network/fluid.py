@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 import simpy
+
 from shardsim.simulator.network.fairshare import fill
 
 _EPS = 1e-9  # a transfer this close to done is done (float drift)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from shardsim.simulator.network.fluid import Route
 
 

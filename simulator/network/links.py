@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from shardsim.simulator.hardware.topology import Cluster
 
 GRAPHS_KEPT = 8  # clusters whose link graphs `links_for` keeps (a sweep visits a few)

@@ -22,6 +22,7 @@ import pandas as pd
 # calling process has selected.
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
 from shardsim.simulator.files import atomic_path
 
 BREAKDOWN = (

@@ -9,6 +9,7 @@ from shardsim.simulator.units import format_seconds
 
 if TYPE_CHECKING:
     import pandas as pd
+
     from shardsim.simulator.config import RunConfig
 
 
@@ -146,6 +147,7 @@ def _cluster_table(df, rec):
 def _efficiency_table(df):
     """Scaling efficiency of the ddp/zero/zero2d configurations (and the best pipelines), per GPU count."""
     from rich.table import Table
+
     from shardsim.simulator.sweep.plots import scaling_configs
 
     tables = []

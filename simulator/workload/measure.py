@@ -49,14 +49,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.workload.importpath import first_line, resolve_import_path
-from shardsim.simulator.workload.model import Arch, Block, Workload
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.importpath import first_line, resolve_import_path
+from shardsim.simulator.workload.model import Arch, Block, Workload
 
 BATCH = 2  # samples per measured batch (every figure is divided by it)
 

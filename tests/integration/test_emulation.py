@@ -17,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+
 from shardsim.runtime.emulation import cli as cluster_cli
 from shardsim.runtime.emulation import cluster as emulation
 from shardsim.runtime.emulation.cluster import down, emulated, measure_link, plan_cluster, run_in_node, status, up

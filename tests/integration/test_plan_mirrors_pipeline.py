@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from shardsim.runtime.collective_trace import TRACE_ENV, load_rank_trace
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.config import load_config, resolve
@@ -20,7 +21,6 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies import build_plan
 from shardsim.simulator.strategies.pipeline import send_waits
 from shardsim.simulator.workload.model import PRESETS, load_workload
-
 from tests.integration.test_runtime_strategies import shardsim_run
 from tests.unit.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
 

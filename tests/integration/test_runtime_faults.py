@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from shardsim.runtime.records import CSV_NAME, write_run
 
+from shardsim.runtime.records import CSV_NAME, write_run
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.reference import load_saved, reference_run
 from shardsim.simulator.config import load_config

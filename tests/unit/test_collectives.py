@@ -9,12 +9,12 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shardsim.simulator.collective import simulate_collective, time_collectives
 from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.links import build_links
-
 from tests.helpers import instance, one_tier
 
 GB = 1e9

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from shardsim.runtime.cli import main
 from shardsim.simulator.config import load_config, resolve
 from shardsim.simulator.errors import ConfigError
@@ -123,6 +124,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle) -> None:
 
 def test_malformed_topology_file(tmp_path, capsys) -> None:
     import yaml
+
     from shardsim.simulator.hardware.topology import builtin_topology_dir
 
     data = yaml.safe_load((builtin_topology_dir() / "p4d.24xlarge.yaml").read_text())

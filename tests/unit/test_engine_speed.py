@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.fluid import Route
 from shardsim.simulator.network.linkgroups import group_links

@@ -4,6 +4,7 @@ import os
 import stat
 
 import pytest
+
 from shardsim.simulator.files import FILE_MODE, atomic_path, atomic_write
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 import pytest
+
 from shardsim.runtime import validation
 from shardsim.runtime.hostspeed import StealClock
 from shardsim.runtime.validation import measure
@@ -19,7 +20,6 @@ from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.model import load_workload
-
 from tests.helpers import plan_ops, run_record
 from tests.unit.test_validation import PROFILE, _profile, no_namespaces, write
 
@@ -88,10 +88,11 @@ def test_fsdp2s_own_work_is_timed_with_collectives_that_move_nothing():
     unsharded, no process group left behind, denormals as they were; none inside a process group."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
     from shardsim.runtime.launch import free_port
     from shardsim.runtime.profile.blocks import setup_bench
     from shardsim.runtime.profile.fsdp import fsdp_overhead
-    from torch.distributed.tensor import DTensor
 
     ctx = setup_bench("tiny-gpt", "cpu", 1, "fp32")
     got = fsdp_overhead(ctx, 2, 4, repeats=1, warmup=1)
@@ -182,10 +183,11 @@ def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took(
 def test_adam_is_timed_on_real_gradients(monkeypatch):
     """Adam on zero gradients took 2.6 times as long as on real ones here: the profile times
     both optimizer steps (plain and FSDP2's) after a real backward."""
+    import torch
+
     import shardsim.runtime.profile.blocks as blocks
     import shardsim.runtime.profile.build as build
     import shardsim.runtime.profile.fsdp as fsdp
-    import torch
 
     seen: list[bool] = []
 

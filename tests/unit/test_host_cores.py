@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+
 from shardsim.runtime import validation
 from shardsim.runtime.validation import Row
 from shardsim.simulator.engine import simulate

@@ -8,11 +8,11 @@ from functools import cache
 
 import pytest
 import torch
+
 from shardsim.runtime.models.transformer import build_model
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
 from shardsim.simulator.workload.model import PRESETS, Workload, from_arch, load_workload
-
 from tests import fixtures_models as fx
 
 CHECKED = ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")

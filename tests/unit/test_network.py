@@ -7,6 +7,7 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import GroupLayout, PhaseRun, plan, steps_of
 from shardsim.simulator.network.fairshare import fill

@@ -7,11 +7,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 import shardsim.simulator.strategies.pipeline as pipeline_mod
 from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.plan import ASYNC_STREAMS
 from shardsim.simulator.predict import predict
-
 from tests.helpers import plan_ops
 
 EMU = dict(workload="small-gpt", topology="emu-2x2", nodes=2, batch_per_device=4, precision="fp32", checkpointing=False)

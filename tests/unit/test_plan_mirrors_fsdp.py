@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from shardsim.runtime.collective_trace import trace_fsdp_step
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.strategies.fsdp import apply_fsdp

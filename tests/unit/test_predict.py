@@ -6,12 +6,12 @@ import json
 from dataclasses import replace
 
 import pytest
+
 from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, Strategy, load_config
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.model import Block, Workload
-
 from tests.helpers import instance
 
 SEED = RunConfig()  # vit-630m, 8 x g4dn.12xlarge, batch 4, fp32, checkpointing, zero

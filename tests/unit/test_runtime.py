@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import shardsim.runtime.run_cli as rcli
 import torch
+
+import shardsim.runtime.run_cli as rcli
 from shardsim.runtime import cli, data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
@@ -22,7 +23,6 @@ from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
 from shardsim.simulator.config import config_from_args, load_config
 from shardsim.simulator.workload.model import PRESETS
-
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

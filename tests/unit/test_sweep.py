@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
+
 from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, resolve
 from shardsim.simulator.errors import ConfigError
@@ -16,7 +17,6 @@ from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from shardsim.simulator.workload.model import load_workload
-
 from tests.helpers import instance
 
 # 2 x g4dn.12xlarge = 8 T4s; tiny-gpt has 4 layers: every kind, a few dozen configurations.

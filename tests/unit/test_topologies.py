@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.hardware.topology import builtin_topologies, builtin_topology_dir, load_instance, make_cluster
 

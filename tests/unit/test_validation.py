@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from shardsim.runtime import validation
 from shardsim.runtime.cli import main
 from shardsim.runtime.emulation import cluster as emulation
@@ -19,7 +20,6 @@ from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
-
 from tests.helpers import plan_ops, run_record
 
 

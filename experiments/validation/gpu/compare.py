@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.files import atomic_write
 from shardsim.simulator.hardware.profile import load_profile
 from shardsim.simulator.hardware.topology import load_instance
 from shardsim.simulator.workload.model import load_workload
@@ -103,8 +104,8 @@ def main() -> None:
     md = to_markdown(rows, total)
     print(md)
     if ns.out:
-        Path(ns.out).write_text(md)
-        Path(ns.out).with_suffix(".json").write_text(json.dumps({"rows": rows, "total": total}, indent=2) + "\n")
+        atomic_write(Path(ns.out), md)
+        atomic_write(Path(ns.out).with_suffix(".json"), json.dumps({"rows": rows, "total": total}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
