@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardsim.runtime.emulation.cluster import EmulatedCluster, run_in_node, torchrun_argv
+from shardsim.runtime.emulation.plan import EmulatedCluster
+from shardsim.runtime.emulation.processes import run_in_node, torchrun_argv
 from shardsim.runtime.processes import alive
 from shardsim.simulator.config import RunConfig
 

@@ -86,7 +86,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
                 "(pass --no-emulate to run any number of ranks over loopback)",
                 field="nproc",
             )
-        from shardsim.runtime.emulation.cluster import check_privileges
+        from shardsim.runtime.emulation.iproute import check_privileges
 
         try:
             check_privileges()
@@ -174,7 +174,8 @@ def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads
 
     if not plan.emulate:
         return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout)
-    from shardsim.runtime.emulation.cluster import emulated, plan_cluster
+    from shardsim.runtime.emulation.namespaces import emulated
+    from shardsim.runtime.emulation.plan import plan_cluster
 
     cluster = plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)
     with emulated(cluster):

@@ -1,4 +1,4 @@
-"""`shardsim cluster up|down|status TOPOLOGY`: the emulated cluster by hand (see runtime/emulation/cluster.py).
+"""`shardsim cluster up|down|status TOPOLOGY`: the emulated cluster by hand (see runtime/emulation/).
 
 ``up`` leaves the cluster up until ``down`` (``shardsim run`` brings its own up and down);
 ``status --measure`` also measures the link between node 0 and node 1.
@@ -10,7 +10,10 @@ import argparse
 
 
 def _cmd_cluster(ns: argparse.Namespace) -> int:
-    from shardsim.runtime.emulation.cluster import down, format_status, measure_link, plan_cluster, status, up
+    from shardsim.runtime.emulation.linkprobe import measure_link
+    from shardsim.runtime.emulation.namespaces import down, up
+    from shardsim.runtime.emulation.plan import plan_cluster
+    from shardsim.runtime.emulation.status import format_status, status
     from shardsim.simulator.hardware.topology import load_instance
 
     cluster = plan_cluster(load_instance(ns.topology), ns.nodes)

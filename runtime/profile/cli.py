@@ -37,7 +37,7 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
     emulated = cluster.instance.emulated is not None
     links = emulated if ns.links is None else ns.links
     if links:
-        from shardsim.runtime.emulation.cluster import check_privileges
+        from shardsim.runtime.emulation.iproute import check_privileges
 
         if not emulated:
             raise ConfigError(f"topology {cluster.instance.name!r} is not emulated: its links cannot be measured here")

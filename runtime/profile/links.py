@@ -21,7 +21,10 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     for reference, and their latency is the least a ring step can take. Needs root."""
     import subprocess
 
-    from shardsim.runtime.emulation.cluster import emulated, measure_link, plan_cluster, run_in_node, torchrun_argv
+    from shardsim.runtime.emulation.linkprobe import measure_link
+    from shardsim.runtime.emulation.namespaces import emulated
+    from shardsim.runtime.emulation.plan import plan_cluster
+    from shardsim.runtime.emulation.processes import run_in_node, torchrun_argv
     from shardsim.runtime.launch import free_port
 
     cluster = plan_cluster(topology, nodes)

@@ -124,7 +124,9 @@ def validate(
     log: Callable[[str], None] = _log.info,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Run what is missing, predict everything, write the table and plots; returns (rows, summary)."""
-    from shardsim.runtime.emulation.cluster import check_privileges, emulated, plan_cluster
+    from shardsim.runtime.emulation.iproute import check_privileges
+    from shardsim.runtime.emulation.namespaces import emulated
+    from shardsim.runtime.emulation.plan import plan_cluster
     from shardsim.simulator.hardware.profile import load_profile
 
     out.mkdir(parents=True, exist_ok=True)

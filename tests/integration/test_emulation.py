@@ -1,4 +1,4 @@
-"""The emulated cluster (runtime/emulation.py): planning without root; as root, namespaces up,
+"""The emulated cluster (runtime/emulation/): planning without root; as root, namespaces up,
 shaped links at their rate, no route out, and nothing left behind, also on errors and signals."""
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ import time
 import pytest
 
 from shardsim.runtime.emulation import cli as cluster_cli
-from shardsim.runtime.emulation import cluster as emulation
-from shardsim.runtime.emulation.cluster import down, emulated, measure_link, plan_cluster, run_in_node, status, up
+from shardsim.runtime.emulation.iproute import existing_namespaces
+from shardsim.runtime.emulation.linkprobe import measure_link
+from shardsim.runtime.emulation.namespaces import down, emulated, up
+from shardsim.runtime.emulation.plan import plan_cluster
+from shardsim.runtime.emulation.processes import node_env, run_in_node, torchrun_argv
+from shardsim.runtime.emulation.status import status
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import load_instance
 
@@ -48,7 +52,7 @@ def _root_links() -> set[str]:
 
 
 def _our_namespaces(cluster) -> set[str]:
-    return {ns for ns in emulation.existing_namespaces() if ns.startswith(cluster.prefix + "-")}
+    return {ns for ns in existing_namespaces() if ns.startswith(cluster.prefix + "-")}
 
 
 @pytest.fixture
@@ -101,24 +105,24 @@ def test_plan_refuses_non_emulated_and_bad_counts():
 
 def test_torchrun_argv():
     c = plan_cluster("emu-2x2")
-    argv = emulation.torchrun_argv(c, 1, ["-m", "shardsim.runtime.train", "--steps", "3"], master_port=29600)
+    argv = torchrun_argv(c, 1, ["-m", "shardsim.runtime.train", "--steps", "3"], master_port=29600)
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     joined = " ".join(argv)
     assert "--nnodes 2 --node_rank 1 --nproc_per_node 2 --master_addr 10.213.0.1 --master_port 29600" in joined
     assert joined.endswith("--module shardsim.runtime.train --steps 3")
-    assert emulation.node_env(c, 1, {"X": "1"})["GLOO_SOCKET_IFNAME"] == "nic0"
+    assert node_env(c, 1, {"X": "1"})["GLOO_SOCKET_IFNAME"] == "nic0"
 
 
 def test_refuses_without_root_or_tools(monkeypatch):
     c = plan_cluster("emu-2x2", tag=TAG)
-    monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     for fn in (up, down, status):
         with pytest.raises(ConfigError, match="needs root") as err:
             fn(c)
         assert "\n" not in str(err.value)
-    monkeypatch.setattr(emulation.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     real_which = shutil.which
-    monkeypatch.setattr(emulation.shutil, "which", lambda tool: None if tool == "tc" else real_which(tool))
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "tc" else real_which(tool))
     with pytest.raises(ConfigError, match="needs `tc`"):
         up(c)
 
@@ -139,7 +143,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
 def test_cli_refusals(capsys, monkeypatch):
     rc, _, err = _cli(["cluster", "up", "p4d.24xlarge"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "not emulated" in err
-    monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     rc, _, err = _cli(["cluster", "status", "emu-2x2"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "needs root" in err
 
@@ -250,7 +254,8 @@ def test_context_manager_cleans_up_on_error(cluster_of):
 _HOLD = textwrap.dedent(
     """
     import sys, time
-    from shardsim.runtime.emulation.cluster import emulated, plan_cluster
+    from shardsim.runtime.emulation.namespaces import emulated
+    from shardsim.runtime.emulation.plan import plan_cluster
     with emulated(plan_cluster("emu-2x2", tag=sys.argv[1])):
         print("up", flush=True)
         time.sleep(60)
@@ -280,7 +285,7 @@ def test_context_manager_cleans_up_on_signal(cluster_of, sig):
 def test_cli_up_status_down(capsys):
     topo = os.path.join(REPO, "topologies", "emu-2x2.yaml")
     c = plan_cluster(load_instance(topo))
-    if emulation.existing_namespaces() & set(c.namespaces):
+    if existing_namespaces() & set(c.namespaces):
         pytest.skip("a cluster named ss-emu-2x2 is up on this machine; not touching it")
     try:
         rc, out, _ = _cli(["cluster", "up", topo], capsys)
@@ -290,4 +295,4 @@ def test_cli_up_status_down(capsys):
     finally:
         rc, out, _ = _cli(["cluster", "down", topo], capsys)
     assert rc == 0 and "3 namespaces removed" in out
-    assert not emulation.existing_namespaces() & set(c.namespaces)
+    assert not existing_namespaces() & set(c.namespaces)

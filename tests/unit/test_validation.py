@@ -13,7 +13,7 @@ import pytest
 
 from shardsim.runtime import validation
 from shardsim.runtime.cli import main
-from shardsim.runtime.emulation import cluster as emulation
+from shardsim.runtime.emulation import iproute, namespaces
 from shardsim.runtime.validation import Row, load_matrix, measure, summarize
 from shardsim.simulator.config import RunConfig
 from shardsim.simulator.errors import ConfigError
@@ -170,8 +170,8 @@ def test_a_profile_of_another_workload_is_refused(tmp_path, capsys):
 
 def no_namespaces(monkeypatch) -> None:
     """No namespaces, no root: bringing an emulated cluster up and down is a no-op."""
-    monkeypatch.setattr(emulation, "emulated", lambda c: contextlib.nullcontext(c))
-    monkeypatch.setattr(emulation, "check_privileges", lambda: None)
+    monkeypatch.setattr(namespaces, "emulated", lambda c: contextlib.nullcontext(c))
+    monkeypatch.setattr(iproute, "check_privileges", lambda: None)
 
 
 @pytest.fixture
