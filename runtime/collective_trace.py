@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,6 +41,7 @@ class TracedCollective:
     kind: str  # all_gather | reduce_scatter | all_reduce
     numel: int  # the whole array as nccl-tests counts it (gather output, scatter input)
     group_size: int
+    itemsize: int = field(default=0, compare=False)  # bytes per element (not saved in rank traces)
 
 
 @contextlib.contextmanager
@@ -56,8 +57,9 @@ def record_collectives() -> Iterator[list[TracedCollective]]:
             if group is None:
                 group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
             size = dist.get_world_size(group)
-            numel = max((t.numel() for t in tensors), default=0)
-            calls.append(TracedCollective(_KINDS[name], int(numel), int(size)))
+            big = max(tensors, key=lambda t: t.numel(), default=None)
+            numel, itemsize = (big.numel(), big.element_size()) if big is not None else (0, 0)
+            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize)))
             return orig(*args, **kwargs)
 
         return recorder
@@ -81,7 +83,7 @@ def trace_dir() -> str | None:
 def save_rank_trace(folder: str, rank: int, steps: list[list[TracedCollective]]) -> None:
     """Write one rank's collectives, one list per measured step, to ``folder/rank<r>.json``."""
     os.makedirs(folder, exist_ok=True)
-    data = {"rank": rank, "steps": [[list(astuple(c)) for c in step] for step in steps]}
+    data = {"rank": rank, "steps": [[[c.kind, c.numel, c.group_size] for c in step] for step in steps]}
     atomic_write(Path(folder, f"rank{rank}.json"), json.dumps(data))
 
 

@@ -61,7 +61,12 @@ def config_flags(cfg: RunConfig) -> list[str]:
     out += ["--pp", str(s.pp), "--microbatches", str(s.microbatches), "--schedule", s.schedule]
     out += ["--batch-per-device", str(cfg.batch_per_device), "--grad-accum", str(cfg.grad_accum)]
     out += ["--precision", cfg.precision, "--backend", cfg.backend, "--seed", str(cfg.seed)]
-    out.append("--checkpointing" if cfg.checkpointing else "--no-checkpointing")
+    out += ["--checkpointing", cfg.checkpointing, "--selective-ac-option", cfg.selective_ac_option]
+    out += ["--optimizer-impl", cfg.optimizer_impl]
+    if cfg.reduce_dtype is not None:
+        out += ["--reduce-dtype", cfg.reduce_dtype]
+    if not s.reshard_after_forward:
+        out.append("--no-reshard-after-forward")
     return out
 
 

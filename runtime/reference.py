@@ -8,7 +8,7 @@ import torch
 
 from shardsim.runtime import data
 from shardsim.runtime.models import build as workloads
-from shardsim.runtime.train import LR
+from shardsim.runtime.optimizer import build_adam
 from shardsim.simulator.config import RunConfig
 
 
@@ -29,7 +29,7 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     --data-batches). Returns {"params", "grads", "losses"}:
     what a run with ``--save-params`` saves, and the loss of each step."""
     model = workloads.build(cfg.workload, cfg.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    opt = build_adam(model.parameters(), cfg.optimizer_impl)
     losses = []
     for step in range(steps):
         losses.append(_accumulate(model, cfg, world, data.data_step(step, data_batches)))

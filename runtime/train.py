@@ -23,7 +23,6 @@ from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
 
-LR = 1e-3  # Adam's learning rate (defaults otherwise)
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -135,9 +134,8 @@ def _full_state(module, keep: bool):
 def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, data_batches: int = 0) -> Job:
     """Build the configured model, apply its strategy (`runtime.strategies.apply_strategy`) and
     an Adam optimizer: everything this rank trains with."""
-    import torch
-
     from shardsim.runtime.models import build as workloads
+    from shardsim.runtime.optimizer import build_adam
     from shardsim.runtime.strategies import apply_strategy
 
     model = workloads.build(cfg.workload, cfg.seed)
@@ -147,7 +145,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
     del model  # a pipeline stage keeps only its own blocks
     module = applied.module
-    optimizer = torch.optim.Adam(module.parameters(), lr=LR)
+    optimizer = build_adam(module.parameters(), cfg.optimizer_impl)
     return Job(
         cfg,
         res,

@@ -18,12 +18,19 @@ from shardsim.simulator.workload.model import Block
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
 ADAM_BYTES_PER_PARAM = 7 * 4  # fp32 Adam: read param, grad, m, v; write param, m, v (foreach kernels)
+# Adam's implementations (torch.optim.Adam foreach=True | fused=True | foreach=False) in time. The
+# roofline charges foreach and fused the same minimal traffic (ADAM_BYTES_PER_PARAM; foreach's
+# extra passes over its temporaries are not counted: an assumption); per-parameter adds, per
+# parameter tensor, one launch per elementwise op of torch's _single_tensor_adam.
+ADAM_OPS_PER_TENSOR = 10  # lerp, mul, addcmul, sqrt, div, add, addcdiv, step +1, two bias corrections
+KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
 
 
 @dataclass(frozen=True)
 class BlockCost:
     fwd_s: float  # per microbatch
     bwd_s: float  # per microbatch, without recompute
+    fwd_mem_s: float = 0.0  # the memory-bound part of fwd_s (what op-level selective checkpointing recomputes)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class ComputeModel:
     device: DeviceSpec
     precision: str
     profile: Profile | None = None  # measured block and optimizer times replace the roofline
+    optimizer_impl: str = "foreach"  # foreach | fused | per-parameter
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -59,20 +67,24 @@ class ComputeModel:
         return self.device.memory_bandwidth_GBps * 1e9 * self.device.memory_efficiency
 
     def block(self, b: Block, batch: int) -> BlockCost:
-        measured = self.profile.block_time(b.name, batch) if self.profile else None
-        if measured is not None:
-            return BlockCost(*measured)
         esize = DTYPE_BYTES[self.precision]
         mem = b.fwd_mem_elems * batch * esize / self.mem_bytes_per_s
+        measured = self.profile.block_time(b.name, batch) if self.profile else None
+        if measured is not None:  # its memory-bound part from the roofline, at most the measured forward
+            return BlockCost(measured[0], measured[1], min(mem, measured[0]))
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
         bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
-        return BlockCost(fwd, bwd)
+        return BlockCost(fwd, bwd, mem)
 
-    def optimizer(self, local_params: float) -> float:
-        """Adam step over the parameters this rank owns (memory-bound)."""
+    def optimizer(self, local_params: float, tensors: int = 0) -> float:
+        """Adam step over the parameters this rank owns (memory-bound), held in `tensors`
+        parameter tensors (what per-parameter Adam launches its ops for)."""
         if self.profile and self.profile.optimizer_per_param_s is not None:
             return self.profile.optimizer_per_param_s * local_params
-        return local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
+        t = local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
+        if self.optimizer_impl == "per-parameter":
+            t += tensors * ADAM_OPS_PER_TENSOR * KERNEL_LAUNCH_S
+        return t
 
     def sharded_optimizer_overhead(self) -> float:
         """What an optimizer step on FSDP2's sharded (DTensor) parameters costs on top: the

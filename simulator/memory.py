@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.config import Resolved, RunConfig
 from shardsim.simulator.hardware.topology import DeviceSpec
@@ -14,7 +15,9 @@ from shardsim.simulator.workload.model import Block
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # torch.optim.Adam(foreach=True), the default on CUDA, materializes sqrt(exp_avg_sq) for all of a
 # rank's parameters at once during step(): one fp32 temporary the size of the local parameters.
+# fused=True and the per-parameter loop keep none the size of the parameters.
 ADAM_STEP_TEMPORARY = 1.0
+ADAM_STEP_TEMPORARIES = {"foreach": ADAM_STEP_TEMPORARY, "fused": 0.0, "per-parameter": 0.0}
 FSDP_GATHERED_LAYERS = 2  # current + prefetched layer unsharded at once (FSDP2 limits in-flight all-gathers)
 
 
@@ -37,16 +40,9 @@ class MemoryBreakdown:
         return d
 
 
-def activation_elems(blocks: list[Block], checkpointing: bool) -> float:
-    """Activation elements per sample held for backward by these blocks.
-
-    With checkpointing on every layer only each layer's input is kept, plus one layer's
-    full activations while it is recomputed; embedding and head are not checkpointed."""
-    layers = [b for b in blocks if b.kind == "layer"]
-    others = sum(b.act_elems for b in blocks if b.kind != "layer")
-    if not checkpointing:
-        return others + sum(b.act_elems for b in layers)
-    return others + sum(b.in_elems for b in layers) + max((b.act_elems for b in layers), default=0.0)
+def activation_elems(blocks: list[Block], ckpt: Checkpointing) -> float:
+    """Activation elements per sample held for backward by these blocks (`Checkpointing.saved_elems`)."""
+    return ckpt.saved_elems(blocks)
 
 
 def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
@@ -58,38 +54,51 @@ def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
     return min(res.pp - stage, res.microbatches)
 
 
-def pipelined_unsharded(rc: RankClass) -> float:
-    """Unsharded elements a sharded pipeline stage holds from its first backward to the end
+def pipelined_unsharded(rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+    """Bytes a sharded pipeline stage holds unsharded from its first backward to the end
     of the step: pipelining's set_reshard_after_backward(False) keeps every unit unsharded,
     and with set_requires_gradient_sync(False) each accumulates its unsharded gradient
-    until perform_reduce_grad. Parameters plus gradients, both in the param dtype."""
-    return 2 * sum(p for _, p in rc.units)
+    until perform_reduce_grad. Parameters in the param dtype, gradients in the reduce dtype
+    (FSDP2 upcasts an accumulated gradient to it)."""
+    return sum(p for _, p in rc.units) * (param_bytes + grad_bytes)
 
 
 def rank_memory(
-    cfg: RunConfig, res: Resolved, rc: RankClass, blocks: list[Block], stage: int, device: DeviceSpec
+    cfg: RunConfig,
+    res: Resolved,
+    rc: RankClass,
+    blocks: list[Block],
+    stage: int,
+    device: DeviceSpec,
+    ckpt: Checkpointing,
 ) -> MemoryBreakdown:
+    """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`)."""
     pb = DTYPE_BYTES[cfg.precision]
+    rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
     fsdp = res.shard > 1
     ddp_like = not fsdp and res.replicas > 1
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    optim = local * 4 * (2 + ADAM_STEP_TEMPORARY)  # Adam exp_avg, exp_avg_sq (fp32) + step temporary
+    # Adam exp_avg, exp_avg_sq (fp32) + the step's temporary (foreach)
+    optim = local * 4 * (2 + ADAM_STEP_TEMPORARIES[cfg.optimizer_impl])
     gathered = 0.0
     if fsdp and cfg.strategy.kind == "pipeline":
-        gathered = pipelined_unsharded(rc) * pb
+        gathered = pipelined_unsharded(rc, pb, rb)
     elif fsdp:
         root = next((p for n, p in rc.units if n == "root"), 0.0)
         layer_sizes = sorted((p for n, p in rc.units if n != "root"), reverse=True)
-        top = sum(layer_sizes[:FSDP_GATHERED_LAYERS])
+        # ZeRO-2 (reshard_after_forward=False): every layer stays gathered from its forward to its backward
+        top = sum(layer_sizes[: None if not cfg.strategy.reshard_after_forward else FSDP_GATHERED_LAYERS])
         # unsharded params of the root and the gathered layers, plus one layer's unsharded
-        # gradient before its reduce-scatter
-        gathered = (root + top + (layer_sizes[0] if layer_sizes else 0.0)) * pb
+        # gradient before its reduce-scatter (and, when the reduce dtype differs, the
+        # reduce-scatter's input, the gradient cast to it)
+        grad = (layer_sizes[0] if layer_sizes else 0.0) * (pb + (rb if rb != pb else 0))
+        gathered = (root + top) * pb + grad
     elif pb != 4:
         gathered = rc.params * pb  # autocast keeps low-precision weight copies
-    acts = activation_elems(blocks, cfg.checkpointing) * res.microbatch_size * pb * in_flight(cfg, res, stage)
+    acts = activation_elems(blocks, ckpt) * res.microbatch_size * pb * in_flight(cfg, res, stage)
     overhead = GPU_RUNTIME_OVERHEAD_GIB if device.kind == "gpu" else 0.0
     g = 1 / GIB
     return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead)

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.config import Resolved, RunConfig, resolve
 from shardsim.simulator.engine import Span, simulate
@@ -90,7 +91,7 @@ def predict(
         profile = load_profile(cfg.profile, w.name)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
-    cm = ComputeModel(cluster.instance.device, cfg.precision, profile)
+    cm = ComputeModel(cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl)
     plan = build_plan(cfg, res, w, cm)
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
@@ -118,15 +119,16 @@ def _summarize(
     dev = cluster.instance.device
     # memory: the worst rank class
     layers = [b for b in w.blocks if b.kind == "layer"]
+    ckpt = checkpointing_of(cfg, layers)
     mems: list[MemoryBreakdown] = []
     if cfg.strategy.kind == "pipeline":
         embed = [b for b in w.blocks if b.kind == "embed"]
         head = [b for b in w.blocks if b.kind == "head"]
         for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp)):
             blocks = (embed if s == 0 else []) + layers[a:b] + (head if s == res.pp - 1 else [])
-            mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev))
+            mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev, ckpt))
     else:
-        mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev))
+        mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev, ckpt))
     worst = max(mems, key=lambda m: m.total_gib)
     fits = worst.total_gib <= dev.memory_gib
     reason = "" if fits else (f"needs {worst.total_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB")

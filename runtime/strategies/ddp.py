@@ -30,6 +30,5 @@ def ddp_replica_sync(module: nn.Module, sync: bool) -> AbstractContextManager:
 
 def ddp(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy ddp: checkpointing if configured, the model on the device under DDP over the world."""
-    if ctx.cfg.checkpointing:
-        apply_checkpointing(model)
+    apply_checkpointing(model, ctx.cfg.checkpointing, ctx.cfg.selective_ac_option)
     return data_parallel_step(apply_ddp(model.to(ctx.device), ctx.device), ctx, ddp_replica_sync)

@@ -39,8 +39,10 @@ def fsdp_replica_sync(module: nn.Module, sync: bool) -> Iterator[None]:
 
 
 def fsdp(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
-    """Strategies zero and zero2d: checkpointing if configured, then FSDP2 over the layout's mesh."""
-    if ctx.cfg.checkpointing:
-        apply_checkpointing(model)
-    module = apply_fsdp(model, ctx.layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
+    """Strategies zero and zero2d: checkpointing as configured, then FSDP2 over the layout's mesh
+    (ZeRO-2 without resharding the blocks after forward)."""
+    cfg = ctx.cfg
+    apply_checkpointing(model, cfg.checkpointing, cfg.selective_ac_option)
+    rest = cfg.strategy.reshard_after_forward
+    module = apply_fsdp(model, ctx.layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy, reshard_after_forward=rest)
     return data_parallel_step(module, ctx, fsdp_replica_sync)

@@ -129,10 +129,11 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     pp, M, K = res.pp, res.microbatches, cfg.grad_accum
     R = res.world // pp
     first, last = layout.stage == 0, layout.stage == pp - 1
+    n_blocks = len(blocks_of(model))
 
     def wrap(stage_module: StageModule) -> nn.Module:
-        if cfg.checkpointing:
-            apply_checkpointing(stage_module)
+        first = stage_ranges(n_blocks, pp)[layout.stage][0]
+        apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)
         if res.shard > 1:
             return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
         stage_module = stage_module.to(device)

@@ -10,10 +10,13 @@ from shardsim.simulator.config.load import build_config, load_config
 from shardsim.simulator.config.resolve import resolve
 from shardsim.simulator.config.schema import (
     BACKENDS,
+    CHECKPOINTING,
     DATA_PARALLEL,
     FIELDS,
+    OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
+    SAC_OP,
     SCHEDULES,
     SETTINGS,
     STRATEGIES,
@@ -25,10 +28,13 @@ from shardsim.simulator.config.schema import (
 
 __all__ = [
     "BACKENDS",
+    "CHECKPOINTING",
     "DATA_PARALLEL",
     "FIELDS",
     "OPTIMIZERS",
+    "OPTIMIZER_IMPLS",
     "PRECISIONS",
+    "SAC_OP",
     "SCHEDULES",
     "SETTINGS",
     "STRATEGIES",

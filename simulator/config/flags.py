@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shardsim.simulator.config.load import load_config
-from shardsim.simulator.config.schema import FIELDS, SETTINGS, RunConfig, Setting
+from shardsim.simulator.config.schema import FIELDS, SETTINGS, STRATEGY_FIELDS, RunConfig, Setting
 
 DEFAULTS = RunConfig()
 
@@ -46,7 +46,7 @@ def str_list(text: str) -> tuple[str, ...]:
 def _default_text(s: Setting) -> str:
     if s.name == "strategy":
         value: Any = DEFAULTS.strategy.kind
-    elif s.name in ("degree", "pp", "microbatches", "schedule"):
+    elif s.name in STRATEGY_FIELDS:
         value = getattr(DEFAULTS.strategy, s.name)
     else:
         value = getattr(DEFAULTS, s.name)
@@ -54,6 +54,8 @@ def _default_text(s: Setting) -> str:
         return f"the file's, else {value} on the default topology, else the topology's own count"
     if s.name == "degree":
         return "the world for zero, 1 for pipeline; zero2d needs one"
+    if s.name == "reduce_dtype":
+        return "the precision"
     return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -76,6 +78,11 @@ def add_config_arguments(
         if s.name in lists:
             kind = int_list if s.kind is int else str_list
             p.add_argument(s.option, dest=s.name, type=kind, metavar="LIST", help=f"{s.help}; comma-separated{default}")
+        elif s.name == "checkpointing":
+            # --checkpointing alone is full and --no-checkpointing none, as when it was a switch
+            p.add_argument(s.option, dest=s.name, nargs="?", const="full", choices=s.choices, help=s.help + default)
+            no = "= --checkpointing none"
+            p.add_argument("--no-checkpointing", dest=s.name, action="store_const", const="none", help=no)
         elif s.kind is bool:
             p.add_argument(
                 s.option, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + default

@@ -7,15 +7,19 @@ from typing import Any
 
 from shardsim.simulator.config.schema import (
     BACKENDS,
+    CHECKPOINTING,
     FIELDS,
+    OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
+    SAC_OP,
     SCHEDULES,
     STRATEGIES,
+    STRATEGY_FIELDS,
     RunConfig,
     Strategy,
 )
-from shardsim.simulator.config.smp import SMP_KEYS, apply_smp, smp_parameters
+from shardsim.simulator.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.yamlio import Fields, load_yaml
 
@@ -24,7 +28,8 @@ def _read_file(path: Path) -> tuple[dict[str, Any], str]:
     where = str(path)
     data = load_yaml(path)
     smp, extra = smp_parameters(data, where)
-    known = set(FIELDS) | set(SMP_KEYS) | {"distribution", "instance_type", "instance_count", "name", "description"}
+    other = {"distribution", "instance_type", "instance_count", "name", "description"}
+    known = set(FIELDS) | set(SMP_KEYS) | set(FSDP_KEYS) | other
     unknown = sorted(k for k in data if k not in known)
     if unknown:
         raise ConfigError(
@@ -34,7 +39,7 @@ def _read_file(path: Path) -> tuple[dict[str, Any], str]:
     strat = data.get("strategy")
     if isinstance(strat, dict):  # strategy: {kind: zero2d, degree: 4}
         for k, v in strat.items():
-            if k not in ("kind", "degree", "pp", "microbatches", "schedule"):
+            if k not in ("kind", *STRATEGY_FIELDS):
                 raise ConfigError("unknown key", where=where, field=f"strategy.{k}")
             values["strategy" if k == "kind" else k] = v
     elif strat is not None:
@@ -43,7 +48,28 @@ def _read_file(path: Path) -> tuple[dict[str, Any], str]:
         if k != "strategy" and k in data and data[k] is not None:
             values[k] = data[k]
     apply_smp(values, smp, extra, where)
+    apply_fsdp_keys(values, data, where)
     return values, where
+
+
+def _checkpointing(f: Fields, default: str) -> str:
+    """none | full | selective; true/false (the seed's spelling) read as full/none."""
+    value = f.raw("checkpointing")
+    if isinstance(value, bool):
+        return "full" if value else "none"
+    return f.text("checkpointing", default=default, choices=CHECKPOINTING)
+
+
+def _sac_option(values: dict[str, Any], where: str) -> str:
+    """selective_ac_option: "op", or k >= 1 (every k-th block), kept as text as torchtitan does."""
+    value = values.get("selective_ac_option")
+    if value is None:
+        return SAC_OP
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if text != SAC_OP and not (text.isdigit() and int(text) >= 1):
+        why = f"expected op or an integer k >= 1 (every k-th block), got {value!r}"
+        raise ConfigError(why, where=where, field="selective_ac_option")
+    return text
 
 
 def build_config(values: dict[str, Any], where: str) -> RunConfig:
@@ -58,12 +84,19 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
         pp=f.integer("pp", default=1),
         microbatches=f.integer("microbatches", default=1),
         schedule=f.text("schedule", default="1f1b", choices=SCHEDULES),
+        reshard_after_forward=f.boolean("reshard_after_forward", default=True),
     )
     if kind != "pipeline" and strategy.pp > 1:
         raise ConfigError(f"pp={strategy.pp} needs strategy pipeline, got {kind}", where=where, field="pp")
     if kind == "ddp" and degree not in (None, 1):
         raise ConfigError(
             f"ddp replicates the model; a shard degree of {degree} contradicts it", where=where, field="degree"
+        )
+    if not strategy.reshard_after_forward and kind not in ("zero", "zero2d"):
+        raise ConfigError(
+            f"reshard_after_forward false (ZeRO-2) applies to zero and zero2d, not {kind}",
+            where=where,
+            field="reshard_after_forward",
         )
     if kind == "zero2d" and degree is None:
         raise ConfigError("zero2d needs a degree (the partition group size)", where=where, field="degree")
@@ -84,9 +117,12 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
         batch_per_device=f.integer("batch_per_device", default=base.batch_per_device),
         grad_accum=f.integer("grad_accum", default=base.grad_accum),
         precision=f.text("precision", default=base.precision, choices=PRECISIONS),
-        checkpointing=f.boolean("checkpointing", default=base.checkpointing),
+        checkpointing=_checkpointing(f, base.checkpointing),
+        selective_ac_option=_sac_option(values, where),
+        reduce_dtype=f.text("reduce_dtype", choices=PRECISIONS) if f.has("reduce_dtype") else None,
         backend=f.text("backend", default=base.backend, choices=BACKENDS),
         optimizer=f.text("optimizer", default=base.optimizer, choices=OPTIMIZERS),
+        optimizer_impl=f.text("optimizer_impl", default=base.optimizer_impl, choices=OPTIMIZER_IMPLS),
         profile=profile,
         seed=f.integer("seed", default=0, minimum=0),
         source=where,

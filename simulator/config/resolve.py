@@ -41,6 +41,12 @@ def resolve(cfg: RunConfig, world: int, n_blocks: int) -> tuple[RunConfig, Resol
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
+    if cfg.reduce_dtype not in (None, "fp32") and shard == 1:
+        raise ConfigError(
+            f"DDP reduces its fp32 gradients; reduce_dtype {cfg.reduce_dtype} applies to sharded (FSDP2) strategies",
+            where=where,
+            field="reduce_dtype",
+        )
     kind = s.kind
     if kind == "zero2d" and shard == world:
         kind = "zero"  # MiCS with one partition group is plain ZeRO-3

@@ -10,6 +10,10 @@ SCHEDULES = ("gpipe", "1f1b")
 PRECISIONS = ("fp32", "fp16", "bf16")
 BACKENDS = ("nccl", "gloo")
 OPTIMIZERS = ("adam",)
+# torch.optim.Adam(foreach=True) | Adam(fused=True) | Adam(foreach=False)
+OPTIMIZER_IMPLS = ("foreach", "fused", "per-parameter")
+CHECKPOINTING = ("none", "full", "selective")  # of the blocks; selective as torchtitan: every k-th block, or op-level
+SAC_OP = "op"  # selective_ac_option of op-level selective checkpointing (otherwise an integer k)
 DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
 
 
@@ -28,14 +32,16 @@ class Strategy:
     pp: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
+    reshard_after_forward: bool = True  # False: ZeRO-2 (FSDP2 keeps gathered blocks from forward to backward)
 
     def label(self) -> str:
         if self.kind == "pipeline":
             shard = f" d={self.degree}" if self.degree and self.degree > 1 else ""
             return f"pipeline pp={self.pp} m={self.microbatches} {self.schedule}{shard}"
+        zero2 = "" if self.reshard_after_forward else " (ZeRO-2)"
         if self.kind == "zero2d":
-            return f"zero2d d={self.degree}"
-        return self.kind
+            return f"zero2d d={self.degree}{zero2}"
+        return self.kind + zero2
 
     def sharded_degree(self, world: int) -> int:
         """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`
@@ -53,17 +59,47 @@ class RunConfig:
     strategy: Strategy = field(default_factory=Strategy)
     batch_per_device: int = 4
     grad_accum: int = 1
-    precision: str = "fp32"
-    checkpointing: bool = True
+    precision: str = "fp32"  # the parameters' compute dtype (FSDP2's param_dtype, autocast's dtype)
+    checkpointing: str = "full"  # none | full | selective
+    selective_ac_option: str = SAC_OP  # selective: "op", or k (every k-th block, as a string)
+    reduce_dtype: str | None = None  # dtype of gradient reduction and of held gradients; None: the precision
     backend: str = "nccl"
     optimizer: str = "adam"
+    optimizer_impl: str = "foreach"
     profile: str | None = None
     seed: int = 0
     source: str = "defaults"
 
+    def __post_init__(self) -> None:
+        if isinstance(self.checkpointing, bool):  # the seed's spelling: true = full, false = none
+            object.__setattr__(self, "checkpointing", "full" if self.checkpointing else "none")
+
+    @property
+    def grad_dtype(self) -> str:
+        """The dtype gradients are reduced in (FSDP2's MixedPrecisionPolicy.reduce_dtype)."""
+        return self.reduce_dtype or self.precision
+
+    def checkpointing_label(self) -> str:
+        """on | off | selective op | selective k=2 | ..."""
+        if self.checkpointing != "selective":
+            return "on" if self.checkpointing == "full" else "off"
+        opt = self.selective_ac_option
+        return f"selective {opt if opt == SAC_OP else f'k={opt}'}"
+
     def to_dict(self) -> dict[str, Any]:
+        """The configuration as a file states it. Settings beyond the seed's at their defaults
+        are left out, and checkpointing none/full reads false/true, so that the records of
+        configurations that do not use them keep their form (the loader reads both spellings)."""
         d = asdict(self)
         d.pop("source")
+        base = RunConfig()
+        for k in EXTENDED:
+            if d[k] == getattr(base, k):
+                d.pop(k)
+        if d["strategy"]["reshard_after_forward"]:
+            d["strategy"].pop("reshard_after_forward")
+        if d["checkpointing"] in ("none", "full"):
+            d["checkpointing"] = d["checkpointing"] == "full"
         return d
 
 
@@ -107,10 +143,16 @@ SETTINGS = (
     Setting("batch_per_device", "samples per device per micro-step", int),
     Setting("grad_accum", "micro-steps per optimizer step (gradient accumulation)", int),
     Setting("precision", "training precision", choices=PRECISIONS),
-    Setting("checkpointing", "activation checkpointing of every block", bool),
+    Setting("reshard_after_forward", "zero/zero2d: free gathered blocks after forward (false: ZeRO-2)", bool),
+    Setting("checkpointing", "activation checkpointing of the blocks", choices=CHECKPOINTING),
+    Setting("selective_ac_option", "selective checkpointing: op (keep matmul outputs) or k (every k-th block)"),
+    Setting("reduce_dtype", "dtype of gradient reduction and held gradients", choices=PRECISIONS),
     Setting("backend", "communication library", choices=BACKENDS),
     Setting("optimizer", "the optimizer", choices=OPTIMIZERS, flag=False),
+    Setting("optimizer_impl", "Adam's implementation", choices=OPTIMIZER_IMPLS),
     Setting("profile", "measured profile file (shardsim profile)"),
     Setting("seed", "seed of the synthetic data and the model's initialization", int),
 )
 FIELDS = tuple(s.name for s in SETTINGS)
+STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward")  # besides the kind
+EXTENDED = ("selective_ac_option", "reduce_dtype", "optimizer_impl")  # left out of to_dict at their defaults

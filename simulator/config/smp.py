@@ -1,7 +1,9 @@
-"""SageMaker model-parallel keys, as users paste them, translated into shardsim's fields.
+"""SageMaker model-parallel keys and FSDP's own, as users paste them, translated into shardsim's fields.
 
-Flat (``sharded_data_parallel_degree: 32``) or the whole ``distribution`` block of a PyTorch
-estimator, with ``instance_type`` and ``instance_count``; contradictions are refused.
+SageMaker's flat (``sharded_data_parallel_degree: 32``) or the whole ``distribution`` block of a
+PyTorch estimator, with ``instance_type`` and ``instance_count``; FSDP's ``sharding_strategy``
+and ``mixed_precision: {param_dtype, reduce_dtype}`` (``param_dtype`` and dtype names such as
+``torch.bfloat16`` also flat); contradictions are refused.
 """
 
 from __future__ import annotations
@@ -29,6 +31,70 @@ SMP_KEYS = (
     "bf16",
     "sharded_data_parallel_degree_pipeline",
 )
+
+
+FSDP_KEYS = ("sharding_strategy", "mixed_precision", "param_dtype")
+# FSDP1's ShardingStrategy (FSDP2: reshard_after_forward) → (kind, reshard_after_forward)
+SHARDING_STRATEGIES = {
+    "FULL_SHARD": ("zero", True),
+    "SHARD_GRAD_OP": ("zero", False),
+    "HYBRID_SHARD": ("zero2d", True),
+    "_HYBRID_SHARD_ZERO2": ("zero2d", False),
+    "NO_SHARD": ("ddp", True),
+}
+DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
+
+def dtype_name(value: Any, where: str, name: str) -> str:
+    """fp32 | fp16 | bf16, also spelled as torch names (``torch.bfloat16``, ``float32``)."""
+    text = str(value).removeprefix("torch.") if isinstance(value, str) else ""
+    text = DTYPE_NAMES.get(text, text)
+    if text not in ("fp32", "fp16", "bf16"):
+        raise ConfigError(f"expected fp32, fp16 or bf16 (or torch's names), got {value!r}", where=where, field=name)
+    return text
+
+
+def _put(values: dict[str, Any], key: str, value: Any, origin: str, where: str) -> None:
+    if key in values and values[key] != value:
+        raise ConfigError(
+            f"contradicts {key}={values[key]!r} given elsewhere ({origin} gives {value!r})", where=where, field=origin
+        )
+    values[key] = value
+
+
+def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) -> None:
+    """FSDP's ``sharding_strategy`` and mixed-precision keys, refusing contradictions.
+    HYBRID_SHARD needs a degree (FSDP1 shards within a node: give ``degree`` or ``hybrid_shard_degree``)."""
+    if "sharding_strategy" in data:
+        raw = data["sharding_strategy"]
+        key = str(raw).removeprefix("ShardingStrategy.") if isinstance(raw, str) else ""
+        if key not in SHARDING_STRATEGIES:
+            raise ConfigError(
+                f"expected one of {', '.join(SHARDING_STRATEGIES)}, got {raw!r}", where=where, field="sharding_strategy"
+            )
+        kind, reshard = SHARDING_STRATEGIES[key]
+        if values.get("strategy") == "zero2d" and kind == "zero":
+            kind = "zero2d"  # a SageMaker degree below the world with FULL_SHARD: hybrid, as SMP shards it
+        _put(values, "strategy", kind, "sharding_strategy", where)
+        if not reshard:
+            _put(values, "reshard_after_forward", False, "sharding_strategy", where)
+    mp = data.get("mixed_precision")
+    if mp is not None and not isinstance(mp, dict):
+        raise ConfigError("expected a mapping {param_dtype, reduce_dtype}", where=where, field="mixed_precision")
+    mp = dict(mp or {})
+    unknown = sorted(set(mp) - {"param_dtype", "reduce_dtype"})
+    if unknown:
+        why = "unknown key; expected param_dtype, reduce_dtype"
+        raise ConfigError(why, where=where, field=f"mixed_precision.{unknown[0]}")
+    if "param_dtype" in data:
+        mp.setdefault("param_dtype", data["param_dtype"])
+    if "param_dtype" in mp:
+        _put(values, "precision", dtype_name(mp["param_dtype"], where, "param_dtype"), "param_dtype", where)
+    if "reduce_dtype" in mp:
+        reduce = dtype_name(mp["reduce_dtype"], where, "mixed_precision.reduce_dtype")
+        _put(values, "reduce_dtype", reduce, "mixed_precision.reduce_dtype", where)
+    if isinstance(values.get("reduce_dtype"), str):  # torch's names for the flat key too
+        values["reduce_dtype"] = dtype_name(values["reduce_dtype"], where, "reduce_dtype")
 
 
 def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:

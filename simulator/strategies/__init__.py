@@ -4,6 +4,7 @@ they share."""
 
 from __future__ import annotations
 
+from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.config import Resolved, RunConfig
 from shardsim.simulator.gcpause import paused_gc
@@ -27,7 +28,7 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     """The plan of one training step of `cfg`'s strategy."""
     layer_params = sum(b.params for b in w.layers)
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
-    cm = BlockTimes(cm)  # type: ignore[assignment]
+    cm = BlockTimes(cm, checkpointing_of(cfg, w.layers))  # type: ignore[assignment]
     with paused_gc():
         if cfg.strategy.kind == "pipeline":
             pipeline_plan(p, cm, cfg, res, w)

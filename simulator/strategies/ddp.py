@@ -15,7 +15,7 @@ from shardsim.simulator.workload.model import Workload
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.nn.parallel.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
-GRAD_BYTES = 4  # DDP keeps fp32 gradients under autocast
+GRAD_BYTES = 4  # DDP keeps and all-reduces fp32 gradients under autocast (reduce_dtype other than fp32 is refused)
 
 
 @dataclass
@@ -62,7 +62,7 @@ def ddp_backward(
     rep = pc.replica
     if not sync or rep is None:  # no gradient bucket waits on a block: one op
         durs = [cm.block(b, mb).bwd_s for b in pc.head]
-        durs += [cm.block(b, mb).bwd_s + (cm.block(b, mb).fwd_s if cfg.checkpointing else 0.0) for b in pc.layers[::-1]]
+        durs += [cm.block(b, mb).bwd_s + cm.recompute_s(b, mb) for b in pc.layers[::-1]]
         durs += [cm.block(b, mb).bwd_s for b in pc.embed]
         return run_through(p, rc, f"B{tag}", after, durs, "bwd"), []
     prev = after
@@ -73,7 +73,7 @@ def ddp_backward(
         buckets.add(b.params * GRAD_BYTES, prev)
     for b in pc.layers[::-1]:
         c = cm.block(b, mb)
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], c.bwd_s + (c.fwd_s if cfg.checkpointing else 0.0), "bwd")
+        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], c.bwd_s + cm.recompute_s(b, mb), "bwd")
         buckets.add(b.params * GRAD_BYTES, prev)
     for b in pc.embed:
         prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")

@@ -1,5 +1,8 @@
 """FSDP2 (strategies zero and zero2d, and the sharded stages of a pipeline): fully_shard with
-one unit per layer plus the root (embedding + head).
+one unit per layer plus the root (embedding + head); ZeRO-2 (reshard_after_forward=False)
+keeps each layer gathered from its forward to its backward, which then gathers nothing.
+Gradients are reduced in the reduce dtype (MixedPrecisionPolicy.reduce_dtype), parameters
+gathered in the param dtype.
 
 Per micro-step: all-gather the root (kept through forward: FSDP2 does not reshard the root
 after forward), per layer all-gather → forward (the next layer's all-gather is issued as soon
@@ -31,11 +34,12 @@ class Residency:
     """Which FSDP2 units of a rank class are unsharded now (FSDPParamGroup.is_unsharded).
 
     `unshard` all-gathers only a sharded unit (a no-op otherwise); a block reshards after
-    forward (reshard_after_forward=True), the root does not. After backward every unit
-    reshards, unless pipelining set set_reshard_after_backward(False): then units stay
-    unsharded until perform_reduce_grad."""
+    forward (reshard_after_forward=True; False is ZeRO-2: it stays gathered for its backward),
+    the root does not. After backward every unit reshards, unless pipelining set
+    set_reshard_after_backward(False): then units stay unsharded until perform_reduce_grad."""
 
     reshard_after_backward: bool = True
+    reshard_after_forward: bool = True
     unsharded: set[str] = field(default_factory=set)
 
     def unshard(self, unit: str) -> bool:
@@ -46,8 +50,10 @@ class Residency:
         return True
 
     def post_forward(self, unit: str) -> None:
-        """FSDPParamGroup.post_forward of a block: reshard, even when a backward left it unsharded."""
-        self.unsharded.discard(unit)
+        """FSDPParamGroup.post_forward of a block: reshard (even when a backward left it
+        unsharded), unless it was sharded with reshard_after_forward=False."""
+        if self.reshard_after_forward:
+            self.unsharded.discard(unit)
 
     def post_backward(self) -> None:
         """The end of a backward pass: reshard everything unless resharding after backward is off."""
@@ -72,7 +78,7 @@ def fsdp_forward(
 ) -> Dep:
     """FSDP2 forward of a piece (all-gathers of the units `pc.residency` holds sharded).
     Returns the last compute op."""
-    pbytes = DTYPE_BYTES[cfg.precision]  # MixedPrecisionPolicy: param_dtype = reduce_dtype
+    pbytes = DTYPE_BYTES[cfg.precision]  # MixedPrecisionPolicy.param_dtype
     sh, res = pc.shard, pc.residency
     if ROOT in res.unsharded and all(b.name in res.unsharded for b in pc.layers):
         for b in pc.layers:  # nothing to gather: nothing waits between the blocks (see run_through)
@@ -129,7 +135,7 @@ def fsdp_backward(
     (set_requires_all_reduce(False)); `reduce` False also skips the reduce-scatter
     (set_requires_gradient_sync(False), as pipelining does in every microbatch backward).
     Returns (last compute op, gradient collective ops)."""
-    pbytes = DTYPE_BYTES[cfg.precision]
+    pbytes, gbytes = DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
     sh, rep = pc.shard, pc.replica
     prev = after
     for b in pc.head:
@@ -143,7 +149,7 @@ def fsdp_backward(
         b = pc.layers[i]
         c = cm.block(b, mb)
         agb = None
-        dur = c.bwd_s + (c.fwd_s if cfg.checkpointing else 0.0)
+        dur = c.bwd_s + cm.recompute_s(b, mb)
         if pc.residency.unshard(b.name):
             gate = after if i == L - 1 else pre[i + 1]
             agb = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG' {b.name}{tag}", [gate], "bwd")
@@ -153,19 +159,19 @@ def fsdp_backward(
         prev = compute_op(p, rc, f"B {b.name}{tag}", [agb, prev], dur, "bwd")
         pre[i - 1] = prev
         if reduce:
-            rs = p.comm(rc, "rs", "reduce_scatter", sh, b.params * pbytes, f"RS {b.name}{tag}", [prev], "sync")
+            rs = p.comm(rc, "rs", "reduce_scatter", sh, b.params * gbytes, f"RS {b.name}{tag}", [prev], "sync")
             syncs.append(rs)
             if sync and rep is not None:
-                shard_bytes = b.params * pbytes / sh.size
+                shard_bytes = b.params * gbytes / sh.size
                 syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {b.name}{tag}", [rs, prev], "sync"))
     for b in pc.embed:
         prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
     if reduce and pc.root_params:
         prev = _fsdp_work(p, rc, f"copy-in root{tag}", [prev], p.fsdp.reduce_s_per_param * pc.root_params, "bwd")
-        rs = p.comm(rc, "rs", "reduce_scatter", sh, pc.root_params * pbytes, f"RS root{tag}", [prev], "sync")
+        rs = p.comm(rc, "rs", "reduce_scatter", sh, pc.root_params * gbytes, f"RS root{tag}", [prev], "sync")
         syncs.append(rs)
         if sync and rep is not None:
-            nb = pc.root_params * pbytes / sh.size
+            nb = pc.root_params * gbytes / sh.size
             syncs.append(p.comm(rc, "ar", "all_reduce", rep, nb, f"AR root{tag}", [rs, prev], "sync"))
     pc.residency.post_backward()
     return prev, syncs
@@ -178,7 +184,7 @@ def fsdp_reduce_grad(
     order (root, then the blocks): reduce-scatter of its accumulated unsharded gradient,
     with `sync` the all-reduce of the shard across replicas; then every unit reshards.
     Returns the gradient collective ops."""
-    pbytes = DTYPE_BYTES[cfg.precision]
+    gbytes = DTYPE_BYTES[cfg.grad_dtype]
     sh, rep = pc.shard, pc.replica
     syncs: list[int | None] = []
     units = [(ROOT, pc.root_params)] + [(b.name, b.params) for b in pc.layers]
@@ -186,10 +192,10 @@ def fsdp_reduce_grad(
         if params <= 0:
             continue
         after = _fsdp_work(p, rc, f"copy-in {name}{tag}", [after], p.fsdp.reduce_s_per_param * params, "sync")
-        rs = p.comm(rc, "rs", "reduce_scatter", sh, params * pbytes, f"RS {name}{tag}", [after], "sync")
+        rs = p.comm(rc, "rs", "reduce_scatter", sh, params * gbytes, f"RS {name}{tag}", [after], "sync")
         syncs.append(rs)
         if sync and rep is not None and rs is not None:
-            shard_bytes = params * pbytes / sh.size
+            shard_bytes = params * gbytes / sh.size
             syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {name}{tag}", [rs], "sync"))
     pc.residency.reshard_all()
     return syncs
@@ -198,9 +204,10 @@ def fsdp_reduce_grad(
 def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
     """Strategies zero and zero2d: every rank runs the whole model, sharded over groups of
     `res.shard` ranks; with several groups (ZeRO-2D) each gradient shard is all-reduced across
-    the replica groups."""
+    the replica groups. Either as ZeRO-3 or, without resharding after forward, ZeRO-2."""
     embed, layers, head = split_blocks(w)
     world, d = res.world, res.shard
     replica = GroupLayout(0, world, world // d, strided=True) if world > d else None
-    piece = FsdpPiece(embed, layers, head, GroupLayout(0, world, d), replica)
+    residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
+    piece = FsdpPiece(embed, layers, head, GroupLayout(0, world, d), replica, residency)
     data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward)

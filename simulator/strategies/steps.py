@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import BlockCost, ComputeModel
 from shardsim.simulator.config import Resolved, RunConfig
 from shardsim.simulator.network.collectives import GroupLayout
@@ -13,6 +14,9 @@ from shardsim.simulator.plan import Dep, Plan, RankClass
 from shardsim.simulator.workload.model import Block, Workload
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
+# Parameter tensors per unit, for what per-parameter Adam launches: a transformer layer with
+# biases holds 12 (4 linear weights and biases, 2 LayerNorms); the block structure does not say (assumption).
+PARAM_TENSORS_PER_UNIT = 12
 
 
 def split_blocks(w: Workload) -> tuple[list[Block], list[Block], list[Block]]:
@@ -71,7 +75,8 @@ def optimizer_step(p: Plan, rc: int, cm: ComputeModel, pc: Piece, model_params: 
     here as with their size)."""
     rcl = p.classes[rc]
     share = rcl.params / model_params if pc.shard is not None else 0.0
-    dur = cm.optimizer(rcl.local_params) + share * cm.sharded_optimizer_overhead()
+    tensors = PARAM_TENSORS_PER_UNIT * len(rcl.units)
+    dur = cm.optimizer(rcl.local_params, tensors) + share * cm.sharded_optimizer_overhead()
     return p.add(rc, "compute", "optimizer", "optimizer step", deps, duration=dur, phase="opt")
 
 
@@ -102,10 +107,16 @@ def data_parallel_plan(
 @dataclass
 class BlockTimes:
     """A ComputeModel whose block times are computed once per (block, batch): a plan asks for
-    every block once per microbatch."""
+    every block once per microbatch; with the configuration's checkpointing, what each block's
+    backward recomputes."""
 
     cm: ComputeModel
+    ckpt: Checkpointing = field(default_factory=lambda: Checkpointing(frozenset()))
     _memo: dict[tuple[int, int], BlockCost] = field(default_factory=dict)
+
+    def recompute_s(self, b: Block, batch: int) -> float:
+        """Seconds of forward that backward of `b` runs again (activation checkpointing)."""
+        return self.ckpt.recompute_s(b, self.block(b, batch))
 
     def block(self, b: Block, batch: int) -> BlockCost:
         key = (id(b), batch)  # the workload keeps its blocks alive while the plan is built
@@ -113,8 +124,8 @@ class BlockTimes:
             self._memo[key] = self.cm.block(b, batch)
         return self._memo[key]
 
-    def optimizer(self, local_params: float) -> float:
-        return self.cm.optimizer(local_params)
+    def optimizer(self, local_params: float, tensors: int = 0) -> float:
+        return self.cm.optimizer(local_params, tensors)
 
     def sharded_optimizer_overhead(self) -> float:
         return self.cm.sharded_optimizer_overhead()

@@ -202,7 +202,7 @@ def print_report(
         if global_batch is None
         else f"{base.workload}, global batch {global_batch} (strong scaling)"
     )
-    head += f", {base.precision}, checkpointing {'on' if base.checkpointing else 'off'}, {base.backend}"
+    head += f", {base.precision}, checkpointing {base.checkpointing_label()}, {base.backend}"
     if multi:
         out.print(f"Sweep of {len(df)} configurations over {len(clusters)} clusters: {head}")
         out.print(_cluster_table(df, rec))

@@ -57,6 +57,7 @@ class Block:
     in_elems: float  # elements of the block's input (saved alone under checkpointing)
     out_elems: float  # elements of the block's output (what a pipeline stage sends on)
     kind: str = "layer"  # embed | layer | head
+    act_matmul_elems: float = 0.0  # outputs of its matmul and attention ops (kept by op-level selective checkpointing)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _layer_block(a: Arch, index: int) -> Block:
         # memory-bound: GELU reads/writes f, residual add reads 2h writes h
         mem = s * (2 * f + 3 * h)
         act = s * (h + 2 * f)  # fc1 input, fc1 output (GELU input), GELU output (fc2 input)
-        return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h)
+        return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * (f + h))
     params = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h  # attn (qkv+proj, biases), MLP, 2 LayerNorms
     matmul = 2.0 * s * (4 * h * h + 2 * h * f)
     # QK^T and PV: 2 batched matmuls of s*s*h MACs each. Counted in full even when causal, as
@@ -133,7 +134,10 @@ def _layer_block(a: Arch, index: int) -> Block:
     # attention out, LN2 in, LN2 out, fc1 out, GELU out; the softmax log-sum-exp per head and
     # token; the mean and rstd per token of each LayerNorm.
     act = s * (8 * h + 2 * f) + s * a.heads + 2 * 2 * s
-    return Block(f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h)
+    # Matmul and attention outputs: qkv (3h), attention out (h) and its log-sum-exp per head,
+    # out projection (h), fc1 (f), fc2 (h)
+    mm = s * (6 * h + f) + s * a.heads
+    return Block(f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=mm)
 
 
 def _embed_block(a: Arch) -> Block | None:

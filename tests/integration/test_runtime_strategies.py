@@ -39,8 +39,11 @@ def _overrides(args: list[str]) -> dict:
     it = iter(args)
     for flag in it:
         key = flag.removeprefix("--").replace("-", "_")
-        if key == "checkpointing" or key == "no_checkpointing":
-            out["checkpointing"] = key == "checkpointing"
+        if key == "no_checkpointing":
+            out["checkpointing"] = "none"
+            continue
+        if key == "no_reshard_after_forward":
+            out["reshard_after_forward"] = False
             continue
         value = next(it)
         out[key] = int(value) if value.isdigit() else value
@@ -76,11 +79,28 @@ def check_equals_reference(tmp_path: Path, world: int, args: list[str]) -> dict:
         (2, "--workload tiny-gpt --strategy ddp --grad-accum 2"),
         (2, "--workload tiny-gpt --strategy zero --no-checkpointing"),
         (4, "--workload tiny-gpt --strategy zero2d --degree 2 --grad-accum 2"),
+        (2, "--workload tiny-gpt --strategy zero --no-reshard-after-forward --grad-accum 2"),
+        (4, "--workload tiny-gpt --strategy zero2d --degree 2 --no-reshard-after-forward --checkpointing none"),
+        (2, "--workload tiny-gpt --strategy zero --checkpointing selective --selective-ac-option op"),
+        (2, "--workload tiny-gpt --strategy ddp --checkpointing selective --selective-ac-option 2"),
+        (2, "--workload tiny-gpt --strategy zero --optimizer-impl fused --reduce-dtype fp32"),
         (2, "--workload tiny-mlp --strategy pipeline --pp 2 --microbatches 4 --schedule gpipe"),
         (4, "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
         (4, "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --schedule gpipe"),
     ],
-    ids=["ddp-accum2", "zero", "zero2d-d2-accum2", "gpipe-pp2", "1f1b-pp2-x-dp2-accum2", "gpipe-pp2-x-zero-d2"],
+    ids=[
+        "ddp-accum2",
+        "zero",
+        "zero2d-d2-accum2",
+        "zero2-accum2",
+        "zero2d-zero2-d2",
+        "zero-sac-op",
+        "ddp-sac-every-2",
+        "zero-fused-adam",
+        "gpipe-pp2",
+        "1f1b-pp2-x-dp2-accum2",
+        "gpipe-pp2-x-zero-d2",
+    ],
 )
 def test_strategy_equals_single_process_reference(tmp_path, world, args):
     rec = check_equals_reference(tmp_path, world, args.split())

@@ -5,6 +5,7 @@ PyTorch's fake process group under FakeTensorMode, at world sizes up to 1,024.""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import pytest
@@ -90,3 +91,58 @@ def test_padding_is_the_only_difference_for_odd_shapes() -> None:
     plan = sorted(planned(arch, world, shard, 1).elements())
     trace = sorted(traced(arch, world, shard, 1).elements())
     assert_equal_up_to_padding(plan, trace, 2 * arch.hidden, shard)
+
+
+def planned_bytes(arch: Arch, world: int, shard: int, accum: int, **settings) -> Counter:
+    """(kind, bytes, group size) of the plan's collectives for a configuration with `settings`."""
+    kind = "zero" if shard == world else "zero2d"
+    rest = settings.pop("reshard_after_forward", True)
+    cfg = RunConfig(workload="traced", topology="p4d.24xlarge", nodes=world // 8, batch_per_device=2,
+                    strategy=Strategy(kind, degree=shard, reshard_after_forward=rest), grad_accum=accum,
+                    checkpointing=False, **settings)  # fmt: skip
+    cluster = make_cluster("p4d.24xlarge", world // 8)
+    w = from_arch("traced", arch)
+    cfg, res = resolve(cfg, cluster.world, len(w.layers))
+    plan = build_plan(cfg, res, w, ComputeModel(cluster.instance.device, cfg.precision))
+    return Counter((op.coll, round(op.nbytes), op.layout.size) for op in plan.ops if op.kind == "comm")
+
+
+def traced_bytes(arch: Arch, world: int, shard: int, accum: int, **fsdp_kwargs) -> Counter:
+    apply = functools.partial(apply_fsdp, **fsdp_kwargs)
+    calls = trace_fsdp_step(lambda: build_model(arch), world, shard, apply, grad_accum=accum)
+    return Counter((c.kind, c.numel * c.itemsize, c.group_size) for c in calls)
+
+
+@pytest.mark.parametrize(
+    ("arch", "world", "shard", "accum"),
+    [
+        (PRESETS["tiny-gpt"], 8, 8, 1),
+        (PRESETS["tiny-gpt"], 16, 4, 2),
+        (WIDE_MLP, 1024, 8, 1),
+    ],
+    ids=["gpt-zero-8", "gpt-zero2d-16x4-accum2", "mlp-zero2d-1024x8"],
+)
+def test_zero2_plan_equals_fsdp2_trace(arch: Arch, world: int, shard: int, accum: int) -> None:
+    """ZeRO-2 (reshard_after_forward=False): one all-gather per unit per micro-step, none in backward."""
+    plan = planned_bytes(arch, world, shard, accum, reshard_after_forward=False)
+    assert plan == traced_bytes(arch, world, shard, accum, reshard_after_forward=False)
+    gathers = sum(n for (k, _, _), n in plan.items() if k == "all_gather")
+    assert gathers == accum * (arch.layers + 1)  # the layers and the root, once per micro-step
+    assert gathers < sum(n for (k, _, _), n in planned_bytes(arch, world, shard, accum).items() if k == "all_gather")
+
+
+@pytest.mark.parametrize("reduce", ["fp32", "bf16"])
+def test_reduce_dtype_bytes_equal_fsdp2_trace(reduce: str) -> None:
+    """bf16 parameters: all-gathers in bf16, gradient reduce-scatters and all-reduces in the reduce dtype."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    arch, world, shard = PRESETS["tiny-gpt"], 16, 8
+    mp = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, {"fp32": "float32"}.get(reduce, "bfloat16"))
+    )
+    plan = planned_bytes(arch, world, shard, 1, precision="bf16", reduce_dtype=reduce)
+    assert plan == traced_bytes(arch, world, shard, 1, mp_policy=mp)
+    rs = [b for (k, b, _) in plan if k == "reduce_scatter"]
+    ag = [b for (k, b, _) in plan if k == "all_gather"]
+    assert sorted(rs) == sorted(x * (2 if reduce == "fp32" else 1) for x in ag)

@@ -1,0 +1,16 @@
+"""The optimizer every run and the single-process reference build: Adam in the configured
+implementation (torch.optim.Adam foreach=True | fused=True | foreach=False)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+LR = 1e-3  # Adam's learning rate (defaults otherwise)
+ADAM_IMPLS = {"foreach": {"foreach": True}, "fused": {"fused": True}, "per-parameter": {"foreach": False}}
+
+
+def build_adam(params: Iterable[torch.nn.Parameter], impl: str) -> torch.optim.Adam:
+    """Adam over `params` in implementation `impl` (a key of ADAM_IMPLS)."""
+    return torch.optim.Adam(params, lr=LR, **ADAM_IMPLS[impl])

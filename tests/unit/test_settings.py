@@ -1,0 +1,135 @@
+"""The training settings beyond the strategy: ZeRO-2, activation checkpointing modes, the
+reduce dtype and Adam's implementation, read from files and flags and costed in time and memory."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from shardsim.simulator.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.predict import predict
+from shardsim.simulator.workload.model import Arch, from_arch
+
+GPT_30B = Arch("gpt", hidden=7168, layers=48, heads=56, seq_len=2048, vocab=50257)  # 30.3 B parameters
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def flags(*args: str) -> RunConfig:
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    return config_from_args(p.parse_args(list(args)))
+
+
+def test_defaults_and_to_dict_keep_the_seed_form():
+    cfg = RunConfig()
+    assert (cfg.checkpointing, cfg.selective_ac_option, cfg.reduce_dtype, cfg.optimizer_impl) == (
+        "full", "op", None, "foreach")  # fmt: skip
+    d = cfg.to_dict()
+    assert d["checkpointing"] is True and "reduce_dtype" not in d and "optimizer_impl" not in d
+    assert "reshard_after_forward" not in d["strategy"]
+    d = RunConfig(checkpointing="selective", reduce_dtype="fp32").to_dict()
+    assert d["checkpointing"] == "selective" and d["reduce_dtype"] == "fp32"
+
+
+def test_checkpointing_spellings(tmp_path):
+    assert load_config(write(tmp_path, "checkpointing: false\n")).checkpointing == "none"
+    assert load_config(write(tmp_path, "checkpointing: true\n")).checkpointing == "full"
+    cfg = load_config(write(tmp_path, "checkpointing: selective\nselective_ac_option: 2\n"))
+    assert (cfg.checkpointing, cfg.selective_ac_option) == ("selective", "2")
+    assert flags("--checkpointing").checkpointing == "full"
+    assert flags("--no-checkpointing").checkpointing == "none"
+    assert flags("--checkpointing", "selective", "--selective-ac-option", "3").selective_ac_option == "3"
+    assert RunConfig(checkpointing=False).checkpointing == "none"
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("checkpointing: some\n", "checkpointing"),
+        ("checkpointing: selective\nselective_ac_option: 0\n", "selective_ac_option"),
+        ("checkpointing: selective\nselective_ac_option: layer\n", "selective_ac_option"),
+        ("reduce_dtype: fp64\n", "reduce_dtype"),
+        ("optimizer_impl: sgd\n", "optimizer_impl"),
+        ("strategy: ddp\nreshard_after_forward: false\n", "reshard_after_forward"),
+        ("sharding_strategy: FULL\n", "sharding_strategy"),
+        ("precision: fp32\nparam_dtype: bfloat16\n", "param_dtype"),
+        ("mixed_precision: {buffer_dtype: fp32}\n", "mixed_precision.buffer_dtype"),
+    ],
+)
+def test_bad_settings_name_the_field_and_file(tmp_path, text, field):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert e.value.field == field and str(path) in str(e.value)
+
+
+def test_fsdp_keys_as_users_paste_them(tmp_path):
+    cfg = load_config(write(tmp_path, "sharding_strategy: SHARD_GRAD_OP\n"))
+    assert cfg.strategy.kind == "zero" and not cfg.strategy.reshard_after_forward
+    assert cfg.strategy.label() == "zero (ZeRO-2)"
+    cfg = load_config(write(tmp_path, "sharding_strategy: _HYBRID_SHARD_ZERO2\ndegree: 4\n"))
+    assert cfg.strategy.label() == "zero2d d=4 (ZeRO-2)"
+    cfg = load_config(write(tmp_path, "sharded_data_parallel_degree: 8\nsharding_strategy: FULL_SHARD\n"))
+    assert (cfg.strategy.kind, cfg.strategy.degree, cfg.strategy.reshard_after_forward) == ("zero2d", 8, True)
+    text = "mixed_precision: {param_dtype: torch.bfloat16, reduce_dtype: torch.float32}\n"
+    cfg = load_config(write(tmp_path, text))
+    assert (cfg.precision, cfg.reduce_dtype, cfg.grad_dtype) == ("bf16", "fp32", "fp32")
+
+
+def test_ddp_refuses_a_low_reduce_dtype():
+    cfg = RunConfig(strategy=Strategy("ddp"),
+                    precision="bf16", reduce_dtype="bf16")  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        resolve(cfg, 8, 4)
+    assert e.value.field == "reduce_dtype"
+
+
+def test_activation_memory_selective_between_none_and_full():
+    acts = {}
+    for mode, opt in [("none", "op"), ("full", "op"), ("selective", "op"), ("selective", "2")]:
+        p = predict(RunConfig(topology="p4d.24xlarge", nodes=1, precision="bf16", checkpointing=mode,
+                              selective_ac_option=opt, workload="gpt2-xl"))  # fmt: skip
+        acts[mode, opt] = (p.memory["activations_gib"], p.breakdown["compute_s"])
+    none, full = acts["none", "op"], acts["full", "op"]
+    for sel in (acts["selective", "op"], acts["selective", "2"]):
+        assert full[0] < sel[0] < none[0]  # memory
+        assert none[1] < sel[1] < full[1]  # compute: recompute of some of the forward
+    assert acts["selective", "op"][1] - none[1] < (full[1] - none[1]) / 2  # only the memory-bound part
+
+
+def test_zero2_keeps_gathered_layers_and_gathers_once():
+    base = RunConfig(topology="p4d.24xlarge", nodes=2, precision="bf16", workload="gpt-10b")
+    z3 = predict(base)
+    z2 = predict(replace(base, strategy=Strategy("zero", reshard_after_forward=False)))
+    assert z2.strategy == "zero (ZeRO-2)"
+    assert z2.collectives["all_gather"] == z3.collectives["all_gather"] - 32  # no all-gather in backward
+    assert z2.memory["gathered_gib"] > 5 * z3.memory["gathered_gib"]
+
+
+def test_reduce_dtype_fp32_doubles_reduce_scatter_bytes_not_gathers():
+    base = dict(topology="p4d.24xlarge", nodes=2, precision="bf16", workload="gpt-10b")
+    lo, hi = predict(RunConfig(**base)), predict(RunConfig(**base, reduce_dtype="fp32"))
+    assert hi.memory["gathered_gib"] > lo.memory["gathered_gib"]
+    assert hi.breakdown["comm_total_s"] > lo.breakdown["comm_total_s"]
+
+
+def test_a_30b_model_on_8_x_80gb_is_decided_by_adam_implementation():
+    """foreach's step temporary (fp32, the size of the local parameters) does not fit; fused and
+    per-parameter Adam do; per-parameter pays its launches in time."""
+    w = from_arch("gpt-30b", GPT_30B)
+    assert 30e9 < w.params < 31e9
+    got = {}
+    for impl in ("foreach", "fused", "per-parameter"):
+        cfg = RunConfig(workload="gpt-30b", topology="p5.48xlarge", nodes=1, precision="bf16", batch_per_device=4,
+                        optimizer_impl=impl)  # fmt: skip
+        got[impl] = predict(cfg, workload=w)
+    assert not got["foreach"].fits and got["fused"].fits and got["per-parameter"].fits
+    assert got["per-parameter"].breakdown["optimizer_s"] > got["fused"].breakdown["optimizer_s"]
