@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+
 STRATEGIES = ("ddp", "zero", "zero2d", "pipeline")
 SCHEDULES = ("gpipe", "1f1b")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -47,7 +49,7 @@ class Strategy:
 class RunConfig:
     """Everything that defines one training step, for prediction and for a real run."""
 
-    workload: str = "vit-630m"
+    workload: str | Arch = "vit-630m"  # a library name or a file path, or a model described inline
     topology: str = "g4dn.12xlarge"
     nodes: int | None = 8
     strategy: Strategy = field(default_factory=Strategy)
@@ -59,6 +61,7 @@ class RunConfig:
     optimizer: str = "adam"
     profile: str | None = None
     seed: int = 0
+    shape: Shape = field(default_factory=Shape)  # shape fields given over the workload's
     source: str = "defaults"
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,7 +99,11 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("workload", "preset name or pkg.module:build_fn"),
+    Setting(
+        "workload",
+        "library model name, model .yaml, Hugging Face config.json, inline {family: ..., hidden: ...}, "
+        "or pkg.module:build_fn",
+    ),
     Setting("topology", "instance type name (e.g. p4d.24xlarge) or a YAML path"),
     Setting("nodes", "number of nodes (instances)", int),
     Setting("strategy", "how the model is distributed", choices=STRATEGIES),
@@ -112,5 +119,13 @@ SETTINGS = (
     Setting("optimizer", "the optimizer", choices=OPTIMIZERS, flag=False),
     Setting("profile", "measured profile file (shardsim profile)"),
     Setting("seed", "seed of the synthetic data and the model's initialization", int),
+    Setting("seq_len", "tokens per sample, over the workload's", int),
+    Setting("hidden", "hidden size, over the workload's", int),
+    Setting("layers", "transformer layers, over the workload's", int),
+    Setting("heads", "attention heads, over the workload's", int),
+    Setting("kv_heads", "key/value heads (grouped-query attention), over the workload's", int),
+    Setting("ffn", "MLP inner size, over the workload's", int),
+    Setting("vocab", "vocabulary size, over the workload's", int),
 )
 FIELDS = tuple(s.name for s in SETTINGS)
+assert set(SHAPE_FIELDS) <= set(FIELDS)
