@@ -220,5 +220,6 @@ def build_model(a: Arch) -> ShardsimModel:
     embed = TokenEmbed(a.vocab, a.seq_len, a.hidden, a.position_kind == "learned")
     head = LMHead(a.hidden, a.vocab, a.traits.norm)
     if a.tied_embeddings:
+        nn.init.normal_(embed.tok.weight, std=0.02)  # it is the output projection too (GPT-2's init)
         head.out.weight = embed.tok.weight
     return ShardsimModel(a, embed, blocks, head)
