@@ -244,3 +244,18 @@ def test_bad_model_exits_2_through_the_cli(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert str(f) in out.stderr and "model_type" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_worker_flags_carry_an_inline_model_and_shape() -> None:
+    """The launcher passes the configuration to each rank as flags: an inline model as JSON."""
+    import argparse
+
+    from shardsim.runtime.launch import config_flags
+    from shardsim.simulator.config import add_config_arguments, config_from_args
+
+    text = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, vocab: 128, seq_len: 16}"
+    cfg = load_config(None, {"workload": text, "seq_len": 8, "topology": "emu-2x2", "backend": "gloo"})
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    again = config_from_args(p.parse_args(config_flags(cfg)))
+    assert again.workload == cfg.workload and again.shape == cfg.shape
