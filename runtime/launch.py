@@ -9,6 +9,7 @@ no rank outlives it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from shardsim.runtime.emulation.plan import EmulatedCluster
@@ -53,7 +54,10 @@ class LaunchResult:
 def config_flags(cfg: RunConfig) -> list[str]:
     """The configuration as explicit flags of runtime.train (nothing parsed twice)."""
     s = cfg.strategy
-    out = ["--workload", cfg.workload, "--topology", cfg.topology, "--strategy", s.kind]
+    workload = cfg.workload if isinstance(cfg.workload, str) else json.dumps(asdict(cfg.workload))
+    out = ["--workload", workload, "--topology", cfg.topology, "--strategy", s.kind]
+    for name, value in cfg.shape.given().items():
+        out += ["--" + name.replace("_", "-"), str(value)]
     if cfg.nodes is not None:
         out += ["--nodes", str(cfg.nodes)]
     if s.degree is not None:

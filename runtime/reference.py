@@ -28,7 +28,7 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     compute (not apply) the gradients of step `steps` (`data_batches` as runtime.train's
     --data-batches). Returns {"params", "grads", "losses"}:
     what a run with ``--save-params`` saves, and the loss of each step."""
-    model = workloads.build(cfg.workload, cfg.seed)
+    model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
     opt = build_adam(model.parameters(), cfg.optimizer_impl)
     losses = []
     for step in range(steps):

@@ -22,6 +22,7 @@ from typing import Any
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -73,7 +74,7 @@ def wants_cuda(cfg: RunConfig) -> bool:
 def default_run_id(cfg: RunConfig) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     label = cfg.strategy.label().replace(" ", "-").replace("=", "")
-    return f"{stamp}-{cfg.workload.replace(':', '.').replace('/', '.')}-{label}-{os.getpid()}"
+    return f"{stamp}-{spec_name(cfg.workload).replace(':', '.').replace('/', '.')}-{label}-{os.getpid()}"
 
 
 @dataclass
@@ -138,10 +139,10 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     from shardsim.runtime.optimizer import build_adam
     from shardsim.runtime.strategies import apply_strategy
 
-    model = workloads.build(cfg.workload, cfg.seed)
+    model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
     cfg, res = resolve(cfg, world, len(model.blocks))
     if cfg.strategy.kind == "pipeline":
-        workloads.check_model(model, cfg.workload, pipeline=True)
+        workloads.check_model(model, spec_name(cfg.workload), pipeline=True)
     applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
     del model  # a pipeline stage keeps only its own blocks
     module = applied.module
@@ -308,7 +309,7 @@ def run(ns: argparse.Namespace, status) -> int:
                 run_id=ns.run_id or default_run_id(job.cfg),
                 finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
                 config=job.cfg.to_dict(),
-                workload=job.cfg.workload,
+                workload=spec_name(job.cfg.workload),
                 topology=job.cfg.topology,
                 nodes=job.cfg.nodes,
                 strategy=job.cfg.strategy.label(),

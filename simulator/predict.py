@@ -19,11 +19,17 @@ from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies import build_plan
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
-from shardsim.simulator.workload.model import Workload, load_workload, stage_ranges
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload, stage_ranges
 
 
 @dataclass(frozen=True)
 class StepPrediction:
+    """One step's prediction. `tflops_per_device` and `mfu` count model FLOPs: the workload's
+    forward and backward per sample (recomputation under checkpointing not counted), attention
+    as the fused kernels do the work: half the s*s products for causal models, all of them for
+    bidirectional ones (`workload.families`). `params` is the model's parameter count."""
+
     config: dict
     cluster: str
     strategy: str
@@ -41,6 +47,7 @@ class StepPrediction:
     memory: dict[str, float]
     collectives: dict[str, int]
     cost_per_hour_usd: float | None
+    params: int = 0
     spans: list[Span] = field(default_factory=list, repr=False, compare=False)
     class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -83,7 +90,7 @@ def predict(
     """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`; `profile`
     (already loaded) takes the place of the file `cfg.profile` names."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
-    w = workload or load_workload(cfg.workload)
+    w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
     cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks))
     if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
         raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
@@ -152,6 +159,7 @@ def _summarize(
         memory=worst.to_dict(),
         collectives=dict(counts),
         cost_per_hour_usd=price,
+        params=w.params,
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes],
     )

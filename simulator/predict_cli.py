@@ -8,6 +8,7 @@ import json
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.config.flags import add_algo_argument
 from shardsim.simulator.units import format_seconds
+from shardsim.simulator.workload.load import spec_name
 
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
@@ -21,7 +22,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         print(pred.to_json())
         return 0
     b = pred.breakdown
-    print(f"{cfg.workload} on {pred.cluster}, {pred.strategy}, global batch {pred.global_batch}")
+    print(f"{spec_name(cfg.workload)} on {pred.cluster}, {pred.strategy}, global batch {pred.global_batch}")
     print(f"  step time        {format_seconds(pred.step_time_s)}   ({pred.samples_per_s:.1f} samples/s)")
     print(
         f"  breakdown        compute {format_seconds(b['compute_s'])}, "

@@ -55,7 +55,7 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     from shardsim.simulator.config import resolve
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.strategies import build_plan
-    from shardsim.simulator.workload.model import load_workload
+    from shardsim.simulator.workload.load import load_workload
 
     w = load_workload(cfg.workload)
     cluster = make_cluster(cfg.topology, cfg.nodes)

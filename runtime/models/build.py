@@ -1,10 +1,11 @@
 """The runtime's model, built from the same workload spec the simulator reads.
 
-A preset name builds `runtime.models.build_model(PRESETS[name])`; ``pkg.module:build_fn``
-imports and calls the function (no arguments). The model must have ``blocks`` (an
+A described model (a library name, a model YAML, a Hugging Face config.json, an inline
+`Arch`; shape flags over it) builds `runtime.models.transformer.build_model(arch)`;
+``pkg.module:build_fn`` imports and calls the function (no arguments). The model must have ``blocks`` (an
 ``nn.ModuleList``), ``sample_batch(batch, generator=None) -> (inputs, targets)``, and for a
 pipeline ``embed`` (or None) and ``head``; ``loss(output, target)`` defaults to
-cross-entropy. `n_blocks` answers without torch for presets (the launcher checks a
+cross-entropy. `n_blocks` answers without torch for described models (the launcher checks a
 configuration before anything is spawned).
 """
 
@@ -14,14 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.arch import Shape
 from shardsim.simulator.workload.importpath import first_line, resolve_import_path
-from shardsim.simulator.workload.model import PRESETS, load_workload
+from shardsim.simulator.workload.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
 
 
-def resolve_builder(name: str) -> Callable[[], Any]:
+def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE) -> Callable[[], Any]:
     """A function that builds the workload's torch model (ConfigError if there is none)."""
-    if name in PRESETS:
-        arch = PRESETS[name]
+    name, arch = resolve_arch(spec, shape)
+    if arch is not None:
 
         def build():
             from shardsim.runtime.models.transformer import build_model
@@ -29,9 +31,6 @@ def resolve_builder(name: str) -> Callable[[], Any]:
             return build_model(arch)
 
         return build
-    if ":" not in name:
-        load_workload(name)  # raises the simulator's own "unknown workload" ConfigError
-        raise ConfigError(f"unknown workload {name!r}")
     return resolve_import_path(name)
 
 
@@ -48,11 +47,12 @@ def check_model(model: Any, name: str, *, pipeline: bool = False) -> None:
         raise ConfigError(f"workload {name!r}: a pipeline needs `embed` (or None), `blocks` and `head`")
 
 
-def n_blocks(name: str, *, pipeline: bool = False) -> int:
-    """Number of blocks of a workload: from the preset, or by building it on the meta device."""
-    if name in PRESETS:
-        return PRESETS[name].layers
-    build = resolve_builder(name)
+def n_blocks(spec: WorkloadSpec, shape: Shape = NO_SHAPE, *, pipeline: bool = False) -> int:
+    """Number of blocks of a workload: from its description, or by building it on the meta device."""
+    name, arch = resolve_arch(spec, shape)
+    if arch is not None:
+        return arch.layers
+    build = resolve_import_path(name)
     import torch
 
     try:
@@ -64,12 +64,13 @@ def n_blocks(name: str, *, pipeline: bool = False) -> int:
     return len(model.blocks)
 
 
-def build(name: str, seed: int):
+def build(spec: WorkloadSpec, seed: int, shape: Shape = NO_SHAPE):
     """The model with seeded initialization: the same weights on every rank and in the
     single-process reference."""
     import torch
 
-    builder = resolve_builder(name)
+    name = spec_name(spec)
+    builder = resolve_builder(spec, shape)
     torch.manual_seed(seed)
     model = builder()
     check_model(model, name)

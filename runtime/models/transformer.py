@@ -3,6 +3,15 @@
 Every model has ``embed`` (or None), ``blocks`` (an nn.ModuleList: the units FSDP wraps
 and pipelines split) and ``head``; ``forward`` chains them; ``loss`` is cross-entropy;
 ``sample_batch`` makes seeded synthetic data (as the seed's FakeDataset).
+
+One transformer layer serves every family, as its `Traits` say: the norm (LayerNorm, LayerNorm
+without bias, RMSNorm), biases or none, a GELU or a SwiGLU MLP, learned or rotary positions,
+grouped-query attention through `F.scaled_dot_product_attention` (``enable_gqa``).
+Simplifications, named: q, k and v come from one fused projection (its output is what
+attention saves); rotary embeddings rotate the whole head dimension (GPT-NeoX rotates a
+quarter: no parameters, no matmul FLOPs either way); MPT's ALiBi bias is not applied (no
+position parameters, and the attention runs as a plain causal kernel); GPT-NeoX's parallel
+residual runs sequentially (same parameters and FLOPs).
 """
 
 from __future__ import annotations
@@ -11,38 +20,94 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shardsim.simulator.workload.model import Arch
+from shardsim.simulator.workload.arch import Arch
+
+
+def norm(kind: str, hidden: int) -> nn.Module:
+    if kind == "rmsnorm":
+        return nn.RMSNorm(hidden)
+    return nn.LayerNorm(hidden, bias=kind == "layernorm")
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of x (batch, heads, seq, head_dim), rotate-half form."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden: int, heads: int, causal: bool):
+    def __init__(self, a: Arch):
         super().__init__()
-        self.heads = heads
-        self.causal = causal
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
+        self.heads, self.kv_heads, self.head_dim = a.heads, a.kv, a.head_dim
+        self.causal = a.traits.causal
+        bias = a.traits.bias
+        self.qkv = nn.Linear(a.hidden, a.hidden + 2 * a.kv_dim, bias=bias)
+        self.proj = nn.Linear(a.hidden, a.hidden, bias=bias)
+        self.rope = a.position_kind == "rope"
+        if self.rope:
+            cos, sin = rope_tables(a.tokens, a.head_dim)
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        kvd = self.kv_heads * self.head_dim
+        q, k, v = self.qkv(x).split([h, kvd, kvd], dim=-1)
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rope:
+            q, k = rotate(q, self.cos[:s], self.sin[:s]), rotate(k, self.cos[:s], self.sin[:s])
+        gqa = self.kv_heads != self.heads
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
         return self.proj(y.transpose(1, 2).reshape(b, s, h))
 
 
-class TransformerLayer(nn.Module):
-    """Pre-LN transformer layer: x + attn(ln1(x)), then x + mlp(ln2(x))."""
-
-    def __init__(self, hidden: int, heads: int, ffn: int, causal: bool):
+class GeluMLP(nn.Module):
+    def __init__(self, hidden: int, ffn: int, bias: bool):
         super().__init__()
-        self.ln1 = nn.LayerNorm(hidden)
-        self.attn = Attention(hidden, heads, causal)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, ffn)
-        self.fc2 = nn.Linear(ffn, hidden)
+        self.fc1 = nn.Linear(hidden, ffn, bias=bias)
+        self.fc2 = nn.Linear(ffn, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)), three matrices (Llama's w1, w3, w2)."""
+
+    def __init__(self, hidden: int, ffn: int, bias: bool):
+        super().__init__()
+        self.gate = nn.Linear(hidden, ffn, bias=bias)
+        self.up = nn.Linear(hidden, ffn, bias=bias)
+        self.down = nn.Linear(ffn, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm transformer layer: x + attn(norm1(x)), then x + mlp(norm2(x))."""
+
+    def __init__(self, a: Arch):
+        super().__init__()
+        t = a.traits
+        self.ln1 = norm(t.norm, a.hidden)
+        self.attn = Attention(a)
+        self.ln2 = norm(t.norm, a.hidden)
+        mlp = SwiGLU if t.mlp == "swiglu" else GeluMLP
+        self.mlp = mlp(a.hidden, a.ffn_size, t.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return x + self.mlp(self.ln2(x))
 
 
 class MLPBlock(nn.Module):
@@ -56,13 +121,14 @@ class MLPBlock(nn.Module):
 
 
 class TokenEmbed(nn.Module):
-    def __init__(self, vocab: int, seq: int, hidden: int):
+    def __init__(self, vocab: int, seq: int, hidden: int, learned_positions: bool):
         super().__init__()
         self.tok = nn.Embedding(vocab, hidden)
-        self.pos = nn.Parameter(torch.zeros(seq, hidden))
+        self.pos = nn.Parameter(torch.zeros(seq, hidden)) if learned_positions else None
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.tok(ids) + self.pos
+        x = self.tok(ids)
+        return x + self.pos if self.pos is not None else x
 
 
 class PatchEmbed(nn.Module):
@@ -78,9 +144,9 @@ class PatchEmbed(nn.Module):
 
 
 class LMHead(nn.Module):
-    def __init__(self, hidden: int, vocab: int):
+    def __init__(self, hidden: int, vocab: int, norm_kind: str):
         super().__init__()
-        self.norm = nn.LayerNorm(hidden)
+        self.norm = norm(norm_kind, hidden)
         self.out = nn.Linear(hidden, vocab, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -124,7 +190,7 @@ class ShardsimModel(nn.Module):
 def sample_batch(a: Arch, batch: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic inputs and targets for `batch` samples (seeded through `generator`)."""
     g = generator
-    if a.family in ("gpt", "bert"):
+    if a.traits.tokens == "text":
         ids = torch.randint(0, a.vocab, (batch, a.seq_len), generator=g)
         return ids, torch.randint(0, a.vocab, (batch, a.seq_len), generator=g)
     if a.family == "vit":
@@ -148,8 +214,12 @@ def build_model(a: Arch) -> ShardsimModel:
     if a.family == "mlp":
         blocks = [MLPBlock(a.hidden, a.ffn_size) for _ in range(a.layers)]
         return ShardsimModel(a, None, blocks, _MLPHead(a.hidden, a.classes))
-    causal = a.family == "gpt"
-    blocks = [TransformerLayer(a.hidden, a.heads, a.ffn_size, causal) for _ in range(a.layers)]
+    blocks = [TransformerLayer(a) for _ in range(a.layers)]
     if a.family == "vit":
         return ShardsimModel(a, PatchEmbed(a), blocks, ClsHead(a.hidden, a.classes))
-    return ShardsimModel(a, TokenEmbed(a.vocab, a.seq_len, a.hidden), blocks, LMHead(a.hidden, a.vocab))
+    embed = TokenEmbed(a.vocab, a.seq_len, a.hidden, a.position_kind == "learned")
+    head = LMHead(a.hidden, a.vocab, a.traits.norm)
+    if a.tied_embeddings:
+        nn.init.normal_(embed.tok.weight, std=0.02)  # it is the output projection too (GPT-2's init)
+        head.out.weight = embed.tok.weight
+    return ShardsimModel(a, embed, blocks, head)

@@ -55,7 +55,7 @@ class Matrix:
 def _resolve(cfg: RunConfig, world: int):
     from shardsim.runtime.models.build import n_blocks
 
-    return resolve(cfg, world, n_blocks(cfg.workload, pipeline=cfg.strategy.kind == "pipeline"))
+    return resolve(cfg, world, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.kind == "pipeline"))
 
 
 def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]]:

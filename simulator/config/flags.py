@@ -8,6 +8,7 @@ from typing import Any
 
 from shardsim.simulator.config.load import load_config
 from shardsim.simulator.config.schema import FIELDS, SETTINGS, STRATEGY_FIELDS, RunConfig, Setting
+from shardsim.simulator.workload.arch import SHAPE_FIELDS
 
 DEFAULTS = RunConfig()
 
@@ -48,6 +49,8 @@ def _default_text(s: Setting) -> str:
         value: Any = DEFAULTS.strategy.kind
     elif s.name in STRATEGY_FIELDS:
         value = getattr(DEFAULTS.strategy, s.name)
+    elif s.name in SHAPE_FIELDS:
+        return "the workload's"
     else:
         value = getattr(DEFAULTS, s.name)
     if s.name == "nodes":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from shardsim.simulator.config.schema import (
     BACKENDS,
     CHECKPOINTING,
@@ -21,6 +23,8 @@ from shardsim.simulator.config.schema import (
 )
 from shardsim.simulator.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.simulator.workload.describe import arch_from_mapping
 from shardsim.simulator.yamlio import Fields, load_yaml
 
 
@@ -72,6 +76,24 @@ def _sac_option(values: dict[str, Any], where: str) -> str:
     return text
 
 
+def _workload(value: Any, where: str) -> str | Arch:
+    """A name or path as given; a mapping (or a flag's ``{family: ..., ...}`` text) as an `Arch`."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(
+                f"expected an inline mapping {{family: ..., hidden: ...}}, got {value!r}", where=where, field="workload"
+            ) from None
+    if isinstance(value, dict):
+        return arch_from_mapping(value, where, "workload.")
+    if isinstance(value, Arch):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a name, a path or a mapping, got {value!r}", where=where, field="workload")
+    return value
+
+
 def build_config(values: dict[str, Any], where: str) -> RunConfig:
     """Check field types and ranges and build a RunConfig (cluster-independent checks only)."""
     f = Fields(values, where)
@@ -110,7 +132,8 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
     if profile is not None and not isinstance(profile, str):
         raise ConfigError(f"expected a file path, got {profile!r}", where=where, field="profile")
     return RunConfig(
-        workload=f.text("workload", default=base.workload),
+        workload=_workload(values.get("workload", base.workload), where),
+        shape=Shape(**{k: f.integer(k) for k in SHAPE_FIELDS if f.has(k)}),
         topology=f.text("topology", default=base.topology),
         nodes=nodes,
         strategy=strategy,

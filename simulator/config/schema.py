@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+
 STRATEGIES = ("ddp", "zero", "zero2d", "pipeline")
 SCHEDULES = ("gpipe", "1f1b")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -53,7 +55,7 @@ class Strategy:
 class RunConfig:
     """Everything that defines one training step, for prediction and for a real run."""
 
-    workload: str = "vit-630m"
+    workload: str | Arch = "vit-630m"  # a library name or a file path, or a model described inline
     topology: str = "g4dn.12xlarge"
     nodes: int | None = 8
     strategy: Strategy = field(default_factory=Strategy)
@@ -68,6 +70,7 @@ class RunConfig:
     optimizer_impl: str = "foreach"
     profile: str | None = None
     seed: int = 0
+    shape: Shape = field(default_factory=Shape)  # shape fields given over the workload's
     source: str = "defaults"
 
     def __post_init__(self) -> None:
@@ -100,6 +103,9 @@ class RunConfig:
             d["strategy"].pop("reshard_after_forward")
         if d["checkpointing"] in ("none", "full"):
             d["checkpointing"] = d["checkpointing"] == "full"
+        d["shape"] = self.shape.given()
+        if not d["shape"]:
+            d.pop("shape")
         return d
 
 
@@ -132,7 +138,11 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("workload", "preset name or pkg.module:build_fn"),
+    Setting(
+        "workload",
+        "library model name, model .yaml, Hugging Face config.json, inline {family: ..., hidden: ...}, "
+        "or pkg.module:build_fn",
+    ),
     Setting("topology", "instance type name (e.g. p4d.24xlarge) or a YAML path"),
     Setting("nodes", "number of nodes (instances)", int),
     Setting("strategy", "how the model is distributed", choices=STRATEGIES),
@@ -152,7 +162,15 @@ SETTINGS = (
     Setting("optimizer_impl", "Adam's implementation", choices=OPTIMIZER_IMPLS),
     Setting("profile", "measured profile file (shardsim profile)"),
     Setting("seed", "seed of the synthetic data and the model's initialization", int),
+    Setting("seq_len", "tokens per sample, over the workload's", int),
+    Setting("hidden", "hidden size, over the workload's", int),
+    Setting("layers", "transformer layers, over the workload's", int),
+    Setting("heads", "attention heads, over the workload's", int),
+    Setting("kv_heads", "key/value heads (grouped-query attention), over the workload's", int),
+    Setting("ffn", "MLP inner size, over the workload's", int),
+    Setting("vocab", "vocabulary size, over the workload's", int),
 )
 FIELDS = tuple(s.name for s in SETTINGS)
 STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward")  # besides the kind
 EXTENDED = ("selective_ac_option", "reduce_dtype", "optimizer_impl")  # left out of to_dict at their defaults
+assert set(SHAPE_FIELDS) <= set(FIELDS)

@@ -6,6 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.units import format_seconds
+from shardsim.simulator.workload.load import spec_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -198,9 +199,9 @@ def print_report(
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     multi = len(clusters) > 1
     head = (
-        f"{base.workload}, batch {base.batch_per_device}/device"
+        f"{spec_name(base.workload)}, batch {base.batch_per_device}/device"
         if global_batch is None
-        else f"{base.workload}, global batch {global_batch} (strong scaling)"
+        else f"{spec_name(base.workload)}, global batch {global_batch} (strong scaling)"
     )
     head += f", {base.precision}, checkpointing {base.checkpointing_label()}, {base.backend}"
     if multi:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from shardsim.simulator.workload.load import spec_name
+
 if TYPE_CHECKING:
     from shardsim.simulator.predict import StepPrediction
     from shardsim.simulator.sweep.space import Candidate
@@ -66,7 +68,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "nodes": c.cluster.nodes,
         "world": p.world,
         "device": c.cluster.instance.device.model,
-        "workload": c.cfg.workload,
+        "workload": spec_name(c.cfg.workload),
         "precision": c.cfg.precision,
         "batch_per_device": c.cfg.batch_per_device,
         "grad_accum": c.cfg.grad_accum,

@@ -17,7 +17,8 @@ from shardsim.simulator.sweep.execute import predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.rows import COLUMNS
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.simulator.workload.model import Workload, load_workload
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd
@@ -40,7 +41,7 @@ def sweep(
     the space is empty; `skipped` (a list) receives one line per dropped cluster."""
     base = base or RunConfig()
     space = space or SweepSpace()
-    w = workload or load_workload(base.workload)
+    w = workload or load_workload(base.workload, base.shape, base.source)
     if base.profile:
         from shardsim.simulator.hardware.profile import load_profile
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from shardsim.simulator.config import SCHEDULES, STRATEGIES, RunConfig, Strategy, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
-from shardsim.simulator.workload.model import Workload, load_workload
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def enumerate_configs(
     order given (topology, then nodes), then ddp, zero, zero2d by degree, pipelines by pp,
     shard degree, microbatches, schedule. Duplicates after normalization are dropped."""
     space = space or SweepSpace()
-    w = workload or load_workload(base.workload)
+    w = workload or load_workload(base.workload, base.shape, base.source)
     n_layers = len(w.layers) or len(w.blocks)
     out = Enumeration()
     seen: set[tuple] = set()

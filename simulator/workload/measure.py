@@ -17,7 +17,7 @@ figure is divided by the batch (all `Block` figures are per sample):
   over the backward alone (2 FLOPs per multiply-add; matmul, conv and attention only).
 * act_elems: tensors saved for backward (`torch.autograd.graph.saved_tensors_hooks`) during the
   module's forward, deduplicated by storage (a saved view counts its whole storage: that is what
-  stays alive), parameters excluded. Integer tensors (token ids, targets) count too.
+  stays alive), parameters and buffers (e.g. rotary tables) excluded. Integer tensors (token ids, targets) count too.
 * in_elems / out_elems: numel of the module's input / output.
 * fwd_mem_elems (an approximation, named here): the sum of numel of the non-parameter tensor
   inputs and of the outputs of every forward aten op that is neither a view nor an op with a
@@ -31,10 +31,13 @@ backward computes weight gradients only (a ViT patch conv, the first block of a 
 
 Attention: `F.scaled_dot_product_attention` would take the math path on the meta device (it
 materialises and saves the s*s score matrix and counts attention as bmm). A GPU runs a fused
-kernel, so while measuring, calls without a mask are routed to the flash-attention op and calls
-with a mask to the memory-efficient op (saved: q, k, v, output, log-sum-exp; FlopCounterMode
-counts the full s*s product even when causal, and 5 bmm in backward because the kernel
-recomputes the scores). Other calls (no head dimension, GQA) keep the math path.
+kernel, so while measuring, calls without a mask are routed to the flash-attention op (grouped
+key/value heads included) and calls with a mask to the memory-efficient op (saved: q, k, v,
+output, log-sum-exp; 5 bmm in backward because the kernel recomputes the scores). A causal call
+counts half the s*s product (`CAUSAL_FORMULAS`), the work a causal kernel does; FlopCounterMode
+itself counts the full product. Other calls (no head dimension) keep the math path.
+* act_matmul_elems: the part of act_elems whose storage an op with a FlopCounterMode formula
+  wrote (matmul, conv, the attention kernel): what op-level selective checkpointing keeps.
 
 The head's backward starts from ``model.loss(output, targets)`` when the model has ``loss`` and
 targets are given (so the loss' saved tensors, e.g. log-softmax of the logits, count in the
@@ -56,8 +59,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.importpath import first_line, resolve_import_path
-from shardsim.simulator.workload.model import Arch, Block, Workload
+from shardsim.simulator.workload.model import Block, Workload
 
 BATCH = 2  # samples per measured batch (every figure is divided by it)
 
@@ -71,9 +75,9 @@ _NO_TRAFFIC = {_aten._unsafe_view.default, _aten.detach.default, _aten.lift_fres
 
 def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """SDPA through the fused kernels a GPU would run (see module docstring); None: not applicable."""
-    if enable_gqa or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.shape[-1] != value.shape[-1]:
         return None
-    if query.shape[1] != key.shape[1] or query.shape[-1] != value.shape[-1]:
+    if query.shape[1] != key.shape[1] and not (enable_gqa and query.shape[1] % key.shape[1] == 0):
         return None
     if attn_mask is None:
         return _aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
@@ -81,12 +85,45 @@ def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
         attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
             attn_mask.logical_not(), float("-inf")
         )
+    if query.shape[1] != key.shape[1]:
+        return None  # the memory-efficient kernel takes no grouped heads: the math path
     b, h, s, _ = query.shape
     bias = attn_mask.expand(b, h, s, key.shape[2])
     need_lse = any(t.requires_grad for t in (query, key, value, bias))
     return _aten._scaled_dot_product_efficient_attention(
         query, key, value, bias, need_lse, dropout_p, is_causal, scale=scale
     )[0]
+
+
+def _causal_half(packet: Any, is_causal_at: int) -> Callable[..., int]:
+    """FlopCounterMode's formula for `packet`, halved when the call is causal: a causal kernel
+    skips the masked blocks, half the s*s product (the diagonal's extra s/2 is not counted)."""
+    full = flop_registry[packet]
+
+    def count(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        flops = full(*args, out_val=out_val, **kwargs)
+        causal = kwargs.get("is_causal", args[is_causal_at] if len(args) > is_causal_at else False)
+        return flops // 2 if causal else flops
+
+    count._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode passes the raw arguments
+    return count
+
+
+# Where each fused attention op takes `is_causal` (its position among the op's arguments).
+CAUSAL_FORMULAS = {
+    _aten._scaled_dot_product_flash_attention: _causal_half(_aten._scaled_dot_product_flash_attention, 4),
+    _aten._scaled_dot_product_efficient_attention: _causal_half(_aten._scaled_dot_product_efficient_attention, 6),
+    _aten._scaled_dot_product_flash_attention_backward: _causal_half(
+        _aten._scaled_dot_product_flash_attention_backward, 11
+    ),
+    _aten._scaled_dot_product_efficient_attention_backward: _causal_half(
+        _aten._scaled_dot_product_efficient_attention_backward, 11
+    ),
+}
+
+
+def _flop_counter() -> FlopCounterMode:
+    return FlopCounterMode(display=False, custom_mapping=CAUSAL_FORMULAS)
 
 
 class _FusedAttention(TorchFunctionMode):
@@ -126,11 +163,17 @@ class _MemTraffic(TorchDispatchMode):
         super().__init__()
         self.param_storages = param_storages
         self.elems = 0
+        self.matmul_storages: set[int] = set()  # storages written by matmul, conv, attention
+        self._keep: list[torch.Tensor] = []  # keep those storages alive so their ids stay unique
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.is_view or func in _NO_TRAFFIC or func in flop_registry or func.overloadpacket in flop_registry:
+        if func in flop_registry or func.overloadpacket in flop_registry:
+            self._keep.extend(_tensors(out))
+            self.matmul_storages.update(_storage_key(t) for t in self._keep[-len(_tensors(out)) :])
+            return out
+        if func.is_view or func in _NO_TRAFFIC:
             return out
         ins, _ = tree_flatten((args, kwargs))
         outs, _ = tree_flatten(out)
@@ -165,6 +208,9 @@ class _SavedTensors:
     @property
     def elems(self) -> int:
         return sum(self.storages.values())
+
+    def elems_of(self, keys: set[int]) -> int:
+        return sum(n for k, n in self.storages.items() if k in keys)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -216,7 +262,7 @@ def _measure_one(
 
     saved = _SavedTensors(param_storages)
     mem = _MemTraffic(param_storages)
-    with _FusedAttention(), FlopCounterMode(display=False) as fwd_counter, mem:
+    with _FusedAttention(), _flop_counter() as fwd_counter, mem:
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
             out = _call(module, x)
             root = loss(out) if loss is not None else None
@@ -229,7 +275,7 @@ def _measure_one(
         roots = [t for t in _tensors(out) if t.requires_grad]
         grads = [torch.ones_like(t) for t in roots]
     if roots:
-        with FlopCounterMode(display=False) as bwd_counter:
+        with _flop_counter() as bwd_counter:
             torch.autograd.backward(roots, grads)
         bwd_flops = bwd_counter.get_total_flops()
 
@@ -243,6 +289,7 @@ def _measure_one(
         _numel(x) / batch,
         _numel(out) / batch,
         kind,
+        act_matmul_elems=saved.elems_of(mem.matmul_storages) / batch,
     )
     return block, out
 
@@ -319,7 +366,7 @@ def measure_module(
     targets = tree_map(to_dev, targets)
     batch = _batch_size(x)
 
-    param_storages = {_storage_key(p) for p in model.parameters()}
+    param_storages = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
     seen: set[int] = set()
     common = {"batch": batch, "param_storages": param_storages, "seen_params": seen}
     modules: list[tuple[str, str, nn.Module]] = []

@@ -11,18 +11,32 @@ import torch
 
 from shardsim.runtime.models.transformer import build_model
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.arch import Arch
+from shardsim.simulator.workload.families import attention_flops, from_arch
+from shardsim.simulator.workload.library import PRESETS
+from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
-from shardsim.simulator.workload.model import PRESETS, Workload, from_arch, load_workload
+from shardsim.simulator.workload.model import Workload
 from tests import fixtures_models as fx
 
-CHECKED = ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")
+# Every family at small shapes (grouped-query attention, tied embeddings, rotary positions),
+# and some library models at full size.
+SMALL = {
+    "llama-gqa": Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, seq_len=32, vocab=256),
+    "llama-tied": Arch("llama", hidden=64, layers=2, heads=4, ffn=96, seq_len=32, vocab=256, tied_embeddings=True),
+    "mpt": Arch("mpt", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, tied_embeddings=True),
+    "bert": Arch("bert", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, tied_embeddings=True),
+    "gpt-rope": Arch("gpt", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, positions="rope"),
+}
+ARCHS = {**SMALL, **{n: PRESETS[n] for n in ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")}}
+CHECKED = tuple(ARCHS)
 FLOPS_TOL = 0.01
 ACT_TOL = 0.15
 
 
 @cache
 def measured(name: str) -> Workload:
-    arch = PRESETS[name]
+    arch = ARCHS[name]
     with torch.device("meta"):
         model = build_model(arch)
         inputs, targets = model.sample_batch(2)
@@ -37,7 +51,7 @@ def _close(measured_value: float, analytic: float, tol: float) -> bool:
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_analytic_equals_measured_block_by_block(name: str) -> None:
-    ana = from_arch(name, PRESETS[name])
+    ana = from_arch(name, ARCHS[name])
     got = measured(name)
     assert [b.kind for b in got.blocks] == [b.kind for b in ana.blocks]
     assert got.tokens_per_sample == ana.tokens_per_sample
@@ -48,6 +62,7 @@ def test_analytic_equals_measured_block_by_block(name: str) -> None:
         assert _close(m.fwd_flops, a.fwd_flops, FLOPS_TOL), (where, m.fwd_flops, a.fwd_flops)
         assert _close(m.bwd_flops, a.bwd_flops, FLOPS_TOL), (where, m.bwd_flops, a.bwd_flops)
         assert _close(m.act_elems, a.act_elems, ACT_TOL), (where, m.act_elems, a.act_elems)
+        assert _close(m.act_matmul_elems, a.act_matmul_elems, ACT_TOL), (where, m.act_matmul_elems, a.act_matmul_elems)
         assert m.in_elems == a.in_elems, where
         assert m.out_elems == a.out_elems, where
     assert got.params == ana.params
@@ -61,15 +76,29 @@ def test_first_block_without_embedding_computes_no_input_gradient() -> None:
 
 
 def test_attention_is_costed_as_a_fused_kernel() -> None:
-    """No s*s score matrix is saved (flash attention), and backward counts 5 bmm against 2."""
+    """No s*s score matrix is saved (flash attention), backward counts 5 bmm against 2, and a
+    causal kernel does half the s*s products (a bidirectional one all of them)."""
     a = PRESETS["small-gpt"]
     s, h, f = a.tokens, a.hidden, a.ffn_size
     layer = measured("small-gpt").layers[0]
     assert layer.act_elems < s * (8 * h + 2 * f) + s * a.heads + 4 * s + 2  # well under one s*s*heads matrix
     matmul = 2.0 * s * (4 * h * h + 2 * h * f)
-    attn = 4.0 * s * s * h
+    attn = 4.0 * s * s * h / 2  # causal
     assert layer.fwd_flops == pytest.approx(matmul + attn)
     assert layer.bwd_flops == pytest.approx(2 * matmul + 2.5 * attn)
+    vit = PRESETS["tiny-vit"]
+    assert attention_flops(vit) == 4.0 * vit.tokens**2 * vit.hidden
+
+
+def test_selective_checkpointing_keeps_matmul_and_attention_outputs() -> None:
+    """act_matmul_elems: qkv, attention out and log-sum-exp, fc1 (SwiGLU: gate and up) per token."""
+    for name in ("tiny-gpt", "llama-gqa"):
+        a = ARCHS[name]
+        s, h, f = a.tokens, a.hidden, a.ffn_size
+        mlp = 2 * f if a.family == "llama" else f
+        ana = from_arch(name, a).layers[0]
+        assert ana.act_matmul_elems == s * (2 * h + 2 * a.kv_dim + a.heads + mlp)
+        assert 0 < ana.act_matmul_elems < ana.act_elems
 
 
 def test_import_path_hand_written_model() -> None:
@@ -121,7 +150,7 @@ def test_bad_import_path_is_a_one_line_config_error(path: str, needle: str) -> N
 
 def test_presets_do_not_import_torch() -> None:
     code = (
-        "import sys; from shardsim.simulator.workload.model import load_workload; load_workload('gpt2-xl'); "
+        "import sys; from shardsim.simulator.workload.load import load_workload; load_workload('llama-3.1-8b'); "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

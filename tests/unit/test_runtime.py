@@ -22,7 +22,7 @@ from shardsim.runtime.status import Fault, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
 from shardsim.simulator.config import config_from_args, load_config
-from shardsim.simulator.workload.model import PRESETS
+from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ import pytest
 from shardsim.simulator.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.predict import predict
-from shardsim.simulator.workload.model import Arch, from_arch
+from shardsim.simulator.workload.arch import Arch
+from shardsim.simulator.workload.families import from_arch
 
 GPT_30B = Arch("gpt", hidden=7168, layers=48, heads=56, seq_len=2048, vocab=50257)  # 30.3 B parameters
 

@@ -116,7 +116,7 @@ PROFILE = {
 
 
 def _profile(tmp_path: Path) -> Path:
-    from shardsim.simulator.workload.model import load_workload
+    from shardsim.simulator.workload.load import load_workload
 
     names = [b.name for b in load_workload("small-gpt").blocks]
     doc = json.loads(json.dumps(PROFILE))

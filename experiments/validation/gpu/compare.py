@@ -18,7 +18,7 @@ from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.files import atomic_write
 from shardsim.simulator.hardware.profile import load_profile
 from shardsim.simulator.hardware.topology import load_instance
-from shardsim.simulator.workload.model import load_workload
+from shardsim.simulator.workload.load import load_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,0 +1,143 @@
+"""Analytic costing of every family, block by block, without torch: parameters, FLOPs,
+memory-bound traffic and saved activations per sample. A test checks each figure against what
+torch measures on the runtime's own modules on the meta device (`workload.measure`).
+
+FLOP convention (2 per multiply-add): matmuls in full; attention as the fused kernels do the
+work: the s*s products of QK^T and PV in full for bidirectional attention, half of them for
+causal attention (a causal kernel skips the masked blocks; the diagonal's extra s/2 is not
+counted). The measurement counts the same way, and `mfu` is computed from these FLOPs.
+"""
+
+from __future__ import annotations
+
+from shardsim.simulator.workload.arch import Arch
+from shardsim.simulator.workload.model import Block, Workload
+
+
+def _norm_saved(a: Arch) -> int:
+    """Per-token elements a norm saves for backward besides its input: LayerNorm its mean and
+    rstd; RMSNorm its rstd and the normalized input (nn.RMSNorm as torch runs it on the meta
+    device and the CPU: composite ops, not a fused kernel; named, a fused kernel saves less)."""
+    return a.hidden + 1 if a.traits.norm == "rmsnorm" else 2
+
+
+def norm_params(a: Arch) -> int:
+    return 2 * a.hidden if a.traits.norm == "layernorm" else a.hidden
+
+
+def attention_flops(a: Arch) -> float:
+    """Forward FLOPs of QK^T and PV per sample, as the fused kernel does the work."""
+    full = 4.0 * a.tokens * a.tokens * a.hidden
+    return full / 2 if a.traits.causal else full
+
+
+def _layer(a: Arch, index: int) -> Block:
+    """A pre-norm transformer layer of any family (see `Traits`)."""
+    t = a.traits
+    h, f, s, kvd = a.hidden, a.ffn_size, a.tokens, a.kv_dim
+    swiglu = t.mlp == "swiglu"
+    mlp_mats = 3 if swiglu else 2
+    qkv = h + 2 * kvd  # fused q, k, v projection width
+    params = h * qkv + h * h + mlp_mats * h * f + 2 * norm_params(a)
+    if t.bias:
+        params += qkv + h + (mlp_mats - 1) * f + h
+    matmul = 2.0 * s * (h * qkv + h * h + mlp_mats * h * f)
+    attn = attention_flops(a)
+    fwd = matmul + attn
+    # Backward: 2x the forward for the matmuls (input + weight gradients); 2.5x for attention,
+    # because the fused kernels recompute QK^T in backward: 5 bmm against 2 in forward (that is
+    # FlopCounterMode's formula for the flash/efficient/cudnn SDPA backward).
+    bwd = 2 * matmul + 2.5 * attn
+    # Memory-bound forward traffic (assumption, named): 2 norms (read+write s*h each), 2 residual
+    # adds (read 2, write 1), the activation (GELU: read+write s*f; SwiGLU: SiLU read+write s*f
+    # and the product read 2 write 1), rotary embeddings (about 10 reads and writes per rotated
+    # element of q and k), attention softmax fused in SDPA.
+    mem = s * (2 * 2 * h + 2 * 3 * h + (5 * f if swiglu else 2 * f))
+    rope = a.position_kind == "rope"
+    if rope:
+        mem += 10 * s * (h + kvd)
+    # Saved for backward (flash/efficient SDPA keeps no s*s matrix): per norm its input, output
+    # and per-token statistics; the fused qkv output (v is a view of it); the rotated q and k
+    # (rotary); attention out and its log-sum-exp per head and token; the MLP: GELU's fc1 out and
+    # GELU out, or SwiGLU's gate out, up out, SiLU out and the product.
+    stats = _norm_saved(a)
+    mlp_saved = 4 * f if swiglu else 2 * f
+    act = s * (2 * (2 * h + stats) + qkv + h + a.heads + mlp_saved) + (s * (h + kvd) if rope else 0)
+    # Of those, the outputs of matmuls and of the attention kernel (op-level selective
+    # checkpointing keeps these): qkv, attention out and log-sum-exp, fc1 (gate and up).
+    act_mm = s * (qkv + h + a.heads + (2 * f if swiglu else f))
+    return Block(f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=act_mm)
+
+
+def _mlp_block(a: Arch, index: int) -> Block:
+    """An MLP block (Linear-GELU-Linear + residual)."""
+    h, f, s = a.hidden, a.ffn_size, a.tokens
+    params = 2 * h * f + f + h
+    fwd = 2.0 * s * (2 * h * f)
+    # Backward: input and weight gradients of fc1 and fc2, except that the first block of a
+    # model without an embedding gets the raw batch, which needs no gradient: autograd skips
+    # fc1's input gradient there (torch measures 3/4 of 2 * fwd).
+    bwd = 2 * fwd - (2.0 * s * h * f if index == 0 else 0.0)
+    # memory-bound: GELU reads/writes f, residual add reads 2h writes h
+    mem = s * (2 * f + 3 * h)
+    act = s * (h + 2 * f)  # fc1 input, fc1 output (GELU input), GELU output (fc2 input)
+    return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * f)
+
+
+def _embed(a: Arch) -> Block | None:
+    h, s = a.hidden, a.tokens
+    if a.family == "mlp":
+        return None
+    if a.family == "vit":
+        patch_in = a.channels * a.patch * a.patch
+        n_patches = s - 1
+        params = patch_in * h + h + h + s * h  # conv weight+bias, [CLS], positions
+        fwd = 2.0 * n_patches * patch_in * h
+        # backward = forward: the image needs no gradient, only the conv weight gradient is computed.
+        # memory-bound: [CLS] concat (reads the patches, writes s*h), position add (reads s*h, writes s*h)
+        mem = n_patches * h + 3 * s * h
+        # saved: the image (conv input)
+        return Block("embed", params, fwd, fwd, mem, n_patches * patch_in, a.channels * a.image**2, s * h, "embed", 0.0)
+    # Token embeddings (+ learned positions); rotary and ALiBi positions have no parameters.
+    # A tied LM head's matrix is counted here, once (the head costs its matmul, not its weight).
+    learned = a.position_kind == "learned"
+    params = a.vocab * h + (s * h if learned else 0)
+    mem = 3 * s * h if learned else s * h
+    # saved: the token ids (the embedding's backward needs them)
+    return Block("embed", params, 0.0, 0.0, mem, s, s, s * h, "embed", 0.0)
+
+
+def _head(a: Arch) -> Block:
+    # The head's figures include the cross-entropy loss, which saves its log-softmax output
+    # (one element per logit) and the targets (one per prediction).
+    h, s = a.hidden, a.tokens
+    if a.family == "mlp":
+        params = h * a.classes + a.classes
+        fwd = 2.0 * h * a.classes
+        act = h + a.classes + 1  # classifier input, log-softmax, target
+        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head", 0.0)
+    if a.family == "vit":
+        # final LayerNorm on all tokens, classifier on [CLS]; the classifier saves its input, a
+        # view of the whole LayerNorm output, which keeps all s*h elements alive
+        params = 2 * h + h * a.classes + a.classes
+        fwd = 2.0 * h * a.classes
+        act = 2 * s * h + 2 * s + a.classes + 1  # LN in, LN out, LN mean+rstd, log-softmax, target
+        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, s * h, a.classes, "head", 0.0)
+    # final norm + LM head over every token (its matrix tied to the embedding's, or its own)
+    params = norm_params(a) + (0 if a.tied_embeddings else h * a.vocab)
+    fwd = 2.0 * s * h * a.vocab
+    stats = _norm_saved(a)
+    act = 2 * s * h + stats * s + s * a.vocab + s  # norm in, norm out, its statistics, log-softmax, targets
+    return Block("head", params, fwd, 2 * fwd, 2 * s * h + 3 * s * a.vocab, act, s * h, s * a.vocab, "head", 0.0)
+
+
+def from_arch(name: str, a: Arch) -> Workload:
+    """The analytic workload of an architecture."""
+    blocks: list[Block] = []
+    emb = _embed(a)
+    if emb is not None:
+        blocks.append(emb)
+    layer = _mlp_block if a.family == "mlp" else _layer
+    blocks.extend(layer(a, i) for i in range(a.layers))
+    blocks.append(_head(a))
+    return Workload(name=name, blocks=tuple(blocks), tokens_per_sample=a.tokens, arch=a)
