@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from shardsim.simulator.config.schema import SAC_OP
 from shardsim.simulator.files import atomic_write
 
 CSV_NAME = "runs.csv"
@@ -128,7 +129,8 @@ class RunRow:
     batch_per_device: int
     grad_accum: int
     precision: str
-    checkpointing: bool
+    checkpointing: bool | str  # True (full), False (none): the records' spelling; or "selective"
+    selective_ac_option: str | None  # selective checkpointing's: op, or k (every k-th block); None otherwise
     backend: str
     device: str
     world: int
@@ -160,11 +162,19 @@ class RunRow:
             grad_accum=cfg["grad_accum"],
             precision=cfg["precision"],
             checkpointing=cfg["checkpointing"],
+            selective_ac_option=_selective_option(cfg),
             step_times_s=";".join(f"{t:.6g}" for t in r.step_times_s),
         )
 
     def cells(self) -> dict[str, str]:
         return {k: "" if v is None else str(v) for k, v in asdict(self).items()}
+
+
+def _selective_option(cfg: dict[str, Any]) -> str | None:
+    """The selective option of a configuration's dict (`RunConfig.to_dict` leaves out the default, op)."""
+    if cfg["checkpointing"] != "selective":
+        return None
+    return str(cfg.get("selective_ac_option", SAC_OP))
 
 
 CSV_COLUMNS = tuple(f.name for f in fields(RunRow))

@@ -4,6 +4,7 @@ shardsim sweep                                   # the seed scenario, all strate
 shardsim sweep --strategies ddp,zero2d --degrees 4,8
 shardsim sweep --workload gpt-10b --topology p4d.24xlarge --nodes 4,8,16 --precision bf16 --out results/
 shardsim sweep --global-batch 512 --nodes 2,4,8   # strong scaling
+shardsim sweep --reshard-after-forward true,false --checkpointing full,selective --selective-ac-options op,2
 """
 
 from __future__ import annotations
@@ -13,16 +14,28 @@ import json
 import sys
 from typing import Any
 
-from shardsim.simulator.config import SCHEDULES, STRATEGIES, load_config
+from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
 from shardsim.simulator.config.flags import (
     add_algo_argument,
     add_config_arguments,
     choice_list,
     int_list,
     overrides_from_args,
+    str_list,
 )
 
-SPANNED = ("strategy", "degree", "pp", "microbatches", "schedule")  # the sweep spans these with lists of its own
+# the sweep spans these with lists of its own: the strategy's fields and the settings
+SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
+SPANNED = ("strategy", "degree", "pp", "microbatches", "schedule", "reshard_after_forward", *SETTINGS_LISTED)
+
+
+def bool_list(text: str) -> tuple[bool, ...]:
+    """``true,false`` → (True, False); duplicates dropped, order kept."""
+    words = {"true": True, "false": False}
+    vals = tuple(x.strip().lower() for x in text.split(",") if x.strip())
+    if not vals or any(v not in words for v in vals):
+        raise argparse.ArgumentTypeError(f"expected true and/or false, comma-separated, got {text!r}")
+    return tuple(dict.fromkeys(words[v] for v in vals))
 
 
 def _build(ns: argparse.Namespace):
@@ -31,7 +44,13 @@ def _build(ns: argparse.Namespace):
     overrides: dict[str, Any] = {k: v for k, v in overrides_from_args(ns).items() if k not in SPANNED}
     overrides["topology"] = ns.topology[0] if ns.topology else None  # the first cluster is the base
     overrides["nodes"] = ns.nodes[0] if ns.nodes else None
+    # a setting's first listed value is the base's (a label names the values that differ from it);
+    # one value sets the base alone, several are also a dimension of the space
+    listed = {k: getattr(ns, k) for k in SETTINGS_LISTED}
+    for k, values in listed.items():
+        overrides[k] = values[0] if values else None
     base = load_config(ns.config, overrides)
+    spanned = {k: values if values and len(values) > 1 else None for k, values in listed.items()}
     space = SweepSpace(
         strategies=ns.strategies or STRATEGIES,
         degrees=ns.degrees,
@@ -41,6 +60,11 @@ def _build(ns: argparse.Namespace):
         topologies=ns.topology,
         nodes=ns.nodes,
         global_batch=ns.global_batch,
+        reshard_after_forward=ns.reshard_after_forward,  # a ZeRO-2 base would contradict ddp and pipelines
+        checkpointing=spanned["checkpointing"],
+        selective_ac_options=spanned["selective_ac_option"],
+        reduce_dtypes=spanned["reduce_dtype"],
+        optimizer_impls=spanned["optimizer_impl"],
     )
     return base, space
 
@@ -105,12 +129,61 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _add_setting_lists(p: argparse.ArgumentParser) -> None:
+    """The settings as opt-in lists: each listed value a dimension of the space (the first the base's)."""
+    p.add_argument(
+        "--reshard-after-forward",
+        dest="reshard_after_forward",
+        type=bool_list,
+        metavar="LIST",
+        help="zero/zero2d: true (ZeRO-3), false (ZeRO-2) or both (default: the file's, else true)",
+    )
+    p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_const", const=(False,))
+    p.add_argument(
+        "--checkpointing",
+        dest="checkpointing",
+        type=choice_list(CHECKPOINTING),
+        nargs="?",
+        const=("full",),
+        metavar="LIST",
+        help=f"activation checkpointing, some of {','.join(CHECKPOINTING)} (alone: full; default: the file's, "
+        "else full)",
+    )
+    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_const", const=("none",))
+    p.add_argument(
+        "--selective-ac-options",
+        "--selective-ac-option",
+        dest="selective_ac_option",
+        type=str_list,
+        metavar="LIST",
+        help="selective checkpointing: op and/or k (every k-th block), e.g. op,2 (default: the file's, else op)",
+    )
+    p.add_argument(
+        "--reduce-dtypes",
+        "--reduce-dtype",
+        dest="reduce_dtype",
+        type=choice_list(PRECISIONS),
+        metavar="LIST",
+        help="gradient reduction dtypes of sharded configurations (default: the file's, else the precision)",
+    )
+    p.add_argument(
+        "--optimizer-impls",
+        "--optimizer-impl",
+        dest="optimizer_impl",
+        type=choice_list(OPTIMIZER_IMPLS),
+        metavar="LIST",
+        help=f"Adam's implementations, some of {','.join(OPTIMIZER_IMPLS)} (default: the file's, else foreach)",
+    )
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "sweep",
         help="predict every valid configuration and recommend one (default: the seed scenario)",
         description="Enumerate ddp, zero, zero2d at every degree, pipelines (x sharding) at every valid degree, "
-        "microbatch count and schedule; predict each; rank; recommend. Lists are comma-separated.",
+        "microbatch count and schedule; predict each; rank; recommend. Lists are comma-separated. Settings listed "
+        "with several values (ZeRO-2, checkpointing, reduce dtype, Adam's implementation) multiply the space; "
+        "the first is the base's and a configuration's label names those that differ from it.",
     )
     add_config_arguments(
         p,
@@ -152,6 +225,7 @@ def register(sub) -> None:
         dest="global_batch",
         help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum)",
     )
+    _add_setting_lists(p)
     add_algo_argument(p, auto=True)
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.parquet, recommended.json and plots here")
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")

@@ -65,6 +65,10 @@ def _cluster_title(top: str, nodes: int, g: pd.DataFrame) -> str:
 
 
 def short_label(r: pd.Series) -> str:
+    return _strategy_label(r) + _settings_of(r["config"])
+
+
+def _strategy_label(r: pd.Series) -> str:
     if r["strategy"] == "ddp":
         return "ddp (d=1)"
     if r["strategy"] == "zero":
@@ -73,6 +77,12 @@ def short_label(r: pd.Series) -> str:
         return f"zero2d d={int(r['degree'])}"
     shard = f" d={int(r['degree'])}" if int(r["degree"]) > 1 else ""
     return f"pp={int(r['pp'])} m={int(r['microbatches'])} {r['schedule']}{shard}"
+
+
+def _settings_of(config: str) -> str:
+    """ " ZeRO-2, ckpt off": what a configuration's label says beyond its strategy's kind and degrees."""
+    zero2 = " ZeRO-2" if "(ZeRO-2)" in config else ""
+    return zero2 + (", " + config.split(", ", 1)[1] if ", " in config else "")
 
 
 def representative_rows(g: pd.DataFrame) -> pd.DataFrame:

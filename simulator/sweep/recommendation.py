@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.config import DATA_PARALLEL
 from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.sweep.rows import native
+from shardsim.simulator.sweep.rows import SETTING_COLUMNS, native
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 def _summary(r: pd.Series | None) -> dict[str, Any] | None:
-    """The columns of a row that a recommendation names, as plain Python."""
+    """The columns of a row that a recommendation names, as plain Python (its settings too
+    when the sweep listed them)."""
     if r is None:
         return None
     keys = (
@@ -35,6 +36,7 @@ def _summary(r: pd.Series | None) -> dict[str, Any] | None:
         "fits",
         "cost_per_million_samples_usd",
     )
+    keys += tuple(k for k in SETTING_COLUMNS if k in r.index)
     return {k: native(r[k]) for k in keys}
 
 

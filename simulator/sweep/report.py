@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, RunConfig
 from shardsim.simulator.units import format_seconds
 from shardsim.simulator.workload.load import spec_name
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from shardsim.simulator.config import RunConfig
 
 
 def _fmt_cost(v) -> str:
@@ -179,6 +178,30 @@ def _efficiency_table(df):
     return tables
 
 
+def _settings_listed(df) -> str:
+    """ "ZeRO-3/ZeRO-2; checkpointing off/selective op; ...": the values of each setting in the
+    rows, where the sweep listed settings ("" where it did not)."""
+    if "checkpointing" not in df:
+        return ""
+    parts = []
+    raf = sorted(df["reshard_after_forward"].dropna().unique(), reverse=True)
+    if len(raf) > 1:
+        parts.append("/".join("ZeRO-3" if v else "ZeRO-2" for v in raf))
+    pairs = sorted(
+        set(zip(df["checkpointing"], df["selective_ac_option"].fillna(""), strict=True)),
+        key=lambda p: (CHECKPOINTING.index(p[0]), p[1]),
+    )
+    ckpt = [RunConfig(checkpointing=c, selective_ac_option=o).checkpointing_label() for c, o in pairs]
+    for name, values in (
+        ("checkpointing", ckpt),
+        ("reduce", sorted(df["reduce_dtype"].unique(), key=PRECISIONS.index)),
+        ("adam", sorted(df["optimizer_impl"].unique(), key=OPTIMIZER_IMPLS.index)),
+    ):
+        if len(values) > 1:
+            parts.append(f"{name} " + "/".join(values))
+    return "; ".join(parts)
+
+
 def print_report(
     df: pd.DataFrame,
     rec: dict[str, Any],
@@ -203,7 +226,15 @@ def print_report(
         if global_batch is None
         else f"{spec_name(base.workload)}, global batch {global_batch} (strong scaling)"
     )
-    head += f", {base.precision}, checkpointing {base.checkpointing_label()}, {base.backend}"
+    head += f", {base.precision}, checkpointing {base.checkpointing_label()}"
+    if base.reduce_dtype is not None:
+        head += f", reduce {base.grad_dtype}"
+    if base.optimizer_impl != RunConfig.optimizer_impl:
+        head += f", {base.optimizer} {base.optimizer_impl}"
+    head += f", {base.backend}"
+    listed = _settings_listed(df)
+    if listed:
+        out.print(f"Settings listed (a configuration names those that differ from the base's): {listed}")
     if multi:
         out.print(f"Sweep of {len(df)} configurations over {len(clusters)} clusters: {head}")
         out.print(_cluster_table(df, rec))

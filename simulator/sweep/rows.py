@@ -51,12 +51,25 @@ COLUMNS = (
     "cost_per_million_samples_usd",
     "rank",
 )
+# The settings of a row, after "schedule", when the sweep lists any (`SweepSpace.spans_settings`):
+# ZeRO-2 or not (zero/zero2d), checkpointing and its selective option, the dtype gradients are
+# reduced in (fp32 where parameters are not sharded), Adam's implementation.
+SETTING_COLUMNS = ("reshard_after_forward", "checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
 # Added by `scaling()` when a sweep spans several cluster sizes.
 SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
 
 
+def columns(spans_settings: bool) -> tuple[str, ...]:
+    """The columns of a sweep's table: `COLUMNS`, with `SETTING_COLUMNS` after "schedule" when
+    the sweep lists settings."""
+    if not spans_settings:
+        return COLUMNS
+    at = COLUMNS.index("schedule") + 1
+    return COLUMNS[:at] + SETTING_COLUMNS + COLUMNS[at:]
+
+
 def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
-    """The row of one prediction: every column of `COLUMNS` but the rank."""
+    """The row of one prediction: every column of `columns(True)` but the rank."""
     s = c.cfg.strategy
     bd = p.breakdown
     m = p.memory
@@ -73,12 +86,17 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "batch_per_device": c.cfg.batch_per_device,
         "grad_accum": c.cfg.grad_accum,
         "global_batch": p.global_batch,
-        "config": s.label(),
+        "config": c.label,
         "strategy": s.kind,
         "degree": degree,
         "pp": s.pp,
         "microbatches": s.microbatches,
         "schedule": s.schedule if s.kind == "pipeline" else None,
+        "reshard_after_forward": s.reshard_after_forward if s.kind in ("zero", "zero2d") else None,
+        "checkpointing": c.cfg.checkpointing,
+        "selective_ac_option": c.cfg.selective_ac_option if c.cfg.checkpointing == "selective" else None,
+        "reduce_dtype": c.cfg.grad_dtype if degree > 1 else "fp32",
+        "optimizer_impl": c.cfg.optimizer_impl,
         "step_time_s": p.step_time_s,
         "samples_per_s": p.samples_per_s,
         "compute_s": bd["compute_s"],

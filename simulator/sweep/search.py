@@ -15,7 +15,7 @@ from shardsim.simulator.config import RunConfig
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.sweep.execute import predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
-from shardsim.simulator.sweep.rows import COLUMNS
+from shardsim.simulator.sweep.rows import columns
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
@@ -36,8 +36,9 @@ def sweep(
 ) -> pd.DataFrame:
     """Predict every valid configuration of `space` around `base` (default: the seed scenario).
 
-    Returns one row per configuration (columns `COLUMNS`, plus `SCALING_COLUMNS` when the
-    sweep spans several cluster sizes), ranked within each cluster. Raises ConfigError when
+    Returns one row per configuration (columns `columns()`: `COLUMNS`, with `SETTING_COLUMNS`
+    when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans several
+    cluster sizes), ranked within each cluster. Raises ConfigError when
     the space is empty; `skipped` (a list) receives one line per dropped cluster."""
     base = base or RunConfig()
     space = space or SweepSpace()
@@ -54,8 +55,9 @@ def sweep(
         raise ConfigError(f"empty sweep space after restrictions: {why}")
     rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
     pd = _import_pandas()
-    df = rank(pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "rank"]))
-    df = df[list(COLUMNS)]
+    cols = columns(space.spans_settings)
+    df = rank(pd.DataFrame(rows, columns=[c for c in cols if c != "rank"]))
+    df = df[list(cols)]
     if df.groupby("topology")["world"].nunique().max() > 1:
         df = scaling(df, "strong" if space.global_batch is not None else "weak")
     return df

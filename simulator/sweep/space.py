@@ -3,15 +3,29 @@
 `enumerate_configs(base, space)` lists the strategies each cluster admits — ddp, zero, zero2d
 at every degree that divides the world, pipelines at every valid degree × microbatch count ×
 schedule, alone or with sharded stages — and keeps those `resolve()` accepts, in a fixed order,
-each with a rough cost estimate for scheduling the predictions.
+each with a rough cost estimate for scheduling the predictions. The settings (ZeRO-2,
+checkpointing, reduce dtype, Adam's implementation) are the base configuration's unless the
+space lists several: then every strategy is tried with every combination, and its label names
+the settings that differ from the base's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from shardsim.simulator.config import SCHEDULES, STRATEGIES, RunConfig, Strategy, resolve
+from shardsim.simulator.config import (
+    CHECKPOINTING,
+    OPTIMIZER_IMPLS,
+    PRECISIONS,
+    SAC_OP,
+    SCHEDULES,
+    STRATEGIES,
+    RunConfig,
+    Strategy,
+    resolve,
+)
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.workload.load import load_workload
@@ -33,6 +47,13 @@ class SweepSpace:
     topologies / nodes: the clusters (product of both); None = the base config's.
     global_batch: strong scaling — batch_per_device = global_batch / (world × grad_accum),
       clusters where it does not divide are skipped. None = weak scaling (fixed batch per device).
+
+    The settings, None = the base configuration's only (opt-in lists, each a dimension more):
+    reshard_after_forward: for zero and zero2d (False: ZeRO-2); other kinds keep True.
+    checkpointing: none | full | selective; selective_ac_options: "op" or k (every k-th
+      block) for its selective rows.
+    reduce_dtypes: gradient reduction dtypes of the sharded rows (unsharded ones reduce fp32).
+    optimizer_impls: Adam's foreach | fused | per-parameter.
     """
 
     strategies: tuple[str, ...] = STRATEGIES
@@ -43,6 +64,11 @@ class SweepSpace:
     topologies: tuple[str | InstanceType, ...] | None = None
     nodes: tuple[int | None, ...] | None = None
     global_batch: int | None = None
+    reshard_after_forward: tuple[bool, ...] | None = None
+    checkpointing: tuple[str, ...] | None = None
+    selective_ac_options: tuple[str, ...] | None = None
+    reduce_dtypes: tuple[str, ...] | None = None
+    optimizer_impls: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for k in self.strategies:
@@ -59,9 +85,35 @@ class SweepSpace:
                     raise ConfigError(f"expected integers >= 1, got {v!r}", field=name)
         if self.global_batch is not None and (isinstance(self.global_batch, bool) or self.global_batch < 1):
             raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
-        for name in ("strategies", "schedules", "topologies", "nodes"):
+        for name in ("strategies", "schedules", "topologies", "nodes", *SETTING_AXES):
             if getattr(self, name) is not None and not getattr(self, name):
                 raise ConfigError("empty list", field=name)
+        for v in self.reshard_after_forward or ():
+            if not isinstance(v, bool):
+                raise ConfigError(f"expected true or false, got {v!r}", field="reshard_after_forward")
+        for name, choices in (
+            ("checkpointing", CHECKPOINTING),
+            ("reduce_dtypes", PRECISIONS),
+            ("optimizer_impls", OPTIMIZER_IMPLS),
+        ):
+            for v in getattr(self, name) or ():
+                if v not in choices:
+                    raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(choices)}", field=name)
+        if self.selective_ac_options is not None:
+            options = tuple(str(v).strip() for v in self.selective_ac_options)
+            for v, text in zip(self.selective_ac_options, options, strict=True):
+                if isinstance(v, bool) or not (text == SAC_OP or (text.isdigit() and int(text) >= 1)):
+                    why = f"expected op or an integer k >= 1 (every k-th block), got {v!r}"
+                    raise ConfigError(why, field="selective_ac_options")
+            object.__setattr__(self, "selective_ac_options", options)  # "2" and 2 are the same option
+
+    @property
+    def spans_settings(self) -> bool:
+        """Whether the space lists any setting (then rows carry `SETTING_COLUMNS`)."""
+        return any(getattr(self, name) is not None for name in SETTING_AXES)
+
+
+SETTING_AXES = ("reshard_after_forward", "checkpointing", "selective_ac_options", "reduce_dtypes", "optimizer_impls")
 
 
 @dataclass(frozen=True)
@@ -72,6 +124,7 @@ class Candidate:
     cfg: RunConfig  # normalized by resolve()
     cluster: Cluster
     cost_estimate: float  # relative cost of predicting it (for scheduling work on the pool)
+    label: str  # the row's configuration: the strategy's label, and the settings that differ from the base's
 
 
 @dataclass
@@ -113,18 +166,22 @@ def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceTy
     return [(t, n) for t in tops for n in nodes]
 
 
-def _strategies_for(world: int, n_layers: int, batch_per_device: int, space: SweepSpace) -> Iterable[Strategy]:
+def _strategies_for(
+    world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
+) -> Iterable[Strategy]:
     kinds = space.strategies
     sel = set(space.degrees) if space.degrees is not None else None
     if "ddp" in kinds:
         yield Strategy("ddp")
     if "zero" in kinds:
-        yield Strategy("zero")
+        for raf in reshard:
+            yield Strategy("zero", reshard_after_forward=raf)
     if "zero2d" in kinds:
         # d = 1 is ddp; d = world is zero (resolve() says so): only when asked for by --degrees
         for d in sorted(sel) if sel is not None else divisors(world)[1:-1]:
             if d > 1:
-                yield Strategy("zero2d", degree=d)
+                for raf in reshard:
+                    yield Strategy("zero2d", degree=d, reshard_after_forward=raf)
     if "pipeline" in kinds:
         pps = sorted(space.pp) if space.pp is not None else [p for p in divisors(world) if 2 <= p <= n_layers]
         for pp in pps:
@@ -142,6 +199,45 @@ def _strategies_for(world: int, n_layers: int, batch_per_device: int, space: Swe
                         yield Strategy("pipeline", degree=d, pp=pp, microbatches=m, schedule=sched)
 
 
+def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
+    """The RunConfig fields of every combination of the listed settings, in the order listed
+    (the base's value where a setting is not listed); a selective option only with selective
+    checkpointing, and a reduce dtype equal to the precision as None (what it means)."""
+    options = space.selective_ac_options or (base.selective_ac_option,)
+    reduce = space.reduce_dtypes or (base.reduce_dtype,)
+    if space.reduce_dtypes is not None:
+        reduce = tuple(dict.fromkeys(None if r == base.precision else r for r in reduce))
+    return [
+        {"checkpointing": ck, "selective_ac_option": opt, "reduce_dtype": rd, "optimizer_impl": impl}
+        for ck in space.checkpointing or (base.checkpointing,)
+        for opt in (options if ck == "selective" else (base.selective_ac_option,))
+        for rd in reduce
+        for impl in space.optimizer_impls or (base.optimizer_impl,)
+    ]
+
+
+def settings_key(cfg: RunConfig, shard: int) -> tuple:
+    """The settings that change a prediction: a selective option only with selective
+    checkpointing, the reduce dtype only where parameters are sharded (DDP reduces fp32)."""
+    option = cfg.selective_ac_option if cfg.checkpointing == "selective" else None
+    return cfg.checkpointing, option, cfg.grad_dtype if shard > 1 else "fp32", cfg.optimizer, cfg.optimizer_impl
+
+
+def settings_suffix(cfg: RunConfig, shard: int, base: RunConfig) -> str:
+    """ ", ckpt selective op, reduce fp32, adam fused": the settings of `cfg` that differ from
+    the base's ("" when none do; ZeRO-2 is in the strategy's own label)."""
+    ck, option, reduce, optimizer, impl = settings_key(cfg, shard)
+    base_ck, base_option, base_reduce, _, base_impl = settings_key(base, 2)
+    parts = []
+    if (ck, option) != (base_ck, base_option):
+        parts.append(f"ckpt {cfg.checkpointing_label()}")
+    if shard > 1 and reduce != base_reduce:
+        parts.append(f"reduce {reduce}")
+    if impl != base_impl:
+        parts.append(f"{optimizer} {impl}")
+    return "".join(", " + p for p in parts)
+
+
 def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
     """Why a whole cluster is out (the checks predict() makes beyond resolve), or None."""
     dev = cluster.instance.device
@@ -156,13 +252,19 @@ def enumerate_configs(
     base: RunConfig, space: SweepSpace | None = None, workload: Workload | None = None
 ) -> Enumeration:
     """Every configuration of `space` that resolve() accepts, in a fixed order: clusters in the
-    order given (topology, then nodes), then ddp, zero, zero2d by degree, pipelines by pp,
-    shard degree, microbatches, schedule. Duplicates after normalization are dropped."""
+    order given (topology, then nodes), then ddp, zero, zero2d by degree (ZeRO-3 before ZeRO-2
+    where listed so), pipelines by pp, shard degree, microbatches, schedule; each strategy with
+    every combination of the listed settings (checkpointing, selective option, reduce dtype,
+    Adam's implementation, in that nesting). Duplicates after normalization are dropped."""
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
     n_layers = len(w.layers) or len(w.blocks)
     out = Enumeration()
     seen: set[tuple] = set()
+    if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):
+        raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
+    reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
+    variants = _settings_variants(base, space) if space.spans_settings else [{}]
     for topology, nodes in _clusters(base, space):
         cluster = make_cluster(topology, nodes)
         name = f"{cluster.nodes} x {cluster.instance.name}"
@@ -182,16 +284,21 @@ def enumerate_configs(
             out.skipped.append(f"{name}: {why}")
             continue
         before = len(out.candidates)
-        for strat in _strategies_for(cluster.world, n_layers, cfg0.batch_per_device, space):
-            try:
-                cfg, _ = resolve(replace(cfg0, strategy=strat), cluster.world, n_layers)
-            except ConfigError:
-                continue
-            key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.candidates.append(Candidate(len(out.candidates), cfg, cluster, _cost_estimate(cfg, n_layers)))
+        for strat in _strategies_for(cluster.world, n_layers, cfg0.batch_per_device, space, reshard):
+            for settings in variants:
+                try:
+                    cfg, res = resolve(replace(cfg0, strategy=strat, **settings), cluster.world, n_layers)
+                except ConfigError:
+                    continue
+                key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
+                if settings:
+                    key += settings_key(cfg, res.shard)
+                if key in seen:
+                    continue
+                seen.add(key)
+                label = cfg.strategy.label() + (settings_suffix(cfg, res.shard, base) if settings else "")
+                cost = _cost_estimate(cfg, n_layers)
+                out.candidates.append(Candidate(len(out.candidates), cfg, cluster, cost, label))
         if len(out.candidates) == before:
             out.skipped.append(f"{name}: no valid configuration in the requested space")
     return out

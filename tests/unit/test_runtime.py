@@ -21,7 +21,7 @@ from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
 from shardsim.runtime.status import Fault, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
-from shardsim.simulator.config import config_from_args, load_config
+from shardsim.simulator.config import RunConfig, Strategy, config_from_args, load_config
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 
@@ -143,6 +143,24 @@ def test_results_are_written_atomically_and_appended(tmp_path):
     assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["kind"] == "zero"
     assert rows[0]["backend"] == "gloo" and rows[0]["workload"] == "w"  # what ran, not what was asked
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_row_says_the_checkpointing_mode_and_the_selective_option(tmp_path):
+    base = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=2, backend="gloo", strategy=Strategy("zero"))
+    modes = {
+        "none": (dataclasses.replace(base, checkpointing="none"), "False", ""),
+        "full": (dataclasses.replace(base, checkpointing="full"), "True", ""),
+        "op": (dataclasses.replace(base, checkpointing="selective"), "selective", "op"),
+        "k2": (dataclasses.replace(base, checkpointing="selective", selective_ac_option="2"), "selective", "2"),
+    }
+    for name, (cfg, _, _) in modes.items():
+        rec = run_record(run_id=name, config=cfg.to_dict())
+        write_run(rec, tmp_path)
+        assert load_run(tmp_path / f"{name}.json") == rec
+        assert load_run(tmp_path / f"{name}.json").config == cfg.to_dict()
+    rows = {r["run_id"]: r for r in csv.DictReader(open(tmp_path / CSV_NAME))}
+    for name, (_, mode, option) in modes.items():
+        assert (rows[name]["checkpointing"], rows[name]["selective_ac_option"]) == (mode, option), name
 
 
 def test_committed_run_files_load_as_records(tmp_path):

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from shardsim.runtime.cli import main
 from shardsim.simulator.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.predict import predict
@@ -134,3 +135,61 @@ def test_a_30b_model_on_8_x_80gb_is_decided_by_adam_implementation():
         got[impl] = predict(cfg, workload=w)
     assert not got["foreach"].fits and got["fused"].fits and got["per-parameter"].fits
     assert got["per-parameter"].breakdown["optimizer_s"] > got["fused"].breakdown["optimizer_s"]
+
+
+def run_main(argv: list[str]) -> int:
+    """The `shardsim` command in process, argparse's usage errors (SystemExit) as their status."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+@pytest.mark.parametrize("command", ["predict", "sweep"])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--reduce-dtype", "fp8"], "--reduce-dtype"),
+        (["--optimizer-impl", "lazy"], "--optimizer-impl"),
+        (["--checkpointing", "partial"], "--checkpointing"),
+        (["--checkpointing", "selective", "--selective-ac-option", "0"], "selective_ac_option"),
+        (["--checkpointing", "selective", "--selective-ac-option", "every"], "selective_ac_option"),
+    ],
+)
+def test_cli_bad_setting_flag_is_one_line_exit_2(command, args, needle, capsys):
+    assert run_main([command, "--workload", "tiny-gpt", "--nodes", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+def test_cli_zero2_flag_for_a_pipeline_is_one_line_exit_2(capsys):
+    argv = ["predict", "--workload", "tiny-gpt", "--strategy", "pipeline", "--pp", "2", "--no-reshard-after-forward"]
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reshard_after_forward" in err, err
+    assert run_main(["predict", "--workload", "tiny-gpt", "--strategy", "ddp", "--reduce-dtype", "bf16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reduce_dtype" in err, err
+
+
+@pytest.mark.parametrize("command", ["predict", "sweep", "run"])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("reduce_dtype: fp8\n", "reduce_dtype"),
+        ("optimizer_impl: lazy\n", "optimizer_impl"),
+        ("checkpointing: partial\n", "checkpointing"),
+        ("checkpointing: selective\nselective_ac_option: -1\n", "selective_ac_option"),
+        ("reshard_after_forward: maybe\n", "reshard_after_forward"),
+        ("strategy: {kind: ddp, reshard_after_forward: false}\n", "reshard_after_forward"),
+        (
+            "mixed_precision: {param_dtype: torch.bfloat16, reduce_dtype: torch.float8}\n",
+            "mixed_precision.reduce_dtype",
+        ),
+    ],
+)
+def test_cli_bad_setting_in_a_file_is_one_line_naming_field_and_file(tmp_path, command, text, field, capsys):
+    path = write(tmp_path, "workload: tiny-gpt\ntopology: emu-2x2\n" + text)
+    assert run_main([command, str(path)]) == 2  # `run` fails on reading the file, before any rank starts
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"'{field}" in err and str(path) in err, err

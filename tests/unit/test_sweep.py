@@ -13,7 +13,7 @@ from shardsim.simulator.config import RunConfig, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.sweep.recommendation import recommend
-from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS
+from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
@@ -239,6 +239,12 @@ def test_topology_without_price_says_unknown(capsys) -> None:
         (["--topology", "no-such-instance"], "unknown topology"),
         (["--nodes", "two"], "comma-separated integers"),
         (["--strategies", "ddp,fsdp"], "expected some of"),
+        (["--reshard-after-forward", "maybe"], "expected true and/or false"),
+        (["--checkpointing", "none,some"], "expected some of"),
+        (["--reduce-dtypes", "fp32,fp8"], "expected some of"),
+        (["--optimizer-impls", "foreach,lazy"], "expected some of"),
+        (["--checkpointing", "selective", "--selective-ac-options", "op,0"], "selective_ac_option"),
+        (["--checkpointing", "full", "--selective-ac-options", "op,2"], "need selective checkpointing"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, needle, capsys) -> None:
@@ -316,3 +322,130 @@ def test_synthetic_cluster_object_is_accepted() -> None:
     df = sweep(TINY, SweepSpace(strategies=("ddp",), topologies=(inst,), nodes=(2,)), workers=1)
     assert df["world"].tolist() == [Cluster(inst, 2).world]
     assert df["cost_per_million_samples_usd"].isna().all()  # no price: unknown, not zero
+
+
+# The settings as opt-in dimensions of the space.
+SETTINGS_SPACE = SweepSpace(
+    strategies=("ddp", "zero", "zero2d", "pipeline"),
+    pp=(2,),
+    microbatches=(4,),
+    schedules=("1f1b",),
+    reshard_after_forward=(True, False),
+    checkpointing=("full", "selective"),
+    selective_ac_options=("op", 2),
+    reduce_dtypes=("fp32", "fp16"),
+    optimizer_impls=("foreach", "fused"),
+)
+
+
+def test_without_settings_lists_the_space_and_columns_are_todays(tiny_df: pd.DataFrame) -> None:
+    en = enumerate_configs(TINY)
+    assert [c.label for c in en.candidates] == [c.cfg.strategy.label() for c in en.candidates]
+    assert all(c.cfg == replace(TINY, strategy=c.cfg.strategy) for c in en.candidates)
+    assert list(tiny_df.columns) == list(COLUMNS) and not set(SETTING_COLUMNS) & set(tiny_df.columns)
+
+
+def test_settings_lists_multiply_the_space_with_unique_labels() -> None:
+    base = replace(TINY, precision="fp16")
+    en = enumerate_configs(base, SETTINGS_SPACE)
+    labels = [c.label for c in en.candidates]
+    assert len(set(labels)) == len(labels)
+    by_kind: dict[str, list] = {}
+    for c in en.candidates:
+        by_kind.setdefault(c.cfg.strategy.kind, []).append(c)
+    # checkpointing full, selective op, selective 2 (3) x foreach, fused (2) for every strategy;
+    # x reduce fp32, fp16 (2) where parameters are sharded; x ZeRO-3, ZeRO-2 (2) for zero and zero2d
+    assert len(by_kind["ddp"]) == 6 and len(by_kind["zero"]) == 24
+    assert len(by_kind["zero2d"]) == 2 * 24  # d = 2, 4
+    assert {c.cfg.strategy.reshard_after_forward for c in by_kind["pipeline"]} == {True}
+    assert {c.cfg.reduce_dtype for c in by_kind["ddp"]} == {"fp32"}  # DDP reduces fp32: no fp16 row
+    # the base's settings (full, reduce fp16 = the precision, foreach) give no suffix; the others name what differs
+    assert "zero" in labels and "ddp" in labels
+    assert "zero (ZeRO-2), ckpt selective k=2, reduce fp32, adam fused" in labels
+    assert "ddp, adam fused" in labels and not any(lb.startswith("ddp") and "reduce" in lb for lb in labels)
+    # order: each strategy with all its settings, ZeRO-3 before ZeRO-2
+    zero = [c.label for c in by_kind["zero"]]
+    assert zero[:3] == ["zero, reduce fp32", "zero, reduce fp32, adam fused", "zero"]
+    assert zero[12].startswith("zero (ZeRO-2)")
+
+
+def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
+    base = replace(TINY, precision="fp16")
+    df = sweep(base, SETTINGS_SPACE, workers=1)
+    assert list(df.columns) == [
+        *COLUMNS[: COLUMNS.index("schedule") + 1],
+        *SETTING_COLUMNS,
+        *COLUMNS[COLUMNS.index("schedule") + 1 :],
+    ]
+    assert df["config"].is_unique and df["rank"].tolist() == list(range(1, len(df) + 1))
+    zero2 = df[df["config"] == "zero (ZeRO-2)"].iloc[0]
+    assert zero2["reshard_after_forward"] == False and zero2["reduce_dtype"] == "fp16"  # noqa: E712
+    assert zero2["checkpointing"] == "full" and zero2["optimizer_impl"] == "foreach"
+    assert pd.isna(zero2["selective_ac_option"])
+    assert df[df["strategy"] == "ddp"]["reshard_after_forward"].isna().all()
+    k2 = df[df["config"] == "zero, ckpt selective k=2, reduce fp32"].iloc[0]
+    assert k2["selective_ac_option"] == "2" and k2["reduce_dtype"] == "fp32"
+    # ranking: fitting rows by samples/s; the settings change the predictions
+    fit = df[df["fits"]]
+    assert fit["samples_per_s"].is_monotonic_decreasing
+    assert df[df["strategy"] == "zero"]["step_time_s"].nunique() > 1
+    rec = recommend(df)
+    assert set(SETTING_COLUMNS) <= set(rec["best"]) and set(SETTING_COLUMNS) <= set(rec["sdp"])
+    best = df.iloc[0]
+    assert rec["best"]["config"] == best["config"]
+    assert rec["best"]["checkpointing"] == best["checkpointing"]
+    assert rec["best"]["reduce_dtype"] == best["reduce_dtype"]
+    # today's recommendation keys where no settings are listed
+    assert not set(SETTING_COLUMNS) & set(recommend(sweep(TINY, SweepSpace(strategies=("zero",)), workers=1))["best"])
+
+
+def test_cli_settings_lists(tmp_path, capsys) -> None:
+    argv = ["sweep", "--workload", "tiny-gpt", "--nodes", "2", "--strategies", "ddp,zero", "--workers", "1"]
+    rc = main(
+        [
+            *argv,
+            "--reshard-after-forward",
+            "true,false",
+            "--checkpointing",
+            "none,selective",
+            "--selective-ac-options",
+            "op,2",
+            "--optimizer-impls",
+            "fused,foreach",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["rows"]
+    assert all(set(SETTING_COLUMNS) <= set(r) for r in rows)
+    configs = {r["config"] for r in rows}
+    assert len(configs) == len(rows) == 3 * 2 + 3 * 2 * 2  # ddp: 3 checkpointing x 2 impls; zero: x ZeRO-3/2
+    assert {"ddp", "zero", "zero (ZeRO-2)", "zero, ckpt selective k=2, adam foreach"} <= configs  # base: none, fused
+    assert {r["optimizer_impl"] for r in rows} == {"fused", "foreach"}
+    assert doc["recommended"]["best"]["optimizer_impl"] in ("fused", "foreach")
+    # a single value sets the base alone: today's columns
+    assert main([*argv, "--checkpointing", "none", "--optimizer-impl", "fused", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert set(rows[0]) == set(COLUMNS) and {r["config"] for r in rows} == {"ddp", "zero"}
+    # the table and the CSV say the settings
+    out = tmp_path / "s"
+    assert main([*argv, "--checkpointing", "full,none", "--out", str(out), "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    assert "checkpointing on/off" not in text and "checkpointing off/on" in text and "zero, ckpt off" in text
+    csv = pd.read_csv(out / "sweep.csv")
+    assert set(SETTING_COLUMNS) <= set(csv.columns) and set(csv["checkpointing"]) == {"full", "none"}
+    assert "checkpointing" in json.loads((out / "recommended.json").read_text())["best"]
+
+
+def test_space_rejects_bad_settings() -> None:
+    with pytest.raises(ConfigError, match="fp8"):
+        SweepSpace(reduce_dtypes=("fp8",))
+    with pytest.raises(ConfigError):
+        SweepSpace(checkpointing=())
+    with pytest.raises(ConfigError):
+        SweepSpace(reshard_after_forward=("no",))
+    with pytest.raises(ConfigError):
+        SweepSpace(selective_ac_options=("every",))
+    with pytest.raises(ConfigError, match="selective"):
+        enumerate_configs(TINY, SweepSpace(selective_ac_options=("op", "2")))
