@@ -9,8 +9,9 @@ Studies (experiments/README.md says what they show):
 - mics-gpt-10b, mics-gpt-100b: ZeRO vs ZeRO-2D (MiCS) on p4d.24xlarge (bf16) and p3dn.24xlarge
   (fp16: V100 has no bf16) from 4 to 64 nodes, weak scaling at a fixed batch per device; degree
   8 (one node), 16 and up to 128 (where gpt-100b's states fit).
-- pipeline-gpt2-xl: pipeline vs sharding for gpt2-xl (1.6 B params: does not fit one T4 with
-  Adam) on 4 x g4dn.12xlarge, fp16: every configuration.
+- pipeline-gpt2-xl: pipeline vs sharding for GPT-2 XL's shape with an untied head
+  (experiments/models/gpt2-xl-untied.yaml, 1.6 B params: does not fit one T4 with Adam; a
+  pipeline of the tied model is refused) on 4 x g4dn.12xlarge, fp16: every configuration.
 Each study writes sweep.csv, sweep.parquet, recommended.json, summary.md and PNG/SVG plots.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,10 +79,17 @@ STUDIES: dict[str, tuple[str, list[Part]]] = {
         ],
     ),
     "pipeline-gpt2-xl": (
-        "shardsim sweep --workload gpt2-xl --topology g4dn.12xlarge --nodes 4 --batch-per-device 2 --precision fp16",
+        "shardsim sweep --workload experiments/models/gpt2-xl-untied.yaml --topology g4dn.12xlarge --nodes 4 "
+        "--batch-per-device 2 --precision fp16",
         [
             Part(
-                RunConfig(workload="gpt2-xl", topology="g4dn.12xlarge", nodes=4, batch_per_device=2, precision="fp16"),
+                RunConfig(
+                    workload="experiments/models/gpt2-xl-untied.yaml",  # relative: it is named in the outputs
+                    topology="g4dn.12xlarge",
+                    nodes=4,
+                    batch_per_device=2,
+                    precision="fp16",
+                ),
                 SweepSpace(),
             )
         ],
@@ -225,6 +234,7 @@ def main() -> None:
     p.add_argument("--replot", action="store_true", help="no predictions: summary and plots from sweep.parquet")
     p.add_argument("--out", type=Path, default=OUT, help=f"folder of the studies (default {OUT.relative_to(ROOT)})")
     ns = p.parse_args()
+    os.chdir(ROOT)  # workloads given as paths are named relative to the repository
     for name in ns.studies or STUDIES:
         run_study(name, ns.workers, ns.replot, ns.out)
 

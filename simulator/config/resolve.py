@@ -7,8 +7,13 @@ from dataclasses import replace
 from shardsim.simulator.config.schema import Resolved, RunConfig
 from shardsim.simulator.errors import ConfigError
 
+# A pipeline of a model whose LM head reuses the token embedding would hold that matrix on its
+# first and on its last stage, and would have to sum the two copies' gradients (as Megatron-LM
+# does); neither the plans nor the runtime do that, so such a pipeline is refused.
+TIED_PIPELINE = "a pipeline of a model with tied embeddings (its first and last stage would share the embedding)"
 
-def resolve(cfg: RunConfig, world: int, n_blocks: int) -> tuple[RunConfig, Resolved]:
+
+def resolve(cfg: RunConfig, world: int, n_blocks: int, *, tied_embeddings: bool = False) -> tuple[RunConfig, Resolved]:
     """Check the configuration against the world size and the model; settle defaults.
 
     Returns the normalized config (zero's degree = world; SMP's degree = world → zero) and
@@ -19,6 +24,8 @@ def resolve(cfg: RunConfig, world: int, n_blocks: int) -> tuple[RunConfig, Resol
     if s.kind in ("zero", "zero2d", "ddp") and s.pp != 1:
         raise ConfigError(f"pp={s.pp} needs strategy pipeline", where=where, field="pp")
     pp = s.pp if s.kind == "pipeline" else 1
+    if pp > 1 and tied_embeddings:
+        raise ConfigError(f"{TIED_PIPELINE} is not supported; untie them or shard instead", where=where, field="pp")
     if pp > world or world % pp:
         raise ConfigError(f"pipeline degree {pp} does not divide the world size {world}", where=where, field="pp")
     if pp > n_blocks:

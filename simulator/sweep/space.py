@@ -26,6 +26,7 @@ from shardsim.simulator.config import (
     Strategy,
     resolve,
 )
+from shardsim.simulator.config.resolve import TIED_PIPELINE
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.workload.load import load_workload
@@ -259,7 +260,10 @@ def enumerate_configs(
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
     n_layers = len(w.layers) or len(w.blocks)
+    tied = bool(w.arch and w.arch.tied_embeddings)
     out = Enumeration()
+    if tied and "pipeline" in space.strategies:
+        out.skipped.append(f"pipelines: {TIED_PIPELINE} is not supported")
     seen: set[tuple] = set()
     if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):
         raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
@@ -287,7 +291,9 @@ def enumerate_configs(
         for strat in _strategies_for(cluster.world, n_layers, cfg0.batch_per_device, space, reshard):
             for settings in variants:
                 try:
-                    cfg, res = resolve(replace(cfg0, strategy=strat, **settings), cluster.world, n_layers)
+                    cfg, res = resolve(
+                        replace(cfg0, strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
+                    )
                 except ConfigError:
                     continue
                 key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
