@@ -98,7 +98,7 @@ def predict(
         profile = load_profile(cfg.profile, w.name)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
-    cm = ComputeModel(cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl)
+    cm = ComputeModel(cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl, w.arch)
     plan = build_plan(cfg, res, w, cm)
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
