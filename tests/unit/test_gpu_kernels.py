@@ -10,7 +10,8 @@ import pytest
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.hardware.topology import load_instance
-from shardsim.simulator.workload.model import PRESETS, load_workload
+from shardsim.simulator.workload.library import PRESETS
+from shardsim.simulator.workload.load import load_workload
 
 A100 = load_instance("p4d.24xlarge").device
 SPEC = A100.kernels
