@@ -63,7 +63,8 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
     print(f"{len(rows)} measured rows from {ns.measured} on {inst.name} ({inst.device.model})")
     print(f"{'row':<44} {'measured':>12} {'before %':>9} {'after %':>8}" + (f" {'cv %':>7}" if cv is not None else ""))
     for i, m in enumerate(rows):
-        what = " ".join(f"{k}={v}" for k, v in m.info.items() if k in ("model", "seq_len", "gpus", "microbatch"))
+        i_ = m.info
+        what = f"{i_['model']} seq {i_['seq_len']} gpus {i_['gpus']} mb {i_['microbatch']} ga {i_['grad_accum']}"
         cells = f"{what:<44.44} {m.measured:>12.4g} {(before[i] - 1) * 100:>+9.1f} {(after[i] - 1) * 100:>+8.1f}"
         print(cells + (f" {(cv[i] - 1) * 100:>+7.1f}" if cv is not None else ""))
     errs = {"before": errors(before), "after": errors(after)}
