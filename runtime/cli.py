@@ -27,6 +27,7 @@ from shardsim.runtime.emulation import cli as cluster_cli
 from shardsim.runtime.profile import cli as profile_cli
 from shardsim.runtime.validation import cli as validation_cli
 from shardsim.simulator import collective_cli, predict_cli
+from shardsim.simulator.calibration import cli as calibration_cli
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware import cli as topologies_cli
 from shardsim.simulator.sweep import cli as sweep_cli
@@ -42,6 +43,7 @@ COMMANDS = (
     profile_cli,
     validation_cli,
     cluster_cli,
+    calibration_cli,
 )
 log = logging.getLogger("shardsim")
 

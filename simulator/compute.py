@@ -4,16 +4,22 @@ time = matmul FLOPs / (peak[precision] × matmul_efficiency[precision])
      + memory-bound bytes / (memory bandwidth × memory_efficiency)
 The two terms add (no overlap between GEMMs and elementwise kernels): a named
 simplification. A measured profile (`shardsim profile`) replaces both when given.
+
+On a GPU whose topology file gives kernel-level figures (`device.kernels`), a block of a
+model described by an `Arch` is costed from its kernels instead (`simulator.gpu_kernels`:
+GEMMs at their shapes, fused attention, memory-bound kernels, the eager per-kernel floor);
+the roofline stays for CPUs and for models given by import path (no `Arch`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.hardware.topology import DeviceSpec
-from shardsim.simulator.workload.model import Block
+from shardsim.simulator.workload.model import Arch, Block
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
@@ -49,6 +55,10 @@ class ComputeModel:
     precision: str
     profile: Profile | None = None  # measured block and optimizer times replace the roofline
     optimizer_impl: str = "foreach"  # foreach | fused | per-parameter
+    arch: Arch | None = None  # the model's shape: with a GPU's kernel figures, blocks are costed from kernels
+    # Kernels each block launches per pass beyond its own (forward, backward), in the model from
+    # kernels: e.g. autocast's casts of fp32 parameters, or a timing harness's ops.
+    extra_kernels: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -72,9 +82,36 @@ class ComputeModel:
         measured = self.profile.block_time(b.name, batch) if self.profile else None
         if measured is not None:  # its memory-bound part from the roofline, at most the measured forward
             return BlockCost(measured[0], measured[1], min(mem, measured[0]))
+        kernels = self._kernels(b, batch)
+        if kernels is not None:
+            return self._from_kernels(kernels, mem)
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
         bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
         return BlockCost(fwd, bwd, mem)
+
+    def _kernels(self, b: Block, batch: int) -> gk.BlockKernels | None:
+        if self.device.kind != "gpu" or self.device.kernels is None or self.arch is None:
+            return None
+        return gk.block_kernels(self.arch, b, batch)
+
+    def _from_kernels(self, k: gk.BlockKernels, mem: float) -> BlockCost:
+        """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound
+        forward time (the same traffic as the roofline's, at the achieved HBM bandwidth)."""
+        spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
+        assert spec is not None
+        fwd_k = [gk.gemm_time(g, spec, self.flops_per_s, bw, esize) for g in k.fwd_gemms]
+        bwd_k = [gk.gemm_time(g, spec, self.flops_per_s, bw, esize) for g in k.bwd_gemms]
+        if k.attention is not None:
+            # the attention figures are the half-precision tensor path's; fp32 runs at its own peak's share
+            scale = self.peak_flops / (max(self.device.peak_tflops.values()) * 1e12)
+            fwd_k.append(gk.attention_time(spec, k.attention, bwd=False, scale=scale))
+            bwd_k.append(gk.attention_time(spec, k.attention, bwd=True, scale=scale))
+        mem_bytes = mem * bw
+        ef, eb = self.extra_kernels
+        fwd = gk.pass_time(fwd_k, mem_bytes, k.fwd_other_kernels + ef, spec, bw)
+        bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw)
+        floor = spec.kernel_floor_us * 1e-6
+        return BlockCost(fwd, bwd, min(fwd, max(mem, k.fwd_other_kernels * floor)))
 
     def optimizer(self, local_params: float, tensors: int = 0) -> float:
         """Adam step over the parameters this rank owns (memory-bound), held in `tensors`
@@ -103,10 +140,21 @@ class ComputeModel:
         (at least 0). Zero without a measured figure: an assumption (on a GPU these copies run
         on the device's streams, beside the blocks' kernels)."""
         fo = self.profile.fsdp_overhead_s if self.profile else None
+        if fo is None and self.device.kind == "gpu" and self.device.kernels is not None:
+            return self._fsdp_copies()
         if fo is None or params <= 0:
             return FsdpCpu()
         gather = fo[0] / params
         return FsdpCpu(gather, max(0.0, fo[1] - gather * layer_params) / params)
+
+    def _fsdp_copies(self) -> FsdpCpu:
+        """FSDP's copies on a GPU at the achieved HBM bandwidth, per parameter of a unit: after an
+        all-gather the gathered buffer is copied out into the parameters (read + write); before
+        a reduce-scatter the unsharded gradients are copied in (read + write). The copies of the
+        1/N shard (copy-in of a gather, copy-out of a reduce-scatter) are left out: small at
+        scale (a named simplification); gradients are counted in the parameters' dtype."""
+        per = 2 * DTYPE_BYTES[self.precision] / self.mem_bytes_per_s
+        return FsdpCpu(per, per)
 
     @property
     def peak_flops(self) -> float:

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.config import Resolved, RunConfig, resolve
@@ -99,7 +100,9 @@ def predict(
         profile = load_profile(cfg.profile, w.name)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
-    cm = ComputeModel(cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl)
+    if cfg.calibration:
+        cluster = calibrated(cluster, cfg.calibration)  # fitted figures over the topology's
+    cm = ComputeModel(cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl, w.arch)
     plan = build_plan(cfg, res, w, cm)
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks

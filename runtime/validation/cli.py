@@ -34,7 +34,7 @@ def _cmd_validate(ns) -> int:
         if ns.retries < 0:
             raise ConfigError(f"expected --retries >= 0, got {ns.retries}", field="retries")
         matrix = replace(matrix, retries=ns.retries)
-    rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads)
+    rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads, calibration=ns.calibration)
     if ns.json:
         print(json.dumps({"rows": [asdict(r) for r in rows], **summary}))
     else:
@@ -64,6 +64,7 @@ def register(sub) -> None:
     p.add_argument("--matrix", default=None, help=f"matrix YAML (default: {DEFAULT_MATRIX.name}, shipped)")
     p.add_argument("--out", default="results/validation", help="output folder (resumable; default %(default)s)")
     p.add_argument("--profile", default=None, help="a profile to predict from (default: measured, out/profile.json)")
+    p.add_argument("--calibration", default=None, help="a calibration file (shardsim calibrate) predictions apply")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument(
         "--max-steal",

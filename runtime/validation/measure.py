@@ -9,7 +9,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +73,7 @@ class _Validation:
     configs: list[RunConfig]
     rows: list[Row]
     yard_batch: int  # the microbatch size the profile's yardstick was timed at
+    calibration: str | None = None  # a calibration file predictions apply over the topology's figures
 
     def rescore(self, i: int, pooled: float) -> None:
         """Predict row `i` at its host speed: its run's probe, else the pooled yardsticks."""
@@ -83,7 +84,8 @@ class _Validation:
         among = row.host_speed_from == "probe"  # read among the ranks: their cache sharing included
         steal = row.host_steal_share if math.isfinite(row.host_steal_share) else None
         slowed = self.profile.slowed(row.host_slowdown, among_ranks=among, steal_share=steal)
-        rescore(row, predict(self.configs[i], profile=slowed))
+        cfg = self.configs[i] if self.calibration is None else replace(self.configs[i], calibration=self.calibration)
+        rescore(row, predict(cfg, profile=slowed))
 
     def rescore_all(self) -> None:
         pooled = pooled_slowdown(self.rows)
@@ -121,6 +123,7 @@ def validate(
     *,
     profile: str | None = None,
     threads: int = 1,
+    calibration: str | None = None,
     log: Callable[[str], None] = _log.info,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Run what is missing, predict everything, write the table and plots; returns (rows, summary)."""
@@ -149,6 +152,7 @@ def validate(
         configs=matrix.configs,
         rows=rows,
         yard_batch=max(matrix.microbatch_sizes()),
+        calibration=calibration,
     )
     for r in rows:
         settle(r, matrix.max_steal, matrix.quiet_steps_needed)  # the bound may differ from the earlier call's

@@ -128,9 +128,10 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
         nodes: int | None = f.integer("nodes")
     else:
         nodes = base.nodes if "topology" not in values else None
-    profile = values.get("profile")
-    if profile is not None and not isinstance(profile, str):
-        raise ConfigError(f"expected a file path, got {profile!r}", where=where, field="profile")
+    paths = {k: values.get(k) for k in ("profile", "calibration")}
+    for k, v in paths.items():
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(f"expected a file path, got {v!r}", where=where, field=k)
     return RunConfig(
         workload=_workload(values.get("workload", base.workload), where),
         shape=Shape(**{k: f.integer(k) for k in SHAPE_FIELDS if f.has(k)}),
@@ -146,7 +147,8 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
         backend=f.text("backend", default=base.backend, choices=BACKENDS),
         optimizer=f.text("optimizer", default=base.optimizer, choices=OPTIMIZERS),
         optimizer_impl=f.text("optimizer_impl", default=base.optimizer_impl, choices=OPTIMIZER_IMPLS),
-        profile=profile,
+        profile=paths["profile"],
+        calibration=paths["calibration"],
         seed=f.integer("seed", default=0, minimum=0),
         source=where,
     )

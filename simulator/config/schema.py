@@ -69,6 +69,7 @@ class RunConfig:
     optimizer: str = "adam"
     optimizer_impl: str = "foreach"
     profile: str | None = None
+    calibration: str | None = None  # a calibration file (shardsim calibrate): fitted figures over the topology's
     seed: int = 0
     shape: Shape = field(default_factory=Shape)  # shape fields given over the workload's
     source: str = "defaults"
@@ -161,6 +162,7 @@ SETTINGS = (
     Setting("optimizer", "the optimizer", choices=OPTIMIZERS, flag=False),
     Setting("optimizer_impl", "Adam's implementation", choices=OPTIMIZER_IMPLS),
     Setting("profile", "measured profile file (shardsim profile)"),
+    Setting("calibration", "calibration file (shardsim calibrate): fitted figures over the topology's"),
     Setting("seed", "seed of the synthetic data and the model's initialization", int),
     Setting("seq_len", "tokens per sample, over the workload's", int),
     Setting("hidden", "hidden size, over the workload's", int),
@@ -172,5 +174,6 @@ SETTINGS = (
 )
 FIELDS = tuple(s.name for s in SETTINGS)
 STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward")  # besides the kind
-EXTENDED = ("selective_ac_option", "reduce_dtype", "optimizer_impl")  # left out of to_dict at their defaults
+# left out of to_dict at their defaults
+EXTENDED = ("selective_ac_option", "reduce_dtype", "optimizer_impl", "calibration")
 assert set(SHAPE_FIELDS) <= set(FIELDS)

@@ -18,6 +18,21 @@ FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
 
 
 @dataclass(frozen=True)
+class KernelSpec:
+    """Kernel-level figures of one GPU (the `kernels` mapping of a device in a topology file)."""
+
+    sms: int  # streaming multiprocessors
+    tile_m: int  # the large GEMM tile cuBLAS uses on this device (outputs per CTA, m × n)
+    tile_n: int
+    attn_fwd_tflops: float  # fused attention forward at long sequences, head dim 128
+    attn_bwd_tflops: float  # fused attention backward at long sequences, head dim 128
+    attn_fwd_half_seq: float  # key-loop length at which forward reaches half its rate
+    attn_bwd_half_seq: float
+    attn_small_hdim_factor: float  # rate at head dim <= 64 over that at 128
+    kernel_floor_us: float  # eager PyTorch: launch + dispatch per kernel on the host
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One accelerator (or a CPU socket share standing in for one)."""
 
@@ -29,6 +44,7 @@ class DeviceSpec:
     memory_bandwidth_GBps: float
     memory_efficiency: float  # achieved / peak on streaming (memory-bound) kernels
     kind: str = "gpu"
+    kernels: KernelSpec | None = None  # kernel-level figures (GPUs): the compute model from kernels
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_tflops
@@ -117,6 +133,24 @@ def _figures(f: Fields, keys: list[str], sources: dict[str, str]) -> None:
             sources[f"{f.prefix}{key}"] = src
 
 
+def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
+    if k is None:
+        return None
+    spec = KernelSpec(
+        sms=k.integer("sms"),
+        tile_m=k.integer("tile_m"),
+        tile_n=k.integer("tile_n"),
+        attn_fwd_tflops=k.number("attn_fwd_tflops"),
+        attn_bwd_tflops=k.number("attn_bwd_tflops"),
+        attn_fwd_half_seq=k.number("attn_fwd_half_seq", minimum=0.0, strict=False),
+        attn_bwd_half_seq=k.number("attn_bwd_half_seq", minimum=0.0, strict=False),
+        attn_small_hdim_factor=k.number("attn_small_hdim_factor", maximum=1.0),
+        kernel_floor_us=k.number("kernel_floor_us", minimum=0.0, strict=False),
+    )
+    _figures(k, list(KernelSpec.__dataclass_fields__), sources)
+    return spec
+
+
 def parse_instance(data: dict, where: str) -> InstanceType:
     """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
     top = Fields(data, where)
@@ -144,6 +178,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         memory_bandwidth_GBps=dev.number("memory_bandwidth_GBps"),
         memory_efficiency=dev.number("memory_efficiency", maximum=1.0),
         kind=dev.text("kind", default="gpu", choices=("gpu", "cpu")),
+        kernels=_kernels(dev.sub("kernels", required=False), sources),
     )
     _figures(dev, ["count", "memory_gib", "memory_bandwidth_GBps", "memory_efficiency"], sources)
 

@@ -1,0 +1,131 @@
+"""A calibration file: fitted values of the model's parameters (`calibration.parameters`) for one
+device, what they were fitted to and how well; read back and applied over a topology's figures
+(``--calibration FILE`` of predict, sweep and validate).
+
+    device: NVIDIA A100 SXM4 40GB          # the device the values hold for
+    topology: a100-40gb-roce
+    parameters:
+      matmul_efficiency.bf16: {value: 0.62, default: 0.8686, low: 0.05, high: 1.0}
+      ...
+    fitted_to: {file: ..., rows: 78, sha256: ...}
+    errors: {before: {...}, after: {...}, cross_validated: {...}}
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shardsim.simulator.calibration.parameters import applied, parameter
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.files import atomic_write
+from shardsim.simulator.hardware.topology import Cluster, InstanceType
+from shardsim.simulator.yamlio import Fields, load_yaml
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One parameter's fitted value, its topology default and the bounds of the fit."""
+
+    value: float
+    default: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    device: str
+    topology: str
+    parameters: dict[str, Fitted]
+    fitted_to: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def values(self) -> dict[str, float]:
+        return {k: p.value for k, p in self.parameters.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "topology": self.topology,
+            "parameters": {
+                k: {"value": p.value, "default": p.default, "low": p.low, "high": p.high}
+                for k, p in self.parameters.items()
+            },
+            "fitted_to": self.fitted_to,
+            "errors": self.errors,
+        }
+
+
+def write_calibration(path: str | Path, cal: Calibration) -> None:
+    head = "# shardsim calibrate: fitted parameters of the compute and network model (see simulator/calibration)\n"
+    atomic_write(path, head + yaml.safe_dump(cal.to_dict(), sort_keys=False))
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """A calibration file, checked: every parameter known and its value within its bounds."""
+    where = str(path)
+    f = Fields(load_yaml(Path(path)), where)
+    params = f.sub("parameters")
+    assert params is not None
+    out: dict[str, Fitted] = {}
+    for name in params.data:
+        try:
+            parameter(str(name))
+        except ConfigError as err:
+            raise ConfigError(err.message, where=where, field=f"parameters.{name}") from None
+        p = params.sub(str(name))
+        assert p is not None
+        low = p.number("low", minimum=0.0, strict=False)
+        high = p.number("high", minimum=0.0, strict=False)
+        value = p.number("value", minimum=0.0, strict=False)
+        assert low is not None and high is not None and value is not None
+        if not low <= value <= high:
+            raise ConfigError(
+                f"{value:g} is outside its bounds [{low:g}, {high:g}]", where=where, field=f"parameters.{name}.value"
+            )
+        default = p.number("default", minimum=0.0, strict=False, required=False)
+        out[str(name)] = Fitted(value, value if default is None else default, low, high)
+    fitted_to = f.data.get("fitted_to") or {}
+    errors = f.data.get("errors") or {}
+    return Calibration(f.text("device"), f.text("topology", default=""), out, dict(fitted_to), dict(errors))
+
+
+@functools.lru_cache(maxsize=16)
+def _cached(path: str, mtime_ns: int) -> Calibration:
+    return read_calibration(path)
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """`read_calibration`, read once per file version (a sweep applies it to every configuration)."""
+    try:
+        mtime = Path(path).stat().st_mtime_ns
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", where=str(path), field="calibration") from None
+    return _cached(str(path), mtime)
+
+
+def calibrated_instance(inst: InstanceType, cal: Calibration, where: str = "") -> InstanceType:
+    """`inst` with the calibration's values over its figures; the device must be the one fitted."""
+    if cal.device != inst.device.model:
+        raise ConfigError(
+            f"fitted for {cal.device}; topology {inst.name}'s device is {inst.device.model}",
+            where=where or None,
+            field="calibration",
+        )
+    for name in cal.parameters:
+        if name.startswith("matmul_efficiency.") and name.split(".", 1)[1] not in inst.device.matmul_efficiency:
+            raise ConfigError(
+                f"{inst.name} has no {name.split('.', 1)[1]} peak", where=where or None, field="calibration"
+            )
+    return applied(inst, cal.values)
+
+
+def calibrated(cluster: Cluster, path: str | Path) -> Cluster:
+    """`cluster` with the calibration file's values over its instance's figures."""
+    return replace(cluster, instance=calibrated_instance(cluster.instance, load_calibration(path), str(path)))

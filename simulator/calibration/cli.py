@@ -1,0 +1,123 @@
+"""`shardsim calibrate MEASURED --topology T [--out FILE]`: fit the model's named parameters to
+measured runs, print the error of every row before and after and a k-fold cross-validated error,
+and write a calibration file that predict, sweep and validate take with ``--calibration``."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from shardsim.simulator.config.flags import str_list
+from shardsim.simulator.errors import ConfigError
+
+DEFAULT_FOLDS = 5
+
+
+def _check_out(path: str) -> None:
+    """Fail before any work when the calibration file cannot be written there."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise ConfigError("is a folder; expected a file path", where=path, field="out")
+    if not parent.is_dir():
+        raise ConfigError(f"no folder {parent}", where=path, field="out")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError("not writable", where=path, field="out")
+
+
+def errors(ratio: np.ndarray) -> dict[str, float]:
+    """Mean absolute, mean signed and largest error of throughput, in percent."""
+    e = (ratio - 1) * 100
+    return {"mae_pct": float(np.abs(e).mean()), "signed_pct": float(e.mean()), "max_pct": float(np.abs(e).max())}
+
+
+def _line(name: str, e: dict[str, float]) -> str:
+    mae, signed, top = e["mae_pct"], e["signed_pct"], e["max_pct"]
+    return f"{name:<16} mean |error| {mae:5.1f} %, mean signed {signed:+5.1f} %, max {top:5.1f} %"
+
+
+def _cmd_calibrate(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.calibration import fit as F
+    from shardsim.simulator.calibration.apply import Calibration, Fitted, write_calibration
+    from shardsim.simulator.calibration.measurements import read_measurements
+    from shardsim.simulator.hardware.topology import load_instance
+
+    if ns.out:
+        _check_out(ns.out)
+    if ns.folds == 1 or ns.folds < 0:
+        raise ConfigError(f"expected 0 (none) or >= 2 folds, got {ns.folds}", field="folds")
+    inst = load_instance(ns.topology)
+    rows = read_measurements(ns.measured, ns.topology, inst)
+    names, notes = F.fitted_names(inst, rows, ns.params)
+    if not names:
+        raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
+    before = F.ratios(inst, rows, {})
+    f = F.fit(inst, rows, names)
+    after = F.ratios(inst, rows, f.values)
+    cv = F.cross_validated(inst, rows, names, ns.folds) if ns.folds else None
+
+    print(f"{len(rows)} measured rows from {ns.measured} on {inst.name} ({inst.device.model})")
+    print(f"{'row':<44} {'measured':>12} {'before %':>9} {'after %':>8}" + (f" {'cv %':>7}" if cv is not None else ""))
+    for i, m in enumerate(rows):
+        i_ = m.info
+        what = f"{i_['model']} seq {i_['seq_len']} gpus {i_['gpus']} mb {i_['microbatch']} ga {i_['grad_accum']}"
+        cells = f"{what:<44.44} {m.measured:>12.4g} {(before[i] - 1) * 100:>+9.1f} {(after[i] - 1) * 100:>+8.1f}"
+        print(cells + (f" {(cv[i] - 1) * 100:>+7.1f}" if cv is not None else ""))
+    errs = {"before": errors(before), "after": errors(after)}
+    if cv is not None:
+        errs["cross_validated"] = errors(cv) | {"folds": ns.folds}
+    print("\nthroughput error (predicted / measured - 1)")
+    for k, e in errs.items():
+        print(_line(k if k != "cross_validated" else f"{ns.folds}-fold CV", e))
+    print("\nfitted (default → value ± standard error, [bounds])")
+    for n in names:
+        lo, hi = f.bounds[n]
+        v, se = f.values[n], f.stderr[n]
+        at = "  AT BOUND" if min(v - lo, hi - v) <= 1e-3 * (hi - lo) else ""
+        print(f"  {n:<24} {f.defaults[n]:8.4g} → {v:8.4g} ± {se:.2g}  [{lo:g}, {hi:g}]{at}")
+    for note in notes:
+        print(f"  {note}")
+    if ns.out:
+        digest = hashlib.sha256(Path(ns.measured).read_bytes()).hexdigest() if Path(ns.measured).is_file() else ""
+        cal = Calibration(
+            device=inst.device.model,
+            topology=ns.topology,
+            parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in names},
+            fitted_to={"measured": str(ns.measured), "rows": len(rows), "sha256": digest},
+            errors=errs,
+        )
+        write_calibration(ns.out, cal)
+        print(f"\nwritten {ns.out} (use: --calibration {ns.out})")
+    return 0
+
+
+def register(sub) -> None:
+    from shardsim.simulator.calibration.parameters import DEFAULT_FIT, NAMES
+
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the model's efficiency figures to measured runs; write a calibration file",
+        description=__doc__.splitlines()[0] + " " + " ".join(__doc__.splitlines()[1:]),
+    )
+    p.add_argument(
+        "measured", metavar="MEASURED", help="a CSV of measurements, runs.csv, a run JSON file or a folder of them"
+    )
+    p.add_argument("--topology", required=True, help="the topology the runs ran on (name or YAML path)")
+    p.add_argument("--out", metavar="FILE", help="write the calibration file (YAML) here")
+    p.add_argument(
+        "--folds",
+        type=int,
+        default=DEFAULT_FOLDS,
+        help=f"k of the k-fold cross-validation (0: none; default {DEFAULT_FOLDS})",
+    )
+    p.add_argument(
+        "--params",
+        type=str_list,
+        default=DEFAULT_FIT,
+        help=f"parameters to fit, of {','.join(NAMES)} (default {','.join(DEFAULT_FIT)})",
+    )
+    p.set_defaults(func=_cmd_calibrate)

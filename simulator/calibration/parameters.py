@@ -1,0 +1,109 @@
+"""The model's parameters that `shardsim calibrate` fits: each named, with its bounds, read from
+and written into a topology's figures (`InstanceType`).
+
+- ``matmul_efficiency.<precision>``: the sustained fraction of dense peak a GEMM wave runs at
+  (`device.matmul_efficiency`; the kernel model's and the roofline's GEMM rate).
+- ``attention_efficiency``: a factor on the fused-attention rates (`device.kernels.attn_fwd_tflops`
+  and `attn_bwd_tflops` together); 1 is the topology's figures.
+- ``kernel_floor_us``: eager PyTorch's launch and dispatch per kernel (`device.kernels.kernel_floor_us`).
+- ``nic_efficiency``: achieved / line rate of the inter-node NICs (`nic.efficiency`).
+- ``memory_efficiency``: achieved / peak HBM bandwidth of memory-bound kernels (`device.memory_efficiency`).
+
+Bounds are what each figure can physically be (a named choice): a fit that ends on a bound says
+the rows ask for more than the figure can give, i.e. structure the model lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import InstanceType
+
+MATMUL = "matmul_efficiency"
+DEFAULT_FIT = (MATMUL, "attention_efficiency", "kernel_floor_us", "nic_efficiency")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted figure: its name, bounds, how it is read from a topology and set in one."""
+
+    name: str
+    low: float
+    high: float
+    read: Callable[[InstanceType], float]
+    write: Callable[[InstanceType, float], InstanceType]
+    needs: str = ""  # "kernels": only with a GPU's kernel figures; "nodes": only with rows over several nodes
+
+
+def _device(inst: InstanceType, **kw) -> InstanceType:
+    return replace(inst, device=replace(inst.device, **kw))
+
+
+def _kernels(inst: InstanceType, **kw) -> InstanceType:
+    assert inst.device.kernels is not None
+    return _device(inst, kernels=replace(inst.device.kernels, **kw))
+
+
+def _matmul(precision: str) -> Parameter:
+    def write(inst: InstanceType, v: float) -> InstanceType:
+        return _device(inst, matmul_efficiency={**inst.device.matmul_efficiency, precision: v})
+
+    return Parameter(f"{MATMUL}.{precision}", 0.3, 1.0, lambda i: i.device.matmul_efficiency[precision], write)
+
+
+def _attention_scale(inst: InstanceType, v: float, base: InstanceType) -> InstanceType:
+    k = base.device.kernels
+    assert k is not None
+    return _kernels(inst, attn_fwd_tflops=k.attn_fwd_tflops * v, attn_bwd_tflops=k.attn_bwd_tflops * v)
+
+
+FIXED: dict[str, Parameter] = {
+    # the factor is read as 1 from any topology: it scales the figures the file gives
+    "attention_efficiency": Parameter("attention_efficiency", 0.3, 1.3, lambda i: 1.0, lambda i, v: i, "kernels"),
+    "kernel_floor_us": Parameter(
+        "kernel_floor_us",
+        2.0,
+        100.0,
+        lambda i: i.device.kernels.kernel_floor_us,  # type: ignore[union-attr]
+        lambda i, v: _kernels(i, kernel_floor_us=v),
+        "kernels",
+    ),
+    "nic_efficiency": Parameter(
+        "nic_efficiency",
+        0.3,
+        1.0,
+        lambda i: i.nic.efficiency,
+        lambda i, v: replace(i, nic=replace(i.nic, efficiency=v)),
+        "nodes",
+    ),
+    "memory_efficiency": Parameter(
+        "memory_efficiency",
+        0.3,
+        1.0,
+        lambda i: i.device.memory_efficiency,
+        lambda i, v: _device(i, memory_efficiency=v),
+    ),
+}
+NAMES = (MATMUL, *FIXED)
+
+
+def parameter(name: str) -> Parameter:
+    """The parameter called `name` (``matmul_efficiency.bf16`` names a precision)."""
+    if name.startswith(MATMUL + "."):
+        return _matmul(name.split(".", 1)[1])
+    if name in FIXED:
+        return FIXED[name]
+    raise ConfigError(f"unknown parameter {name!r}; expected {MATMUL}.<precision> or one of {', '.join(FIXED)}")
+
+
+def applied(inst: InstanceType, values: dict[str, float]) -> InstanceType:
+    """`inst` with each named parameter set to its value (the attention factor over `inst`'s own rates)."""
+    out = inst
+    for name, v in values.items():
+        if name == "attention_efficiency":
+            out = _attention_scale(out, v, inst) if out.device.kernels is not None else out
+        else:
+            out = parameter(name).write(out, v)
+    return out

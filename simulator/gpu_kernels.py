@@ -1,0 +1,200 @@
+"""A GPU block's time from the kernels it runs: GEMMs at their real shapes, fused attention,
+memory-bound kernels, and eager PyTorch's per-kernel floor.
+
+Each choice that bends reality is named where it is made; each figure comes from the
+device's file (`KernelSpec`, `device.kernels` in `topologies/*.yaml`) with its source.
+- GEMM: tiles of `tile_m × tile_n` outputs spread over the SMs in waves (ceil(tiles / SMs));
+  a wave runs at the device's sustained fraction of dense peak (`matmul_efficiency`); the
+  smaller of two tile shapes is taken where it quantizes better (as cuBLAS's heuristics
+  choose among tile configurations); split-K fills the SMs when a GEMM has fewer tiles than
+  SMs (weight gradients: small output, long inner dimension); a GEMM whose operands take
+  longer to stream from HBM than to multiply is memory-bound (roofline).
+- Attention: fused (flash / memory-efficient SDPA) kernels, at a throughput per pass that
+  rises with the length of the key loop as s / (s + s_half) towards the device's long-sequence
+  rate; causal work counted as the kernel does it (half the score matrix, the key loop half
+  as long on average).
+- Memory-bound kernels (norms, activations, residual adds, softmax / cross-entropy,
+  embedding): their bytes at the achieved HBM bandwidth, split evenly over the kernels a pass
+  launches.
+- Eager floor: a kernel costs at least `kernel_floor_us` (launch and dispatch on the host):
+  time of a pass = Σ max(kernel, floor). It decides small microbatches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shardsim.simulator.hardware.topology import KernelSpec
+from shardsim.simulator.workload.model import Arch, Block
+
+SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
+SMALL_TILE_EFFICIENCY = 0.9  # a 128×128 tile sustains less than a 256×128 one (less reuse per load; assumption)
+BWD_ATTN_WORK = 2.5  # fused attention backward: 5 matmuls of the forward's 2 (QK^T recomputed)
+ATTN_SMALL_HDIM = 64  # head dimension at or below which `attn_small_hdim_factor` applies
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C[m×n] = A[m×k] · B[k×n], `count` times."""
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One fused attention call: `batch_heads` independent (seq × seq) problems of `head_dim`."""
+
+    batch_heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+
+    @property
+    def fwd_flops(self) -> float:
+        """QK^T and PV as the kernel does them: half the score matrix when causal."""
+        full = 4.0 * self.batch_heads * self.seq * self.seq * self.head_dim
+        return full / 2 if self.causal else full
+
+
+@dataclass(frozen=True)
+class BlockKernels:
+    """What one block runs for one microbatch: GEMMs per pass, its attention call, and the
+    number of other (memory-bound) kernels each pass launches."""
+
+    fwd_gemms: tuple[Gemm, ...]
+    attention: Attention | None
+    fwd_other_kernels: int
+    bwd_other_kernels: int
+    input_grad: bool = True  # False: the block's input needs no gradient (the first GEMM's dgrad is skipped)
+
+    @property
+    def bwd_gemms(self) -> tuple[Gemm, ...]:
+        """Input gradient dX[m×k] = dY[m×n]·Wᵀ and weight gradient dW[n×k] = dYᵀ·X (inner m)."""
+        out: list[Gemm] = []
+        for i, g in enumerate(self.fwd_gemms):
+            if self.input_grad or i > 0:
+                out.append(Gemm(g.m, g.k, g.n, g.count))
+            out.append(Gemm(g.n, g.k, g.m, g.count))
+        return tuple(out)
+
+
+# Kernels other than GEMMs and attention that the runtime's modules launch per pass in eager
+# mode (counted from runtime/models/transformer.py; named here, they set the floor's weight).
+# Transformer layer forward: LN1, head transpose copy, residual add, LN2, GELU, residual add.
+# Backward: LN1 and LN2 (input grad, weight/bias grad each), GELU, the copy, 4 bias-gradient
+# reductions, 2 residual-gradient adds, the attention's pre/post-processing (2), and one
+# gradient accumulation per parameter tensor (12).
+LAYER_FWD_OTHER = 6
+LAYER_BWD_OTHER = 6 + 1 + 1 + 4 + 2 + 2 + 12
+MLP_FWD_OTHER = 2  # GELU, residual add
+MLP_BWD_OTHER = 1 + 2 + 4  # GELU, bias reductions, gradient accumulation per parameter tensor
+EMBED_FWD_OTHER = 2  # token gather (or the [CLS] concat), position add
+EMBED_BWD_OTHER = 3  # embedding backward (sort + scatter-add), position gradient reduction
+HEAD_FWD_OTHER = 3  # final norm, log-softmax, NLL (cross-entropy over the vocabulary or classes)
+HEAD_BWD_OTHER = 4  # NLL and log-softmax backward, norm backward (2)
+
+
+def block_kernels(arch: Arch, b: Block, batch: int) -> BlockKernels | None:
+    """The kernels of block `b` of a model of `arch` for a microbatch of `batch` samples, or
+    None for a block this function does not know. Written from the architecture so that a
+    family with other projections (grouped KV heads, gated MLPs) adds its GEMMs here."""
+    h, f = arch.hidden, arch.ffn_size
+    t = batch * arch.tokens
+    if b.kind == "layer" and arch.family == "mlp":
+        gemms = (Gemm(batch, f, h), Gemm(batch, h, f))
+        return BlockKernels(gemms, None, MLP_FWD_OTHER, MLP_BWD_OTHER, input_grad=b.name != "block0")
+    if b.kind == "layer":
+        heads = arch.heads
+        kv_heads = getattr(arch, "kv_heads", None) or heads
+        hd = h // heads
+        qkv = Gemm(t, h + 2 * kv_heads * hd, h)
+        gated = getattr(arch, "mlp", "gelu") == "swiglu"
+        up = Gemm(t, 2 * f if gated else f, h)
+        gemms = (qkv, Gemm(t, h, h), up, Gemm(t, h, f))
+        attn = Attention(batch * heads, arch.tokens, hd, causal=arch.family != "bert" and arch.family != "vit")
+        return BlockKernels(gemms, attn, LAYER_FWD_OTHER, LAYER_BWD_OTHER)
+    if b.kind == "embed":
+        if arch.family == "vit":
+            patch_in = arch.channels * arch.patch * arch.patch
+            conv = Gemm(batch * (arch.tokens - 1), h, patch_in)
+            return BlockKernels((conv,), None, EMBED_FWD_OTHER, EMBED_BWD_OTHER, input_grad=False)
+        return BlockKernels((), None, EMBED_FWD_OTHER, EMBED_BWD_OTHER)
+    if b.kind == "head":
+        if arch.family in ("vit", "mlp"):
+            return BlockKernels((Gemm(batch, arch.classes, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
+        return BlockKernels((Gemm(t, arch.vocab, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
+    return None
+
+
+def gemm_time(g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int) -> float:
+    """Seconds of one GEMM (times its count): the better of the large tile and a 128×128 tile,
+    each wave-quantized over the SMs, split-K when the tiles do not fill them; at least the
+    time to stream its operands and result through HBM."""
+    per_sm = flops_per_s / spec.sms
+    best = math.inf
+    for tm, tn, eff in (
+        (spec.tile_m, spec.tile_n, 1.0),
+        (spec.tile_n, spec.tile_m, 1.0),
+        (128, 128, SMALL_TILE_EFFICIENCY),
+    ):
+        tiles = math.ceil(g.m / tm) * math.ceil(g.n / tn)
+        split = 1
+        if tiles < spec.sms:
+            split = max(1, min(spec.sms // tiles, g.k // SPLIT_K_MIN))
+        waves = math.ceil(tiles * split / spec.sms)
+        t = waves * 2.0 * tm * tn * math.ceil(g.k / split) / (per_sm * eff)
+        best = min(best, t)
+    mem = (g.m * g.k + g.k * g.n + g.m * g.n) * esize / mem_bytes_per_s
+    return max(best, mem) * g.count
+
+
+def attention_rate(spec: KernelSpec, a: Attention, bwd: bool, scale: float = 1.0) -> float:
+    """FLOP/s of a fused attention pass: the long-sequence rate × s / (s + s_half), s the
+    average key-loop length (half the sequence when causal), scaled down for small heads and
+    by `scale` (the precision's peak over the half-precision tensor peak the figures are for)."""
+    rate = (spec.attn_bwd_tflops if bwd else spec.attn_fwd_tflops) * 1e12 * scale
+    half = spec.attn_bwd_half_seq if bwd else spec.attn_fwd_half_seq
+    s = a.seq / 2 if a.causal else a.seq
+    if a.head_dim <= ATTN_SMALL_HDIM:
+        rate *= spec.attn_small_hdim_factor
+    return rate * s / (s + half)
+
+
+def attention_time(spec: KernelSpec, a: Attention, bwd: bool, scale: float = 1.0) -> float:
+    work = a.fwd_flops * (BWD_ATTN_WORK if bwd else 1.0)
+    return work / attention_rate(spec, a, bwd, scale)
+
+
+def pass_time(
+    kernel_s: list[float], other_bytes: float, other_kernels: int, spec: KernelSpec, mem_bytes_per_s: float
+) -> float:
+    """A pass's seconds in eager mode: the host issues one kernel every `kernel_floor_us`
+    (launch + dispatch), the GPU runs them in order as they come, so a long kernel hides the
+    issue of the next ones and a row of short ones waits on the host. The memory-bound bytes
+    are split evenly over the other kernels, which are interleaved evenly with the GEMMs and
+    attention (their order within a pass: a named simplification)."""
+    floor = spec.kernel_floor_us * 1e-6
+    each = other_bytes / mem_bytes_per_s / other_kernels if other_kernels > 0 else 0.0
+    seq: list[float] = []
+    n = len(kernel_s)
+    placed = 0
+    for i, k in enumerate(kernel_s):
+        upto = round(other_kernels * (i + 1) / (n + 1))
+        seq += [each] * (upto - placed)
+        placed = upto
+        seq.append(k)
+    seq += [each] * (other_kernels - placed)
+    if other_kernels == 0 and other_bytes > 0:
+        seq.append(other_bytes / mem_bytes_per_s)
+    gpu = 0.0
+    for i, k in enumerate(seq):
+        gpu = max(gpu, (i + 1) * floor) + k
+    return gpu

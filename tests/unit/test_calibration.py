@@ -1,0 +1,164 @@
+"""shardsim calibrate: measurements read from CSVs and run records, the fit recovers the model's
+own parameters, folds partition the rows, bad rows are one line, a calibration file applies."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardsim.runtime.cli import main
+from shardsim.runtime.records import write_run
+from shardsim.simulator.calibration import fit as F
+from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
+from shardsim.simulator.calibration.measurements import read_measurements
+from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.hardware.topology import load_instance
+from shardsim.simulator.predict import predict
+from tests.helpers import run_record
+
+TOPOLOGY = "a100-40gb-roce"
+MPT = {"family": "mpt", "positions": "learned", "tied_embeddings": "true", "vocab": 50368}
+# small MPT-style models: GEMM-bound, attention-bound, floor-bound and multi-node (exposed comm) rows
+ROWS = [
+    {"hidden": 2048, "layers": 4, "heads": 16, "seq_len": 2048, "batch_per_device": 8, "nodes": 1},
+    {"hidden": 2048, "layers": 4, "heads": 16, "seq_len": 2048, "batch_per_device": 2, "nodes": 1},
+    {"hidden": 1024, "layers": 4, "heads": 8, "seq_len": 16384, "batch_per_device": 1, "nodes": 1},
+    {"hidden": 768, "layers": 4, "heads": 12, "seq_len": 8192, "batch_per_device": 1, "nodes": 1},
+    {"hidden": 256, "layers": 4, "heads": 4, "seq_len": 256, "batch_per_device": 1, "nodes": 1},
+    {"hidden": 256, "layers": 4, "heads": 4, "seq_len": 512, "batch_per_device": 2, "nodes": 1},
+    {"hidden": 4096, "layers": 2, "heads": 32, "seq_len": 2048, "batch_per_device": 1, "nodes": 2},
+    {"hidden": 4096, "layers": 2, "heads": 32, "seq_len": 1024, "batch_per_device": 1, "nodes": 4},
+    {"hidden": 2048, "layers": 2, "heads": 16, "seq_len": 512, "batch_per_device": 1, "nodes": 2},
+]
+TRUE = {"matmul_efficiency.bf16": 0.62, "attention_efficiency": 0.7, "kernel_floor_us": 20.0, "nic_efficiency": 0.5}
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def synthetic(tmp_path: Path) -> tuple[Path, list]:
+    """A CSV of the model's own predictions with `TRUE` over the topology's figures."""
+    inst = load_instance(TOPOLOGY)
+    base = [MPT | r | {"strategy": "zero", "precision": "bf16", "checkpointing": "none"} for r in ROWS]
+    rows = read_measurements(write_csv(tmp_path / "m.csv", [r | {"step_time_s": 1.0} for r in base]), TOPOLOGY, inst)
+    steps = [p.step_time_s for p in F.predictions(inst, rows, TRUE)]
+    path = write_csv(tmp_path / "m.csv", [r | {"step_time_s": s} for r, s in zip(base, steps, strict=True)])
+    return path, read_measurements(path, TOPOLOGY, inst)
+
+
+def test_fit_recovers_the_models_own_parameters(tmp_path):
+    _, rows = synthetic(tmp_path)
+    inst = load_instance(TOPOLOGY)
+    names, notes = F.fitted_names(inst, rows)
+    assert set(names) == set(TRUE) and not notes
+    assert np.abs(F.ratios(inst, rows, {}) - 1).mean() > 0.1  # the defaults are off
+    f = F.fit(inst, rows, names)
+    for n, v in TRUE.items():
+        assert f.values[n] == pytest.approx(v, rel=0.03), n
+    assert np.abs(F.ratios(inst, rows, f.values) - 1).max() < 0.01
+
+
+def test_folds_partition_the_rows():
+    for n, k in ((78, 5), (10, 3), (5, 5)):
+        fs = F.folds(n, k)
+        every = np.concatenate(fs)
+        assert len(fs) == k and sorted(every.tolist()) == list(range(n))
+        assert max(map(len, fs)) - min(map(len, fs)) <= 1
+    assert [f.tolist() for f in F.folds(20, 4)] == [f.tolist() for f in F.folds(20, 4)]  # seeded
+    with pytest.raises(ConfigError):
+        F.folds(3, 5)
+
+
+def test_llm_foundry_columns_are_read_as_the_mpt_family(tmp_path):
+    row = {"model": "mpt-125m", "d_model": 768, "n_heads": 12, "n_layers": 12, "expansion_ratio": 4,
+           "vocab_size": 50368, "seq_len": 2048, "gpus": 16, "gpus_per_node": 8, "microbatch": 26,
+           "grad_accum": 1, "precision": "bf16", "mp_mode": "PURE", "sharding_strategy": "FULL_SHARD",
+           "activation_checkpointing": "False", "num_params": 125311488, "tokens_per_s_per_gpu": 130535.0}  # fmt: skip
+    (m,) = read_measurements(write_csv(tmp_path / "f.csv", [row]), TOPOLOGY, load_instance(TOPOLOGY))
+    a = m.workload.arch
+    assert (a.family, a.hidden, a.ffn_size, a.tied_embeddings, a.position_kind) == ("mpt", 768, 3072, True, "learned")
+    assert (m.nodes, m.cfg.batch_per_device, m.cfg.checkpointing, m.cfg.grad_dtype) == (2, 26, "none", "bf16")
+    assert m.cfg.strategy.kind == "zero" and m.metric == "tokens_per_s_per_gpu"
+
+
+@pytest.mark.parametrize(
+    ("change", "column"),
+    [
+        ({"microbatch": "x"}, "microbatch"),
+        ({"gpus": 12}, "gpus"),
+        ({"n_heads": 7}, "n_heads"),
+        ({"num_params": 1000}, "num_params"),
+        ({"tokens_per_s_per_gpu": -3}, "tokens_per_s_per_gpu"),
+        ({"sharding_strategy": "ZERO9"}, "sharding_strategy"),
+    ],
+)
+def test_a_bad_row_is_one_line_naming_row_and_column_exit_2(tmp_path, capsys, change, column):
+    good = {"model": "m", "d_model": 256, "n_heads": 4, "n_layers": 2, "expansion_ratio": 4, "vocab_size": 1000,
+            "seq_len": 128, "gpus": 8, "microbatch": 2, "grad_accum": 1, "precision": "bf16",
+            "activation_checkpointing": "False", "tokens_per_s_per_gpu": 1000.0}  # fmt: skip
+    path = write_csv(tmp_path / "bad.csv", [good, good | change])
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(path), "--topology", TOPOLOGY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 2" in err[0] and f"'{column}'" in err[0], err
+    assert not out.exists()
+
+
+def test_a_bad_output_path_fails_before_any_work(tmp_path, capsys):
+    missing = tmp_path / "nowhere.csv"  # would fail later: the output is checked first
+    assert main(["calibrate", str(missing), "--topology", TOPOLOGY, "--out", str(tmp_path / "no" / "c.yaml")]) == 2
+    assert "out" in capsys.readouterr().err
+
+
+def test_run_json_files_and_runs_csv_are_read(tmp_path):
+    cfg = RunConfig(workload="small-gpt", topology=TOPOLOGY, nodes=1, precision="bf16", strategy=Strategy("zero"))
+    rec = run_record(config=cfg.to_dict(), topology=TOPOLOGY, nodes=1, world=8, global_batch=32, step_time_s=0.25)
+    write_run(rec, tmp_path)
+    inst = load_instance(TOPOLOGY)
+    (m,) = read_measurements(tmp_path, TOPOLOGY, inst)  # the folder's JSON files
+    assert (m.metric, m.measured, m.cfg.workload, m.cfg.precision) == ("step_time_s", 0.25, "small-gpt", "bf16")
+    (c,) = read_measurements(tmp_path / "runs.csv", TOPOLOGY, inst)
+    assert (c.cfg.strategy.kind, c.measured, c.cfg.batch_per_device) == ("zero", 0.25, m.cfg.batch_per_device)
+
+
+def test_a_calibration_file_round_trips_and_changes_a_prediction(tmp_path):
+    inst = load_instance(TOPOLOGY)
+    cal = Calibration(
+        device=inst.device.model,
+        topology=TOPOLOGY,
+        parameters={
+            "matmul_efficiency.bf16": Fitted(0.5, 0.8686, 0.3, 1.0),
+            "kernel_floor_us": Fitted(50.0, 35.0, 2.0, 100.0),
+        },
+        fitted_to={"rows": 3},
+        errors={"after": {"mae_pct": 1.0}},
+    )
+    path = tmp_path / "cal.yaml"
+    write_calibration(path, cal)
+    assert read_calibration(path) == cal
+    cfg = RunConfig(workload="gpt2-xl", topology=TOPOLOGY, nodes=1, precision="bf16", batch_per_device=2)
+    before, after = predict(cfg), predict(replace(cfg, calibration=str(path)))
+    assert after.step_time_s > before.step_time_s * 1.2
+    assert (
+        "calibration" not in cfg.to_dict() and replace(cfg, calibration="c.yaml").to_dict()["calibration"] == "c.yaml"
+    )
+    other = replace(cfg, topology="p5.48xlarge")  # another device: refused, naming the setting
+    with pytest.raises(ConfigError, match="calibration"):
+        predict(replace(other, calibration=str(path)))
+
+
+def test_the_calibration_flag_is_generated(tmp_path, capsys):
+    assert main(["predict", "--topology", TOPOLOGY, "--nodes", "1", "--precision", "bf16", "--workload", "gpt2-xl",
+                 "--calibration", str(tmp_path / "none.yaml")]) == 2  # fmt: skip
+    assert "calibration" in capsys.readouterr().err
