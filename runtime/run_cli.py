@@ -18,6 +18,7 @@ from pathlib import Path
 from shardsim.runtime.records import load_run
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.workload.load import spec_name
 
 log = logging.getLogger("shardsim")
 
@@ -128,7 +129,7 @@ def main_run(ns: argparse.Namespace) -> int:
     inside = f" in the emulated cluster {plan.resolved_cfg.topology}" if plan.emulate else ""
     log.info(
         "running %s, %s, on %d %s ranks%s (%d warm-up + %d measured steps)",
-        plan.resolved_cfg.workload,
+        spec_name(plan.resolved_cfg.workload),
         plan.resolved_cfg.strategy.label(),
         plan.nproc,
         where,

@@ -112,14 +112,11 @@ def block_kernels(arch: Arch, b: Block, batch: int) -> BlockKernels | None:
         gemms = (Gemm(batch, f, h), Gemm(batch, h, f))
         return BlockKernels(gemms, None, MLP_FWD_OTHER, MLP_BWD_OTHER, input_grad=b.name != "block0")
     if b.kind == "layer":
-        heads = arch.heads
-        kv_heads = getattr(arch, "kv_heads", None) or heads
-        hd = h // heads
-        qkv = Gemm(t, h + 2 * kv_heads * hd, h)
-        gated = getattr(arch, "mlp", "gelu") == "swiglu"
+        qkv = Gemm(t, h + 2 * arch.kv_dim, h)
+        gated = arch.traits.mlp == "swiglu"  # gate and up projections: one GEMM of twice the width
         up = Gemm(t, 2 * f if gated else f, h)
         gemms = (qkv, Gemm(t, h, h), up, Gemm(t, h, f))
-        attn = Attention(batch * heads, arch.tokens, hd, causal=arch.family != "bert" and arch.family != "vit")
+        attn = Attention(batch * arch.heads, arch.tokens, arch.head_dim, causal=arch.traits.causal)
         return BlockKernels(gemms, attn, LAYER_FWD_OTHER, LAYER_BWD_OTHER)
     if b.kind == "embed":
         if arch.family == "vit":

@@ -16,8 +16,7 @@ GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack 
 # torch.optim.Adam(foreach=True), the default on CUDA, materializes sqrt(exp_avg_sq) for all of a
 # rank's parameters at once during step(): one fp32 temporary the size of the local parameters.
 # fused=True and the per-parameter loop keep none the size of the parameters.
-ADAM_STEP_TEMPORARY = 1.0
-ADAM_STEP_TEMPORARIES = {"foreach": ADAM_STEP_TEMPORARY, "fused": 0.0, "per-parameter": 0.0}
+ADAM_STEP_TEMPORARIES = {"foreach": 1.0, "fused": 0.0, "per-parameter": 0.0}
 FSDP_GATHERED_LAYERS = 2  # current + prefetched layer unsharded at once (FSDP2 limits in-flight all-gathers)
 
 
@@ -38,11 +37,6 @@ class MemoryBreakdown:
         d = asdict(self)
         d["total_gib"] = self.total_gib
         return d
-
-
-def activation_elems(blocks: list[Block], ckpt: Checkpointing) -> float:
-    """Activation elements per sample held for backward by these blocks (`Checkpointing.saved_elems`)."""
-    return ckpt.saved_elems(blocks)
 
 
 def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
@@ -98,7 +92,7 @@ def rank_memory(
         gathered = (root + top) * pb + grad
     elif pb != 4:
         gathered = rc.params * pb  # autocast keeps low-precision weight copies
-    acts = activation_elems(blocks, ckpt) * res.microbatch_size * pb * in_flight(cfg, res, stage)
+    acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * in_flight(cfg, res, stage)
     overhead = GPU_RUNTIME_OVERHEAD_GIB if device.kind == "gpu" else 0.0
     g = 1 / GIB
     return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead)

@@ -92,8 +92,7 @@ def predict(
     (already loaded) takes the place of the file `cfg.profile` names."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
-    tied = bool(w.arch and w.arch.tied_embeddings)
-    cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks), tied_embeddings=tied)
+    cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks), tied_embeddings=w.tied_embeddings)
     if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
         raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
     if profile is None and cfg.profile:

@@ -8,11 +8,13 @@ import argparse
 import hashlib
 import os
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from shardsim.simulator.config.flags import str_list
 from shardsim.simulator.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_FOLDS = 5
 
@@ -30,6 +32,8 @@ def _check_out(path: str) -> None:
 
 
 def errors(ratio: np.ndarray) -> dict[str, float]:
+    import numpy as np  # here, not at import: the `shardsim` command loads this module for every command
+
     """Mean absolute, mean signed and largest error of throughput, in percent."""
     e = (ratio - 1) * 100
     return {"mae_pct": float(np.abs(e).mean()), "signed_pct": float(e.mean()), "max_pct": float(np.abs(e).max())}

@@ -9,7 +9,7 @@ predictions (`DIFF_STEP`), each a simulated step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -119,7 +119,3 @@ def cross_validated(inst: InstanceType, rows: list[Measurement], names: tuple[st
         f = fit(inst, keep, names)
         out[held] = ratios(inst, [rows[i] for i in held], f.values)
     return out
-
-
-def with_values(f: Fit, values: dict[str, float]) -> Fit:
-    return replace(f, values=values)

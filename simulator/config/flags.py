@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shardsim.simulator.config.load import load_config
-from shardsim.simulator.config.schema import FIELDS, SETTINGS, STRATEGY_FIELDS, RunConfig, Setting
+from shardsim.simulator.config.schema import ALGOS, FIELDS, SETTINGS, STRATEGY_FIELDS, RunConfig, Setting
 from shardsim.simulator.workload.arch import SHAPE_FIELDS
 
 DEFAULTS = RunConfig()
@@ -105,8 +105,6 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
 
 def add_algo_argument(p: argparse.ArgumentParser, *, auto: bool) -> None:
     """`--algo`: a collective algorithm; `auto` (predict, sweep) lets the simulator choose."""
-    from shardsim.simulator.network.collectives import ALGOS
-
     choices = ("auto", *ALGOS) if auto else ALGOS
     why = " (auto: hierarchical all-gather across nodes, ring otherwise)" if auto else ""
     p.add_argument(

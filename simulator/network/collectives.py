@@ -30,12 +30,12 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from shardsim.simulator.config.schema import ALGOS
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
-ALGOS = ("ring", "tree", "hierarchical")
 
 # nccl-tests doc/PERFORMANCE.md: busbw = algbw × factor(n)
 BUS_FACTOR = {

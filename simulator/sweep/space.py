@@ -260,7 +260,7 @@ def enumerate_configs(
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
     n_layers = len(w.layers) or len(w.blocks)
-    tied = bool(w.arch and w.arch.tied_embeddings)
+    tied = w.tied_embeddings
     out = Enumeration()
     if tied and "pipeline" in space.strategies:
         out.skipped.append(f"pipelines: {TIED_PIPELINE} is not supported")

@@ -20,12 +20,6 @@ def spec_name(spec: WorkloadSpec) -> str:
     return spec.label() if isinstance(spec, Arch) else spec
 
 
-def is_import_path(spec: WorkloadSpec) -> bool:
-    return (
-        isinstance(spec, str) and spec not in PRESETS and not spec.endswith((".yaml", ".yml", ".json")) and ":" in spec
-    )
-
-
 def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None = None) -> tuple[str, Arch | None]:
     """The name and `Arch` of a description; None for an import path (a model built by Python)."""
     if isinstance(spec, Arch):

@@ -8,7 +8,7 @@ that the analytic numbers equal what torch measures on the runtime's own modules
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from shardsim.simulator.workload.arch import Arch
 
@@ -41,6 +41,11 @@ class Workload:
     notes: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
+    def tied_embeddings(self) -> bool:
+        """The LM head reuses the token embedding (a pipeline of it is refused: `resolve`)."""
+        return bool(self.arch and self.arch.tied_embeddings)
+
+    @property
     def params(self) -> int:
         return sum(b.params for b in self.blocks)
 
@@ -55,10 +60,6 @@ class Workload:
     @property
     def train_flops(self) -> float:
         return sum(b.fwd_flops + b.bwd_flops for b in self.blocks)
-
-
-def with_blocks(w: Workload, blocks: list[Block]) -> Workload:
-    return replace(w, blocks=tuple(blocks))
 
 
 def stage_ranges(n_layers: int, pp: int) -> list[tuple[int, int]]:

@@ -73,3 +73,17 @@ def test_cpu_devices_and_models_without_an_arch_keep_the_roofline():
     assert ComputeModel(cpu, "fp32", arch=PRESETS["tiny-gpt"]).block(b, 4) == ComputeModel(cpu, "fp32").block(b, 4)
     roof = ComputeModel(A100, "bf16").block(b, 4)  # no arch: roofline on a GPU too
     assert roof.fwd_s == pytest.approx(b.fwd_flops * 4 / RATE + b.fwd_mem_elems * 4 * 2 / BW)
+
+
+def test_a_gated_mlp_and_grouped_kv_heads_shape_the_gemms():
+    """Llama's SwiGLU runs gate and up as one GEMM of twice the width; its K and V projections
+    are kv_heads wide; its attention is causal. A gpt layer of the same size has neither."""
+    from shardsim.simulator.gpu_kernels import block_kernels
+    from shardsim.simulator.workload.load import load_workload
+
+    llama = load_workload("llama-3.1-8b")
+    a = llama.arch
+    k = block_kernels(a, llama.layers[0], 1)
+    widths = [g.n for g in k.fwd_gemms]
+    assert widths == [a.hidden + 2 * a.kv_dim, a.hidden, 2 * a.ffn_size, a.hidden]
+    assert a.kv_dim < a.hidden and k.attention.causal

@@ -21,7 +21,7 @@ from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
 from shardsim.runtime.status import Fault, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
-from shardsim.simulator.config import RunConfig, Strategy, config_from_args, load_config
+from shardsim.simulator.config import SETTINGS, RunConfig, Strategy, config_from_args, load_config
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 
@@ -97,6 +97,26 @@ def test_config_travels_to_the_workers_unchanged():
          "microbatches": 4, "schedule": "gpipe", "grad_accum": 3, "precision": "bf16", "checkpointing": False,
          "seed": 7, "batch_per_device": 2},
     )  # fmt: skip
+    again = config_from_args(build_parser().parse_args(config_flags(cfg)))
+    assert again.to_dict() == cfg.to_dict()
+
+
+# Settings the ranks do not read: the simulator's inputs (a profile, a calibration) and the one
+# optimizer (no flag). Every other setting must reach the workers, or they run its default.
+NOT_FOR_RANKS = {"profile", "calibration", "optimizer"}
+
+
+def test_every_setting_the_ranks_read_travels_to_them():
+    """A non-default value of every schema setting survives config_flags → the rank's parser."""
+    values = {"workload": "tiny-gpt", "topology": "emu-2x2", "nodes": 2, "strategy": "zero2d", "degree": 2,
+              "pp": 1, "microbatches": 1, "schedule": "gpipe", "batch_per_device": 3, "grad_accum": 2,
+              "precision": "bf16", "reshard_after_forward": False, "checkpointing": "selective",
+              "selective_ac_option": "2", "reduce_dtype": "fp32", "backend": "gloo", "optimizer_impl": "fused",
+              "seed": 5, "seq_len": 16, "hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1, "ffn": 64,
+              "vocab": 128}  # fmt: skip
+    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - set(values)
+    assert not missing, f"add a non-default value for {missing}"
+    cfg = load_config(None, values)
     again = config_from_args(build_parser().parse_args(config_flags(cfg)))
     assert again.to_dict() == cfg.to_dict()
 
