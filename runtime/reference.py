@@ -65,7 +65,10 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     each step."""
     model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
     opt = build_adam(model.parameters(), cfg.optimizer_impl)
-    mixed = cfg.precision != "fp32" and cfg.strategy.kind in ("zero", "zero2d")
+    # FSDP2's mixed precision, where the run applies a MixedPrecisionPolicy (`precision_for`): a
+    # low param dtype or a reduce dtype other than fp32, on zero / zero2d
+    low = cfg.precision != "fp32" or cfg.grad_dtype != "fp32"
+    mixed = low and cfg.strategy.kind in ("zero", "zero2d")
     accumulate = _accumulate_mixed if mixed else _accumulate
     threads = torch.get_num_threads()
     if mixed:
