@@ -144,11 +144,13 @@ def main() -> None:
     p.add_argument("--out", help="folder for rows.csv, summary.md and the plots")
     p.add_argument("--folds", type=int, default=5)
     ns = p.parse_args()
+    out = Path(ns.out) if ns.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)  # before the minutes of predictions and fits, not after
     df, f = table(Path(ns.csv), ns.folds)
     text = summarize(df, f, ns.folds)
     print(text)
-    if ns.out:
-        out = Path(ns.out)
+    if out is not None:
         atomic_write(out / "rows.csv", df.to_csv(index=False))
         atomic_write(out / "summary.md", text)
         plots(df, out, ns.folds)
