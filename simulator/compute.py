@@ -59,6 +59,7 @@ class ComputeModel:
     # Kernels each block launches per pass beyond its own (forward, backward), in the model from
     # kernels: e.g. autocast's casts of fp32 parameters, or a timing harness's ops.
     extra_kernels: tuple[int, int] = (0, 0)
+    sync_ranks: int = 1  # ranks that wait on each other every step (the slowest sets the pace)
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -99,17 +100,21 @@ class ComputeModel:
         forward time (the same traffic as the roofline's, at the achieved HBM bandwidth)."""
         spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
         assert spec is not None
-        fwd_k = [gk.gemm_time(g, spec, self.flops_per_s, bw, esize) for g in k.fwd_gemms]
-        bwd_k = [gk.gemm_time(g, spec, self.flops_per_s, bw, esize) for g in k.bwd_gemms]
+        # a training step's GEMMs and attention run at the device's training fractions of the
+        # kernel benchmarks (`KernelSpec.gemm_training_fraction`, `attn_training_fraction`)
+        rate = self.flops_per_s * spec.gemm_training_fraction
+        fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
+        bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
         if k.attention is not None:
             # the attention figures are the half-precision tensor path's; fp32 runs at its own peak's share
-            scale = self.peak_flops / (max(self.device.peak_tflops.values()) * 1e12)
+            scale = self.peak_flops / (max(self.device.peak_tflops.values()) * 1e12) * spec.attn_training_fraction
             fwd_k.append(gk.attention_time(spec, k.attention, bwd=False, scale=scale))
             bwd_k.append(gk.attention_time(spec, k.attention, bwd=True, scale=scale))
         mem_bytes = mem * bw
         ef, eb = self.extra_kernels
-        fwd = gk.pass_time(fwd_k, mem_bytes, k.fwd_other_kernels + ef, spec, bw)
-        bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw)
+        slowest = gk.slowest_of(self.sync_ranks, spec.rank_time_cv)
+        fwd = gk.pass_time(fwd_k, mem_bytes, k.fwd_other_kernels + ef, spec, bw) * slowest
+        bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw) * slowest
         floor = spec.kernel_floor_us * 1e-6
         return BlockCost(fwd, bwd, min(fwd, max(mem, k.fwd_other_kernels * floor)))
 

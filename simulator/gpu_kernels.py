@@ -16,6 +16,9 @@ device's file (`KernelSpec`, `device.kernels` in `topologies/*.yaml`) with its s
 - Memory-bound kernels (norms, activations, residual adds, softmax / cross-entropy,
   embedding): their bytes at the achieved HBM bandwidth, split evenly over the kernels a pass
   launches.
+- Stragglers: ranks that synchronize every step run at the pace of the slowest; a rank's
+  compute time varies across ranks with coefficient of variation `rank_time_cv` (normal), so
+  the expected slowest of N is 1 + cv · E[max of N standard normals] (Blom's approximation).
 - Eager floor: a kernel costs at least `kernel_floor_us` (launch and dispatch on the host):
   time of a pass = Σ max(kernel, floor). It decides small microbatches.
 """
@@ -24,6 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+
+from scipy.stats import norm
 
 from shardsim.simulator.hardware.topology import KernelSpec
 from shardsim.simulator.workload.model import Arch, Block
@@ -129,6 +135,15 @@ def block_kernels(arch: Arch, b: Block, batch: int) -> BlockKernels | None:
             return BlockKernels((Gemm(batch, arch.classes, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
         return BlockKernels((Gemm(t, arch.vocab, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
     return None
+
+
+@lru_cache(maxsize=256)
+def slowest_of(ranks: int, cv: float) -> float:
+    """Expected time of the slowest of `ranks` ranks over one rank's mean: 1 + cv · E[max of N
+    standard normals], E by Blom's approximation Φ⁻¹((N − 0.375) / (N + 0.25)); 1 for one rank."""
+    if ranks <= 1 or cv <= 0:
+        return 1.0
+    return 1.0 + cv * float(norm.ppf((ranks - 0.375) / (ranks + 0.25)))
 
 
 def gemm_time(g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int) -> float:

@@ -1,4 +1,10 @@
-"""Memory per rank: model states, gathered units, activations, pipeline in-flight microbatches."""
+"""Memory per rank as the caching allocator's peak sees it: model states, gathered units,
+activations, pipeline in-flight microbatches, and the optimizer step's temporaries.
+
+The peak is the larger of two moments (a named choice): the end of the forward / the
+backward, where gathered units and saved activations are alive, and the optimizer step, where
+they are freed and the step's own temporaries are alive. Model states (parameters, gradients,
+Adam's moments) and the runtime overhead are alive at both."""
 
 from __future__ import annotations
 
@@ -28,10 +34,12 @@ class MemoryBreakdown:
     gathered_gib: float
     activations_gib: float
     overhead_gib: float
+    step_temporaries_gib: float = 0.0  # alive only during the optimizer step
 
     @property
     def total_gib(self) -> float:
-        return sum(asdict(self).values())
+        states = self.params_gib + self.grads_gib + self.optimizer_gib + self.overhead_gib
+        return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib)
 
     def to_dict(self) -> dict[str, float]:
         d = asdict(self)
@@ -71,12 +79,13 @@ def rank_memory(
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
     fsdp = res.shard > 1
-    ddp_like = not fsdp and res.replicas > 1
+    # DistributedDataParallel wraps the model (even over one rank): its buckets hold a second copy
+    ddp_like = not fsdp and (res.replicas > 1 or cfg.strategy.kind == "ddp")
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    # Adam exp_avg, exp_avg_sq (fp32) + the step's temporary (foreach)
-    optim = local * 4 * (2 + ADAM_STEP_TEMPORARIES[cfg.optimizer_impl])
+    optim = local * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
+    temporaries = local * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
     gathered = 0.0
     if fsdp and cfg.strategy.kind == "pipeline":
         gathered = pipelined_unsharded(rc, pb, rb)
@@ -95,4 +104,4 @@ def rank_memory(
     acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * in_flight(cfg, res, stage)
     overhead = GPU_RUNTIME_OVERHEAD_GIB if device.kind == "gpu" else 0.0
     g = 1 / GIB
-    return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead)
+    return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g)

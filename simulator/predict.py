@@ -101,7 +101,9 @@ def predict(
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:
         cluster = calibrated(cluster, cfg.calibration)  # fitted figures over the topology's
-    cm = ComputeModel(cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl, w.arch)
+    cm = ComputeModel(
+        cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl, w.arch, sync_ranks=cluster.world
+    )
     plan = build_plan(cfg, res, w, cm)
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks

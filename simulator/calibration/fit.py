@@ -46,10 +46,12 @@ def fitted_names(
             names += [f"{MATMUL}.{p}" for p in sorted({m.cfg.precision for m in rows})]
             continue
         p = parameter(name)
-        if p.needs == "kernels" and inst.device.kernels is None:
+        if p.needs in ("kernels", "ranks") and inst.device.kernels is None:
             notes.append(f"{name}: left out, {inst.name} has no kernel figures (device.kernels)")
         elif p.needs == "nodes" and all(m.nodes == 1 for m in rows):
             notes.append(f"{name}: left out, every row runs on one node")
+        elif p.needs == "ranks" and all(m.nodes * inst.device.count == 1 for m in rows):
+            notes.append(f"{name}: left out, every row runs on one rank")
         else:
             names.append(name)
     return tuple(dict.fromkeys(names)), notes

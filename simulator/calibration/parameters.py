@@ -6,6 +6,8 @@ and written into a topology's figures (`InstanceType`).
 - ``attention_efficiency``: a factor on the fused-attention rates (`device.kernels.attn_fwd_tflops`
   and `attn_bwd_tflops` together); 1 is the topology's figures.
 - ``kernel_floor_us``: eager PyTorch's launch and dispatch per kernel (`device.kernels.kernel_floor_us`).
+- ``rank_time_cv``: rank-to-rank variation of compute time; the slowest of N ranks sets the pace
+  (`device.kernels.rank_time_cv`).
 - ``nic_efficiency``: achieved / line rate of the inter-node NICs (`nic.efficiency`).
 - ``memory_efficiency``: achieved / peak HBM bandwidth of memory-bound kernels (`device.memory_efficiency`).
 
@@ -22,7 +24,7 @@ from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType
 
 MATMUL = "matmul_efficiency"
-DEFAULT_FIT = (MATMUL, "attention_efficiency", "kernel_floor_us", "nic_efficiency")
+DEFAULT_FIT = (MATMUL, "attention_efficiency", "rank_time_cv", "kernel_floor_us", "nic_efficiency")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,9 @@ class Parameter:
     high: float
     read: Callable[[InstanceType], float]
     write: Callable[[InstanceType, float], InstanceType]
-    needs: str = ""  # "kernels": only with a GPU's kernel figures; "nodes": only with rows over several nodes
+    # "kernels": only with a GPU's kernel figures; "nodes": only with rows over several nodes;
+    # "ranks": only with kernel figures and rows over several ranks
+    needs: str = ""
 
 
 def _device(inst: InstanceType, **kw) -> InstanceType:
@@ -69,6 +73,14 @@ FIXED: dict[str, Parameter] = {
         lambda i: i.device.kernels.kernel_floor_us,  # type: ignore[union-attr]
         lambda i, v: _kernels(i, kernel_floor_us=v),
         "kernels",
+    ),
+    "rank_time_cv": Parameter(
+        "rank_time_cv",
+        0.0,
+        0.2,
+        lambda i: i.device.kernels.rank_time_cv,  # type: ignore[union-attr]
+        lambda i, v: _kernels(i, rank_time_cv=v),
+        "ranks",
     ),
     "nic_efficiency": Parameter(
         "nic_efficiency",

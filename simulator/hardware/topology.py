@@ -30,6 +30,12 @@ class KernelSpec:
     attn_bwd_half_seq: float
     attn_small_hdim_factor: float  # rate at head dim <= 64 over that at 128
     kernel_floor_us: float  # eager PyTorch: launch + dispatch per kernel on the host
+    # What a training step sustains of the kernel benchmarks above (clocks under sustained power,
+    # SMs and HBM shared with overlapped NCCL kernels): a factor on the GEMM rate and one on the
+    # fused-attention rates; 1 = the benchmarks as they are.
+    gemm_training_fraction: float = 1.0
+    attn_training_fraction: float = 1.0
+    rank_time_cv: float = 0.0  # rank-to-rank variation of compute time (stragglers: the slowest sets the pace)
 
 
 @dataclass(frozen=True)
@@ -146,8 +152,11 @@ def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
         attn_bwd_half_seq=k.number("attn_bwd_half_seq", minimum=0.0, strict=False),
         attn_small_hdim_factor=k.number("attn_small_hdim_factor", maximum=1.0),
         kernel_floor_us=k.number("kernel_floor_us", minimum=0.0, strict=False),
+        gemm_training_fraction=k.number("gemm_training_fraction", default=1.0, required=False, maximum=1.0),
+        attn_training_fraction=k.number("attn_training_fraction", default=1.0, required=False, maximum=1.0),
+        rank_time_cv=k.number("rank_time_cv", default=0.0, required=False, strict=False, maximum=0.5),
     )
-    _figures(k, list(KernelSpec.__dataclass_fields__), sources)
+    _figures(k, [n for n in KernelSpec.__dataclass_fields__ if k.raw(n) is not None], sources)
     return spec
 
 

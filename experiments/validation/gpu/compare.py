@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from shardsim.simulator.compute import ComputeModel
@@ -34,7 +35,11 @@ def compare(profile_path: str, topology: str, precision: str) -> tuple[list[dict
     w = load_workload(doc["workload"])
     prof = load_profile(profile_path, w.name)
     extra = HARNESS_KERNELS + (AUTOCAST_CASTS if precision != "fp32" else 0)
-    model = ComputeModel(load_instance(topology).device, precision, arch=w.arch, extra_kernels=(extra, extra))
+    # blocks timed alone, as kernel benchmarks are: the training step's fractions do not apply
+    dev = load_instance(topology).device
+    assert dev.kernels is not None
+    alone = replace(dev.kernels, gemm_training_fraction=1.0, attn_training_fraction=1.0)
+    model = ComputeModel(replace(dev, kernels=alone), precision, arch=w.arch, extra_kernels=(extra, extra))
     batch = max(prof.blocks)
     rows = []
     for b in w.blocks:
