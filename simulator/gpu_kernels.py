@@ -95,11 +95,27 @@ class BlockKernels:
 # Kernels other than GEMMs and attention that the runtime's modules launch per pass in eager
 # mode (counted from runtime/models/transformer.py; named here, they set the floor's weight).
 # Transformer layer forward: LN1, head transpose copy, residual add, LN2, GELU, residual add.
-# Backward: LN1 and LN2 (input grad, weight/bias grad each), GELU, the copy, 4 bias-gradient
-# reductions, 2 residual-gradient adds, the attention's pre/post-processing (2), and one
-# gradient accumulation per parameter tensor (12).
+# Backward (`layer_bwd_other`): LN1 and LN2 (input grad, weight/bias grad each: 6), GELU, the
+# copy, one bias-gradient reduction per biased Linear (4 with biases), 2 residual-gradient adds,
+# the attention's pre/post-processing (2), and one gradient accumulation per parameter tensor.
 LAYER_FWD_OTHER = 6
-LAYER_BWD_OTHER = 6 + 1 + 1 + 4 + 2 + 2 + 12
+LAYER_BWD_FIXED = 6 + 1 + 1 + 2 + 2
+
+
+def layer_param_tensors(arch: Arch) -> int:
+    """Parameter tensors of one transformer layer: the Linear weights (QKV, projection, MLP
+    matrices: a third for SwiGLU's gate), their biases where the family has them, and the two
+    norms' weights (and biases for LayerNorm with bias)."""
+    linears = 4 + (1 if arch.traits.mlp == "swiglu" else 0)
+    norms = 2 * (2 if arch.traits.norm == "layernorm" else 1)
+    return linears * (2 if arch.traits.bias else 1) + norms
+
+
+def layer_bwd_other(arch: Arch) -> int:
+    linears = 4 + (1 if arch.traits.mlp == "swiglu" else 0)
+    return LAYER_BWD_FIXED + (linears if arch.traits.bias else 0) + layer_param_tensors(arch)
+
+
 MLP_FWD_OTHER = 2  # GELU, residual add
 MLP_BWD_OTHER = 1 + 2 + 4  # GELU, bias reductions, gradient accumulation per parameter tensor
 EMBED_FWD_OTHER = 2  # token gather (or the [CLS] concat), position add
@@ -123,7 +139,7 @@ def block_kernels(arch: Arch, b: Block, batch: int) -> BlockKernels | None:
         up = Gemm(t, 2 * f if gated else f, h)
         gemms = (qkv, Gemm(t, h, h), up, Gemm(t, h, f))
         attn = Attention(batch * arch.heads, arch.tokens, arch.head_dim, causal=arch.traits.causal)
-        return BlockKernels(gemms, attn, LAYER_FWD_OTHER, LAYER_BWD_OTHER)
+        return BlockKernels(gemms, attn, LAYER_FWD_OTHER, layer_bwd_other(arch))
     if b.kind == "embed":
         if arch.family == "vit":
             patch_in = arch.channels * arch.patch * arch.patch

@@ -23,6 +23,10 @@ GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack 
 # rank's parameters at once during step(): one fp32 temporary the size of the local parameters.
 # fused=True and the per-parameter loop keep none the size of the parameters.
 ADAM_STEP_TEMPORARIES = {"foreach": 1.0, "fused": 0.0, "per-parameter": 0.0}
+# PyTorch's caching allocator reserves more than it hands out (large blocks rounded up to 2 MiB,
+# cached segments split and kept): a GPU needs the peak of allocated memory plus this share of it
+# (assumption, named; not measured here: the committed runs record the allocated peak only).
+ALLOCATOR_RESERVE = 0.05
 FSDP_GATHERED_LAYERS = 2  # current + prefetched layer unsharded at once (FSDP2 limits in-flight all-gathers)
 
 
@@ -35,15 +39,23 @@ class MemoryBreakdown:
     activations_gib: float
     overhead_gib: float
     step_temporaries_gib: float = 0.0  # alive only during the optimizer step
+    reserve: float = 0.0  # the allocator's reserve over the peak (ALLOCATOR_RESERVE on GPUs)
 
     @property
     def total_gib(self) -> float:
         states = self.params_gib + self.grads_gib + self.optimizer_gib + self.overhead_gib
         return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib)
 
+    @property
+    def reserved_gib(self) -> float:
+        """What the device must hold: the allocated peak with the allocator's reserve, plus the runtime overhead."""
+        return (self.total_gib - self.overhead_gib) * (1 + self.reserve) + self.overhead_gib
+
     def to_dict(self) -> dict[str, float]:
         d = asdict(self)
+        del d["reserve"]
         d["total_gib"] = self.total_gib
+        d["reserved_gib"] = self.reserved_gib
         return d
 
 
@@ -102,6 +114,8 @@ def rank_memory(
     elif pb != 4:
         gathered = rc.params * pb  # autocast keeps low-precision weight copies
     acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * in_flight(cfg, res, stage)
-    overhead = GPU_RUNTIME_OVERHEAD_GIB if device.kind == "gpu" else 0.0
+    gpu = device.kind == "gpu"
+    overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB
-    return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g)
+    reserve = ALLOCATOR_RESERVE if gpu else 0.0
+    return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g, reserve)

@@ -141,9 +141,9 @@ def _summarize(
             mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev, ckpt))
     else:
         mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev, ckpt))
-    worst = max(mems, key=lambda m: m.total_gib)
-    fits = worst.total_gib <= dev.memory_gib
-    reason = "" if fits else (f"needs {worst.total_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB")
+    worst = max(mems, key=lambda m: m.reserved_gib)
+    fits = worst.reserved_gib <= dev.memory_gib
+    reason = "" if fits else f"needs {worst.reserved_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     counts = Counter(op.coll for op in plan.ops if op.kind == "comm")
     price = cluster.price_per_hour_usd
     return StepPrediction(
@@ -157,7 +157,7 @@ def _summarize(
         breakdown=bd,
         tflops_per_device=tflops,
         mfu=tflops * 1e12 / cm.peak_flops,
-        memory_per_rank_gib=worst.total_gib,
+        memory_per_rank_gib=worst.reserved_gib,
         device_memory_gib=dev.memory_gib,
         fits=fits,
         fit_reason=reason,
