@@ -168,7 +168,7 @@ def run_flags(
     ]  # fmt: skip
 
 
-def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads: int, stdout=None, wait=False):
+def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads: int, stdout=None, wait: bool = False):
     """Launch the ranks of `plan`: over loopback, or in the emulated cluster, held for this run
     (refused while another job holds it, or waited for with `wait`), brought up and always torn
     down (also on error and Ctrl-C)."""

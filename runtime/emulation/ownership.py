@@ -105,11 +105,8 @@ def this_command() -> str:
 
 @dataclass
 class _Hold:
-    fd: int
-    lock: Path
     record: Path
     holder: Holder
-    depth: int = 1
 
 
 _held: dict[str, _Hold] = {}  # the names this process holds (a hold is re-entrant within the process)
@@ -124,7 +121,7 @@ def read_holder(path: Path) -> Holder | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
-        return Holder(0, "an unreadable record", path.stat().st_mtime if path.exists() else 0.0)
+        return Holder(0, f"its record {path} is unreadable", path.stat().st_mtime if path.exists() else 0.0)
 
 
 def holder_of(name: str) -> Holder | None:
@@ -148,12 +145,8 @@ def owning(
     hold's cluster still exists (`present()`), unless `take_kept` (``cluster down``); with `wait`
     it waits for them instead. A stale record is passed to `clean` first. Re-entrant within one
     process. `label` names the topology in messages (default `name`)."""
-    if name in _held:
-        _held[name].depth += 1
-        try:
-            yield _held[name].holder
-        finally:
-            _held[name].depth -= 1
+    if name in _held:  # held by an enclosing block of this process, which lets go of it
+        yield _held[name].holder
         return
     label = label or name
     folder = runtime_dir()
@@ -190,7 +183,7 @@ def owning(
             told = True
         time.sleep(POLL_S)
     me = Holder(os.getpid(), this_command(), time.time())
-    hold = _Hold(fd, lock, record, me)
+    hold = _Hold(record, me)
     try:
         _write(record, me)
         _held[name] = hold

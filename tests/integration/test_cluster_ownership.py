@@ -149,6 +149,13 @@ def test_a_cluster_up_by_hand_is_held_until_down_and_its_processes_are_never_kil
         run = setup.shardsim("run", "--topology", topo, "--workload", "tiny-mlp", "--out", str(setup.tmp_path / "r"))
         assert re.fullmatch(rf"shardsim: error: {held}; pass --wait to wait for that", _error_line(run))
         assert re.search(held, _error_line(setup.shardsim("cluster", "up", topo)))
+        profile = setup.shardsim("profile", "--topology", topo, "--workload", "tiny-mlp", "--out",
+                                 str(setup.tmp_path / "p.json"))  # fmt: skip
+        assert re.search(held, _error_line(profile))
+        matrix = setup.tmp_path / "matrix.yaml"
+        matrix.write_text(f"workload: tiny-mlp\ntopologies:\n  {topo}: [ddp]\n")
+        validate = setup.shardsim("validate", "--matrix", str(matrix), "--out", str(setup.tmp_path / "v"))
+        assert re.search(held, _error_line(validate))
         assert mine.poll() is None and len(setup.namespaces()) == 3  # untouched
 
         st = setup.shardsim("cluster", "status", topo)
