@@ -208,6 +208,7 @@ def launch(
         # look up the peer's host name (harmless); keep errors only, unless the user says otherwise
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     env["SHARDSIM_RUN_DIR"] = str(run_dir)
+    env["TMPDIR"] = str(run_dir)  # torchrun's torchelastic_* folders (and the ranks' temporaries) go with it
     env.update(extra_env or {})
     grace = straggler_grace_s if straggler_grace_s is not None else 2 * timeout_s + 10
     views = {r: RankView(r) for r in range(nproc)}

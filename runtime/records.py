@@ -9,7 +9,6 @@ crash never leaves a torn file. Readers take a record back with `load_run`.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import statistics
@@ -17,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from shardsim.runtime.lockfile import locked
 from shardsim.simulator.config.schema import SAC_OP
 from shardsim.simulator.files import atomic_write
 
@@ -189,8 +189,7 @@ def write_run(record: RunRecord, out_dir: str | Path) -> Path:
     path = out / f"{record.run_id}.json"
     atomic_write(path, record.to_json(indent=2) + "\n")
     csv_path = out / CSV_NAME
-    with open(out / f".{CSV_NAME}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(out / f".{CSV_NAME}.lock"):  # gone again once the row is in
         rows: list[dict[str, str]] = []
         columns = list(CSV_COLUMNS)
         if csv_path.exists():

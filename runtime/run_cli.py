@@ -137,7 +137,7 @@ def main_run(ns: argparse.Namespace) -> int:
         ns.warmup,
         ns.steps,
     )
-    result = run_planned(plan, worker_args, ns.timeout, ns.threads, stdout=2 if ns.json else None)
+    result = run_planned(plan, worker_args, ns.timeout, ns.threads, stdout=2 if ns.json else None, wait=ns.wait)
     if not result.ok:
         log.error("run failed: %s", result.message)
         return 1
@@ -168,9 +168,10 @@ def run_flags(
     ]  # fmt: skip
 
 
-def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads: int, stdout=None):
-    """Launch the ranks of `plan`: over loopback, or in the emulated cluster, brought up for this
-    run and always torn down (also on error and Ctrl-C)."""
+def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads: int, stdout=None, wait: bool = False):
+    """Launch the ranks of `plan`: over loopback, or in the emulated cluster, held for this run
+    (refused while another job holds it, or waited for with `wait`), brought up and always torn
+    down (also on error and Ctrl-C)."""
     from shardsim.runtime.launch import launch
 
     if not plan.emulate:
@@ -179,7 +180,7 @@ def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads
     from shardsim.runtime.emulation.plan import plan_cluster
 
     cluster = plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)
-    with emulated(cluster):
+    with emulated(cluster, wait=wait):
         return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout, cluster=cluster)
 
 
@@ -201,6 +202,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run in the emulated cluster (a network namespace per node, tc-shaped NICs; needs root); "
         "default: yes for an emulated topology on CPU with its own world size. --no-emulate runs every "
         "rank in this namespace over loopback",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another job holds the emulated topology, wait for it (default: refuse, exit 2)",
     )
     p.add_argument("--save-params", help=argparse.SUPPRESS)
 

@@ -2,14 +2,15 @@
 joined by a bridge, every NIC shaped with ``tc`` tbf.
 
 The flow: `plan.plan_cluster` names and addresses the namespaces, links and shaping (creates
-nothing); `namespaces.emulated` brings them up for a block (`up`) and always down (`down`);
+nothing); `namespaces.emulated` holds the topology for a block (`ownership`: one job at a time),
+brings it up (`up`) and always down (`down`, which kills only what shardsim started in it);
 `processes.run_in_node` starts a command, such as `processes.torchrun_argv`, inside a node and
 `processes.kill_group` stops it; `linkprobe.measure_link` measures a link; `status.status` reads
 what exists; `iproute` runs the ``ip`` and ``tc`` commands and checks the privileges they need.
 `cli` is ``shardsim cluster``. ::
 
     cluster = plan_cluster(load_instance("emu-2x2"))
-    with emulated(cluster):                      # up; always down, also on error/SIGINT/SIGTERM
+    with emulated(cluster):                      # held, up; always down, also on error/SIGINT/SIGTERM
         procs = [run_in_node(cluster, i, torchrun_argv(cluster, i, ["-m", "shardsim.runtime.train", ...]))
                  for i in range(len(cluster.nodes))]
         ...
@@ -21,7 +22,8 @@ Needs root and iproute2 (``ip``, ``tc``); everything else is the standard librar
 
 from shardsim.runtime.emulation.iproute import EmulationError, check_privileges
 from shardsim.runtime.emulation.linkprobe import LinkMeasurement, measure_link
-from shardsim.runtime.emulation.namespaces import down, emulated, up
+from shardsim.runtime.emulation.namespaces import down, emulated, held, up
+from shardsim.runtime.emulation.ownership import TopologyBusy
 from shardsim.runtime.emulation.plan import EmulatedCluster, EmulatedNode, plan_cluster
 from shardsim.runtime.emulation.processes import kill_group, node_env, run_in_node, torchrun_argv
 
@@ -30,9 +32,11 @@ __all__ = [
     "EmulatedNode",
     "EmulationError",
     "LinkMeasurement",
+    "TopologyBusy",
     "check_privileges",
     "down",
     "emulated",
+    "held",
     "kill_group",
     "measure_link",
     "node_env",

@@ -1,31 +1,50 @@
 """`shardsim cluster up|down|status TOPOLOGY`: the emulated cluster by hand (see runtime/emulation/).
 
-``up`` leaves the cluster up until ``down`` (``shardsim run`` brings its own up and down);
-``status --measure`` also measures the link between node 0 and node 1.
+``up`` leaves the cluster up, and the topology held (`ownership.keep`), until ``down``; a job
+(``shardsim run``, ``profile``, ``validate``) brings its own up and down and is refused meanwhile.
+``down`` kills only what shardsim started in the nodes, unless ``--kill``; ``status --measure``
+also measures the link between node 0 and node 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+
+log = logging.getLogger("shardsim")
 
 
 def _cmd_cluster(ns: argparse.Namespace) -> int:
+    from shardsim.runtime.emulation.iproute import EmulationError
     from shardsim.runtime.emulation.linkprobe import measure_link
-    from shardsim.runtime.emulation.namespaces import down, up
+    from shardsim.runtime.emulation.namespaces import down, foreign_processes, held, up
+    from shardsim.runtime.emulation.ownership import keep
     from shardsim.runtime.emulation.plan import plan_cluster
     from shardsim.runtime.emulation.status import format_status, status
     from shardsim.simulator.hardware.topology import load_instance
 
     cluster = plan_cluster(load_instance(ns.topology), ns.nodes)
     if ns.action == "up":
-        up(cluster)
+        with held([cluster], wait=ns.wait):
+            up(cluster)
+            keep(cluster.prefix)  # held after this process ends, until `cluster down`
         print(format_status(status(cluster)))
         print(
             f"run CMD on node I: GLOO_SOCKET_IFNAME={cluster.nodes[0].ifname} ip netns exec {cluster.prefix}-nI CMD; "
             f"then: shardsim cluster down {ns.topology}"
         )
     elif ns.action == "down":
-        removed = down(cluster)
+        with held([cluster], wait=ns.wait, take_kept=True):
+            foreign = foreign_processes(cluster)
+            if foreign and not ns.kill:
+                more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+                raise EmulationError(
+                    f"{cluster.topology} still runs {foreign[0].describe()}{more}, which shardsim did not start; "
+                    "stop it, or pass --kill to kill it with the cluster"
+                )
+            removed = down(cluster, kill_foreign=ns.kill)
+        if foreign:
+            log.warning("killed %s", "; ".join(p.describe() for p in foreign))
         print(f"{cluster.topology}: down ({len(removed)} namespaces removed)")
     else:
         st = status(cluster)
@@ -54,4 +73,14 @@ def register(sub) -> None:
     p.add_argument("topology", help="an emulated topology (emu-2x2, emu-4x2) or a YAML path")
     p.add_argument("--nodes", type=int, default=None, help="number of nodes (default: the topology's emulated count)")
     p.add_argument("--measure", action="store_true", help="status: also measure bandwidth and latency n0 -> n1")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="up, down: wait while another job holds the topology (default: refuse, exit 2)",
+    )
+    p.add_argument(
+        "--kill",
+        action="store_true",
+        help="down: also kill processes in the nodes that shardsim did not start (default: refuse while any run)",
+    )
     p.set_defaults(func=_cmd_cluster)

@@ -1,5 +1,6 @@
 """Processes in an emulated node: its environment, starting a command in its namespace (in a process
-group of its own), torchrun's command line for a node, and stopping a process group."""
+group of its own), torchrun's command line for a node, stopping a process group, and telling the
+processes shardsim started in a namespace from those it did not."""
 
 from __future__ import annotations
 
@@ -8,15 +9,23 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from shardsim.runtime.emulation.iproute import namespace_pids
 from shardsim.runtime.emulation.plan import EmulatedCluster
 from shardsim.simulator.errors import ConfigError
 
+# in the environment of every process `run_in_node` starts (and so of its children): the cluster's
+# prefix. Teardown kills what carries its cluster's mark, and nothing else unless told to.
+MARK = "SHARDSIM_CLUSTER"
+
 
 def node_env(cluster: EmulatedCluster, node: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process on `node`: this one's, then `env`, then the socket interface."""
+    """The environment of a process on `node`: this one's, then `env`, then the socket interface and
+    the cluster's mark (`MARK`)."""
     out = dict(os.environ)
     out.update(env or {})
+    out[MARK] = cluster.prefix
     ifname = cluster.nodes[node].ifname
     out["GLOO_SOCKET_IFNAME"] = ifname  # gloo's data connections go over the shaped NIC
     out["TP_SOCKET_IFNAME"] = ifname  # tensorpipe (torch.distributed.rpc), for completeness
@@ -83,3 +92,34 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> int | None:
         except subprocess.TimeoutExpired:
             continue
     return proc.poll()
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """A process in one of a cluster's namespaces."""
+
+    pid: int
+    namespace: str
+    command: str
+    ours: bool  # started by shardsim in this cluster (carries its `MARK`)
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.command}) in {self.namespace}"
+
+
+def node_processes(cluster: EmulatedCluster, namespace: str) -> list[NodeProcess]:
+    """The processes in `namespace` now (one that ends meanwhile is left out), each with whether
+    shardsim started it in `cluster`: whether its environment carries the cluster's mark."""
+    mark = f"{MARK}={cluster.prefix}".encode()
+    out = []
+    for pid in namespace_pids(namespace):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        cmd = cmd if len(cmd) <= 60 else cmd[:57] + "..."
+        out.append(NodeProcess(pid, namespace, cmd or "?", mark in env))
+    return out

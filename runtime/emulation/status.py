@@ -6,7 +6,9 @@ import json
 from dataclasses import dataclass, field
 
 from shardsim.runtime.emulation.iproute import check_privileges, existing_namespaces, namespace_pids, run_command
+from shardsim.runtime.emulation.ownership import Holder, held_by, holder_of
 from shardsim.runtime.emulation.plan import EmulatedCluster
+from shardsim.runtime.processes import alive
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class NamespaceStatus:
 class ClusterStatus:
     cluster: EmulatedCluster
     namespaces: tuple[NamespaceStatus, ...] = field(default_factory=tuple)
+    holder: Holder | None = None  # who holds the topology (`ownership`), as far as its record says
 
     @property
     def is_up(self) -> bool:
@@ -57,7 +60,10 @@ def status(cluster: EmulatedCluster) -> ClusterStatus:
                 qdiscs.append(f"{q.get('dev', '?')} tbf {int(rate_bytes) * 8 / 1e6:g} Mbit/s")
         routes = [r for r in run_command(["ip", "-n", ns, "route", "show"]).stdout.splitlines() if r.strip()]
         out.append(NamespaceStatus(ns, True, tuple(addrs), tuple(qdiscs), tuple(routes), tuple(namespace_pids(ns))))
-    return ClusterStatus(cluster, tuple(out))
+    holder = holder_of(cluster.prefix)
+    if holder is not None and not (any(s.exists for s in out) if holder.kept else alive(holder.pid)):
+        holder = None  # stale: the next holder cleans it up
+    return ClusterStatus(cluster, tuple(out), holder)
 
 
 def format_status(st: ClusterStatus) -> str:
@@ -75,4 +81,6 @@ def format_status(st: ClusterStatus) -> str:
         if s.pids:
             parts.append(f"{len(s.pids)} processes")
         lines.append(f"  {s.namespace:24s} " + ("; ".join(parts) if parts else "-"))
+    if st.holder is not None:
+        lines.append(f"  {held_by(c.topology, st.holder)}")
     return "\n".join(lines)

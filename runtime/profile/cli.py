@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -51,16 +52,23 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     sharing = emulated and device == "cpu" if ns.sharing is None else ns.sharing
-    doc = build_profile(
-        cfg.workload,
-        batches,
-        device=device,
-        threads=ns.threads,
-        repeats=ns.repeats,
-        precision=cfg.precision,
-        topologies=[(cluster.instance.name, cluster.nodes)] if links else [],
-        ranks=[cluster.world] if sharing else [],
-    )
+    holding = contextlib.nullcontext()
+    if links:  # the links are measured in the emulated cluster: hold it for the whole job
+        from shardsim.runtime.emulation.namespaces import held
+        from shardsim.runtime.emulation.plan import plan_cluster
+
+        holding = held([plan_cluster(cluster.instance, cluster.nodes)], wait=ns.wait)
+    with holding:
+        doc = build_profile(
+            cfg.workload,
+            batches,
+            device=device,
+            threads=ns.threads,
+            repeats=ns.repeats,
+            precision=cfg.precision,
+            topologies=[(cluster.instance.name, cluster.nodes)] if links else [],
+            ranks=[cluster.world] if sharing else [],
+        )
     write_json_atomic(out, doc)
     if ns.json:
         print(json.dumps(doc))
@@ -117,6 +125,11 @@ def register(sub) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="measure the cores the cluster's ranks really get when all compute (default: emulated, CPU)",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another job holds the emulated topology, wait for it (default: refuse, exit 2)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_profile)

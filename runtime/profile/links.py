@@ -37,7 +37,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
         out |= {"loopback_tcp_Bps": lo.bandwidth_Bps, "loopback_tcp_latency_s": lo.latency_s}
         result = Path(tmp) / "loopback.json"
         port = free_port()
-        env = {"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+        # TMPDIR: torchrun's torchelastic_* folders are removed with `tmp`
+        env = {"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "TMPDIR": tmp}
         argv = ["-m", "shardsim.runtime.profile.linkbench", str(result)]
         procs = [
             run_in_node(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import asdict, replace
@@ -14,6 +15,20 @@ from shardsim.runtime.validation.report import markdown
 from shardsim.simulator.errors import ConfigError
 
 log = logging.getLogger("shardsim")
+
+
+def _holding(matrix, wait: bool):
+    """Hold every topology of the matrix (`emulation.namespaces.held`) where this process can
+    emulate; elsewhere validate has nothing to run, or says it needs root."""
+    from shardsim.runtime.emulation.iproute import EmulationError, check_privileges
+    from shardsim.runtime.emulation.namespaces import held
+    from shardsim.runtime.emulation.plan import plan_cluster
+
+    try:
+        check_privileges()
+    except EmulationError:
+        return contextlib.nullcontext()
+    return held([plan_cluster(top) for top, _ in matrix.topologies], wait=wait)
 
 
 def _cmd_validate(ns) -> int:
@@ -34,7 +49,8 @@ def _cmd_validate(ns) -> int:
         if ns.retries < 0:
             raise ConfigError(f"expected --retries >= 0, got {ns.retries}", field="retries")
         matrix = replace(matrix, retries=ns.retries)
-    rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads, calibration=ns.calibration)
+    with _holding(matrix, ns.wait):  # the whole job: profiling the links and every run
+        rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads, calibration=ns.calibration)
     if ns.json:
         print(json.dumps({"rows": [asdict(r) for r in rows], **summary}))
     else:
@@ -81,5 +97,10 @@ def register(sub) -> None:
     )
     p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the mean absolute error (%%) is above")
     p.add_argument("--max-error", type=float, default=None, help="exit 1 when the largest error (%%) is above")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another job holds one of the matrix's topologies, wait for it (default: refuse, exit 2)",
+    )
     p.add_argument("--json", action="store_true", help="print {rows, mape_pct, max_error_pct, best_agrees, ...}")
     p.set_defaults(func=_cmd_validate)

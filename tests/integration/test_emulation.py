@@ -193,6 +193,10 @@ def test_up_status_rate_isolation_down(cluster_of, topology):
         assert ns_st.qdiscs == (f"nic0 tbf {c.rate_bps / 1e6:g} Mbit/s",)
         assert not any(r.startswith("default") for r in ns_st.routes), ns_st.routes
     assert len(st.namespaces[-1].qdiscs) == len(c.nodes)  # the ingress side of every node, in the bridge
+    for ns in c.namespaces:  # no IPv6 address anywhere: nothing but the ranks' IPv4 crosses the shaped links
+        assert [
+            a for link in json.loads(_sh("ip", "-n", ns, "-j", "-6", "addr", "show")) for a in link["addr_info"]
+        ] == []
 
     # a shaped link: TCP payload within 15 % of the tbf rate (it is ~95.6 %: 1448 of 1514 bytes per frame)
     shaped = c.rate_bps / 8
