@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import simpy
 
 from shardsim.simulator.hardware.topology import Cluster
-from shardsim.simulator.network.collectives import BUS_FACTOR, GroupLayout, PhaseRun, plan
+from shardsim.simulator.network.collectives import BUS_FACTOR, GroupLayout, PhaseRun, algo_for, plan
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph, build_links
@@ -50,8 +50,11 @@ def simulate_collective(
     """Time `op` over the first `ranks` ranks (default: all) as nccl-tests would report it."""
     n = ranks or cluster.world
     g = build_links(cluster)
-    plan(g, op, GroupLayout(0, n, n), algo, backend)  # validates op/algo/backend
-    (t,) = time_collectives(g, [(op, GroupLayout(0, n, n), float(size_bytes))], algo, backend)
+    layout = GroupLayout(0, n, n)
+    if algo == "auto":  # as predict and sweep choose
+        algo = algo_for(op, algo, layout, cluster.devices_per_node, backend, g, float(size_bytes))
+    plan(g, op, layout, algo, backend)  # validates op/algo/backend
+    (t,) = time_collectives(g, [(op, layout, float(size_bytes))], algo, backend)
     algbw = size_bytes / t / 1e9 if t > 0 else float("inf")
     return CollectiveResult(
         op=op,

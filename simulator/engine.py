@@ -79,21 +79,21 @@ class _Run:
         core_link = len(g.capacity)
         cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
         # every call's phases, then the links merged where they always carry the same load
-        phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout): the same for every call
+        phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout, algorithm): the same for every call
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
         for op in p.ops:
             if op.kind == "comm":
-                key = (op.coll, op.layout)
+                used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend, g, op.nbytes)
+                key = (op.coll, op.layout, used)
                 phs = phases.get(key)
                 if phs is None:
-                    used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend)
                     phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend)
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
         own = {id(ph): ph.route for ph in uniq.values()}
         if self.shared and comm_cpu:
-            for (coll, _), phs in phases.items():
+            for (coll, _, _), phs in phases.items():
                 for ph in phs:  # the phase's bytes sent load the cores too
                     own[id(ph)] = Route.of(
                         np.append(ph.links, core_link), np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent)

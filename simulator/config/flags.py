@@ -106,7 +106,12 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
 def add_algo_argument(p: argparse.ArgumentParser, *, auto: bool) -> None:
     """`--algo`: a collective algorithm; `auto` (predict, sweep) lets the simulator choose."""
     choices = ("auto", *ALGOS) if auto else ALGOS
-    why = " (auto: hierarchical all-gather across nodes, ring otherwise)" if auto else ""
+    why = (
+        " (auto: hierarchical all-gather across nodes, ring or tree all-reduce across nodes by size"
+        " as NCCL's tuner picks, ring otherwise)"
+        if auto
+        else ""
+    )
     p.add_argument(
         "--algo", default=choices[0], choices=choices, help=f"collective algorithm{why} (default: {choices[0]})"
     )

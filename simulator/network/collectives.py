@@ -188,22 +188,46 @@ def _hier_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:
     )
 
 
-def algo_for(op: str, algo: str, layout: GroupLayout, devices_per_node: int, backend: str) -> str:
+def algo_for(
+    op: str,
+    algo: str,
+    layout: GroupLayout,
+    devices_per_node: int,
+    backend: str,
+    g: LinkGraph | None = None,
+    nbytes: float = 0.0,
+) -> str:
     """The algorithm a call really uses. `auto`: MiCS's hierarchical all-gather when a group
-    spans nodes (as SageMaker's sharded data parallelism does), ring otherwise; tree only
-    applies to all-reduce, hierarchical to all-reduce/all-gather/reduce-scatter; gloo has
-    rings only."""
+    spans nodes (as SageMaker's sharded data parallelism does); for an NCCL all-reduce over
+    nodes, ring or tree, whichever the call's size takes less time on (as NCCL's tuner picks by
+    its cost model, src/graph/tuning.cc: tree's latency grows with log2 of the nodes, ring's
+    with the ranks), given the graph `g` and `nbytes`; ring otherwise. Tree only applies to
+    all-reduce, hierarchical to all-reduce/all-gather/reduce-scatter; gloo has rings only."""
     if backend == "gloo":
         return "ring"
     if algo == "auto":
-        g = layout.groups()[0]
-        spans_nodes = g.size > 1 and (g[0] // devices_per_node) != (g[-1] // devices_per_node)
-        return "hierarchical" if op == "all_gather" and spans_nodes else "ring"
+        grp = layout.groups()[0]
+        spans_nodes = grp.size > 1 and (grp[0] // devices_per_node) != (grp[-1] // devices_per_node)
+        if op == "all_gather" and spans_nodes:
+            return "hierarchical"
+        if op == "all_reduce" and spans_nodes and g is not None and nbytes > 0:
+            return min(("ring", "tree"), key=lambda a: _alone_time(g, op, layout, a, backend, nbytes))
+        return "ring"
     if algo == "tree" and op != "all_reduce":
         return "ring"
     if algo == "hierarchical" and op not in ("all_reduce", "all_gather", "reduce_scatter"):
         return "ring"
     return algo
+
+
+def _alone_time(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str, nbytes: float) -> float:
+    """Seconds of one call on an idle network (its phases one after another); inf where the
+    algorithm does not apply to the layout (tree needs the same ranks on every node)."""
+    try:
+        phases = _plan_cached(g, op, layout, algo, backend)
+    except ConfigError:
+        return math.inf
+    return sum(phase_time(g, ph, nbytes) for ph in phases)
 
 
 def check_algo(op: str, algo: str, backend: str) -> None:

@@ -162,3 +162,25 @@ def test_more_bytes_are_never_faster(op, nodes, devices, size, more, backend) ->
     t1 = simulate_collective(c, op, size, backend=backend).time_s
     t2 = simulate_collective(c, op, size + more, backend=backend).time_s
     assert t2 >= t1 * (1 - 1e-9)
+
+
+def test_auto_all_reduce_over_nodes_takes_the_faster_of_ring_and_tree():
+    """As NCCL's tuner: over many nodes a small all-reduce goes by tree (latency log2 of the
+    nodes against ring's ranks), and `auto` is never slower than either algorithm."""
+    from shardsim.simulator.collective import simulate_collective
+    from shardsim.simulator.hardware.topology import Cluster, load_instance
+    from shardsim.simulator.network.collectives import GroupLayout, algo_for
+    from shardsim.simulator.network.links import build_links
+
+    cluster = Cluster(load_instance("p4d.24xlarge"), 64)
+    g = build_links(cluster)
+    world = GroupLayout(0, cluster.world, cluster.world)
+    assert algo_for("all_reduce", "auto", world, 8, "nccl", g, 1e6) == "tree"
+    assert algo_for("all_reduce", "auto", world, 8, "gloo", g, 1e6) == "ring"  # gloo: rings only
+    assert algo_for("all_gather", "auto", world, 8, "nccl", g, 1e6) == "hierarchical"
+    for size in (1e6, 1e9):
+        t = {a: simulate_collective(cluster, "all_reduce", int(size), a).time_s for a in ("ring", "tree", "auto")}
+        assert t["auto"] == min(t["ring"], t["tree"])
+    assert simulate_collective(cluster, "all_reduce", 10**6, "tree").time_s < simulate_collective(
+        cluster, "all_reduce", 10**6, "ring"
+    ).time_s / 5
