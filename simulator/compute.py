@@ -60,6 +60,7 @@ class ComputeModel:
     # kernels: e.g. autocast's casts of fp32 parameters, or a timing harness's ops.
     extra_kernels: tuple[int, int] = (0, 0)
     sync_ranks: int = 1  # ranks that wait on each other every step (the slowest sets the pace)
+    reduce_dtype: str | None = None  # FSDP's reduce-scatter dtype (None: the training precision)
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -155,11 +156,12 @@ class ComputeModel:
     def _fsdp_copies(self) -> FsdpCpu:
         """FSDP's copies on a GPU at the achieved HBM bandwidth, per parameter of a unit: after an
         all-gather the gathered buffer is copied out into the parameters (read + write); before
-        a reduce-scatter the unsharded gradients are copied in (read + write). The copies of the
-        1/N shard (copy-in of a gather, copy-out of a reduce-scatter) are left out: small at
-        scale (a named simplification); gradients are counted in the parameters' dtype."""
-        per = 2 * DTYPE_BYTES[self.precision] / self.mem_bytes_per_s
-        return FsdpCpu(per, per)
+        a reduce-scatter the unsharded gradients are copied in (read in the training precision,
+        written in the reduce dtype). The copies of the 1/N shard (copy-in of a gather, copy-out
+        of a reduce-scatter) are left out: small at scale (a named simplification)."""
+        pb = DTYPE_BYTES[self.precision]
+        rb = DTYPE_BYTES[self.reduce_dtype or self.precision]
+        return FsdpCpu(2 * pb / self.mem_bytes_per_s, (pb + rb) / self.mem_bytes_per_s)
 
     @property
     def peak_flops(self) -> float:

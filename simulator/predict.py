@@ -102,7 +102,13 @@ def predict(
     if cfg.calibration:
         cluster = calibrated(cluster, cfg.calibration)  # fitted figures over the topology's
     cm = ComputeModel(
-        cluster.instance.device, cfg.precision, profile, cfg.optimizer_impl, w.arch, sync_ranks=cluster.world
+        cluster.instance.device,
+        cfg.precision,
+        profile,
+        cfg.optimizer_impl,
+        w.arch,
+        sync_ranks=cluster.world,
+        reduce_dtype=cfg.grad_dtype,
     )
     plan = build_plan(cfg, res, w, cm)
     g = links_for(cluster)

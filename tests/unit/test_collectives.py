@@ -181,6 +181,7 @@ def test_auto_all_reduce_over_nodes_takes_the_faster_of_ring_and_tree():
     for size in (1e6, 1e9):
         t = {a: simulate_collective(cluster, "all_reduce", int(size), a).time_s for a in ("ring", "tree", "auto")}
         assert t["auto"] == min(t["ring"], t["tree"])
-    assert simulate_collective(cluster, "all_reduce", 10**6, "tree").time_s < simulate_collective(
-        cluster, "all_reduce", 10**6, "ring"
-    ).time_s / 5
+    assert (
+        simulate_collective(cluster, "all_reduce", 10**6, "tree").time_s
+        < simulate_collective(cluster, "all_reduce", 10**6, "ring").time_s / 5
+    )

@@ -87,3 +87,16 @@ def test_a_gated_mlp_and_grouped_kv_heads_shape_the_gemms():
     widths = [g.n for g in k.fwd_gemms]
     assert widths == [a.hidden + 2 * a.kv_dim, a.hidden, 2 * a.ffn_size, a.hidden]
     assert a.kv_dim < a.hidden and k.attention.causal
+
+
+def test_fsdp_reduce_copy_is_written_in_the_reduce_dtype():
+    """FSDP's copy-in before a reduce-scatter reads bf16 gradients and writes the reduce dtype:
+    fp32 reduction copies 6 bytes a parameter against 4."""
+    from shardsim.simulator.compute import ComputeModel
+    from shardsim.simulator.hardware.topology import load_instance
+
+    dev = load_instance("p5.48xlarge").device
+    bf16 = ComputeModel(dev, "bf16").fsdp_cpu(1e9, 1e8)
+    fp32 = ComputeModel(dev, "bf16", reduce_dtype="fp32").fsdp_cpu(1e9, 1e8)
+    assert fp32.gather_s_per_param == bf16.gather_s_per_param
+    assert fp32.reduce_s_per_param == pytest.approx(1.5 * bf16.reduce_s_per_param)
