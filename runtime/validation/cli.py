@@ -62,10 +62,14 @@ def register(sub) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--matrix", default=None, help=f"matrix YAML (default: {DEFAULT_MATRIX.name}, shipped)")
-    p.add_argument("--out", default="results/validation", help="output folder (resumable; default %(default)s)")
+    p.add_argument("--out", default="results/validation", help="output folder, resumable (default: %(default)s)")
     p.add_argument("--profile", default=None, help="a profile to predict from (default: measured, out/profile.json)")
-    p.add_argument("--calibration", default=None, help="a calibration file (shardsim calibrate) predictions apply")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="a calibration file (shardsim calibrate) the predictions apply (default: none)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default: %(default)s)")
     p.add_argument(
         "--max-steal",
         type=float,
@@ -79,7 +83,17 @@ def register(sub) -> None:
         default=None,
         help="more attempts at a configuration with fewer than half its steps quiet (default: the matrix's, else 2)",
     )
-    p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the mean absolute error (%%) is above")
-    p.add_argument("--max-error", type=float, default=None, help="exit 1 when the largest error (%%) is above")
+    p.add_argument(
+        "--max-mape",
+        type=float,
+        default=None,
+        help="exit 1 when the mean absolute error (%%) is above this (default: no bound)",
+    )
+    p.add_argument(
+        "--max-error",
+        type=float,
+        default=None,
+        help="exit 1 when the largest error (%%) is above this (default: no bound)",
+    )
     p.add_argument("--json", action="store_true", help="print {rows, mape_pct, max_error_pct, best_agrees, ...}")
     p.set_defaults(func=_cmd_validate)
