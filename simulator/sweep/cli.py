@@ -165,7 +165,7 @@ def _add_setting_lists(p: argparse.ArgumentParser) -> None:
         dest="selective_ac_option",
         type=str_list,
         metavar="LIST",
-        help="selective checkpointing: op and/or k (every k-th block), e.g. op,2 (default: the file's, else op)",
+        help="selective checkpointing: op and/or k (every k-th layer), e.g. op,2 (default: the file's, else op)",
     )
     p.add_argument(
         "--reduce-dtypes",
