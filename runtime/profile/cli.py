@@ -9,6 +9,7 @@ from pathlib import Path
 from shardsim.runtime.profile.build import build_profile, write_json_atomic
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.torch_required import require_torch
 from shardsim.simulator.units import format_seconds
 
 
@@ -27,6 +28,7 @@ def _batches(text: str | None, default: int) -> list[int]:
 def _cmd_profile(ns: argparse.Namespace) -> int:
     from shardsim.simulator.hardware.topology import make_cluster
 
+    require_torch("shardsim profile")
     cfg = config_from_args(ns)
     out = Path(ns.out)
     if out.exists() and out.is_dir():

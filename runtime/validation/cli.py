@@ -12,11 +12,13 @@ from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix, stea
 from shardsim.runtime.validation.measure import validate
 from shardsim.runtime.validation.report import markdown
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.torch_required import require_torch
 
 log = logging.getLogger("shardsim")
 
 
 def _cmd_validate(ns) -> int:
+    require_torch("shardsim validate")
     matrix = load_matrix(ns.matrix)
     out = Path(ns.out)
     try:
