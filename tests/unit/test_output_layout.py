@@ -118,3 +118,11 @@ def test_one_rule_for_a_tie_in_every_line():
     assert not any("0.0% faster" in line for line in lines)
     lines = _recommendation_lines(_rec(0.012, 0.012), multi=False)
     assert all("1.2% faster than" in line for line in lines)
+
+
+@pytest.mark.parametrize("command", ["workloads", "topologies"])
+def test_the_listings_fit_80_columns_without_cutting_a_cell(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _out(capsys, [command])
+    assert max(map(len, text.splitlines())) <= 80 and not _cut_short(text)
+    assert ("llama-3.1-405b" in text) if command == "workloads" else ("p5.48xlarge" in text)
