@@ -1,5 +1,5 @@
 """The README's examples are quick on a 2-core CPU: its runs name small models on few ranks, its
-predict example shows what predict prints, and (tests/integration/test_readme_examples.py)
+predict example shows what predict prints, and (tests/integration/test_readme_examples_timed.py)
 every predict, sweep and run example ends within a minute."""
 
 from __future__ import annotations
