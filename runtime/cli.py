@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"shardsim {_version()}")
     _add_verbosity(p, 0)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=_Parser,
+        metavar="COMMAND",
+        help="`shardsim COMMAND --help` for more",
+    )
     for command in COMMANDS:
         command.register(sub)
     for sp in sub.choices.values():

@@ -112,7 +112,9 @@ def _check_run_flags(ns: argparse.Namespace) -> None:
 
 def main_run(ns: argparse.Namespace) -> int:
     from shardsim.runtime.train import default_run_id
+    from shardsim.simulator.torch_required import require_torch
 
+    require_torch("shardsim run")
     _check_run_flags(ns)
     cfg = config_from_args(ns)
     plan = plan_run(cfg, ns.nproc, ns.emulate)

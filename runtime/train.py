@@ -29,17 +29,17 @@ DEFAULT_TIMEOUT_S = 30.0
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of a run shared by `shardsim run` and `python -m shardsim.runtime.train`."""
-    p.add_argument("--steps", type=int, default=5, help="measured steps (after the warm-up)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, not measured")
+    p.add_argument("--steps", type=int, default=5, help="measured steps, after the warm-up (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, not measured (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--out", default="results/runs", help="folder for <run_id>.json and runs.csv (default %(default)s)")
+    p.add_argument("--out", default="results/runs", help="folder for <run_id>.json and runs.csv (default: %(default)s)")
     p.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
-        help="seconds a rank waits for its peers in a collective before the job fails (default %(default)s)",
+        help="seconds a rank waits for its peers in a collective before the job fails (default: %(default)s)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU (default: %(default)s)")
     p.add_argument(
         "--data-batches",
         type=int,
@@ -367,16 +367,18 @@ def _every_rank(values: list[float] | None, n: int, rank: int, world: int, devic
 
 
 def _summary_text(r: RunRecord, path: str | None) -> str:
+    from shardsim.simulator.units import format_seconds
+
     lines = [
         f"{r.workload}: {r.strategy} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
-        f"  step time   {r.step_time_s * 1e3:.1f} ms median of {r.steps} "
-        f"(min {r.step_time_min_s * 1e3:.1f}, max {r.step_time_max_s * 1e3:.1f}), "
+        f"  step time   {format_seconds(r.step_time_s)} median of {r.steps} "
+        f"(min {format_seconds(r.step_time_min_s)}, max {format_seconds(r.step_time_max_s)}), "
         f"{r.samples_per_s:.1f} samples/s",
         f"  memory      {r.memory_per_rank_gib:.3f} GiB per rank ({r.memory_measure})",
         f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",
     ]
     if r.host_probe_s:
-        host = f"  host        speed probe {r.host_probe_s * 1e3:.1f} ms"
+        host = f"  host        speed probe {format_seconds(r.host_probe_s)}"
         if r.host_steal_cores is not None:
             host += f"; the hypervisor took {r.host_steal_cores:.2f} cores' worth of the steps' time"
         lines.append(host)

@@ -28,8 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-
-from scipy.stats import norm
+from statistics import NormalDist
 
 from shardsim.simulator.hardware.topology import KernelSpec
 from shardsim.simulator.workload.model import Arch, Block
@@ -159,7 +158,7 @@ def slowest_of(ranks: int, cv: float) -> float:
     standard normals], E by Blom's approximation Φ⁻¹((N − 0.375) / (N + 0.25)); 1 for one rank."""
     if ranks <= 1 or cv <= 0:
         return 1.0
-    return 1.0 + cv * float(norm.ppf((ranks - 0.375) / (ranks + 0.25)))
+    return 1.0 + cv * NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25))
 
 
 def gemm_time(g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int) -> float:

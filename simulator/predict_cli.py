@@ -7,8 +7,14 @@ import json
 
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.config.flags import add_algo_argument
-from shardsim.simulator.units import format_seconds
+from shardsim.simulator.console import labelled, output_width
+from shardsim.simulator.units import GIB, format_bytes, format_flops_rate, format_seconds
 from shardsim.simulator.workload.load import spec_name
+
+
+def gib(x: float) -> str:
+    """A size given in GiB, in the unit that suits it."""
+    return format_bytes(x * GIB)
 
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
@@ -21,25 +27,30 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     if ns.json:
         print(pred.to_json())
         return 0
-    b = pred.breakdown
-    print(f"{spec_name(cfg.workload)} on {pred.cluster}, {pred.strategy}, global batch {pred.global_batch}")
-    print(f"  step time        {format_seconds(pred.step_time_s)}   ({pred.samples_per_s:.1f} samples/s)")
-    print(
-        f"  breakdown        compute {format_seconds(b['compute_s'])}, "
-        f"exposed comm {format_seconds(b['exposed_comm_s'])}, bubble {format_seconds(b['bubble_s'])}, "
-        f"optimizer {format_seconds(b['optimizer_s'])}"
-    )
-    print(f"  throughput       {pred.tflops_per_device:.2f} TFLOP/s per device, MFU {pred.mfu * 100:.1f}%")
-    m = pred.memory
+    b, m, width = pred.breakdown, pred.memory, output_width()
     fit = "fits" if pred.fits else f"DOES NOT FIT: {pred.fit_reason}"
-    print(
-        f"  memory per rank  {pred.memory_per_rank_gib:.2f} of {pred.device_memory_gib:g} GiB ({fit}): "
-        f"params {m['params_gib']:.2f}, grads {m['grads_gib']:.2f}, optimizer {m['optimizer_gib']:.2f}, "
-        f"gathered {m['gathered_gib']:.2f}, activations {m['activations_gib']:.2f}"
-    )
-    print(f"  collectives      {json.dumps(pred.collectives)}")
+    lines = [
+        ("step time", f"{format_seconds(pred.step_time_s)}   ({pred.samples_per_s:.1f} samples/s)"),
+        (
+            "breakdown",
+            f"compute {format_seconds(b['compute_s'])}, exposed comm {format_seconds(b['exposed_comm_s'])}, "
+            f"bubble {format_seconds(b['bubble_s'])}, optimizer {format_seconds(b['optimizer_s'])}",
+        ),
+        ("throughput", f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {pred.mfu * 100:.1f}%"),
+        (
+            "memory per rank",
+            f"{gib(pred.memory_per_rank_gib)} of {gib(pred.device_memory_gib)} ({fit}): "
+            + ", ".join(
+                f"{k} {gib(m[f'{k}_gib'])}" for k in ("params", "grads", "optimizer", "gathered", "activations")
+            ),
+        ),
+        ("collectives", json.dumps(pred.collectives)),
+    ]
     if ns.trace:
-        print(f"  trace            {ns.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
+    print(f"{spec_name(cfg.workload)} on {pred.cluster}, {pred.strategy}, global batch {pred.global_batch}")
+    for label, text in lines:
+        print(labelled(label, text, width))
     return 0
 
 
@@ -53,5 +64,5 @@ def register(sub) -> None:
     add_config_arguments(p)
     add_algo_argument(p, auto=True)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace of the step")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace of the step to FILE (default: none)")
     p.set_defaults(func=_cmd_predict)

@@ -52,10 +52,39 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def format_count(x: float, unit: str = "") -> str:
+    """A count with the decimal prefix that suits it, 4 significant digits: 334.1 M, 1.114 T
+    (``unit`` appended: 3.110 GFLOP)."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale * (1 - 5e-5):
+            return f"{_four_digits(x / scale)} {prefix}{unit}"
+    return f"{x:.0f} {unit}".rstrip()
+
+
+def format_flops_rate(x: float) -> str:
+    """FLOP/s with the prefix that suits: 1.500 TFLOP/s, 41.20 GFLOP/s."""
+    return format_count(x, "FLOP/s")
+
+
+def _four_digits(value: float) -> str:
+    """`value` (its magnitude below 1000 in practice) to 4 significant digits, without exponent."""
+    decimals = max(0, 4 - len(str(int(abs(value)))))
+    if decimals and abs(round(value, decimals)) >= 10 ** (4 - decimals):  # 99.996 → 100.0, not 100.00
+        decimals -= 1
+    return f"{value:.{decimals}f}"
+
+
+_TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+
+
 def format_seconds(t: float) -> str:
-    """Human form: 1.23 s, 4.56 ms, 7.89 us."""
-    if t >= 1:
-        return f"{t:.3f} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.3f} ms"
-    return f"{t * 1e6:.2f} us"
+    """A duration in the unit that suits its magnitude, to 4 significant digits: 2.064 s,
+    575.6 ms, 12.30 µs, 1235 s; zero is ``0 s``, NaN ``-``. Every time shardsim prints goes
+    through here."""
+    if t != t:
+        return "-"
+    if t == 0:
+        return "0 s"
+    # a unit is used from where its value would round to 1.000 (999.96 ms is 1.000 s)
+    scale, unit = next(((f, u) for f, u in _TIME_UNITS if abs(t) >= f * (1 - 5e-5)), _TIME_UNITS[-1])
+    return f"{_four_digits(t / scale)} {unit}"

@@ -69,7 +69,7 @@ def register(sub) -> None:
         description="Nodes of an emulated topology as network namespaces joined by a bridge, "
         "each NIC shaped with tc tbf in both directions.",
     )
-    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("action", choices=("up", "down", "status"), help="bring it up, take it down, or show it")
     p.add_argument("topology", help="an emulated topology (emu-2x2, emu-4x2) or a YAML path")
     p.add_argument("--nodes", type=int, default=None, help="number of nodes (default: the topology's emulated count)")
     p.add_argument("--measure", action="store_true", help="status: also measure bandwidth and latency n0 -> n1")

@@ -10,6 +10,8 @@ from pathlib import Path
 from shardsim.runtime.profile.build import build_profile, write_json_atomic
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.torch_required import require_torch
+from shardsim.simulator.units import format_seconds
 
 
 def _batches(text: str | None, default: int) -> list[int]:
@@ -27,6 +29,7 @@ def _batches(text: str | None, default: int) -> list[int]:
 def _cmd_profile(ns: argparse.Namespace) -> int:
     from shardsim.simulator.hardware.topology import make_cluster
 
+    require_torch("shardsim profile")
     cfg = config_from_args(ns)
     out = Path(ns.out)
     if out.exists() and out.is_dir():
@@ -76,44 +79,56 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
     for b, table in doc["blocks_by_batch_s"].items():
         total_f = sum(v[0] for v in table.values())
         total_b = sum(v[1] for v in table.values())
-        print(f"{cfg.workload} on {doc['device']}, microbatch {b}: forward {total_f * 1e3:.2f} ms, "
-              f"backward {total_b * 1e3:.2f} ms")  # fmt: skip
-    print(f"Adam {doc['optimizer_per_param_s'] * 1e9:.2f} ns/param", end="")
+        print(f"{cfg.workload} on {doc['device']}, microbatch {b}: forward {format_seconds(total_f)}, "
+              f"backward {format_seconds(total_b)}")  # fmt: skip
+    print(f"Adam {format_seconds(doc['optimizer_per_param_s'])} a parameter", end="")
     so = doc.get("sharded_optimizer_overhead_s")
-    print("" if so is None else f", +{so * 1e3:.1f} ms a step on FSDP2's sharded parameters")
+    print("" if so is None else f", +{format_seconds(so)} a step on FSDP2's sharded parameters")
     if fo := doc.get("fsdp_overhead_s"):
-        print(f"FSDP2's own work at {fo['world']} ranks: +{fo['fwd_s'] * 1e3:.1f} ms a forward, "
-              f"+{fo['bwd_s'] * 1e3:.1f} ms a backward")  # fmt: skip
+        print(f"FSDP2's own work at {fo['world']} ranks: +{format_seconds(fo['fwd_s'])} a forward, "
+              f"+{format_seconds(fo['bwd_s'])} a backward")  # fmt: skip
     for name, lp in doc.get("links", {}).items():
         nic = ""
         if "nic_Bps" in lp:
-            nic = f"NIC {lp['nic_Bps'] * 8 / 1e6:.1f} Mbit/s, {lp['nic_latency_s'] * 1e6:.0f} us a ring step"
+            nic = f"NIC {lp['nic_Bps'] * 8 / 1e6:.1f} Mbit/s, {format_seconds(lp['nic_latency_s'])} a ring step"
             nic += f" (one TCP stream: {lp['nic_tcp_Bps'] * 8 / 1e6:.1f} Mbit/s); " if "nic_tcp_Bps" in lp else "; "
-        print(f"{name}: {nic}loopback {lp['loopback_Bps'] / 1e9:.2f} GB/s, {lp['loopback_latency_s'] * 1e6:.0f} us")
+        print(f"{name}: {nic}loopback {lp['loopback_Bps'] / 1e9:.2f} GB/s, {format_seconds(lp['loopback_latency_s'])}")
         if "gather_cpu_s_per_B" in lp:
-            print(f"  moving a byte costs {lp['gather_cpu_s_per_B'] * 1e9:.2f} ns of CPU (all-gather), "
-                  f"{lp['reduce_cpu_s_per_B'] * 1e9:.2f} ns (all-reduce)")  # fmt: skip
+            print(f"  moving a byte costs {format_seconds(lp['gather_cpu_s_per_B'])} of CPU (all-gather), "
+                  f"{format_seconds(lp['reduce_cpu_s_per_B'])} (all-reduce)")  # fmt: skip
     host = doc.get("host", {})
     for n, c in host.get("effective_cores", {}).items():
         cap, infl = host.get("cpu_capacity", {}).get(n), host.get("probe_inflation", {}).get(n)
         more = "" if cap is None else f" ({cap:.2f} cores of CPU time, work costing {infl:.2f}x the CPU alone)"
         print(f"{n} ranks computing at once get {c:.2f} of the host's {host['cores']} cores{more}")
     if doc.get("probe_s"):
-        print(f"every figure at the host speed where the probe takes {doc['probe_s'] * 1e3:.2f} ms")
+        print(f"every figure at the host speed where the probe takes {format_seconds(doc['probe_s'])}")
     print(f"written {out}")
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "profile", help="measure the workload's blocks on this machine's device (and an emulated cluster's links)"
+        "profile",
+        help="measure the workload's blocks on this machine's device (and an emulated cluster's links)",
+        description="Measure on this machine what a prediction needs: the forward and backward of the workload's "
+        "layers, embedding and head at each microbatch size, Adam, FSDP2's own work, the cores ranks really get "
+        "and, for an emulated topology, its NIC and loopback links. Write them as a profile that predict, sweep and "
+        "validate take with --profile.",
     )
     add_config_arguments(p)
-    p.add_argument("--out", default="results/profile.json", help="profile file to write")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--threads", type=int, default=1, help="torch threads (one per rank on CPU)")
+    p.add_argument("--out", default="results/profile.json", help="profile file to write (default: %(default)s)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="where the blocks are timed; auto: CUDA when present, else the CPU (default: %(default)s)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads, as one rank on CPU uses (default: %(default)s)"
+    )
     p.add_argument("--batch", default=None, help="microbatch sizes to time, e.g. 2,4 (default: batch_per_device)")
-    p.add_argument("--repeats", type=int, default=9, help="timings per figure (the median is kept)")
+    p.add_argument("--repeats", type=int, default=9, help="timings per figure, the median kept (default: %(default)s)")
     p.add_argument(
         "--links",
         action=argparse.BooleanOptionalAction,
@@ -131,5 +146,5 @@ def register(sub) -> None:
         action="store_true",
         help="when another job holds the emulated topology, wait for it (default: refuse, exit 2)",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.set_defaults(func=_cmd_profile)

@@ -13,6 +13,7 @@ from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix, stea
 from shardsim.runtime.validation.measure import validate
 from shardsim.runtime.validation.report import markdown
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.torch_required import require_torch
 
 log = logging.getLogger("shardsim")
 
@@ -32,6 +33,7 @@ def _holding(matrix, wait: bool):
 
 
 def _cmd_validate(ns) -> int:
+    require_torch("shardsim validate")
     matrix = load_matrix(ns.matrix)
     out = Path(ns.out)
     try:
@@ -78,10 +80,14 @@ def register(sub) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--matrix", default=None, help=f"matrix YAML (default: {DEFAULT_MATRIX.name}, shipped)")
-    p.add_argument("--out", default="results/validation", help="output folder (resumable; default %(default)s)")
+    p.add_argument("--out", default="results/validation", help="output folder, resumable (default: %(default)s)")
     p.add_argument("--profile", default=None, help="a profile to predict from (default: measured, out/profile.json)")
-    p.add_argument("--calibration", default=None, help="a calibration file (shardsim calibrate) predictions apply")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="a calibration file (shardsim calibrate) the predictions apply (default: none)",
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default: %(default)s)")
     p.add_argument(
         "--max-steal",
         type=float,
@@ -95,8 +101,18 @@ def register(sub) -> None:
         default=None,
         help="more attempts at a configuration with fewer than half its steps quiet (default: the matrix's, else 2)",
     )
-    p.add_argument("--max-mape", type=float, default=None, help="exit 1 when the mean absolute error (%%) is above")
-    p.add_argument("--max-error", type=float, default=None, help="exit 1 when the largest error (%%) is above")
+    p.add_argument(
+        "--max-mape",
+        type=float,
+        default=None,
+        help="exit 1 when the mean absolute error (%%) is above this (default: no bound)",
+    )
+    p.add_argument(
+        "--max-error",
+        type=float,
+        default=None,
+        help="exit 1 when the largest error (%%) is above this (default: no bound)",
+    )
     p.add_argument(
         "--wait",
         action="store_true",

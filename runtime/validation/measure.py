@@ -29,6 +29,7 @@ from shardsim.runtime.validation.rows import (
 )
 from shardsim.simulator.config import RunConfig
 from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.units import format_seconds
 
 _log = logging.getLogger("shardsim")
 
@@ -109,8 +110,8 @@ class _Validation:
             self.rescore(i, pooled_slowdown(self.rows))  # the pool so far; every row is rescored at the end
             quiet = f"{r.steps_kept} of {len(r.step_times_s)} steps quiet" + ("" if r.host_quiet else ", too few")
             self.log(
-                f"{tag} {cfg.topology} {r.config}: measured {r.measured_s:.3f} s ({quiet}), "
-                f"predicted {r.predicted_s:.3f} s ({r.error_pct:+.1f} %; host speed x"
+                f"{tag} {cfg.topology} {r.config}: measured {format_seconds(r.measured_s)} ({quiet}), "
+                f"predicted {format_seconds(r.predicted_s)} ({r.error_pct:+.1f} %; host speed x"
                 f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after"
                 f"{_steal_note(r.host_steal_share)})"
             )

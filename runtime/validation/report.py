@@ -16,6 +16,7 @@ from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row
 from shardsim.simulator.config import DATA_PARALLEL
 from shardsim.simulator.files import atomic_write
+from shardsim.simulator.units import format_seconds
 
 # validation.csv: every field of a row but its per-step lists
 CSV_COLUMNS = tuple(f.name for f in fields(Row) if not str(f.type).startswith("list["))
@@ -105,14 +106,15 @@ def markdown(rows: list[Row], summary: dict[str, Any]) -> str:
     ]
     for r in rows:
         if r.status != "ok":
-            lines.append(f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.status} | – | – | – |")
+            lines.append(f"| {r.topology} | {r.config} | {format_seconds(r.predicted_s)} | {r.status} | – | – | – |")
             continue
         n = len(r.step_times_s)
         steps = f"{r.steps_kept} of {n}" + ("" if r.host_quiet else " †") if n else "–"
         steal = f"{100 * r.host_steal_share:.0f} %" if math.isfinite(r.host_steal_share) else "–"
         lines.append(
-            f"| {r.topology} | {r.config} | {r.predicted_s:.3f} s | {r.measured_s:.3f} s "
-            f"({r.measured_min_s:.3f}–{r.measured_max_s:.3f}) | {steps} | {steal} | {r.error_pct:+.1f} % |"
+            f"| {r.topology} | {r.config} | {format_seconds(r.predicted_s)} | {format_seconds(r.measured_s)} "
+            f"({format_seconds(r.measured_min_s)}–{format_seconds(r.measured_max_s)}) | {steps} | {steal} "
+            f"| {r.error_pct:+.1f} % |"
         )
     lines += [
         "",

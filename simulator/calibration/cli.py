@@ -111,17 +111,19 @@ def register(sub) -> None:
         "measured", metavar="MEASURED", help="a CSV of measurements, runs.csv, a run JSON file or a folder of them"
     )
     p.add_argument("--topology", required=True, help="the topology the runs ran on (name or YAML path)")
-    p.add_argument("--out", metavar="FILE", help="write the calibration file (YAML) here")
+    p.add_argument(
+        "--out", metavar="FILE", help="write the calibration file (YAML) here (default: none, print the fit only)"
+    )
     p.add_argument(
         "--folds",
         type=int,
         default=DEFAULT_FOLDS,
-        help=f"k of the k-fold cross-validation (0: none; default {DEFAULT_FOLDS})",
+        help=f"k of the k-fold cross-validation (0: none; default: {DEFAULT_FOLDS})",
     )
     p.add_argument(
         "--params",
         type=str_list,
         default=DEFAULT_FIT,
-        help=f"parameters to fit, of {','.join(NAMES)} (default {','.join(DEFAULT_FIT)})",
+        help=f"parameters to fit, of {','.join(NAMES)} (default: {','.join(DEFAULT_FIT)})",
     )
     p.set_defaults(func=_cmd_calibrate)

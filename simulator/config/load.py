@@ -65,13 +65,13 @@ def _checkpointing(f: Fields, default: str) -> str:
 
 
 def _sac_option(values: dict[str, Any], where: str) -> str:
-    """selective_ac_option: "op", or k >= 1 (every k-th block), kept as text as torchtitan does."""
+    """selective_ac_option: "op", or k >= 1 (every k-th layer), kept as text as torchtitan does."""
     value = values.get("selective_ac_option")
     if value is None:
         return SAC_OP
     text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
     if text != SAC_OP and not (text.isdigit() and int(text) >= 1):
-        why = f"expected op or an integer k >= 1 (every k-th block), got {value!r}"
+        why = f"expected op or an integer k >= 1 (every k-th layer), got {value!r}"
         raise ConfigError(why, where=where, field="selective_ac_option")
     return text
 

@@ -13,7 +13,7 @@ from shardsim.simulator.errors import ConfigError
 TIED_PIPELINE = "a pipeline of a model with tied embeddings (its first and last stage would share the embedding)"
 
 
-def resolve(cfg: RunConfig, world: int, n_blocks: int, *, tied_embeddings: bool = False) -> tuple[RunConfig, Resolved]:
+def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool = False) -> tuple[RunConfig, Resolved]:
     """Check the configuration against the world size and the model; settle defaults.
 
     Returns the normalized config (zero's degree = world; SMP's degree = world → zero) and
@@ -28,8 +28,13 @@ def resolve(cfg: RunConfig, world: int, n_blocks: int, *, tied_embeddings: bool 
         raise ConfigError(f"{TIED_PIPELINE} is not supported; untie them or shard instead", where=where, field="pp")
     if pp > world or world % pp:
         raise ConfigError(f"pipeline degree {pp} does not divide the world size {world}", where=where, field="pp")
-    if pp > n_blocks:
-        raise ConfigError(f"pipeline degree {pp} exceeds the model's {n_blocks} blocks", where=where, field="pp")
+    if pp > n_layers:
+        raise ConfigError(
+            f"pipeline degree {pp} exceeds the model's {n_layers} layers (a stage holds at least one layer; the "
+            "embedding and head go with the first and last)",
+            where=where,
+            field="pp",
+        )
     replicas_all = world // pp
     if s.kind == "ddp":
         shard = 1

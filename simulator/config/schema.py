@@ -15,7 +15,7 @@ ALGOS = ("ring", "tree", "hierarchical")  # collective algorithms (simulator/net
 OPTIMIZERS = ("adam",)
 # torch.optim.Adam(foreach=True) | Adam(fused=True) | Adam(foreach=False)
 OPTIMIZER_IMPLS = ("foreach", "fused", "per-parameter")
-CHECKPOINTING = ("none", "full", "selective")  # of the blocks; selective as torchtitan: every k-th block, or op-level
+CHECKPOINTING = ("none", "full", "selective")  # of the layers; selective as torchtitan: every k-th layer, or op-level
 SAC_OP = "op"  # selective_ac_option of op-level selective checkpointing (otherwise an integer k)
 DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
 
@@ -64,7 +64,7 @@ class RunConfig:
     grad_accum: int = 1
     precision: str = "fp32"  # the parameters' compute dtype (FSDP2's param_dtype, autocast's dtype)
     checkpointing: str = "full"  # none | full | selective
-    selective_ac_option: str = SAC_OP  # selective: "op", or k (every k-th block, as a string)
+    selective_ac_option: str = SAC_OP  # selective: "op", or k (every k-th layer, as a string)
     reduce_dtype: str | None = None  # dtype of gradient reduction and of held gradients; None: the precision
     backend: str = "nccl"
     optimizer: str = "adam"
@@ -156,8 +156,8 @@ SETTINGS = (
     Setting("grad_accum", "micro-steps per optimizer step (gradient accumulation)", int),
     Setting("precision", "training precision", choices=PRECISIONS),
     Setting("reshard_after_forward", "zero/zero2d: free gathered blocks after forward (false: ZeRO-2)", bool),
-    Setting("checkpointing", "activation checkpointing of the blocks", choices=CHECKPOINTING),
-    Setting("selective_ac_option", "selective checkpointing: op (keep matmul outputs) or k (every k-th block)"),
+    Setting("checkpointing", "activation checkpointing of the layers", choices=CHECKPOINTING),
+    Setting("selective_ac_option", "selective checkpointing: op (keep matmul outputs) or k (every k-th layer)"),
     Setting("reduce_dtype", "dtype of gradient reduction and held gradients", choices=PRECISIONS),
     Setting("backend", "communication library", choices=BACKENDS),
     Setting("optimizer", "the optimizer", choices=OPTIMIZERS, flag=False),

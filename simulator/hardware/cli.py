@@ -1,4 +1,4 @@
-"""`shardsim topologies`: the shipped instance types, a line each."""
+"""`shardsim topologies`: the shipped instance types, a row each."""
 
 from __future__ import annotations
 
@@ -6,16 +6,30 @@ import argparse
 
 
 def _cmd_topologies(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.console import console
     from shardsim.simulator.hardware.topology import builtin_topologies, load_instance
+    from shardsim.simulator.tables import Column, Grid, fitted
 
+    g = Grid(
+        None,
+        [Column("topology"), Column("devices"), Column("memory", figure=True), Column("fabric"), Column("NICs")]
+        + [Column("price", figure=True)],
+    )
     for name in builtin_topologies():
         inst = load_instance(name)
         d, nic = inst.device, inst.nic
-        price = f"${inst.price_per_hour_usd:.3f}/h" if inst.price_per_hour_usd else "no price"
-        print(
-            f"{name:16s} {d.count} x {d.model} {d.memory_gib:g} GiB, {inst.fabric.kind} "
-            f"{inst.fabric.port_GBps:g} GB/s, {nic.count} x {nic.rate_gbps:g} Gbps, {price}"
+        price = f"${inst.price_per_hour_usd:.3f}/h" if inst.price_per_hour_usd else "none"
+        fabric = f"{inst.fabric.kind} {inst.fabric.port_GBps:g} GB/s"
+        g.add(
+            name,
+            f"{d.count} x {d.model}",
+            f"{d.memory_gib:g} GiB",
+            fabric,
+            f"{nic.count} x {nic.rate_gbps:g} Gbps",
+            price,
         )
+    out = console()
+    out.print(fitted(out, g) or g.render(compact=True))
     return 0
 
 

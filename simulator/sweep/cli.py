@@ -125,7 +125,8 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps({"rows": to_records(df), "recommended": rec, "skipped": skipped, "files": files}))
         return 0
-    print_report(df, rec, base, global_batch=ns.global_batch, top=ns.top, skipped=skipped, files=files, out_dir=ns.out)
+    kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
+    print_report(df, rec, base, out_dir=ns.out, **kw)
     return 0
 
 
@@ -138,7 +139,13 @@ def _add_setting_lists(p: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="zero/zero2d: true (ZeRO-3), false (ZeRO-2) or both (default: the file's, else true)",
     )
-    p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_const", const=(False,))
+    p.add_argument(
+        "--no-reshard-after-forward",
+        dest="reshard_after_forward",
+        action="store_const",
+        const=(False,),
+        help="= --reshard-after-forward false (ZeRO-2)",
+    )
     p.add_argument(
         "--checkpointing",
         dest="checkpointing",
@@ -149,14 +156,16 @@ def _add_setting_lists(p: argparse.ArgumentParser) -> None:
         help=f"activation checkpointing, some of {','.join(CHECKPOINTING)} (alone: full; default: the file's, "
         "else full)",
     )
-    p.add_argument("--no-checkpointing", dest="checkpointing", action="store_const", const=("none",))
+    p.add_argument(
+        "--no-checkpointing", dest="checkpointing", action="store_const", const=("none",), help="= --checkpointing none"
+    )
     p.add_argument(
         "--selective-ac-options",
         "--selective-ac-option",
         dest="selective_ac_option",
         type=str_list,
         metavar="LIST",
-        help="selective checkpointing: op and/or k (every k-th block), e.g. op,2 (default: the file's, else op)",
+        help="selective checkpointing: op and/or k (every k-th layer), e.g. op,2 (default: the file's, else op)",
     )
     p.add_argument(
         "--reduce-dtypes",
@@ -223,14 +232,25 @@ def register(sub) -> None:
         "--global-batch",
         type=int,
         dest="global_batch",
-        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum)",
+        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
+        "scaling at the batch per device)",
     )
     _add_setting_lists(p)
     add_algo_argument(p, auto=True)
-    p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.parquet, recommended.json and plots here")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write sweep.csv, sweep.parquet, recommended.json and plots here (default: none, print only)",
+    )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
-    p.add_argument("--top", type=int, default=25, help="rows shown in the table (0: all; default 25)")
+    p.add_argument("--top", type=int, default=25, help="rows shown in the table (0: all; default: %(default)s)")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column of the table whatever the width (default: the breakdown columns are left out, "
+        "with a note, where the table would not fit COLUMNS or the terminal)",
+    )
     p.add_argument("--workers", type=int, default=None, help="processes (default: the machine's cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_sweep)

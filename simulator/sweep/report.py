@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, RunConfig
-from shardsim.simulator.units import format_seconds
+from shardsim.simulator.console import console
+from shardsim.simulator.tables import Column, Grid, fitted
+from shardsim.simulator.units import GIB, format_bytes, format_seconds
 from shardsim.simulator.workload.load import spec_name
 
 if TYPE_CHECKING:
@@ -20,40 +21,56 @@ def _fmt_cost(v) -> str:
 
 
 def _mem_cell(r) -> str:
+    size = format_bytes(r["memory_per_rank_gib"] * GIB)
     if r["fits"]:
-        return f"{r['memory_per_rank_gib']:.2f}"
-    return f"[red]{r['memory_per_rank_gib']:.2f} > {r['device_memory_gib']:g} ✗[/red]"
+        return size
+    return f"[red]{size} > {format_bytes(r['device_memory_gib'] * GIB)} ✗[/red]"
 
 
-def _ranked_table(df, title: str, top: int, with_cluster: bool = False, wide: bool = True):
-    """The ranked rows; `wide` False (a narrow terminal) leaves out the breakdown columns."""
-    from rich.table import Table
+BREAKDOWN = {"compute_s": "compute", "exposed_comm_s": "exp. comm", "bubble_s": "bubble", "optimizer_s": "optim."}
+LEFT_OUT = "the breakdown columns (compute, exposed comm, bubble, optimizer)"
 
-    t = Table(title=title, title_justify="left", header_style="bold")
-    t.add_column("#", justify="right")
-    if with_cluster:
-        t.add_column("cluster", no_wrap=True)
-    t.add_column("configuration", no_wrap=True)
-    t.add_column("step", justify="right", no_wrap=True)
-    t.add_column("samples/s", justify="right")
-    if wide:
-        t.add_column("compute", justify="right")
-        t.add_column("exp. comm", justify="right")
-        t.add_column("bubble", justify="right")
-        t.add_column("optim.", justify="right")
-    t.add_column("mem/rank GiB", justify="right", no_wrap=True)
-    t.add_column("$/M samples", justify="right")
+
+def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True) -> tuple[Grid, int]:
+    """The ranked rows (and how many were left below `top`); `breakdown` False leaves out the four
+    columns of where the step goes."""
+    cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
+    figures = ["step", "samples/s", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", "$/M samples"]
+    g = Grid(title, cols + [Column(name, figure=True) for name in figures])
     shown = df if top <= 0 else df.head(top)
     for i, (_, r) in enumerate(shown.iterrows(), start=1):
         cells = [str(int(r["rank"])) if not with_cluster else str(i)]
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
         cells += [r["config"], format_seconds(r["step_time_s"]), f"{r['samples_per_s']:.1f}"]
-        if wide:
-            cells += [f"{r[k]:.3f}" for k in ("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s")]
+        if breakdown:
+            cells += [format_seconds(r[k]) for k in BREAKDOWN]
         cells += [_mem_cell(r), _fmt_cost(r["cost_per_million_samples_usd"])]
-        t.add_row(*cells, style=None if r["fits"] else "dim")
-    return t, len(df) - len(shown)
+        g.add(*cells, style=None if r["fits"] else "dim")
+    return g, len(df) - len(shown)
+
+
+def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool):
+    """The ranked table as it fits the console's width, with its breakdown columns where they fit
+    (`wide`: always); how many rows were left below `top`; and the note that says what was left
+    out and how to see it (None when nothing was)."""
+    g, more = _ranked_grid(df, title, top, with_cluster)
+    t = fitted(out, g, wide)
+    if t is not None:
+        return t, more, None
+    g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False)
+    note = f"{LEFT_OUT} left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
+    return fitted(out, g) or g.render(compact=True), more, note
+
+
+TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
+
+
+def versus(margin: float, other: str) -> str:
+    """``1.2% faster than X``, or below `TIE` ``tied (within 0.1%) with X``: one rule for every margin printed."""
+    if margin < TIE:
+        return f"tied (within {TIE * 100:g}%) with {other}"
+    return f"{margin * 100:.1f}% faster than {other}"
 
 
 def _describe(s: dict | None) -> str:
@@ -78,7 +95,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
             f" = {_describe(sdp)}{sdp_where}"
         )
         if rec["sdp_runner_up"] is not None:
-            line += f"; {rec['sdp_margin'] * 100:.1f}% faster than {rec['sdp_runner_up']['config']}"
+            line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["config"])
             if rec["sdp_runner_up"]["nodes"] != sdp["nodes"] and multi:
                 line += f" on {rec['sdp_runner_up']['nodes']} x {rec['sdp_runner_up']['topology']}"
         lines.append(line)
@@ -88,18 +105,13 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
     if rec["runner_up"] is not None:
         ru = rec["runner_up"]
         ru_where = f" on {ru['nodes']} x {ru['topology']}" if multi else ""
-        if rec["margin"] < 0.001:
-            line += f"; tied (within 0.1%) with the runner-up, {ru['config']}{ru_where}"
-        else:
-            line += f"; {rec['margin'] * 100:.1f}% faster than the runner-up, {ru['config']}{ru_where}"
+        line += "; " + versus(rec["margin"], f"the runner-up, {ru['config']}{ru_where}")
     else:
         line += "; it is the only configuration that fits"
     lines.append(line)
     if rec["best"]["strategy"] == "pipeline" and rec.get("margin_over_sdp") is not None:
-        lines.append(
-            f"The best pipeline is {rec['margin_over_sdp'] * 100:.1f}% faster than the best sharded data parallel "
-            f"configuration ({rec['sdp']['config']})."
-        )
+        than = f"the best sharded data parallel configuration ({rec['sdp']['config']})"
+        lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
     if multi and rec.get("cheapest"):
         c = rec["cheapest"]
         lines.append(
@@ -109,29 +121,18 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
     return lines
 
 
-def _cluster_table(df, rec):
-    from rich.table import Table
-
-    t = Table(title="Per cluster", title_justify="left", header_style="bold")
-    for col, just in (
-        ("cluster", "left"),
-        ("GPUs", "right"),
-        ("best configuration", "left"),
-        ("step", "right"),
-        ("samples/s", "right"),
-        ("efficiency", "right"),
-        ("$/M samples", "right"),
-        ("sdp degree", "right"),
-    ):
-        t.add_column(col, justify=just)
+def _cluster_grid(df, rec) -> Grid:
+    figures = ("step", "samples/s", "scaling eff.", "$/M samples", "sdp degree")
+    cols = [Column("cluster"), Column("GPUs", figure=True), Column("best")]
+    g = Grid("Per cluster", cols + [Column(name, figure=True) for name in figures])
     for c in rec["clusters"]:
         b = c["best"]
         if b is None:
-            t.add_row(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", "", "", "", "", "")
+            g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", "", "", "", "", "")
             continue
         row = df[(df["topology"] == c["topology"]) & (df["nodes"] == c["nodes"]) & (df["config"] == b["config"])]
         eff = row["scaling_efficiency"].iloc[0] if "scaling_efficiency" in row and len(row) else float("nan")
-        t.add_row(
+        g.add(
             f"{c['nodes']} x {c['topology']}",
             str(c["world"]),
             b["config"],
@@ -141,13 +142,11 @@ def _cluster_table(df, rec):
             _fmt_cost(b["cost_per_million_samples_usd"]),
             "-" if c["sharded_data_parallel_degree"] is None else str(c["sharded_data_parallel_degree"]),
         )
-    return t
+    return g
 
 
-def _efficiency_table(df):
+def _efficiency_grids(df) -> list[Grid]:
     """Scaling efficiency of the ddp/zero/zero2d configurations (and the best pipelines), per GPU count."""
-    from rich.table import Table
-
     from shardsim.simulator.sweep.plots import scaling_configs
 
     tables = []
@@ -156,14 +155,8 @@ def _efficiency_table(df):
         if len(worlds) < 2:
             continue
         mode = g["scaling_mode"].iloc[0]
-        t = Table(
-            title=f"{mode.capitalize()} scaling efficiency on {top} (vs {int(worlds[0])} GPUs; ✗ = does not fit)",
-            title_justify="left",
-            header_style="bold",
-        )
-        t.add_column("configuration")
-        for w in worlds:
-            t.add_column(f"{int(w)}", justify="right")
+        title = f"{mode.capitalize()} scaling efficiency on {top} (vs {int(worlds[0])} GPUs; ✗ = does not fit)"
+        t = Grid(title, [Column("configuration"), *(Column(f"{int(w)}", figure=True) for w in worlds)])
         for cfg in scaling_configs(g):
             cells = []
             for w in worlds:
@@ -173,7 +166,7 @@ def _efficiency_table(df):
                 else:
                     r = r.iloc[0]
                     cells.append(f"{r['scaling_efficiency'] * 100:.0f}%" + ("" if r["fits"] else " ✗"))
-            t.add_row(cfg, *cells)
+            t.add(cfg, *cells)
         tables.append(t)
     return tables
 
@@ -212,13 +205,13 @@ def print_report(
     skipped: list[str],
     files: list[str],
     out_dir: str | None,
+    wide: bool = False,
 ) -> None:
     """The sweep on the terminal: the ranked table (per cluster and scaling efficiency when the
     sweep spans several), what does not fit, what was skipped, the recommendation and the files
-    written. Rich markup; 160 columns wide when stdout is not a terminal."""
-    from rich.console import Console
-
-    out = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    written. Rich markup, laid out for `console.output_width()`: a table too wide for it leaves
+    out its breakdown columns and says so (`wide`: every column, whatever the width)."""
+    out = console(wide=wide)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     multi = len(clusters) > 1
     head = (
@@ -237,19 +230,19 @@ def print_report(
         out.print(f"Settings listed (a configuration names those that differ from the base's): {listed}")
     if multi:
         out.print(f"Sweep of {len(df)} configurations over {len(clusters)} clusters: {head}")
-        out.print(_cluster_table(df, rec))
-        for t in _efficiency_table(df):
-            out.print(t)
+        for g in (_cluster_grid(df, rec), *_efficiency_grids(df)):
+            out.print(fitted(out, g, wide) or g.render(compact=True))
         ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
-        table, more = _ranked_table(
-            ranked, "Leading configurations (all clusters, by samples/s)", top, True, out.width >= 140
-        )
+        title = "Leading configurations (all clusters, by samples/s)"
+        table, more, left_out = _ranked_table(out, ranked, title, top, True, wide)
         out.print(table)
     else:
         (topology, nodes), g = clusters[0]
         title = f"{int(nodes)} x {topology} ({int(g['world'].iloc[0])} x {g['device'].iloc[0]}): {head}"
-        table, more = _ranked_table(g, title, top, wide=out.width >= 120)
+        table, more, left_out = _ranked_table(out, g, title, top, False, wide)
         out.print(table)
+    if left_out:
+        out.print(left_out)
     if more:
         out.print(f"… {more} more rows" + (" in the CSV" if files else " (--top 0 shows all, --out DIR saves them)"))
     unfit = df[~df["fits"]]
@@ -259,7 +252,7 @@ def print_report(
             names = [
                 f"{r['config']}"
                 + (f" on {int(r['nodes'])} x {r['topology']}" if multi else "")
-                + f" ({r['memory_per_rank_gib']:.2f} GiB)"
+                + f" ({format_bytes(r['memory_per_rank_gib'] * GIB)})"
                 for _, r in unfit.sort_values("samples_per_s", ascending=False, kind="mergesort").head(3).iterrows()
             ]
             line += ": " + ", ".join(names) + (", …" if len(unfit) > 3 else ".")

@@ -104,7 +104,7 @@ class SweepSpace:
             options = tuple(str(v).strip() for v in self.selective_ac_options)
             for v, text in zip(self.selective_ac_options, options, strict=True):
                 if isinstance(v, bool) or not (text == SAC_OP or (text.isdigit() and int(text) >= 1)):
-                    why = f"expected op or an integer k >= 1 (every k-th block), got {v!r}"
+                    why = f"expected op or an integer k >= 1 (every k-th layer), got {v!r}"
                     raise ConfigError(why, field="selective_ac_options")
             object.__setattr__(self, "selective_ac_options", options)  # "2" and 2 are the same option
 

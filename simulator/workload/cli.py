@@ -5,17 +5,40 @@ from __future__ import annotations
 import argparse
 
 
+def _params(n: float) -> str:
+    """A parameter count as models are named: 334.1 M, 6.649 B."""
+    from shardsim.simulator.units import format_count
+
+    return format_count(n).replace(" G", " B")
+
+
 def _cmd_workloads(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.console import console
+    from shardsim.simulator.tables import Column, Grid, fitted
+    from shardsim.simulator.units import format_count
     from shardsim.simulator.workload.families import from_arch
     from shardsim.simulator.workload.library import library
 
+    g = Grid(
+        None,
+        [
+            Column("model"),
+            Column("family"),
+            Column("params", figure=True),
+            Column("layers", figure=True),
+            Column("other blocks"),
+            Column("FLOP/sample", figure=True),
+            Column("published", figure=True),
+        ],
+    )
     for name, m in library().items():
         w = from_arch(name, m.arch)
-        published = f"  (published {m.published_params / 1e6:.1f} M)" if m.published_params else ""
-        print(
-            f"{name:15s} {m.arch.family:6s} {w.params / 1e6:12.1f} M params  {len(w.blocks):4d} blocks  "
-            f"{w.train_flops / 1e9:14.2f} GFLOP/sample{published}"
-        )
+        others = ", ".join({"embed": "embedding", "head": "head"}[b.kind] for b in w.blocks if b.kind != "layer")
+        published = _params(m.published_params) if m.published_params else ""
+        flops = format_count(w.train_flops)
+        g.add(name, m.arch.family, _params(w.params), str(len(w.layers)), others, flops, published)
+    out = console()
+    out.print(fitted(out, g) or g.render(compact=True))
     return 0
 
 
@@ -23,7 +46,8 @@ def register(sub) -> None:
     w = sub.add_parser(
         "workloads",
         help="list the model library",
-        description="List the model library: family, parameters (and the published count), blocks, "
-        "training FLOPs per sample. Each model's shape and sources: simulator/workload/library/*.yaml.",
+        description="List the model library: family, parameters (and the published count), layers (transformer "
+        "or MLP layers; a pipeline stage holds at least one), the other blocks (embedding, head), training FLOPs "
+        "per sample. Each model's shape and sources: simulator/workload/library/*.yaml.",
     )
     w.set_defaults(func=_cmd_workloads)

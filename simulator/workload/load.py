@@ -5,6 +5,7 @@ shape fields given as flags (`Shape`) apply over any description but the last.""
 from __future__ import annotations
 
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.torch_required import require_torch
 from shardsim.simulator.workload.arch import Arch, Shape
 from shardsim.simulator.workload.describe import read_model_file
 from shardsim.simulator.workload.families import from_arch
@@ -54,6 +55,7 @@ def load_workload(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None
     name, arch = resolve_arch(spec, shape, where)
     if arch is not None:
         return from_arch(name, arch)
+    require_torch(f"the workload {name!r} (a model built by Python)")
     from shardsim.simulator.workload.measure import measure_import_path  # imports torch, only here
 
     return measure_import_path(name)

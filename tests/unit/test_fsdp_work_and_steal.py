@@ -177,7 +177,7 @@ def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took(
     r = run_record(workload="small-gpt", step_time_min_s=0.9, step_time_max_s=1.1)
     assert "host" not in _summary_text(r, None)  # a GPU run: no probe
     text = _summary_text(dataclasses.replace(r, host_probe_s=0.0172, host_steal_cores=0.31), None)
-    assert "speed probe 17.2 ms" in text and "took 0.31 cores' worth" in text
+    assert "speed probe 17.20 ms" in text and "took 0.31 cores' worth" in text
 
 
 def test_adam_is_timed_on_real_gradients(monkeypatch):

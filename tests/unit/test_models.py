@@ -117,8 +117,8 @@ def test_existing_models_keep_their_parameter_counts(name: str, params: int) -> 
 def test_workloads_cli_lists_families_and_counts() -> None:
     out = subprocess.run([sys.executable, "-m", "shardsim.runtime.cli", "workloads"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    line = next(x for x in out.stdout.splitlines() if x.startswith("llama-3.1-8b "))
-    assert "llama" in line and "8030.3 M params" in line
+    line = next(x for x in out.stdout.splitlines() if "llama-3.1-8b " in x)
+    assert "llama" in line and "8.030 B" in line and " 32 " in line and "embedding, head" in line
 
 
 def test_inline_mapping_and_flags_give_the_same_model(tmp_path: Path) -> None:

@@ -1,0 +1,128 @@
+"""What predict and sweep print fits the width (COLUMNS, the terminal's, or no limit when piped),
+says what a narrow table left out, gives times in units that suit them, and calls a tie a tie."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from shardsim.runtime.cli import main
+from shardsim.simulator.sweep.report import _recommendation_lines
+from shardsim.simulator.units import format_seconds
+
+SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--workers", "1", "--no-progress"]
+TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
+
+
+def _cut_short(text: str) -> list[str]:
+    """Lines with a cell cut short by an ellipsis (not the "… N more rows" line, not a list's "…")."""
+    return [line for line in text.splitlines() if "…" in line and not line.startswith("…") and ", …" not in line]
+
+
+def _out(capsys, argv: list[str]) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.0, "0 s"),
+        (2.0644, "2.064 s"),
+        (0.575626, "575.6 ms"),
+        (0.0023041, "2.304 ms"),
+        (1.23e-5, "12.30 µs"),
+        (4.5e-8, "45.00 ns"),
+        (0.99997, "1.000 s"),  # rounds up into the larger unit, never "1000.0 ms"
+        (99.996, "100.0 s"),
+        (1234.5, "1234 s"),
+        (float("nan"), "-"),
+    ],
+)
+def test_a_time_is_given_in_the_unit_that_suits_it(seconds, text):
+    assert format_seconds(seconds) == text
+
+
+def test_the_sweep_table_fits_80_columns_and_says_what_it_left_out(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _out(capsys, SWEEP)
+    assert max(map(len, text.splitlines())) <= 80
+    assert "exp. comm" not in text and not _cut_short(text)
+    assert "left out to fit 80 columns: --wide shows them" in " ".join(text.split())
+    assert "zero2d d=4" in text and "zero2d d=8" in text and "ddp" in text
+
+
+def test_wide_shows_every_column_whatever_the_width(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _out(capsys, [*SWEEP, "--wide"])
+    assert "exp. comm" in text and "left out" not in text
+
+
+def test_piped_without_columns_the_table_has_every_column_on_one_line_a_row(capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    text = _out(capsys, SWEEP)
+    assert "exp. comm" in text and "left out" not in text
+    rows = [line for line in text.splitlines() if re.match(r"^│ \d", line)]
+    assert len(rows) == 3 and all("GiB" in r and "$" in r for r in rows)
+
+
+def test_columns_wide_enough_keeps_the_breakdown(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    text = _out(capsys, SWEEP)
+    assert "exp. comm" in text and max(map(len, text.splitlines())) <= 200
+
+
+def test_a_multi_cluster_sweep_fits_80_columns_without_cutting_a_cell(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8"]
+    text = _out(capsys, [*argv, "--precision", "fp16", "--batch-per-device", "2", "--top", "5"])
+    assert max(map(len, text.splitlines())) <= 80
+    assert not _cut_short(text) and "p3dn.24xlarge" in text
+
+
+def test_a_tiny_workload_shows_its_breakdown_in_units_that_suit_it(capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    text = _out(capsys, ["sweep", *TINY, "--strategies", "zero", "--workers", "1", "--no-progress"])
+    row = next(line for line in text.splitlines() if re.match(r"^│ 1 ", line))
+    assert "0.000" not in row and re.search(r"\d ms", row) and "KiB" in row or "MiB" in row
+
+
+def test_predict_fits_80_columns_and_gives_tiny_figures_in_suitable_units(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _out(capsys, ["predict", *TINY])
+    assert max(map(len, text.splitlines())) <= 80
+    assert "0.00 " not in text and " ms" in text and "iB" in text and "GFLOP/s" in text
+    monkeypatch.delenv("COLUMNS")
+    assert len(_out(capsys, ["predict", *TINY]).splitlines()) == 6  # piped: one line a figure
+
+
+def _rec(margin: float, sdp_margin: float) -> dict:
+    def row(config: str, strategy: str) -> dict:
+        return {"config": config, "strategy": strategy, "step_time_s": 1.0, "samples_per_s": 10.0, "nodes": 1}
+
+    return {
+        "best": row("zero2d d=2", "zero2d"),
+        "runner_up": row("zero", "zero"),
+        "margin": margin,
+        "sdp": row("zero2d d=2", "zero2d"),
+        "sdp_runner_up": row("zero", "zero"),
+        "sdp_margin": sdp_margin,
+        "sharded_data_parallel_degree": 2,
+    }
+
+
+def test_one_rule_for_a_tie_in_every_line():
+    lines = _recommendation_lines(_rec(0.0002, 0.0002), multi=False)
+    assert all("tied (within 0.1%) with" in line for line in lines)
+    assert not any("0.0% faster" in line for line in lines)
+    lines = _recommendation_lines(_rec(0.012, 0.012), multi=False)
+    assert all("1.2% faster than" in line for line in lines)
+
+
+@pytest.mark.parametrize("command", ["workloads", "topologies"])
+def test_the_listings_fit_80_columns_without_cutting_a_cell(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _out(capsys, [command])
+    assert max(map(len, text.splitlines())) <= 80 and not _cut_short(text)
+    assert ("llama-3.1-405b" in text) if command == "workloads" else ("p5.48xlarge" in text)
