@@ -16,6 +16,8 @@ device's file (`KernelSpec`, `device.kernels` in `topologies/*.yaml`) with its s
 - Memory-bound kernels (norms, activations, residual adds, softmax / cross-entropy,
   embedding): their bytes at the achieved HBM bandwidth, split evenly over the kernels a pass
   launches.
+- A training step, not a benchmark: GEMMs run at `gemm_training_fraction` of the GEMM rate
+  and attention at `attn_training_fraction` of its rates (applied by `compute.ComputeModel`).
 - Stragglers: ranks that synchronize every step run at the pace of the slowest; a rank's
   compute time varies across ranks with coefficient of variation `rank_time_cv` (normal), so
   the expected slowest of N is 1 + cv · E[max of N standard normals] (Blom's approximation).
@@ -111,6 +113,7 @@ def layer_param_tensors(arch: Arch) -> int:
 
 
 def layer_bwd_other(arch: Arch) -> int:
+    """Kernels other than GEMMs and attention in one transformer layer's backward."""
     linears = 4 + (1 if arch.traits.mlp == "swiglu" else 0)
     return LAYER_BWD_FIXED + (linears if arch.traits.bias else 0) + layer_param_tensors(arch)
 
