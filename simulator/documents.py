@@ -31,12 +31,16 @@ class ClosedDocument(Document):
 
 def field_name(loc: tuple[int | str, ...]) -> str:
     """A pydantic location as a dotted field: ('links', 'emu-2x2', 'nic_Bps') → links.emu-2x2.nic_Bps;
-    list positions as [i]; a mapping's key (pydantic's '[key]') as the key itself."""
+    list positions as [i]; a mapping's key (followed by pydantic's '[key]') as the key itself."""
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
         if part == "[key]":
             continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        is_key = i + 1 < len(loc) and loc[i + 1] == "[key]"
+        if isinstance(part, int) and not is_key:
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 
@@ -51,6 +55,7 @@ _WORDS = {
     "int_from_float": "expected a whole number",
     "string_type": "expected a string",
     "bool_type": "expected true or false",
+    "finite_number": "expected a finite number",
     "missing": "missing",
     "extra_forbidden": "unknown key",
 }
