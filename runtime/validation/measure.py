@@ -137,6 +137,10 @@ def validate(
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
     earlier = {r.key: r for r in earlier_rows(out, matrix, log) if r.status == "ok"}  # checked before any work
+    if calibration is not None:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(calibration)  # a bad file fails here, not after the profile is measured
     prof = ensure_profile(matrix, out, profile, log)
     rows: list[Row] = []
     for top, cfgs in matrix.topologies:

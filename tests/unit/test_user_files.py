@@ -105,12 +105,21 @@ parameters:
     ],
     ids=["fitted-to", "errors", "unknown"],
 )
-def test_a_mistyped_calibration_is_one_line(tmp_path, capsys, change, needle):
+def test_a_mistyped_calibration_is_one_line(tmp_path, capsys, monkeypatch, change, needle):
+    import shardsim.runtime.profile as profiling
+
+    monkeypatch.setattr(profiling, "build_profile", lambda *a, **k: pytest.fail("profiled before the calibration"))
     path = write(tmp_path, "cal.yaml", CALIBRATION + change)
     argv = ["predict", "--topology", "a100-40gb-roce", "--nodes", "1", "--calibration", str(path)]
-    assert cli(argv) == 2
-    err = one_line(capsys)
-    assert f"{path}: {needle}" in err, err
+    matrix = write(tmp_path, "m.yaml", "workload: small-gpt\ntopologies: {emu-2x2: [ddp]}\n")
+    for run in (
+        argv,
+        ["sweep", "--topology", "a100-40gb-roce", "--nodes", "1", "--workers", "1", "--calibration", str(path)],
+        ["validate", "--matrix", str(matrix), "--out", str(tmp_path / "out"), "--calibration", str(path)],
+    ):
+        assert cli(run) == 2, run[0]
+        err = one_line(capsys)
+        assert f"{path}: {needle}" in err, err
     bad_value = write(tmp_path, "v.yaml", CALIBRATION.replace("value: 20.0", "value: fast"))
     assert cli([*argv[:-1], str(bad_value)]) == 2
     assert "field 'parameters.kernel_floor_us.value': expected a number, got 'fast'" in one_line(capsys)
