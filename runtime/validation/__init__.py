@@ -27,7 +27,7 @@ from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, MATRICES, Matrix,
 from shardsim.runtime.validation.measure import validate
 from shardsim.runtime.validation.profiling import ensure_profile
 from shardsim.runtime.validation.report import markdown, save, summarize
-from shardsim.runtime.validation.resume import earlier_rows, rebuild_rows
+from shardsim.runtime.validation.resume import earlier_rows, load_rows, rebuild_rows
 from shardsim.runtime.validation.rows import Row, add_attempt, pooled_slowdown, quiet_steps, row_slowdown, settle
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "earlier_rows",
     "ensure_profile",
     "load_matrix",
+    "load_rows",
     "markdown",
     "pooled_slowdown",
     "quiet_steps",

@@ -43,6 +43,12 @@ def read_rows(path: Path) -> list[Row]:
         raise CorruptFile(f"not a validation: field 'rows{field}': {words}", where=where) from None
 
 
+def load_rows(out: Path) -> list[Row]:
+    """The rows of `out`'s validation.json: none when it is missing, CorruptFile when torn."""
+    path = out / FILE
+    return read_rows(path) if path.exists() else []
+
+
 def read_runs(runs: Path) -> list[RunRecord]:
     """Every run record in `runs` (CorruptFile naming the first that cannot be read back), its
     runs.csv checked too."""

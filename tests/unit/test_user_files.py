@@ -70,11 +70,11 @@ def test_a_torn_profile_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("timeout: .inf\n", "field 'timeout': expected a finite number, got inf"),
-        ("timeout: .nan\n", "field 'timeout': expected a finite number, got nan"),
-        ("steps: '3'\n", "field 'steps': expected a whole number, got '3'"),
-        ("retries: 1.5\n", "field 'retries': expected a whole number, got 1.5"),
-        ("max_steal: [0.2]\n", "field 'max_steal': expected a number, got [0.2]"),
+        ("timeout: .inf\n", "field 'timeout': expected a finite number >= 1, got inf"),
+        ("timeout: .nan\n", "field 'timeout': expected a finite number >= 1, got nan"),
+        ("steps: '3'\n", "field 'steps': expected a whole number >= 1, got '3'"),
+        ("retries: 1.5\n", "field 'retries': expected a whole number >= 0, got 1.5"),
+        ("max_steal: [0.2]\n", "field 'max_steal': expected a part of the cores' time, 0 < max_steal <= 1, got [0.2]"),
         ("description: [a, b]\n", "field 'description': expected a string"),
         ("batch_per_device: x\n", "field 'batch_per_device': expected an integer, got 'x'"),
     ],
