@@ -239,7 +239,9 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
                     what = f"line {reader.line_num} has more cells than the header's {len(header)} columns"
                     raise CorruptFile(what, where=where)
                 if None in row.values():
-                    what = f"line {reader.line_num} has fewer cells than the header's {len(header)} columns (torn?)"
+                    what = (
+                        f"line {reader.line_num} has fewer cells than the header's {len(header)} columns (truncated?)"
+                    )
                     raise CorruptFile(what, where=where)
                 rows.append(row)
     except UnicodeDecodeError:
@@ -265,7 +267,7 @@ def load_run(path: str | Path) -> RunRecord:
     except UnicodeDecodeError:
         raise CorruptFile("not a run record: not UTF-8 text", where=where) from None
     except json.JSONDecodeError as exc:
-        raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; torn?)", where=where) from None
+        raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     if not isinstance(data, dict):
         raise CorruptFile(f"not a run record: a JSON {type(data).__name__}", where=where)
     try:

@@ -33,7 +33,7 @@ def read_rows(path: Path) -> list[Row]:
     except UnicodeDecodeError:
         raise CorruptFile("not UTF-8 text", where=where) from None
     except json.JSONDecodeError as exc:
-        raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; torn?)", where=where) from None
+        raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise CorruptFile("not a validation: no list of rows", where=where)
     try:
