@@ -9,6 +9,7 @@ crash never leaves a torn file. Readers take a record back with `load_run`.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import statistics
@@ -18,6 +19,7 @@ from typing import Any
 
 from shardsim.runtime.lockfile import locked
 from shardsim.simulator.config.schema import SAC_OP
+from shardsim.simulator.errors import CorruptFile
 from shardsim.simulator.files import atomic_write
 
 CSV_NAME = "runs.csv"
@@ -84,16 +86,29 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        """The record of a JSON file's object; a key it does not know, or a missing one that
-        every record has, is a ValueError."""
+        """The record of a JSON file's object, its fields' types checked; a key it does not
+        know, a missing one that every record has, or a value of the wrong type is a ValueError."""
+        from pydantic import ValidationError
+
+        from shardsim.simulator.documents import describe
+
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"not a run record: unknown key {unknown[0]!r}")
         try:
-            return cls(**data)
-        except TypeError as exc:
-            raise ValueError(f"not a run record: {exc}") from None
+            return _record_schema().validate_json(json.dumps(data), strict=True)
+        except ValidationError as exc:
+            field, words = describe(exc)
+            raise ValueError(f"not a run record: field '{field}': {words}") from None
+
+
+@functools.cache
+def _record_schema():
+    """RunRecord's fields as a pydantic schema (built once, on first use: pydantic loads only then)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RunRecord)
 
 
 def step_time_stats(times: list[float]) -> dict[str, float]:
@@ -141,6 +156,7 @@ class RunRow:
     step_time_min_s: float
     step_time_max_s: float
     step_time_iqr_s: float
+    step_time_std_s: float
     samples_per_s: float
     memory_per_rank_gib: float
     memory_measure: str
@@ -193,10 +209,8 @@ def write_run(record: RunRecord, out_dir: str | Path) -> Path:
         rows: list[dict[str, str]] = []
         columns = list(CSV_COLUMNS)
         if csv_path.exists():
-            with open(csv_path, newline="") as f:
-                reader = csv.DictReader(f)
-                columns += [k for k in (reader.fieldnames or []) if k not in columns]
-                rows = list(reader)
+            header, rows = read_runs_csv(csv_path)
+            columns += [k for k in header if k not in columns]
         rows.append(RunRow.of(record).cells())
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns, restval="")
@@ -206,9 +220,56 @@ def write_run(record: RunRecord, out_dir: str | Path) -> Path:
     return path
 
 
+def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The columns and rows of a runs.csv (OSError when unreadable; CorruptFile, naming the
+    line, when it is not one: not text, no run_id column, a row torn or with more cells than
+    the header). A file without a column that newer files have (step_time_std_s) is read as
+    it is; `write_run` adds the column, empty in its older rows."""
+    where = str(path)
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            if "run_id" not in header:
+                raise CorruptFile("not a runs.csv: its first line has no run_id column", where=where)
+            rows = []
+            for row in reader:
+                if None in row:
+                    what = f"line {reader.line_num} has more cells than the header's {len(header)} columns"
+                    raise CorruptFile(what, where=where)
+                if None in row.values():
+                    what = (
+                        f"line {reader.line_num} has fewer cells than the header's {len(header)} columns (truncated?)"
+                    )
+                    raise CorruptFile(what, where=where)
+                rows.append(row)
+    except UnicodeDecodeError:
+        raise CorruptFile("not a runs.csv: not UTF-8 text", where=where) from None
+    except csv.Error as exc:
+        raise CorruptFile(f"not a runs.csv: {exc}", where=where) from None
+    return header, rows
+
+
+def check_runs_csv(folder: str | Path) -> None:
+    """Fail (CorruptFile) before a run when the runs.csv its row goes to cannot be read back."""
+    path = Path(folder) / CSV_NAME
+    if path.exists():
+        read_runs_csv(path)
+
+
 def load_run(path: str | Path) -> RunRecord:
-    """The record of a run's JSON file (OSError when unreadable, ValueError when not a record)."""
-    data = json.loads(Path(path).read_text())
+    """The record of a run's JSON file (OSError when unreadable; CorruptFile, a ValueError naming
+    the file, when it is not a record: torn, not JSON, a field missing, unknown or mistyped)."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise CorruptFile("not a run record: not UTF-8 text", where=where) from None
+    except json.JSONDecodeError as exc:
+        raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     if not isinstance(data, dict):
-        raise ValueError(f"not a run record: a JSON {type(data).__name__}")
-    return RunRecord.from_dict(data)
+        raise CorruptFile(f"not a run record: a JSON {type(data).__name__}", where=where)
+    try:
+        return RunRecord.from_dict(data)
+    except ValueError as exc:
+        raise CorruptFile(str(exc), where=where) from None

@@ -15,9 +15,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardsim.runtime.records import load_run
+from shardsim.runtime.records import check_runs_csv, load_run
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.files import check_output_dir
 from shardsim.simulator.workload.load import spec_name
 
 log = logging.getLogger("shardsim")
@@ -118,11 +119,8 @@ def main_run(ns: argparse.Namespace) -> int:
     _check_run_flags(ns)
     cfg = config_from_args(ns)
     plan = plan_run(cfg, ns.nproc, ns.emulate)
-    out = Path(ns.out).resolve()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the results folder {out}: {exc.strerror}", field="out") from None
+    out = check_output_dir(Path(ns.out).resolve(), "out")
+    check_runs_csv(out)  # its row is added at the end: a torn one is named now, not after the run
     run_id = default_run_id(plan.resolved_cfg)
     worker_args = run_flags(plan.cfg, ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)
     if getattr(ns, "save_params", None):

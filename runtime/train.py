@@ -308,7 +308,7 @@ def run(ns: argparse.Namespace, status) -> int:
             record = RunRecord(
                 run_id=ns.run_id or default_run_id(job.cfg),
                 finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                config=job.cfg.to_dict(),
+                config={**job.cfg.to_dict(), "backend": backend},  # what ran: gloo on CPU whatever was asked
                 workload=spec_name(job.cfg.workload),
                 topology=job.cfg.topology,
                 nodes=job.cfg.nodes,

@@ -22,3 +22,9 @@ class ConfigError(Exception):
         if self.field:
             prefix += f"field '{self.field}': "
         return prefix + self.message
+
+
+class CorruptFile(ConfigError, ValueError):
+    """A file shardsim wrote earlier that cannot be read back as what it should hold (truncated,
+    edited, not text): named, with what is wrong. The CLI prints it as one line, exit status 2,
+    as bad input; readers that take any unreadable file as a ValueError see one too."""

@@ -8,6 +8,7 @@ import json
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.config.flags import add_algo_argument
 from shardsim.simulator.console import labelled, output_width
+from shardsim.simulator.files import check_output_file
 from shardsim.simulator.units import GIB, format_bytes, format_flops_rate, format_seconds
 from shardsim.simulator.workload.load import spec_name
 
@@ -21,6 +22,8 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     from shardsim.simulator.predict import predict, save_trace
 
     cfg = config_from_args(ns)
+    if ns.trace:
+        check_output_file(ns.trace, "trace")
     pred = predict(cfg, algo=ns.algo)
     if ns.trace:
         save_trace(pred, ns.trace)
@@ -64,5 +67,9 @@ def register(sub) -> None:
     add_config_arguments(p)
     add_algo_argument(p, auto=True)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace of the step to FILE (default: none)")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome trace of the step to FILE; its folder must exist (default: none)",
+    )
     p.set_defaults(func=_cmd_predict)

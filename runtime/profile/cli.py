@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from pathlib import Path
 
 from shardsim.runtime.profile.build import build_profile, write_json_atomic
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.files import check_output_file
 from shardsim.simulator.torch_required import require_torch
 from shardsim.simulator.units import format_seconds
 
@@ -31,9 +31,7 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
 
     require_torch("shardsim profile")
     cfg = config_from_args(ns)
-    out = Path(ns.out)
-    if out.exists() and out.is_dir():
-        raise ConfigError(f"--out {out} is a folder; expected a file path")
+    out = check_output_file(ns.out, "out", make_folder=True)
     if ns.repeats < 1:
         raise ConfigError(f"expected --repeats >= 1, got {ns.repeats}", field="repeats")
     batches = _batches(ns.batch, cfg.batch_per_device)

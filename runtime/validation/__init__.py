@@ -18,13 +18,16 @@ them is measured over all its steps, predicted with the steal taken off the core
 Resumable: every finished run is written at once (``validation.json``, ``validation.csv``);
 a second call runs only what is missing, failed or still owed a quiet attempt, and
 re-predicts every row (cheap), so a better model re-scores old measurements without running
-them again.
+them again. What an earlier call left is checked as it is read back (`resume`): a torn
+validation.json is rebuilt from the runs it indexes (runs/*.json), a torn run or runs.csv is
+named, exit 2; nothing is silently run again or discarded.
 """
 
 from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, MATRICES, Matrix, load_matrix, steal_bound
 from shardsim.runtime.validation.measure import validate
 from shardsim.runtime.validation.profiling import ensure_profile
-from shardsim.runtime.validation.report import load_rows, markdown, save, summarize
+from shardsim.runtime.validation.report import markdown, save, summarize
+from shardsim.runtime.validation.resume import earlier_rows, load_rows, rebuild_rows
 from shardsim.runtime.validation.rows import Row, add_attempt, pooled_slowdown, quiet_steps, row_slowdown, settle
 
 __all__ = [
@@ -33,12 +36,14 @@ __all__ = [
     "Matrix",
     "Row",
     "add_attempt",
+    "earlier_rows",
     "ensure_profile",
     "load_matrix",
     "load_rows",
     "markdown",
     "pooled_slowdown",
     "quiet_steps",
+    "rebuild_rows",
     "row_slowdown",
     "save",
     "settle",

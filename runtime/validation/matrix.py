@@ -84,6 +84,9 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
 def load_matrix(path: str | Path | None = None) -> Matrix:
     """Read and check a matrix file (default: the shipped one). Every configuration is resolved
     against its cluster here, so bad input fails before anything runs."""
+    from shardsim.runtime.validation.matrix_schema import MatrixDoc
+    from shardsim.simulator.documents import checked
+
     p = Path(path) if path is not None else DEFAULT_MATRIX
     where = str(p)
     data = load_yaml(p)
@@ -92,6 +95,7 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
         raise ConfigError(
             f"unknown key; expected {', '.join(_BASE_KEYS + _RUN_KEYS)} or topologies", where=where, field=unknown[0]
         )
+    doc = checked(MatrixDoc, data, where)
     base = {k: data[k] for k in _BASE_KEYS if k in data}
     base.setdefault("backend", "gloo")
     tops = data.get("topologies")
@@ -126,16 +130,7 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
                 if cfg not in cfgs:
                     cfgs.append(cfg)
         out.append((str(top), tuple(cfgs)))
-    run = {}
-    for k, kind, low in (("steps", int, 1), ("warmup", int, 0), ("timeout", float, 1), ("retries", int, 0)):
-        if k in data:
-            v = data[k]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < low or (kind is int and v != int(v)):
-                what = "a whole number" if kind is int else "a number"
-                raise ConfigError(f"expected {what} >= {low}, got {v!r}", where=where, field=k)
-            run[k] = kind(v)
-    if "max_steal" in data:
-        run["max_steal"] = steal_bound(data["max_steal"], where, "max_steal")
+    run: dict[str, Any] = {k: getattr(doc, k) for k in _RUN_KEYS if data.get(k) is not None}
     return Matrix(where, base, tuple(out), **run)
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from shardsim.runtime.records import RunRecord, load_run
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.profiling import ensure_profile, host_slowdown
-from shardsim.runtime.validation.report import load_rows, save, summarize
+from shardsim.runtime.validation.report import save, summarize
+from shardsim.runtime.validation.resume import earlier_rows
 from shardsim.runtime.validation.rows import (
     Row,
     add_attempt,
@@ -136,8 +137,12 @@ def validate(
     out.mkdir(parents=True, exist_ok=True)
     runs = out / "runs"
     runs.mkdir(exist_ok=True)
+    earlier = {r.key: r for r in earlier_rows(out, matrix, log) if r.status == "ok"}  # checked before any work
+    if calibration is not None:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(calibration)  # a bad file fails here, not after the profile is measured
     prof = ensure_profile(matrix, out, profile, log)
-    earlier = {r.key: r for r in load_rows(out) if r.status == "ok"}
     rows: list[Row] = []
     for top, cfgs in matrix.topologies:
         world = make_cluster(top).world

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.simulator.config import RunConfig
-from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError, CorruptFile
 from shardsim.simulator.hardware.topology import make_cluster
 
 if TYPE_CHECKING:
@@ -28,7 +28,11 @@ def host_slowdown(profile: Profile, batch: int) -> float:
 
 def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[str], None]) -> str:
     """The profile to predict from: `given`, or out/profile.json when it covers the matrix, or a
-    new one measured now (blocks at every microbatch size, each topology's links, core sharing)."""
+    new one measured now (blocks at every microbatch size, each topology's links, core sharing).
+
+    An out/profile.json that cannot be read (torn, mistyped, another workload's) is named,
+    ConfigError, not measured again over it; one that lacks what the matrix needs is measured
+    again, with a note saying what it lacked."""
     from shardsim.simulator.hardware.profile import load_profile
 
     workload = matrix.base.get("workload", RunConfig().workload)
@@ -41,16 +45,16 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
     if path.exists():
         try:
             prof = load_profile(path, workload)
-            covered = (
-                all(b in prof.blocks for b in sizes)
-                and all(t in prof.links for t, _ in matrix.topologies)
-                and all(w in prof.effective_cores for w in worlds)
-            )
-            if covered:
-                log(f"profile: reusing {path}")
-                return str(path)
-        except ConfigError:
-            pass
+        except ConfigError as exc:
+            hint = "validate measured it: move it aside to measure it again, or pass --profile"
+            raise CorruptFile(f"{exc.message} ({hint})", where=exc.where, field=exc.field) from None
+        lacks = [f"microbatch {b}" for b in sizes if b not in prof.blocks]
+        lacks += [f"{t}'s links" for t, _ in matrix.topologies if t not in prof.links]
+        lacks += [f"the cores of {w} ranks" for w in worlds if w not in prof.effective_cores]
+        if not lacks:
+            log(f"profile: reusing {path}")
+            return str(path)
+        log(f"profile: {path} lacks {', '.join(lacks)}: measuring a new one")
     from shardsim.runtime.profile import build_profile, write_json_atomic
 
     log(f"profile: timing {workload}'s blocks at microbatch {sizes}, the links of each topology, core sharing")

@@ -90,15 +90,6 @@ def csv_text(rows: list[Row]) -> str:
     return buf.getvalue()
 
 
-def load_rows(out: Path) -> list[Row]:
-    """Rows of an earlier call (resuming); a missing or unreadable file is no rows."""
-    try:
-        doc = json.loads((out / "validation.json").read_text())
-        return [Row(**r) for r in doc.get("rows", [])]
-    except (OSError, ValueError, TypeError):
-        return []
-
-
 def markdown(rows: list[Row], summary: dict[str, Any]) -> str:
     lines = [
         "| topology | configuration | predicted | measured (min–max) | steps | steal | error |",

@@ -16,15 +16,17 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field
 
 from shardsim.simulator.calibration.parameters import applied, parameter
+from shardsim.simulator.documents import ClosedDocument, checked
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import atomic_write
 from shardsim.simulator.hardware.topology import Cluster, InstanceType
-from shardsim.simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.yamlio import load_yaml
 
 
 @dataclass(frozen=True)
@@ -67,33 +69,43 @@ def write_calibration(path: str | Path, cal: Calibration) -> None:
     atomic_write(path, head + yaml.safe_dump(cal.to_dict(), sort_keys=False))
 
 
+class _FittedDoc(ClosedDocument):
+    value: Annotated[float, Field(ge=0)]
+    default: Annotated[float, Field(ge=0)] | None = None
+    low: Annotated[float, Field(ge=0)]
+    high: Annotated[float, Field(ge=0)]
+
+
+class CalibrationDoc(ClosedDocument):
+    """The schema of a calibration file (keys it does not name are refused: a misspelt one would
+    otherwise be silently left out)."""
+
+    device: str
+    topology: str = ""
+    parameters: dict[str, _FittedDoc]
+    fitted_to: dict[str, Any] | None = None
+    errors: dict[str, Any] | None = None
+
+
 def read_calibration(path: str | Path) -> Calibration:
-    """A calibration file, checked: every parameter known and its value within its bounds."""
+    """A calibration file, checked: its schema (`CalibrationDoc`), every parameter known and its
+    value within its bounds."""
     where = str(path)
-    f = Fields(load_yaml(Path(path)), where)
-    params = f.sub("parameters")
-    assert params is not None
+    doc = checked(CalibrationDoc, load_yaml(Path(path)), where)
     out: dict[str, Fitted] = {}
-    for name in params.data:
+    for name, p in doc.parameters.items():
         try:
-            parameter(str(name))
+            parameter(name)
         except ConfigError as err:
             raise ConfigError(err.message, where=where, field=f"parameters.{name}") from None
-        p = params.sub(str(name))
-        assert p is not None
-        low = p.number("low", minimum=0.0, strict=False)
-        high = p.number("high", minimum=0.0, strict=False)
-        value = p.number("value", minimum=0.0, strict=False)
-        assert low is not None and high is not None and value is not None
-        if not low <= value <= high:
+        if not p.low <= p.value <= p.high:
             raise ConfigError(
-                f"{value:g} is outside its bounds [{low:g}, {high:g}]", where=where, field=f"parameters.{name}.value"
+                f"{p.value:g} is outside its bounds [{p.low:g}, {p.high:g}]",
+                where=where,
+                field=f"parameters.{name}.value",
             )
-        default = p.number("default", minimum=0.0, strict=False, required=False)
-        out[str(name)] = Fitted(value, value if default is None else default, low, high)
-    fitted_to = f.data.get("fitted_to") or {}
-    errors = f.data.get("errors") or {}
-    return Calibration(f.text("device"), f.text("topology", default=""), out, dict(fitted_to), dict(errors))
+        out[name] = Fitted(p.value, p.value if p.default is None else p.default, p.low, p.high)
+    return Calibration(doc.device, doc.topology, out, dict(doc.fitted_to or {}), dict(doc.errors or {}))
 
 
 @functools.lru_cache(maxsize=16)

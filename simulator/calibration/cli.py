@@ -6,29 +6,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardsim.simulator.config.flags import str_list
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.files import check_output_file
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_FOLDS = 5
-
-
-def _check_out(path: str) -> None:
-    """Fail before any work when the calibration file cannot be written there."""
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise ConfigError("is a folder; expected a file path", where=path, field="out")
-    if not parent.is_dir():
-        raise ConfigError(f"no folder {parent}", where=path, field="out")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ConfigError("not writable", where=path, field="out")
 
 
 def errors(ratio: np.ndarray) -> dict[str, float]:
@@ -51,7 +39,7 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
     from shardsim.simulator.hardware.topology import load_instance
 
     if ns.out:
-        _check_out(ns.out)
+        check_output_file(ns.out, "out")
     if ns.folds == 1 or ns.folds < 0:
         raise ConfigError(f"expected 0 (none) or >= 2 folds, got {ns.folds}", field="folds")
     inst = load_instance(ns.topology)

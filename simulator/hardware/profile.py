@@ -167,100 +167,47 @@ class Profile:
         return replace(cluster, instance=replace(inst, nic=nic, fabric=fabric))
 
 
-def _pair(v: Any, where: str, key: str) -> tuple[float, float]:
-    if not (isinstance(v, list | tuple) and len(v) == 2 and all(isinstance(x, int | float) and x >= 0 for x in v)):
-        raise ConfigError(f"expected [fwd_s, bwd_s] (two numbers >= 0), got {v!r}", where=where, field=key)
-    return float(v[0]), float(v[1])
-
-
-def _positive(v: Any, where: str, key: str, *, zero: bool = False) -> float:
-    """`v` as a float when it is a number > 0 (>= 0 with `zero`); else bad input."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (v == 0 and not zero):
-        raise ConfigError(f"expected a number {'>=' if zero else '>'} 0, got {v!r}", where=where, field=key)
-    return float(v)
-
-
-def _by_rank_count(host: dict, key: str, where: str, zero: bool = False) -> dict[int, float]:
-    """host[key]: rank count -> a number > 0 (>= 0 with `zero`)."""
-    out = {}
-    for n, c in (host.get(key) or {}).items():
-        if not str(n).isdigit():
-            raise ConfigError("expected a rank count", where=where, field=f"host.{key}.{n}")
-        out[int(n)] = _positive(c, where, f"host.{key}.{n}", zero=zero)
-    return out
-
-
 def parse_profile(doc: Any, where: str, workload: str) -> Profile:
-    """Check a profile document against the workload it is used for."""
+    """Check a profile document (`profile_schema.ProfileDoc`) against the workload it is used for."""
+    from shardsim.simulator.documents import checked
+    from shardsim.simulator.hardware.profile_schema import HostDoc, ProfileDoc
+
     if not isinstance(doc, dict):
         raise ConfigError("expected a JSON object (a profile written by shardsim profile)", where=where)
     if doc.get("workload") != workload:
         raise ConfigError(f"profile is for workload {doc.get('workload')!r}, not {workload!r}", where=where)
-    blocks: dict[int, dict[str, tuple[float, float]]] = {}
-    by_batch = doc.get("blocks_by_batch_s")
-    if by_batch is not None:
-        if not isinstance(by_batch, dict):
-            raise ConfigError("expected a mapping of microbatch → blocks", where=where, field="blocks_by_batch_s")
-        for b, table in by_batch.items():
-            key = f"blocks_by_batch_s.{b}"
-            if not str(b).isdigit() or int(b) < 1 or not isinstance(table, dict):
-                raise ConfigError(
-                    "expected a microbatch size >= 1 mapping blocks to [fwd_s, bwd_s]", where=where, field=key
-                )
-            blocks[int(b)] = {k: _pair(v, where, f"{key}.{k}") for k, v in table.items()}
-    per_sample = doc.get("blocks_per_sample_s")
-    if per_sample is not None and not blocks:
-        if not isinstance(per_sample, dict):
-            raise ConfigError("expected a mapping of block → [fwd_s, bwd_s]", where=where, field="blocks_per_sample_s")
-        blocks[1] = {k: _pair(v, where, f"blocks_per_sample_s.{k}") for k, v in per_sample.items()}
+    d = checked(ProfileDoc, doc, where)
+
+    def pairs(table: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+        return {k: (v[0], v[1]) for k, v in table.items()}
+
+    blocks = {int(b): pairs(t) for b, t in (d.blocks_by_batch_s or {}).items()}
+    if not blocks and d.blocks_per_sample_s is not None:
+        blocks[1] = pairs(d.blocks_per_sample_s)
     if not blocks:
         raise ConfigError(
             "missing; expected blocks_by_batch_s (or blocks_per_sample_s)", where=where, field="blocks_by_batch_s"
         )
-    opt = doc.get("optimizer_per_param_s")
-    so = doc.get("sharded_optimizer_overhead_s")
-    so = None if so is None else _positive(so, where, "sharded_optimizer_overhead_s", zero=True)
-    probe = doc.get("probe_s")
-    probe = None if probe is None else _positive(probe, where, "probe_s")
-    fo = doc.get("fsdp_overhead_s")
-    if fo is not None:
-        if not isinstance(fo, dict):
-            raise ConfigError("expected {world, fwd_s, bwd_s}", where=where, field="fsdp_overhead_s")
-        fo = tuple(_positive(fo.get(k), where, f"fsdp_overhead_s.{k}", zero=True) for k in ("fwd_s", "bwd_s"))
-    links = {}
-    for top, lp in (doc.get("links") or {}).items():
-        if not isinstance(lp, dict):
-            raise ConfigError("expected a mapping of measured link figures", where=where, field=f"links.{top}")
-        vals = {}
-        for k in (
-            "nic_Bps",
-            "nic_latency_s",
-            "loopback_Bps",
-            "loopback_latency_s",
-            "gather_cpu_s_per_B",
-            "reduce_cpu_s_per_B",
-        ):
-            if lp.get(k) is not None:
-                vals[k] = _positive(lp[k], where, f"links.{top}.{k}")
-        links[str(top)] = LinkProfile(**vals)
-    host = doc.get("host") or {}
-    # (a profile before the yardstick used every core wrote `yardstick_s`: not comparable, unused)
-    yard = host.get("yardstick_all_cores_s")
-    cores, capacity = (_by_rank_count(host, key, where) for key in ("effective_cores", "cpu_capacity"))
-    steal = _by_rank_count(host, "steal_share", where, zero=True)
+    host = d.host or HostDoc()
+
+    def by_count(table: dict[str, float] | None) -> dict[int, float]:
+        return {int(n): v for n, v in (table or {}).items()}
+
+    fo = d.fsdp_overhead_s
     return Profile(
         path=where,
         workload=workload,
         blocks=blocks,
-        optimizer_per_param_s=None if opt is None else _positive(opt, where, "optimizer_per_param_s"),
-        links=links,
-        effective_cores=cores,
-        cpu_capacity=capacity,
-        steal_share=steal,
-        yardstick_s=None if yard is None else _positive(yard, where, "host.yardstick_all_cores_s"),
-        sharded_optimizer_overhead_s=so,
-        probe_s=probe,
-        fsdp_overhead_s=fo,
+        optimizer_per_param_s=d.optimizer_per_param_s,
+        links={top: LinkProfile(**lp.model_dump()) for top, lp in (d.links or {}).items()},
+        effective_cores=by_count(host.effective_cores),
+        cpu_capacity=by_count(host.cpu_capacity),
+        steal_share=by_count(host.steal_share),
+        # (a profile before the yardstick used every core wrote `yardstick_s`: not comparable, unused)
+        yardstick_s=host.yardstick_all_cores_s,
+        sharded_optimizer_overhead_s=d.sharded_optimizer_overhead_s,
+        probe_s=d.probe_s,
+        fsdp_overhead_s=None if fo is None else (fo.fwd_s, fo.bwd_s),
     )
 
 
@@ -271,6 +218,8 @@ def load_profile(path: str | Path, workload: str) -> Profile:
         doc = json.loads(Path(path).read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read profile: {exc.strerror}", where=where) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not a profile: not UTF-8 text", where=where) from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON (line {exc.lineno})", where=where) from None
+        raise ConfigError(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     return parse_profile(doc, where, workload)
