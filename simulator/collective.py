@@ -6,11 +6,13 @@ from dataclasses import asdict, dataclass
 
 import simpy
 
+from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.network.collectives import BUS_FACTOR, GroupLayout, PhaseRun, algo_for, plan
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph, build_links
+from shardsim.simulator.scale import world_refusal
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ def simulate_collective(
     cluster: Cluster, op: str, size_bytes: int, algo: str = "ring", backend: str = "nccl", ranks: int | None = None
 ) -> CollectiveResult:
     """Time `op` over the first `ranks` ranks (default: all) as nccl-tests would report it."""
+    too_big = world_refusal(cluster.world)
+    if too_big:
+        raise ConfigError(too_big, field="nodes")
     n = ranks or cluster.world
     g = build_links(cluster)
     layout = GroupLayout(0, n, n)

@@ -91,12 +91,13 @@ class _Run:
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
-        own = {id(ph): ph.route for ph in uniq.values()}
+        own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
         if self.shared and comm_cpu:
             for (coll, _, _), phs in phases.items():
                 for ph in phs:  # the phase's bytes sent load the cores too
-                    own[id(ph)] = Route.of(
-                        np.append(ph.links, core_link), np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent)
+                    own[id(ph)] = (
+                        np.append(ph.links, core_link),
+                        np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent),
                     )
         caps, routes = group_links(capacity, list(own.values()) + ([cpu] if self.shared else []))
         route_of = dict(zip(uniq, routes, strict=False))

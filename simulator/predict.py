@@ -18,6 +18,7 @@ from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.memory import MemoryBreakdown, rank_memory
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
+from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies import build_plan
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.load import load_workload
@@ -92,7 +93,9 @@ def predict(
     (already loaded) takes the place of the file `cfg.profile` names."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
-    cfg, res = resolve(cfg, cluster.world, len(w.layers) or len(w.blocks), tied_embeddings=w.tied_embeddings)
+    n_layers = len(w.layers) or len(w.blocks)
+    cfg, res = resolve(cfg, cluster.world, n_layers, tied_embeddings=w.tied_embeddings)
+    check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
     if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
         raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
     if profile is None and cfg.profile:

@@ -24,9 +24,10 @@ local chunk; gloo has ring algorithms only.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -243,8 +244,7 @@ def check_algo(op: str, algo: str, backend: str) -> None:
         raise ConfigError(f"NCCL's tree algorithm is for all_reduce only, not {op}", field="algo")
 
 
-@lru_cache(maxsize=4096)
-def _plan_cached(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str) -> tuple[Phase, ...]:
+def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str) -> tuple[Phase, ...]:
     groups = layout.groups()
     if groups.shape[1] < 2:
         return ()
@@ -257,6 +257,43 @@ def _plan_cached(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend:
     else:
         phases = _ring_plan(g, op, groups)
     return tuple(p for p in phases if p.links.size)
+
+
+PLAN_CACHE_BYTES = 128 * 2**20  # the planned phases' arrays a process keeps (a phase of 16,384 ranks: ~3 MB)
+PLAN_CACHE_ENTRIES = 4096  # and at most this many calls' phases
+
+
+class _PlanCache:
+    """The phases of each (graph, collective, layout, algorithm, backend), the least recently
+    used dropped once their arrays pass PLAN_CACHE_BYTES (or PLAN_CACHE_ENTRIES): a sweep calls the same few collectives
+    thousands of times, and over a big cluster every phase holds arrays as long as its links."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.nbytes = 0
+        self.entries: OrderedDict[tuple, tuple[tuple[Phase, ...], int]] = OrderedDict()
+
+    def __call__(self, g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str) -> tuple[Phase, ...]:
+        key = (g, op, layout, algo, backend)
+        hit = self.entries.get(key)
+        if hit is not None:
+            self.entries.move_to_end(key)
+            return hit[0]
+        phases = _phases(g, op, layout, algo, backend)
+        size = sum(ph.links.nbytes + ph.load.nbytes for ph in phases)
+        self.entries[key] = (phases, size)
+        self.nbytes += size
+        while len(self.entries) > 1 and (self.nbytes > self.budget or len(self.entries) > PLAN_CACHE_ENTRIES):
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.nbytes -= dropped
+        return phases
+
+    def cache_clear(self) -> None:
+        self.entries.clear()
+        self.nbytes = 0
+
+
+_plan_cached = _PlanCache(PLAN_CACHE_BYTES)
 
 
 def plan(g: LinkGraph, op: str, layout: GroupLayout, algo: str = "ring", backend: str = "nccl") -> tuple[Phase, ...]:

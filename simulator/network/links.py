@@ -8,6 +8,7 @@ crosses; every node has NICs (tx and rx). Rates are spec × efficiency, in bytes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -21,7 +22,7 @@ _graphs: dict[str, LinkGraph] = {}
 class LinkGraph:
     cluster: Cluster
     capacity: np.ndarray  # bytes/s per link
-    names: tuple[str, ...]
+    segments: tuple[tuple[str, int], ...]  # (label, count) of consecutive links: port_tx, port_rx, ...
     intra_latency_s: float
     inter_latency_s: float
     _port_tx: int
@@ -33,6 +34,11 @@ class LinkGraph:
     @property
     def n_links(self) -> int:
         return len(self.capacity)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Every link's name, e.g. ``nic_tx[3]`` (made when asked: a big cluster has 10^5 links)."""
+        return tuple(f"{label}[{i}]" for label, count in self.segments for i in range(count))
 
     def edge_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes each link carries when every src[i] sends nbytes to dst[i] (vectorized).
@@ -95,14 +101,14 @@ def build_links(cluster: Cluster) -> LinkGraph:
     port = fab.port_GBps * 1e9 * fab.efficiency
     nic_rate = nic.rate_gbps * 1e9 / 8 * nic.efficiency
     caps: list[np.ndarray] = []
-    names: list[str] = []
+    segments: list[tuple[str, int]] = []
     offset = 0
 
     def add(count: int, rate: float, label: str) -> int:
         nonlocal offset
         start = offset
         caps.append(np.full(count, rate))
-        names.extend(f"{label}[{i}]" for i in range(count))
+        segments.append((label, count))
         offset += count
         return start
 
@@ -114,7 +120,7 @@ def build_links(cluster: Cluster) -> LinkGraph:
     return LinkGraph(
         cluster=cluster,
         capacity=np.concatenate(caps),
-        names=tuple(names),
+        segments=tuple(segments),
         intra_latency_s=fab.latency_us * 1e-6,
         inter_latency_s=nic.latency_us * 1e-6,
         _port_tx=port_tx,

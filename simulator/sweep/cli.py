@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
 
@@ -23,6 +24,8 @@ from shardsim.simulator.config.flags import (
     overrides_from_args,
     str_list,
 )
+
+log = logging.getLogger("shardsim")
 
 # the sweep spans these with lists of its own: the strategy's fields and the settings
 SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
@@ -69,50 +72,35 @@ def _build(ns: argparse.Namespace):
     return base, space
 
 
-def _progress_bar(enabled: bool):
-    """A rich progress bar on stderr, or None."""
-    if not enabled:
+def _progress_mode(ns: argparse.Namespace):
+    """How a sweep shows its progress on stderr: a bar on a terminal, lines with -v elsewhere."""
+    if ns.no_progress:
         return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    if sys.stderr.isatty() and not ns.json and ns.verbose >= ns.quiet:
+        return "bar"
+    return "lines" if ns.verbose > ns.quiet else None
 
-    return Progress(
-        TextColumn("predicting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
+
+def _report_dropped(dropped: dict[str, int]) -> None:
+    """What the requested space holds that the simulator cannot do: a line per reason, on stderr."""
+    for why, n in dropped.items():
+        log.warning("dropped %d configuration%s: %s", n, "s" if n > 1 else "", why)
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
     from shardsim.simulator.sweep.output import check_output_dir, to_records, write_recommendation, write_tables
+    from shardsim.simulator.sweep.progress import SweepProgress
     from shardsim.simulator.sweep.recommendation import recommend
     from shardsim.simulator.sweep.report import print_report
     from shardsim.simulator.sweep.search import sweep
 
     base, space = _build(ns)
     out = check_output_dir(ns.out) if ns.out else None
-    show_progress = not ns.json and not ns.no_progress and sys.stderr.isatty()
-    bar = _progress_bar(show_progress)
     skipped: list[str] = []
-    if bar is None:
-        df = sweep(base, space, algo=ns.algo, workers=ns.workers, skipped=skipped)
-    else:
-        task = bar.add_task("predict", total=None)
-
-        def progress(done: int, total: int) -> None:
-            # started at the first result, after the worker processes exist: never fork with
-            # the bar's refresh thread running
-            if not bar.live.is_started:
-                bar.start()
-            bar.update(task, completed=done, total=total)
-
-        try:
-            df = sweep(base, space, algo=ns.algo, workers=ns.workers, skipped=skipped, progress=progress)
-        finally:
-            bar.stop()
+    dropped: dict[str, int] = {}
+    with SweepProgress(_progress_mode(ns)) as progress:
+        df = sweep(base, space, algo=ns.algo, workers=ns.workers, skipped=skipped, dropped=dropped, progress=progress)
+    _report_dropped(dropped)
     rec = recommend(df)
     files: list[str] = []
     if out is not None:
@@ -123,7 +111,8 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         if not ns.no_plots:
             files += [str(p) for p in plot_all(df, out)]
     if ns.json:
-        print(json.dumps({"rows": to_records(df), "recommended": rec, "skipped": skipped, "files": files}))
+        record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
+        print(json.dumps(record))
         return 0
     kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
     print_report(df, rec, base, out_dir=ns.out, **kw)
@@ -252,5 +241,9 @@ def register(sub) -> None:
         "with a note, where the table would not fit COLUMNS or the terminal)",
     )
     p.add_argument("--workers", type=int, default=None, help="processes (default: the machine's cores)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on stderr (by default a bar with the time left on a terminal; lines with -v elsewhere)",
+    )
     p.set_defaults(func=_cmd_sweep)

@@ -2,14 +2,20 @@
 
 Determinism: rows come out in the candidates' order with the same values whatever the number
 of workers; no timing goes into a row.
+
+Interrupts: the workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group),
+so only this process sees it; on it, or on any error, the workers are killed at once, not
+waited for.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_all_start_methods, get_context
+from multiprocessing import active_children, get_all_start_methods, get_context
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from shardsim.simulator.gcpause import paused_gc
@@ -18,7 +24,7 @@ from shardsim.simulator.sweep.space import Candidate
 from shardsim.simulator.workload.model import Workload
 
 SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is not worth starting
-SECONDS_PER_COST = 2e-5  # `Candidate.cost_estimate` units → seconds of one core (rough, for that choice only)
+SECONDS_PER_COST = 7e-6  # `Candidate.cost_estimate` units → seconds of one core (rough, for that choice only)
 
 
 def predict_row(c: Candidate, w: Workload, algo: str) -> dict[str, Any]:
@@ -44,14 +50,30 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _worker_signals() -> None:
+    """In a worker: Ctrl-C is the parent's to handle (it kills the workers); SIGTERM kills it,
+    whatever handler the parent had installed before forking."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     # fork: workers inherit the loaded modules (the engine, imported once before the fork, not
-    # once per worker). The pool is created and fed before any progress thread starts, so
-    # nothing forks mid-thread.
+    # once per worker). Every worker is forked at the first submit, before any progress thread starts.
     import shardsim.simulator.predict  # noqa: F401  (the engine and numpy, for every worker)
 
     ctx = get_context("fork") if "fork" in get_all_start_methods() else None
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_signals)
+
+
+def _stop(pool: ProcessPoolExecutor, workers: Sequence[BaseProcess]) -> None:
+    """End the pool now: cancel what has not started and kill its workers (a prediction cannot
+    be interrupted, and the executor would otherwise wait for those under way at exit)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.kill()
+    for worker in workers:
+        worker.join()
 
 
 def predict_all(
@@ -60,40 +82,52 @@ def predict_all(
     *,
     algo: str = "auto",
     workers: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for the candidates, in their order. workers None: the machine's cores, serial when
     the estimated work is small; 1: serial; N > 1: a pool of N processes, fed the most
     expensive predictions first (rows are placed by index, so the order never changes).
-    `meanwhile()` runs here once the predictions are under way (with a pool: while it works)."""
+    `meanwhile()` runs here once the predictions are under way (with a pool: while it works);
+    `progress(done, n, work)` once the workers exist (done 0), then after each prediction, `work`
+    the share of the estimated cost done."""
     n = len(candidates)
-    est = sum(c.cost_estimate for c in candidates) * SECONDS_PER_COST  # ~seconds on one core (rough)
+    total = sum(c.cost_estimate for c in candidates)
+    est = total * SECONDS_PER_COST  # ~seconds on one core (rough)
+    spent = 0.0
     serial = workers is None and est < SERIAL_BELOW_S  # workers=N (N > 1) forces the pool
     workers = default_workers() if workers is None else max(1, workers)
     rows: list[dict[str, Any] | None] = [None] * n
     if workers == 1 or n < 2 or serial:
         if meanwhile:
             meanwhile()
+        if progress:
+            progress(0, n, 0.0)
         for k, c in enumerate(candidates):
             rows[k] = predict_row(c, workload, algo)
+            spent += c.cost_estimate
             if progress:
-                progress(k + 1, n)
+                progress(k + 1, n, spent / total if total > 0 else (k + 1) / n)
         return rows  # type: ignore[return-value]
     order = sorted(range(n), key=lambda k: (-candidates[k].cost_estimate, k))
+    others = set(active_children())
     pool = _pool(min(workers, n))
+    procs: list[BaseProcess] = []
     try:
-        # every worker is forked at the first submit, before `progress` can start a thread
         futures = [pool.submit(_predict_task, (k, candidates[k], workload, algo)) for k in order]
+        procs = [p for p in active_children() if p not in others]  # forked at the first submit
+        if progress:
+            progress(0, n, 0.0)  # the workers exist: a progress thread may start
         if meanwhile:
             meanwhile()
         for done, fut in enumerate(as_completed(futures), start=1):
             k, row = fut.result()
             rows[k] = row
+            spent += candidates[k].cost_estimate
             if progress:
-                progress(done, n)
-    except BaseException:  # an error or Ctrl-C: do not wait for the rest of the sweep
-        pool.shutdown(wait=False, cancel_futures=True)
+                progress(done, n, spent / total if total > 0 else done / n)
+    except BaseException:  # an error or Ctrl-C: kill the workers, do not wait for the rest of the sweep
+        _stop(pool, procs)
         raise
     pool.shutdown()
     return rows  # type: ignore[return-value]

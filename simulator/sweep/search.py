@@ -31,8 +31,9 @@ def sweep(
     workload: Workload | None = None,
     algo: str = "auto",
     workers: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
     skipped: list[str] | None = None,
+    dropped: dict[str, int] | None = None,
 ) -> pd.DataFrame:
     """Predict every valid configuration of `space` around `base` (default: the seed scenario).
 
@@ -50,9 +51,12 @@ def sweep(
     en = enumerate_configs(base, space, w)
     if skipped is not None:
         skipped.extend(en.skipped)
+    if dropped is not None:
+        dropped.update(en.dropped)
     if not en.candidates:
-        why = "; ".join(en.skipped[:3]) or "no strategy in the requested space is valid"
-        raise ConfigError(f"empty sweep space after restrictions: {why}")
+        more = len(en.skipped) - 3
+        why = "; ".join(en.skipped[:3]) + (f"; and {more} more clusters" if more > 0 else "")
+        raise ConfigError(f"empty sweep space, no valid configuration in the requested space: {why}")
     rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
     pd = _import_pandas()
     cols = columns(space.spans_settings)

@@ -1,0 +1,64 @@
+"""What a sweep drops and why (issue 19, item 11): a count per reason on stderr and in the JSON
+output; an empty space says why it is empty."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardsim.runtime.cli import main
+from shardsim.simulator.config import RunConfig, Strategy, resolve
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+
+TINY = RunConfig(workload="tiny-gpt")  # 4 layers, on 8 x g4dn.12xlarge (32 T4s)
+
+
+def _why(strategy: Strategy) -> str:
+    """The reason resolve() gives for a configuration of tiny-gpt on 32 devices."""
+    with pytest.raises(ConfigError) as err:
+        resolve(RunConfig(workload="tiny-gpt", strategy=strategy), 32, 4)
+    return err.value.message
+
+
+def test_the_enumeration_counts_what_it_drops_by_reason() -> None:
+    out = enumerate_configs(TINY, SweepSpace(pp=(2, 8), microbatches=(3, 4)))
+    too_deep = _why(Strategy("pipeline", pp=8, microbatches=4))
+    odd_microbatches = _why(Strategy("pipeline", pp=2, microbatches=3))
+    # pp 8: shard degrees 1, 2, 4 (of its 4 ranks per stage) x 2 microbatch counts x 2 schedules
+    assert out.dropped == {too_deep: 12, odd_microbatches: 10}
+    assert list(out.dropped) == [odd_microbatches, too_deep]  # in the order first met
+    assert out.candidates and not out.skipped
+
+
+def test_the_default_space_drops_nothing() -> None:
+    assert not enumerate_configs(TINY).dropped
+
+
+def test_a_sweep_reports_what_it_dropped_on_stderr_and_in_json(capsys) -> None:
+    argv = ["sweep", "--workload", "tiny-gpt", "--pp", "8,2", "--workers", "1", "--no-progress"]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    too_deep = _why(Strategy("pipeline", pp=8, microbatches=8))
+    assert json.loads(captured.out)["dropped"] == {too_deep: 18}  # 3 degrees x 3 microbatch counts x 2 schedules
+    assert captured.err == f"shardsim: dropped 18 configurations: {too_deep}\n"
+    assert main(argv) == 0  # the table too
+    assert capsys.readouterr().err == f"shardsim: dropped 18 configurations: {too_deep}\n"
+
+
+def test_an_empty_space_says_why_in_one_line(capsys) -> None:
+    argv = ["sweep", "--workload", "tiny-gpt", "--strategies", "pipeline", "--pp", "8", "--workers", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    too_deep = _why(Strategy("pipeline", pp=8, microbatches=8))
+    assert err.count("\n") == 1 and "no valid configuration" in err, err
+    assert f"8 x g4dn.12xlarge: {too_deep} (18 configurations)" in err, err  # 3 degrees x 3 counts x 2 schedules
+
+
+def test_an_empty_space_of_nothing_to_try_says_so(capsys) -> None:
+    # 2 devices: zero2d has no degree between ddp (1) and zero (2)
+    argv = ["sweep", "--workload", "tiny-gpt", "--topology", "emu-2x2", "--nodes", "1", "--backend", "gloo"]
+    assert main([*argv, "--strategies", "zero2d", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the requested strategies have no configuration on 2 devices" in err, err
