@@ -81,9 +81,14 @@ class _Run:
         # every call's phases, then the links merged where they always carry the same load
         phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout, algorithm): the same for every call
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
+        algos: dict[tuple, str] = {}  # per (collective, layout, size): the algorithm it runs
         for op in p.ops:
             if op.kind == "comm":
-                used = algo_for(op.coll, algo, op.layout, g.cluster.devices_per_node, backend, g, op.nbytes)
+                call = (op.coll, op.layout, op.nbytes)
+                used = algos.get(call)
+                if used is None:
+                    dpn = g.cluster.devices_per_node
+                    used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes)
                 key = (op.coll, op.layout, used)
                 phs = phases.get(key)
                 if phs is None:
