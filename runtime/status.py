@@ -5,8 +5,9 @@
 ``rank<r>.json`` (ok, or the error). Without the variable (plain torchrun, Slurm) nothing is
 written. When a job fails, the launcher names the rank that crashed, died or hung from these.
 
-``SHARDSIM_FAULT=kind@rank:step`` (kind: raise | kill | hang | exit) injects a fault at the
-start of that step, for testing the fault handling.
+``SHARDSIM_FAULT=kind@rank:step`` (kind: raise | kill | hang | stop | exit) injects a fault at
+the start of that step, for testing the fault handling: `hang` sleeps for ever, `stop` stops
+the process (SIGSTOP: it ignores SIGTERM too, as a rank stuck in the kernel would).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -80,6 +82,7 @@ class Fault:
     def __init__(self, spec: str | None, rank: int):
         self.at: int | None = None
         self.kind = ""
+        self.rank = rank
         if not spec:
             return
         kind, _, where = spec.partition("@")
@@ -99,3 +102,8 @@ class Fault:
         if self.kind == "hang":
             while True:
                 time.sleep(3600)
+        if self.kind == "stop":
+            print(
+                f"shardsim: rank {self.rank} stops itself at step {step} (SHARDSIM_FAULT)", file=sys.stderr, flush=True
+            )
+            os.kill(os.getpid(), signal.SIGSTOP)

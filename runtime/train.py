@@ -5,6 +5,10 @@ under multi-node torchrun or Slurm (see docs/runtime.md). Reads the same configu
 simulator, builds the same model, applies the strategy with PyTorch's own engines
 (`runtime.strategies`), trains on seeded synthetic data and measures each step between two
 synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the results.
+
+Under ``shardsim run`` a rank ends with the run: when torchrun (its parent) dies, and when the
+``shardsim`` process that launched the job is gone; it never writes the result of a run whose
+launcher has ended (`follow_launcher`, `check_launcher`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import socket
 import sys
 import time
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shardsim.runtime.processes import die_with_parent, end_with, launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
@@ -203,6 +209,28 @@ def _recording(enabled: bool):
         yield calls
 
 
+def follow_launcher() -> None:
+    """Under ``shardsim run`` (``$SHARDSIM_LAUNCHER`` set): SIGKILL this rank when torchrun, its
+    parent, dies, and when the launcher is gone (checked twice a second from a thread); the
+    run's status folder goes with the last rank. Nothing changes under plain torchrun or Slurm."""
+    parent = launcher()
+    if parent is None:
+        return
+    die_with_parent()
+    run_dir = os.environ.get("SHARDSIM_RUN_DIR")
+    end_with(parent, cleanup=(lambda: shutil.rmtree(run_dir, ignore_errors=True)) if run_dir else None)
+
+
+def check_launcher() -> None:
+    """Raise RuntimeError when the ``shardsim`` process that launched this run has ended: nobody
+    waits for its result, which the user was told failed (not written)."""
+    parent = launcher()
+    if parent is not None and not parent.alive():
+        raise RuntimeError(
+            f"the shardsim process that launched this run (pid {parent.pid}) has ended; no result is written"
+        )
+
+
 def run(ns: argparse.Namespace, status) -> int:
     import torch
     import torch.distributed as dist
@@ -342,6 +370,7 @@ def run(ns: argparse.Namespace, status) -> int:
                 torch_version=torch.__version__,
                 hostname=socket.gethostname(),
             )
+            check_launcher()
             record_path = None if ns.no_write else str(write_run(record, ns.out))
             if ns.json:
                 print(record.to_json())
@@ -407,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    follow_launcher()  # before torch loads (seconds): a rank of a launcher that is gone ends at once
     from torch.distributed.elastic.multiprocessing.errors import record
 
     sys.exit(record(main)())

@@ -20,6 +20,7 @@ from shardsim.runtime.emulation.iproute import (
     run_command,
 )
 from shardsim.runtime.emulation.plan import EmulatedCluster, EmulatedNode
+from shardsim.runtime.interrupts import raise_interrupt
 from shardsim.runtime.processes import alive
 
 
@@ -137,4 +138,4 @@ def emulated(cluster: EmulatedCluster) -> Iterator[EmulatedCluster]:
 
 
 def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+    raise_interrupt(signum, frame)  # SIGTERM as Terminated: the command still exits 143
