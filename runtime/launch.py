@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ TORCHRUN_FLAGS = (
     f"--monitor-interval={MONITOR_INTERVAL_S}",
     f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
 )
+RUN_DIR_PREFIX = "shardsim-run-"  # + the launcher's pid.start: a folder of a launcher that is gone is stale
 POLL_S = 0.25  # the launcher's poll of the ranks' status files: a few wake-ups a second only
 FAILURE_GRACE_S = 2.0  # once a rank failed (or a node's torchrun), the others get this long to report
 
@@ -47,6 +49,7 @@ FAILURE_GRACE_S = 2.0  # once a rank failed (or a node's torchrun), the others g
 class RankView:
     rank: int
     pid: int | None = None
+    ref: ProcessRef | None = None  # the process itself (a later one may reuse its pid)
     step: int | None = None
     status: dict | None = None
     died_at: float | None = None  # when the launcher first saw the process gone
@@ -85,14 +88,20 @@ def config_flags(cfg: RunConfig) -> list[str]:
     return out
 
 
-def torchrun_command(nproc: int, worker_args: list[str]) -> list[str]:
+def torchrun_flags(run_dir: Path) -> list[str]:
+    """`TORCHRUN_FLAGS` and torchrun's log folder (error files) inside the run folder, which
+    goes when the run ends (torchrun's default, a new /tmp/torchelastic_* each time, stays)."""
+    return [*TORCHRUN_FLAGS, f"--log-dir={run_dir / 'torchrun'}"]
+
+
+def torchrun_command(nproc: int, worker_args: list[str], flags: Sequence[str] = TORCHRUN_FLAGS) -> list[str]:
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
-        *TORCHRUN_FLAGS,
+        *flags,
         "-m",
         "shardsim.runtime.train",
         *worker_args,
@@ -105,6 +114,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def remove_stale_run_dirs() -> list[Path]:
+    """Remove the run folders (status files, torchrun's logs) of launchers that are gone: one
+    killed outright (SIGKILL) had no time to. Returns them."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*.*-*"):
+        owner = ProcessRef.parse(path.name.removeprefix(RUN_DIR_PREFIX).split("-")[0].replace(".", ":"))
+        if owner is not None and not owner.alive():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _read_json(path: Path) -> dict | None:
@@ -122,6 +143,7 @@ def _refresh(run_dir: Path, views: dict[int, RankView], now: float) -> None:
             start = _read_json(run_dir / f"rank{r}.start")
             if start:
                 v.pid = int(start["pid"])
+                v.ref = ProcessRef(v.pid, int(start["start"])) if start.get("start") else ProcessRef.of(v.pid)
         if v.status is None:
             v.status = _read_json(run_dir / f"rank{r}.json")
         try:
@@ -193,16 +215,9 @@ def diagnose(views: dict[int, RankView], returncode: int, timeout_s: float) -> s
 def _kill_leftovers(views: dict[int, RankView], wait_s: float = 5.0) -> list[int]:
     """SIGKILL every rank of `views` still running; returns their ranks once they are gone (or
     `wait_s` passed: one stuck in the kernel goes when it can)."""
-    killed = {}
-    for v in views.values():
-        if v.pid is not None and alive(v.pid):
-            try:
-                os.kill(v.pid, signal.SIGKILL)
-                killed[v.rank] = v.pid
-            except ProcessLookupError:
-                pass
+    killed = {v.rank: v.ref for v in views.values() if v.ref is not None and v.ref.kill()}
     deadline = time.monotonic() + wait_s
-    while any(alive(pid) for pid in killed.values()) and time.monotonic() < deadline:
+    while any(ref.alive() for ref in killed.values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     return sorted(killed)
 
@@ -225,7 +240,9 @@ def launch(
     node-major, the rendezvous on node 0's address, gloo bound to the node's shaped NIC.
     A rank that is still running `straggler_grace_s` (default 2 x timeout + 10 s) after
     another finished cleanly is taken as hung outside any collective: the job is ended."""
-    run_dir = Path(tempfile.mkdtemp(prefix="shardsim-run-"))
+    me = ProcessRef.of(os.getpid())
+    remove_stale_run_dirs()
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{me.pid}.{me.start}-" if me else RUN_DIR_PREFIX))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads))
     if cluster is None:
@@ -236,7 +253,7 @@ def launch(
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     env["SHARDSIM_RUN_DIR"] = str(run_dir)
     env.update(extra_env or {})
-    env[LAUNCHER_ENV] = str(ProcessRef.of(os.getpid()))  # the ranks end when this process is gone
+    env[LAUNCHER_ENV] = str(me)  # the ranks end when this process is gone
     grace = straggler_grace_s if straggler_grace_s is not None else 2 * timeout_s + 10
     views = {r: RankView(r) for r in range(nproc)}
     t0 = time.monotonic()
@@ -245,7 +262,7 @@ def launch(
     failing_since: float | None = None
     ended = False  # the launcher killed the job (its ranks are gone already)
     try:
-        procs = _start(nproc, worker_args, env, stdout, cluster)
+        procs = _start(nproc, worker_args, env, stdout, cluster, torchrun_flags(run_dir))
         while True:
             # sleep, then poll: Popen.wait(timeout) would wake up every few milliseconds
             time.sleep(POLL_S)
@@ -302,13 +319,18 @@ def _torchrun_setup(launcher_pid: int):
 
 
 def _start(
-    nproc: int, worker_args: list[str], env: dict[str, str], stdout, cluster: EmulatedCluster | None
+    nproc: int,
+    worker_args: list[str],
+    env: dict[str, str],
+    stdout,
+    cluster: EmulatedCluster | None,
+    flags: Sequence[str] = TORCHRUN_FLAGS,
 ) -> list[subprocess.Popen]:
     # torchrun stays in our session: a new session is a new scheduler autogroup on Linux, which
     # measurably slowed the ranks on a loaded machine; only its process group is its own
     popen = dict(stdin=subprocess.DEVNULL, stdout=stdout, preexec_fn=_torchrun_setup(os.getpid()))
     if cluster is None:
-        return [subprocess.Popen(torchrun_command(nproc, worker_args), env=env, **popen)]
+        return [subprocess.Popen(torchrun_command(nproc, worker_args, flags), env=env, **popen)]
     if nproc != cluster.world:
         raise ValueError(f"an emulated run has {cluster.world} ranks, not {nproc}")
     port = free_port()
@@ -316,7 +338,7 @@ def _start(
     try:
         for i in range(len(cluster.nodes)):
             argv = torchrun_argv(
-                cluster, i, ["-m", "shardsim.runtime.train", *worker_args], master_port=port, extra=TORCHRUN_FLAGS
+                cluster, i, ["-m", "shardsim.runtime.train", *worker_args], master_port=port, extra=flags
             )
             # `ip netns exec` execs torchrun in place: the process group and parent-death signal carry over
             procs.append(run_in_node(cluster, i, argv, env=env, start_new_session=False, **popen))
@@ -330,7 +352,7 @@ def _end(procs: list[subprocess.Popen], views: dict[int, RankView]) -> int:
     """Kill every torchrun still running, its ranks and any rank of `views` that outlived it, at
     once (SIGKILL: nothing waits on a hung rank, nothing prints). Returns the first non-zero exit
     status of a torchrun."""
-    ranks = tuple(v.pid for v in views.values() if v.pid is not None and alive(v.pid))
+    ranks = tuple(v.ref for v in views.values() if v.ref is not None)
     for p in procs:
         if p.poll() is None:
             kill_tree(p.pid, ranks)

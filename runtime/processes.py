@@ -58,6 +58,23 @@ class ProcessRef:
         fields = _stat(self.pid)
         return bool(fields) and fields[0] not in ("Z", "X") and int(fields[19]) == self.start
 
+    def kill(self, sig: int = signal.SIGKILL) -> bool:
+        """Send `sig` to this process, never to a later one with its pid (through a pidfd taken
+        while it was still this one). False when it is gone."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:
+            return False
+        try:
+            if not self.alive():
+                return False
+            signal.pidfd_send_signal(fd, sig)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
 
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (children, theirs, ...), from one pass over /proc."""
@@ -82,17 +99,20 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def kill_tree(pid: int, others: tuple[int, ...] = ()) -> None:
+def kill_tree(pid: int, others: tuple[ProcessRef, ...] = ()) -> None:
     """SIGKILL `pid`, every process below it and `others`, at once and quietly (no process gets
-    a signal it could log or clean up on). `pid` is stopped first, so that it neither starts a
-    process nor reports the end of one meanwhile."""
+    a signal it could log or clean up on). `pid` is stopped first: it neither starts a process
+    nor reports the end of one meanwhile, and holds the pids of children that end (zombies it
+    cannot reap), so that no pid signalled here can name another process yet."""
     _signal(pid, signal.SIGSTOP)
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline and (_stat(pid) or ["X"])[0] not in ("T", "t", "Z", "X"):
         time.sleep(0.005)
-    below = descendants(pid)
-    for p in (pid, *below, *others):
+    for p in descendants(pid):
         _signal(p, signal.SIGKILL)
+    for ref in others:
+        ref.kill()
+    _signal(pid, signal.SIGKILL)
 
 
 def _prctl():
@@ -137,3 +157,14 @@ def end_with(
     thread = threading.Thread(target=watch, name="shardsim-launcher-watch", daemon=True)
     thread.start()
     return thread
+
+
+def follow_launcher(cleanup: Callable[[], None] | None = None) -> None:
+    """In a process a shardsim job started under torchrun (``$SHARDSIM_LAUNCHER`` set): SIGKILL
+    it when torchrun, its parent, dies, and when the launcher is gone (`end_with`; `cleanup`
+    first). Nothing changes without the variable (plain torchrun, Slurm)."""
+    parent = launcher()
+    if parent is None:
+        return
+    die_with_parent()
+    end_with(parent, cleanup=cleanup)

@@ -1,6 +1,6 @@
 """What each rank tells the launcher, through small files in the run folder.
 
-`shardsim run` sets ``SHARDSIM_RUN_DIR``; each rank writes ``rank<r>.start`` (pid), keeps
+`shardsim run` sets ``SHARDSIM_RUN_DIR``; each rank writes ``rank<r>.start`` (pid and start time), keeps
 ``rank<r>.step`` current (one pwrite of a few bytes per step) and, when it ends, writes
 ``rank<r>.json`` (ok, or the error). Without the variable (plain torchrun, Slurm) nothing is
 written. When a job fails, the launcher names the rank that crashed, died or hung from these.
@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from shardsim.runtime.processes import ProcessRef
 from shardsim.simulator.files import atomic_write
 
 TIMEOUT_MARKERS = ("timed out", "timeout", "deadline")
@@ -46,7 +47,9 @@ class RankStatus:
         self.step_no = -1
         self._fd = None
         if self.dir is not None:
-            _write_json(self.dir / f"rank{rank}.start", {"rank": rank, "pid": os.getpid(), "time": time.time()})
+            me = ProcessRef.of(os.getpid())
+            start = {"rank": rank, "pid": os.getpid(), "start": me.start if me else None, "time": time.time()}
+            _write_json(self.dir / f"rank{rank}.start", start)
             self._fd = os.open(self.dir / f"rank{rank}.step", os.O_WRONLY | os.O_CREAT, 0o644)
 
     def step(self, i: int) -> None:

@@ -8,7 +8,7 @@ synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the resu
 
 Under ``shardsim run`` a rank ends with the run: when torchrun (its parent) dies, and when the
 ``shardsim`` process that launched the job is gone; it never writes the result of a run whose
-launcher has ended (`follow_launcher`, `check_launcher`).
+launcher has ended, nor reports a failure to nobody (`follow_launcher`, `check_launcher`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shardsim.runtime.processes import die_with_parent, end_with, launcher
+from shardsim.runtime import processes
+from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
@@ -210,15 +212,10 @@ def _recording(enabled: bool):
 
 
 def follow_launcher() -> None:
-    """Under ``shardsim run`` (``$SHARDSIM_LAUNCHER`` set): SIGKILL this rank when torchrun, its
-    parent, dies, and when the launcher is gone (checked twice a second from a thread); the
-    run's status folder goes with the last rank. Nothing changes under plain torchrun or Slurm."""
-    parent = launcher()
-    if parent is None:
-        return
-    die_with_parent()
+    """Under ``shardsim run``: end this rank with torchrun and with the launcher
+    (`runtime.processes.follow_launcher`); the run's status folder goes with the last rank."""
     run_dir = os.environ.get("SHARDSIM_RUN_DIR")
-    end_with(parent, cleanup=(lambda: shutil.rmtree(run_dir, ignore_errors=True)) if run_dir else None)
+    processes.follow_launcher(cleanup=(lambda: shutil.rmtree(run_dir, ignore_errors=True)) if run_dir else None)
 
 
 def check_launcher() -> None:
@@ -427,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shardsim: error: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:
+        parent = launcher()
+        if parent is not None and not parent.alive():  # its peers lost it too: end quietly, as they will
+            os.kill(os.getpid(), signal.SIGKILL)
         status.failed(exc)
         first = " ".join(str(exc).split())[:300] or type(exc).__name__
         print(f"shardsim: rank {rank} failed at step {status.step_no}: {type(exc).__name__}: {first}", file=sys.stderr)

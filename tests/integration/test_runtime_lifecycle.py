@@ -79,6 +79,7 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_and_is_named(tmp_path, r
     assert ended < timeout + 5 + 5, ended
     assert _gone_within(reaper[1:], 5)
     assert not (tmp_path / "out" / "runs.csv").exists()
+    assert not list(tmp_path.glob("shardsim-run-*")) and not list(tmp_path.glob("torchelastic_*"))
 
 
 def test_sigkill_to_the_launcher_ends_every_process_of_the_job_and_writes_nothing(tmp_path, reaper):
@@ -113,3 +114,4 @@ def test_a_signal_ends_the_job_at_once_with_one_line(tmp_path, reaper, sig, stat
     assert _gone_within(job, 2)  # before reading: a rank left running would hold stderr open
     assert (proc.returncode, proc.stderr.read()) == (status, f"shardsim: {line}\n")
     assert took < 2 + 2, took  # the promise is 2 s; measured about 0.2 s
+    assert not list(tmp_path.glob("shardsim-run-*")) and not list(tmp_path.glob("torchelastic_*"))

@@ -44,6 +44,13 @@ def test_a_process_ref_tells_a_reused_pid_apart():
     assert ProcessRef.parse(str(me)) == me
     assert not ProcessRef(me.pid, me.start + 1).alive()  # the same pid, another process
     assert ProcessRef.parse("garbage") is None and ProcessRef.parse(None) is None
+    sleeper = subprocess.Popen(["sleep", "60"])
+    ref = ProcessRef.of(sleeper.pid)
+    assert not ProcessRef(ref.pid, ref.start + 1).kill()  # not that process: no signal
+    assert sleeper.poll() is None
+    assert ref.kill()
+    assert sleeper.wait(timeout=5) == -signal.SIGKILL
+    assert not ref.kill()  # gone
 
 
 def test_kill_tree_ends_a_process_and_everything_below_it():
@@ -151,7 +158,7 @@ time.sleep(20)
 def test_a_hung_rank_is_killed_as_soon_as_its_peer_names_it(monkeypatch, tmp_path):
     script = tmp_path / "torchrun.py"
     script.write_text(FAKE_TORCHRUN)
-    monkeypatch.setattr(launcher, "torchrun_command", lambda nproc, args: [sys.executable, str(script)])
+    monkeypatch.setattr(launcher, "torchrun_command", lambda nproc, args, flags: [sys.executable, str(script)])
     t0 = time.monotonic()
     result = launcher.launch(2, [], timeout_s=1.0)
     wall = time.monotonic() - t0
@@ -160,6 +167,22 @@ def test_a_hung_rank_is_killed_as_soon_as_its_peer_names_it(monkeypatch, tmp_pat
     assert wall < 1.0 + 5.0 + 3.0, wall  # torchrun would have waited 20 s; measured about 3 s
     assert not any(alive(v.pid) for v in result.ranks.values() if v.pid)
     assert result.leftover_killed == []  # killed with torchrun, not left behind by it
+
+
+def test_run_folders_of_launchers_that_are_gone_are_removed(monkeypatch, tmp_path):
+    monkeypatch.setattr(launcher.tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    dead = ProcessRef.of(gone.pid) or ProcessRef(gone.pid, 0)
+    gone.wait()
+    me = ProcessRef.of(os.getpid())
+    stale = tmp_path / f"shardsim-run-{dead.pid}.{dead.start}-x1"
+    live = tmp_path / f"shardsim-run-{me.pid}.{me.start}-x2"
+    other = tmp_path / "shardsim-run-abc"  # not named for its launcher: left alone
+    for d in (stale, live, other):
+        (d / "torchrun").mkdir(parents=True)
+    assert launcher.remove_stale_run_dirs() == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
+    assert f"--log-dir={live / 'torchrun'}" in launcher.torchrun_flags(live)  # not /tmp/torchelastic_*
 
 
 COMMAND = """
