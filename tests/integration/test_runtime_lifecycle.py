@@ -115,3 +115,26 @@ def test_a_signal_ends_the_job_at_once_with_one_line(tmp_path, reaper, sig, stat
     assert (proc.returncode, proc.stderr.read()) == (status, f"shardsim: {line}\n")
     assert took < 2 + 2, took  # the promise is 2 s; measured about 0.2 s
     assert not list(tmp_path.glob("shardsim-run-*")) and not list(tmp_path.glob("torchelastic_*"))
+
+
+def test_ctrl_c_on_profile_ends_it_and_its_forked_workers_at_once(tmp_path, reaper):
+    """`profile` times core sharing in forked processes: Ctrl-C reaches the profile only (one
+    line), which kills them, instead of a traceback from each."""
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "-q", "profile", "--workload", "tiny-gpt"]
+    cmd += ["--topology", "emu-2x2", "--no-links", "--out", str(tmp_path / "prof")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    reaper.append(proc.pid)
+    deadline = time.monotonic() + 180
+    while not (workers := descendants(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline, "no forked worker started"
+        time.sleep(0.05)
+    reaper.extend(workers)
+    time.sleep(0.5)  # inside their work
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=30)
+    took = time.monotonic() - t0
+    print(f"profile: SIGINT -> exit: {took:.2f} s")
+    assert _gone_within(workers, 2)
+    assert (proc.returncode, proc.stderr.read()) == (130, "shardsim: interrupted\n")
+    assert took < 2 + 2, took  # the promise is 2 s; measured about 0.3 s
