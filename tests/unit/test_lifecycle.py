@@ -54,7 +54,7 @@ def test_a_process_ref_tells_a_reused_pid_apart():
 
 
 def test_kill_tree_ends_a_process_and_everything_below_it():
-    root = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & sh -c 'sleep 60' & wait"])
+    root = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & sh -c 'sleep 60; true' & wait"])
     deadline = time.monotonic() + 10
     while len(descendants(root.pid)) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)
