@@ -7,7 +7,9 @@ No command module imports torch at import time: `shardsim sweep` runs without it
 Streams: a command's result goes to stdout (``--json`` output stays clean); diagnostics go through
 `logging` to stderr (``-v`` for more, ``-q`` for warnings and errors only).
 Exit status: 0 done, 1 a run or check failed or something unexpected happened (one line names a
-log file with the traceback), 2 bad input (one line saying what and where), 130 interrupted, 141 stdout closed early.
+log file with the traceback), 2 bad input (one line saying what and where), 130 interrupted (Ctrl-C),
+141 stdout closed early, 143 terminated (SIGTERM). Both signals raise inside the command (see
+`runtime.interrupts`), so everything it started is stopped before it exits.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from importlib.metadata import PackageNotFoundError, version
@@ -24,6 +28,7 @@ from pathlib import Path
 
 from shardsim.runtime import run_cli
 from shardsim.runtime.emulation import cli as cluster_cli
+from shardsim.runtime.interrupts import Terminated, exit_status, raise_interrupt
 from shardsim.runtime.profile import cli as profile_cli
 from shardsim.runtime.validation import cli as validation_cli
 from shardsim.simulator import collective_cli, predict_cli
@@ -115,17 +120,38 @@ def crash_log(text: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` (default: the program's arguments) and return its exit status.
+    Called as the program (no `argv`), an interrupted command exits at once, without freeing
+    every object first (seconds, after a profile)."""
+    code = _main(argv)
+    if argv is None and code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     setup_logging(ns.verbose - ns.quiet)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, raise_interrupt) if main_thread else None
     try:
         return int(ns.func(ns) or 0)
     except ConfigError as exc:
         log.error("error: %s", exc)
         return 2
-    except KeyboardInterrupt:
-        log.error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        log.error("terminated" if isinstance(exc, Terminated) else "interrupted")
+        return exit_status(exc)
     except BrokenPipeError:  # stdout closed early (`shardsim sweep | head`): stop quietly, as SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
@@ -137,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             where = ""
         log.error("unexpected %s: %s%s", type(exc).__name__, first, where)
         return 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

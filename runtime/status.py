@@ -1,12 +1,13 @@
 """What each rank tells the launcher, through small files in the run folder.
 
-`shardsim run` sets ``SHARDSIM_RUN_DIR``; each rank writes ``rank<r>.start`` (pid), keeps
+`shardsim run` sets ``SHARDSIM_RUN_DIR``; each rank writes ``rank<r>.start`` (pid and start time), keeps
 ``rank<r>.step`` current (one pwrite of a few bytes per step) and, when it ends, writes
 ``rank<r>.json`` (ok, or the error). Without the variable (plain torchrun, Slurm) nothing is
 written. When a job fails, the launcher names the rank that crashed, died or hung from these.
 
-``SHARDSIM_FAULT=kind@rank:step`` (kind: raise | kill | hang | exit) injects a fault at the
-start of that step, for testing the fault handling.
+``SHARDSIM_FAULT=kind@rank:step`` (kind: raise | kill | hang | stop | exit) injects a fault at
+the start of that step, for testing the fault handling: `hang` sleeps for ever, `stop` stops
+the process (SIGSTOP: it ignores SIGTERM too, as a rank stuck in the kernel would).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
+from shardsim.runtime.processes import ProcessRef
 from shardsim.simulator.files import atomic_write
 
 TIMEOUT_MARKERS = ("timed out", "timeout", "deadline")
@@ -44,7 +47,9 @@ class RankStatus:
         self.step_no = -1
         self._fd = None
         if self.dir is not None:
-            _write_json(self.dir / f"rank{rank}.start", {"rank": rank, "pid": os.getpid(), "time": time.time()})
+            me = ProcessRef.of(os.getpid())
+            start = {"rank": rank, "pid": os.getpid(), "start": me.start if me else None, "time": time.time()}
+            _write_json(self.dir / f"rank{rank}.start", start)
             self._fd = os.open(self.dir / f"rank{rank}.step", os.O_WRONLY | os.O_CREAT, 0o644)
 
     def step(self, i: int) -> None:
@@ -80,6 +85,7 @@ class Fault:
     def __init__(self, spec: str | None, rank: int):
         self.at: int | None = None
         self.kind = ""
+        self.rank = rank
         if not spec:
             return
         kind, _, where = spec.partition("@")
@@ -99,3 +105,8 @@ class Fault:
         if self.kind == "hang":
             while True:
                 time.sleep(3600)
+        if self.kind == "stop":
+            print(
+                f"shardsim: rank {self.rank} stops itself at step {step} (SHARDSIM_FAULT)", file=sys.stderr, flush=True
+            )
+            os.kill(os.getpid(), signal.SIGSTOP)

@@ -5,6 +5,10 @@ under multi-node torchrun or Slurm (see docs/runtime.md). Reads the same configu
 simulator, builds the same model, applies the strategy with PyTorch's own engines
 (`runtime.strategies`), trains on seeded synthetic data and measures each step between two
 synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the results.
+
+Under ``shardsim run`` a rank ends with the run: when torchrun (its parent) dies, and when the
+``shardsim`` process that launched the job is gone; it never writes the result of a run whose
+launcher has ended, nor reports a failure to nobody (`follow_launcher`, `check_launcher`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
+import signal
 import socket
 import sys
 import time
@@ -19,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shardsim.runtime import processes
+from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
@@ -203,6 +211,23 @@ def _recording(enabled: bool):
         yield calls
 
 
+def follow_launcher() -> None:
+    """Under ``shardsim run``: end this rank with torchrun and with the launcher
+    (`runtime.processes.follow_launcher`); the run's status folder goes with the last rank."""
+    run_dir = os.environ.get("SHARDSIM_RUN_DIR")
+    processes.follow_launcher(cleanup=(lambda: shutil.rmtree(run_dir, ignore_errors=True)) if run_dir else None)
+
+
+def check_launcher() -> None:
+    """Raise RuntimeError when the ``shardsim`` process that launched this run has ended: nobody
+    waits for its result, which the user was told failed (not written)."""
+    parent = launcher()
+    if parent is not None and not parent.alive():
+        raise RuntimeError(
+            f"the shardsim process that launched this run (pid {parent.pid}) has ended; no result is written"
+        )
+
+
 def run(ns: argparse.Namespace, status) -> int:
     import torch
     import torch.distributed as dist
@@ -342,6 +367,7 @@ def run(ns: argparse.Namespace, status) -> int:
                 torch_version=torch.__version__,
                 hostname=socket.gethostname(),
             )
+            check_launcher()
             record_path = None if ns.no_write else str(write_run(record, ns.out))
             if ns.json:
                 print(record.to_json())
@@ -400,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shardsim: error: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:
+        parent = launcher()
+        if parent is not None and not parent.alive():  # its peers lost it too: end quietly, as they will
+            os.kill(os.getpid(), signal.SIGKILL)
         status.failed(exc)
         first = " ".join(str(exc).split())[:300] or type(exc).__name__
         print(f"shardsim: rank {rank} failed at step {status.step_no}: {type(exc).__name__}: {first}", file=sys.stderr)
@@ -409,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    follow_launcher()  # before torch loads (seconds): a rank of a launcher that is gone ends at once
     from torch.distributed.elastic.multiprocessing.errors import record
 
     sys.exit(record(main)())

@@ -23,6 +23,7 @@ from shardsim.runtime.emulation.iproute import (
 from shardsim.runtime.emulation.ownership import Holder, owning
 from shardsim.runtime.emulation.plan import EmulatedCluster, EmulatedNode
 from shardsim.runtime.emulation.processes import NodeProcess, node_processes
+from shardsim.runtime.interrupts import raise_interrupt
 from shardsim.runtime.processes import alive
 
 log = logging.getLogger("shardsim")
@@ -213,4 +214,4 @@ def _up_for_block(cluster: EmulatedCluster) -> Iterator[None]:
 
 
 def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+    raise_interrupt(signum, frame)  # SIGTERM as Terminated: the command still exits 143

@@ -3,14 +3,17 @@ model, one torch thread each), and the yardstick: how fast the host is now, as a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+import signal
 import statistics
 import time
 from collections.abc import Sequence
 
 from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE, Probe, StealClock
+from shardsim.runtime.processes import die_with_parent
 from shardsim.runtime.profile.blocks import Bench, median_time, setup_bench
 
 SHARING_ROUNDS_MAX = 6  # core-sharing rounds timed at most per rank count (3 quiet ones wanted)
@@ -87,15 +90,11 @@ def _forked_cpu(ctx: Bench, batch: int, iters: int, n: int, probed: bool = True)
     fork = mp.get_context("fork")
     barrier, results = fork.Barrier(n + 1), fork.Queue()
     args = (ctx, batch, iters, barrier, results, probed)
-    procs = [fork.Process(target=_forked_worker, args=args) for _ in range(n)]
-    for p in procs:
-        p.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    got = [results.get() for _ in procs]
-    wall = time.perf_counter() - t0
-    for p in procs:
-        p.join()
+    with _workers(fork, _forked_worker, args, n) as procs:
+        barrier.wait()
+        t0 = time.perf_counter()
+        got = [results.get() for _ in procs]
+        wall = time.perf_counter() - t0
     return wall, sum(c for c, _ in got), statistics.fmean(p for _, p in got)
 
 
@@ -107,19 +106,37 @@ def _forked_rate(ctx: Bench, batch: int, seconds: float, n: int) -> tuple[float,
 
     fork = mp.get_context("fork")
     barrier, results = fork.Barrier(n + 1), fork.Queue()
-    procs = [fork.Process(target=_rate_worker, args=(ctx, batch, seconds, barrier, results)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    barrier.wait()
-    got = [results.get() for _ in procs]
-    for p in procs:
-        p.join()
+    with _workers(fork, _rate_worker, (ctx, batch, seconds, barrier, results), n) as procs:
+        barrier.wait()
+        got = [results.get() for _ in procs]
     return sum(cpu / wall for cpu, wall, _ in got), statistics.fmean(p for _, _, p in got)
 
 
-def _rate_worker(ctx: Bench, batch: int, seconds: float, barrier, results) -> None:
-    import signal
+@contextlib.contextmanager
+def _workers(fork, target, args: tuple, n: int):
+    """`n` forked processes running `target(*args)`, joined after the body; killed at once when it
+    raises (Ctrl-C reaches this process only: they ignore SIGINT) and when this process dies."""
+    procs = [fork.Process(target=_worker, args=(target, *args), daemon=True) for _ in range(n)]
+    try:
+        for p in procs:
+            p.start()
+        yield procs
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
 
+
+def _worker(target, *args) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    target(*args)
+
+
+def _rate_worker(ctx: Bench, batch: int, seconds: float, barrier, results) -> None:
     work, probe = _model_step(ctx, batch, private=True), Probe()
     work()
     read: list[float] = []

@@ -131,4 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from shardsim.runtime.processes import follow_launcher
+
+    follow_launcher()  # under `shardsim profile`: end with it
     sys.exit(main())

@@ -5,6 +5,7 @@ torchrun inside the nodes)."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     from shardsim.runtime.emulation.plan import plan_cluster
     from shardsim.runtime.emulation.processes import run_in_node, torchrun_argv
     from shardsim.runtime.launch import free_port
+    from shardsim.runtime.processes import LAUNCHER_ENV, ProcessRef, die_with_parent
 
     cluster = plan_cluster(topology, nodes)
     out: dict[str, float] = {}
@@ -37,8 +39,14 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
         out |= {"loopback_tcp_Bps": lo.bandwidth_Bps, "loopback_tcp_latency_s": lo.latency_s}
         result = Path(tmp) / "loopback.json"
         port = free_port()
-        # TMPDIR: torchrun's torchelastic_* folders are removed with `tmp`
-        env = {"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "TMPDIR": tmp}
+        # TMPDIR: torchrun's torchelastic_* folders are removed with `tmp`; torchrun and its ranks
+        # end with this process (a parent-death signal; the ranks watch it)
+        env = {
+            "OMP_NUM_THREADS": "1",
+            "TORCH_CPP_LOG_LEVEL": "ERROR",
+            "TMPDIR": tmp,
+            LAUNCHER_ENV: str(ProcessRef.of(os.getpid())),
+        }
         argv = ["-m", "shardsim.runtime.profile.linkbench", str(result)]
         procs = [
             run_in_node(
@@ -48,6 +56,7 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
+                preexec_fn=die_with_parent,
             )  # fmt: skip
             for i in range(len(cluster.nodes))
         ]

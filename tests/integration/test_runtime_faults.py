@@ -43,17 +43,26 @@ def _run_with_fault(tmp_path: Path, fault: str, timeout_s: float, world: int = 2
            "--nproc", str(world), *strategy, "--steps", "3", "--warmup", "1", "--timeout", str(timeout_s),
            "--out", str(out)]  # fmt: skip
     t0 = time.monotonic()
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env={**os.environ, "SHARDSIM_FAULT": fault}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "SHARDSIM_FAULT": fault}
     )
+    stderr, stopped = [], None
+    for line in proc.stderr:  # the ranks' lines too: the time a rank stopped itself (fault stop)
+        stderr.append(line)
+        if "stops itself" in line:
+            stopped = time.monotonic()
+    proc.wait(timeout=240)
     wall = time.monotonic() - t0
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("shardsim: run failed: "), proc.stderr[-3000:]
+    err = "".join(stderr)
+    assert proc.returncode == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("shardsim: run failed: "), err[-3000:]
     assert _processes_mentioning(str(out)) == []
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert after == before  # nothing new, nothing torn
     assert [r["run_id"] for r in csv.DictReader(open(out / CSV_NAME))] == ["earlier"]
+    if stopped is not None:
+        wall = time.monotonic() - stopped  # from the fault on
     return last, wall
 
 
@@ -69,6 +78,19 @@ def test_hung_rank_ends_the_job_within_the_timeout_and_is_named(tmp_path):
     )
     assert "rank 1 stopped responding at step 2" in last and "timed out after 3 s" in last, last
     assert wall < 60
+
+
+def test_stopped_rank_in_the_emulated_cluster_is_killed_within_the_timeout(tmp_path):
+    """A stopped rank (SIGSTOP: deaf to torchrun's SIGTERM, as one stuck in the kernel) is
+    killed once its peers time out: the job ends within --timeout + 5 s (measured + 2.2 s), not
+    after torchrun's 30-s grace on top."""
+    timeout = 8
+    last, since_stop = _run_with_fault(
+        tmp_path, "stop@1:2", timeout_s=timeout, world=4, strategy=("--strategy", "zero2d", "--degree", "2")
+    )
+    print(f"emulated: stopped rank -> job ended: {since_stop:.1f} s (--timeout {timeout})")
+    assert "rank 1 stopped responding at step 2" in last and f"timed out after {timeout} s" in last, last
+    assert since_stop < timeout + 5 + 5, since_stop
 
 
 @pytest.mark.slow  # the diagnosis itself is unit-tested in test_runtime.py
