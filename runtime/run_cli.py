@@ -10,6 +10,7 @@ rank and exit status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -112,13 +113,30 @@ def _check_run_flags(ns: argparse.Namespace) -> None:
 
 
 def main_run(ns: argparse.Namespace) -> int:
-    from shardsim.runtime.train import default_run_id
     from shardsim.simulator.torch_required import require_torch
 
     require_torch("shardsim run")
     _check_run_flags(ns)
     cfg = config_from_args(ns)
     plan = plan_run(cfg, ns.nproc, ns.emulate)
+    with _holding(plan, ns.wait):  # a busy topology is refused before anything is made or said
+        return _run(ns, plan)
+
+
+def _holding(plan: RunPlan, wait: bool):
+    """Hold the emulated cluster a run will use for the whole command (`emulation.namespaces.held`);
+    nothing to hold over loopback."""
+    if not plan.emulate:
+        return contextlib.nullcontext()
+    from shardsim.runtime.emulation.namespaces import held
+    from shardsim.runtime.emulation.plan import plan_cluster
+
+    return held([plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)], wait=wait)
+
+
+def _run(ns: argparse.Namespace, plan: RunPlan) -> int:
+    from shardsim.runtime.train import default_run_id
+
     out = check_output_dir(Path(ns.out).resolve(), "out")
     check_runs_csv(out)  # its row is added at the end: a torn one is named now, not after the run
     run_id = default_run_id(plan.resolved_cfg)

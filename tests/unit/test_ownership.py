@@ -211,3 +211,36 @@ def test_runs_csv_keeps_every_row_and_leaves_no_lock_file(tmp_path):
     rows = [r["run_id"] for r in csv.DictReader(open(out / CSV_NAME))]
     assert len(rows) == 31 and len(set(rows)) == 31
     assert not [name for name in os.listdir(out) if name.startswith(".")]
+
+
+def test_a_refused_run_makes_nothing_and_says_one_line(rundir, tmp_path):
+    """`run` on a busy topology is refused before its --out folder is made or its plan is printed."""
+    from shardsim.runtime.emulation.plan import plan_cluster
+
+    prefix = plan_cluster("emu-2x2").prefix
+    out = tmp_path / "results"
+    env = dict(os.environ, SHARDSIM_RUNTIME_DIR=str(rundir))
+    with owning(prefix, present=lambda: False):
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "shardsim.runtime.cli",
+                "run",
+                "--topology",
+                "emu-2x2",
+                "--workload",
+                "tiny-gpt",
+                "--out",
+                str(out),
+            ],  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "in use" in lines[0], r.stderr
+    assert not out.exists()
