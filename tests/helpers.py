@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from typing import Any
 
+from shardsim.runtime.processes import alive
 from shardsim.runtime.records import RunRecord
 from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.hardware.profile import Profile
@@ -76,3 +79,14 @@ def run_record(**fields: Any) -> RunRecord:
         loss_last=8.4, torch_version="2.13.0", hostname="host",
     )  # fmt: skip
     return RunRecord(**(base | fields))
+
+
+def gone_within(pids: Iterable[int], seconds: float) -> bool:
+    """Whether every one of `pids` has ended within `seconds` (polled every 20 ms)."""
+    pids = list(pids)
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -63,25 +63,21 @@ def _attention_scale(inst: InstanceType, v: float, base: InstanceType) -> Instan
     return _kernels(inst, attn_fwd_tflops=k.attn_fwd_tflops * v, attn_bwd_tflops=k.attn_bwd_tflops * v)
 
 
+def _kernel_figure(name: str, low: float, high: float, needs: str) -> Parameter:
+    """A figure of `device.kernels` (`KernelSpec`) fitted as it is."""
+
+    def read(inst: InstanceType) -> float:
+        assert inst.device.kernels is not None
+        return getattr(inst.device.kernels, name)
+
+    return Parameter(name, low, high, read, lambda i, v: _kernels(i, **{name: v}), needs)
+
+
 FIXED: dict[str, Parameter] = {
     # the factor is read as 1 from any topology: it scales the figures the file gives
     "attention_efficiency": Parameter("attention_efficiency", 0.3, 1.3, lambda i: 1.0, lambda i, v: i, "kernels"),
-    "kernel_floor_us": Parameter(
-        "kernel_floor_us",
-        2.0,
-        100.0,
-        lambda i: i.device.kernels.kernel_floor_us,  # type: ignore[union-attr]
-        lambda i, v: _kernels(i, kernel_floor_us=v),
-        "kernels",
-    ),
-    "rank_time_cv": Parameter(
-        "rank_time_cv",
-        0.0,
-        0.2,
-        lambda i: i.device.kernels.rank_time_cv,  # type: ignore[union-attr]
-        lambda i, v: _kernels(i, rank_time_cv=v),
-        "ranks",
-    ),
+    "kernel_floor_us": _kernel_figure("kernel_floor_us", 2.0, 100.0, "kernels"),
+    "rank_time_cv": _kernel_figure("rank_time_cv", 0.0, 0.2, "ranks"),
     "nic_efficiency": Parameter(
         "nic_efficiency",
         0.3,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shardsim.runtime.processes import alive, descendants
+from tests.helpers import gone_within
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ["run", "--topology", "emu-2x2", "--workload", "tiny-gpt", "--nproc", "2", "--strategy", "ddp"]
@@ -39,15 +40,6 @@ def _wait_training(proc: subprocess.Popen, tmp_path: Path, timeout_s: float = 18
                 return descendants(proc.pid)
         time.sleep(0.1)
     raise AssertionError("the ranks did not start training")
-
-
-def _gone_within(pids: list[int], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.fixture
@@ -77,7 +69,7 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_and_is_named(tmp_path, r
     assert lines[-1].startswith("shardsim: run failed: rank 1 stopped responding at step 2: rank 0 timed out after 8 s")
     # the promise is --timeout + 5 s (measured about + 3); torchrun alone waits 30 s more for a stopped rank
     assert ended < timeout + 5 + 5, ended
-    assert _gone_within(reaper[1:], 5)
+    assert gone_within(reaper[1:], 5)
     assert not (tmp_path / "out" / "runs.csv").exists()
     assert not list(tmp_path.glob("shardsim-run-*")) and not list(tmp_path.glob("torchelastic_*"))
 
@@ -91,7 +83,7 @@ def test_sigkill_to_the_launcher_ends_every_process_of_the_job_and_writes_nothin
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert _gone_within(job, 10), [p for p in job if alive(p)]
+    assert gone_within(job, 10), [p for p in job if alive(p)]
     print(f"launcher killed -> its job gone: {time.monotonic() - t0:.2f} s")
     out = tmp_path / "out"
     assert not list(out.glob("*.json")) and not (out / "runs.csv").exists()
@@ -111,7 +103,7 @@ def test_a_signal_ends_the_job_at_once_with_one_line(tmp_path, reaper, sig, stat
     proc.wait(timeout=30)
     took = time.monotonic() - t0
     print(f"{sig} -> exit: {took:.2f} s")
-    assert _gone_within(job, 2)  # before reading: a rank left running would hold stderr open
+    assert gone_within(job, 2)  # before reading: a rank left running would hold stderr open
     assert (proc.returncode, proc.stderr.read()) == (status, f"shardsim: {line}\n")
     assert took < 2 + 2, took  # the promise is 2 s; measured about 0.2 s
     assert not list(tmp_path.glob("shardsim-run-*")) and not list(tmp_path.glob("torchelastic_*"))
@@ -135,6 +127,6 @@ def test_ctrl_c_on_profile_ends_it_and_its_forked_workers_at_once(tmp_path, reap
     proc.wait(timeout=30)
     took = time.monotonic() - t0
     print(f"profile: SIGINT -> exit: {took:.2f} s")
-    assert _gone_within(workers, 2)
+    assert gone_within(workers, 2)
     assert (proc.returncode, proc.stderr.read()) == (130, "shardsim: interrupted\n")
     assert took < 2 + 2, took  # the promise is 2 s; measured about 0.3 s

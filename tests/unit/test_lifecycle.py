@@ -21,17 +21,9 @@ from shardsim.runtime.interrupts import Terminated
 from shardsim.runtime.launch import RankView, failed_ranks
 from shardsim.runtime.processes import LAUNCHER_ENV, ProcessRef, alive, descendants, kill_tree
 from shardsim.runtime.train import check_launcher
+from tests.helpers import gone_within
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _gone_within(pids, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _python(code: str, **kwargs) -> subprocess.Popen:
@@ -62,7 +54,7 @@ def test_kill_tree_ends_a_process_and_everything_below_it():
     assert len(below) >= 4
     kill_tree(root.pid)
     assert root.wait(timeout=5) == -signal.SIGKILL
-    assert _gone_within(below, 5)
+    assert gone_within(below, 5)
 
 
 def test_a_child_dies_with_its_parent():
@@ -81,7 +73,7 @@ def test_a_child_dies_with_its_parent():
     child = int(parent.stdout.readline())
     parent.kill()
     parent.wait()
-    assert _gone_within([child], 5)
+    assert gone_within([child], 5)
 
 
 def test_a_rank_ends_when_its_launcher_is_gone(tmp_path):
