@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shardsim.simulator.config.schema import (
     BACKENDS,
     CHECKPOINTING,
@@ -25,7 +23,7 @@ from shardsim.simulator.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, 
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 from shardsim.simulator.workload.describe import arch_from_mapping
-from shardsim.simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.yamlio import Fields, load_yaml, parse_yaml
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], str]:
@@ -80,11 +78,10 @@ def _workload(value: Any, where: str) -> str | Arch:
     """A name or path as given; a mapping (or a flag's ``{family: ..., ...}`` text) as an `Arch`."""
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(
-                f"expected an inline mapping {{family: ..., hidden: ...}}, got {value!r}", where=where, field="workload"
-            ) from None
+            value = parse_yaml(value, where)
+        except ConfigError as err:
+            why = f"expected an inline mapping {{family: ..., hidden: ...}}: {err.message}"
+            raise ConfigError(why, where=where, field="workload") from None
     if isinstance(value, dict):
         return arch_from_mapping(value, where, "workload.")
     if isinstance(value, Arch):
