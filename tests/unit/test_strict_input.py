@@ -92,6 +92,28 @@ def test_a_figure_that_is_not_a_finite_number_is_refused(tmp_path, capsys, old, 
     assert f"{path}: {needle}" in err, err
 
 
+def test_a_calibration_with_inf_is_one_line(tmp_path, capsys):
+    path = write(
+        tmp_path,
+        "cal.yaml",
+        "device: NVIDIA A100 SXM4 40GB\ntopology: a100-40gb-roce\nparameters:\n"
+        "  kernel_floor_us: {value: .inf, default: 35.0, low: 2.0, high: .inf}\n",
+    )
+    err = refused(["predict", "--topology", "a100-40gb-roce", "--nodes", "1", "--calibration", str(path)], capsys)
+    assert f"{path}: field 'parameters.kernel_floor_us.value': expected a finite number, got inf" in err, err
+
+
+def test_a_profile_with_nan_is_one_line(tmp_path, capsys):
+    from tests.unit.test_validation import _profile
+
+    path = _profile(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["optimizer_per_param_s"] = float("nan")
+    path.write_text(json.dumps(doc))  # json writes NaN, and reads it back, unless told not to
+    err = refused(["predict", "--workload", "small-gpt", *PREDICT[3:], "--profile", str(path)], capsys)
+    assert f"{path}: field 'optimizer_per_param_s': expected a finite number, got nan" in err, err
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "1e400"])
 def test_a_hugging_face_config_with_a_non_finite_size_is_refused(tmp_path, capsys, value):
     doc = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128, "n_positions": 32}
