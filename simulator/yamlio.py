@@ -6,13 +6,16 @@ Every file the user passes is read through `load_yaml` or `load_json` (or `read_
 
 A figure in a topology or workload file may be written plainly (``memory_gib: 16``) or
 with its source (``memory_gib: {value: 16, source: "NVIDIA T4 datasheet"}``). Shipped
-topologies always use the second form; a test checks it.
+topologies always use the second form; a test checks it. A mapping read with `Fields` names
+the keys it may hold (`Fields.closed`): any other is refused, with the nearest known key.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from shardsim.simulator.errors import ConfigError
 MiB = 1 << 20
 FILE_BYTES = MiB  # configurations, topologies, models, matrices, calibration files, profiles
 MAX_DEPTH = 64  # levels of nested mappings and lists; shipped files use fewer than 8
+FIGURE_KEYS = ("value", "source")  # a figure written with its source
 
 
 def _size(n: int) -> str:
@@ -143,6 +147,25 @@ def load_json(path: Path, *, limit: int = FILE_BYTES) -> Any:
     return data
 
 
+def unknown_key(key: Any, known: Iterable[str], *, where: str | None, field: str, expected: str | None = None):
+    """The error of a key that a mapping may not hold: the nearest known key as a suggestion, or
+    what is expected (`expected`, else the known keys)."""
+    names = [str(k) for k in known]
+    near = difflib.get_close_matches(str(key), names, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else expected or f"expected one of {', '.join(names)}"
+    return ConfigError(f"unknown key; {hint}", where=where, field=field)
+
+
+def check_keys(
+    data: dict[Any, Any], known: Iterable[str], *, where: str | None, prefix: str = "", expected: str | None = None
+) -> None:
+    """Refuse the first key of `data` (in the file's order) that is not one of `known`."""
+    names = tuple(known)
+    for key in data:
+        if key not in names:
+            raise unknown_key(key, names, where=where, field=f"{prefix}{key}", expected=expected)
+
+
 @dataclass(frozen=True)
 class Fields:
     """A mapping read from a file, with typed getters that raise precise ConfigErrors."""
@@ -157,9 +180,16 @@ class Fields:
     def has(self, key: str) -> bool:
         return key in self.data and self.data[key] is not None
 
+    def closed(self, keys: Iterable[str], *, expected: str | None = None) -> Fields:
+        """This mapping, once no key but `keys` is in it (ConfigError on the first other key,
+        with the nearest of `keys`, or `expected`, as what was meant)."""
+        check_keys(self.data, keys, where=self.where, prefix=self.prefix, expected=expected)
+        return self
+
     def raw(self, key: str) -> Any:
         value = self.data.get(key)
         if isinstance(value, dict) and "value" in value:
+            check_keys(value, FIGURE_KEYS, where=self.where, prefix=f"{self._name(key)}.")
             return value["value"]
         return value
 

@@ -19,13 +19,9 @@ INFO_KEYS = ("name", "source", "params", "description")
 
 
 def arch_from_mapping(data: Mapping[str, Any], where: str | None, prefix: str = "") -> Arch:
-    """The `Arch` a mapping describes; ConfigError naming the field (with `prefix`) and `where`."""
-    unknown = sorted(k for k in data if k not in ARCH_FIELDS and k not in INFO_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"unknown key; expected some of {', '.join(ARCH_FIELDS)}", where=where, field=prefix + unknown[0]
-        )
-    f = Fields(dict(data), where or "", prefix)
+    """The `Arch` a mapping describes; ConfigError naming the field (with `prefix`) and `where`: a key
+    that is neither a field nor an `INFO_KEYS` one is refused."""
+    f = Fields(dict(data), where or "", prefix).closed((*ARCH_FIELDS, *INFO_KEYS))
     family = f.text("family", choices=FAMILIES)
     base = Arch(family, hidden=1, layers=1)
     values: dict[str, Any] = {"family": family}

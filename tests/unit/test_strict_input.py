@@ -13,6 +13,7 @@ import pytest
 
 from shardsim.runtime.cli import main
 from shardsim.simulator.config import load_config
+from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import builtin_topology_dir, load_instance
 from shardsim.simulator.workload.describe import read_model_file
 from shardsim.simulator.yamlio import FILE_BYTES, MAX_DEPTH, load_yaml
@@ -49,6 +50,127 @@ def topology(tmp_path: Path, old: str, new: str) -> Path:
     """The shipped g4dn.12xlarge file with one line's start `old` replaced by `new`."""
     assert TOPOLOGY.count(old) == 1, old
     return write(tmp_path, "topo.yaml", TOPOLOGY.replace(old, new))
+
+
+# --- SageMaker and FSDP keys ------------------------------------------------------------------
+
+SMP_BLOCK = """distribution:
+  smdistributed:
+    modelparallel:
+      enabled: true
+      parameters:
+        {param}
+  mpi: {{enabled: true, processes_per_host: 4}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "near"),
+    [
+        ("sharded_data_parallel_degre: 8\n", "sharded_data_parallel_degre", "sharded_data_parallel_degree"),
+        (
+            SMP_BLOCK.format(param="sharded_data_parallel_degre: 8"),
+            "distribution.smdistributed.modelparallel.parameters.sharded_data_parallel_degre",
+            "sharded_data_parallel_degree",
+        ),
+        (
+            SMP_BLOCK.format(param="sharded_data_parallel_degree: 8").replace("  smdistributed:", "  smdistribute:"),
+            "distribution.smdistribute",
+            "smdistributed",
+        ),
+        (
+            SMP_BLOCK.format(param="sharded_data_parallel_degree: 8").replace("parameters:", "parameter:"),
+            "distribution.smdistributed.modelparallel.parameter",
+            "parameters",
+        ),
+        (
+            SMP_BLOCK.format(param="sharded_data_parallel_degree: 8").replace("processes_per_host", "process_per_host"),
+            "distribution.mpi.process_per_host",
+            "processes_per_host",
+        ),
+        ("mixed_precision: {param_dtype: bf16, reduce_dtpye: fp32}\n", "mixed_precision.reduce_dtpye", "reduce_dtype"),
+        ("strategy: {kind: zero2d, degre: 4}\n", "strategy.degre", "degree"),
+        ("batch_per_devise: 2\n", "batch_per_devise", "batch_per_device"),
+    ],
+    ids=["flat", "parameters", "distribution", "modelparallel", "mpi", "mixed-precision", "strategy", "top"],
+)
+def test_a_misspelt_configuration_key_is_refused_with_the_key_meant(tmp_path, capsys, text, field, near):
+    path = write(tmp_path, "c.yaml", text)
+    err = refused(["predict", str(path)], capsys)
+    assert f"{path}: field '{field}': unknown key; did you mean '{near}'?" in err, err
+
+
+def test_an_unknown_key_with_no_near_name_lists_what_is_expected(tmp_path, capsys):
+    path = write(tmp_path, "c.yaml", "colour: red\n")
+    err = refused(["predict", str(path)], capsys)
+    assert f"{path}: field 'colour': unknown key; expected one of workload, topology" in err, err
+
+
+def test_a_disabled_model_parallel_block_is_not_applied(tmp_path, capsys):
+    text = SMP_BLOCK.format(param="sharded_data_parallel_degree: 8").replace("enabled: true", "enabled: false", 1)
+    path = write(tmp_path, "c.yaml", text)
+    err = refused(["predict", str(path)], capsys)
+    assert f"{path}: field 'distribution.smdistributed.modelparallel.enabled': " in err and "disabled" in err, err
+
+
+def test_a_pasted_sagemaker_block_still_reads_as_before(tmp_path):
+    path = write(tmp_path, "c.yaml", "instance_count: 8\n" + SMP_BLOCK.format(param="sharded_data_parallel_degree: 8"))
+    cfg = load_config(path)
+    assert (cfg.strategy.kind, cfg.strategy.degree, cfg.nodes) == ("zero2d", 8, 8)
+
+
+def test_an_unknown_override_is_refused_in_the_python_api(tmp_path):
+    path = write(tmp_path, "c.yaml", "batch_per_device: 4\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, {"batch_per_devcie": 2})
+    assert e.value.field == "batch_per_devcie" and "did you mean 'batch_per_device'?" in str(e.value)
+    assert load_config(path, {"batch_per_device": 2}).batch_per_device == 2
+
+
+def test_build_config_refuses_a_key_it_would_not_read():
+    from shardsim.simulator.config import build_config
+
+    with pytest.raises(ConfigError) as e:
+        build_config({"workload": "tiny-gpt", "grad_acum": 2}, "api")
+    assert (e.value.where, e.value.field) == ("api", "grad_acum") and "did you mean 'grad_accum'?" in str(e.value)
+
+
+# --- topology files -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "near"),
+    [
+        ("  shared_GBps:", "  shared_Gbps:", "fabric.shared_Gbps", "shared_GBps"),
+        ("  kernels:", "  kernel:", "device.kernel", "kernels"),
+        ("price_per_hour_usd:", "price_per_hour:", "price_per_hour", "price_per_hour_usd"),
+        ("  memory_bandwidth_GBps:", "  memory_bandwidth_Gbps:", "device.memory_bandwidth_Gbps", None),
+        ("    sms:", "    sm:", "device.kernels.sm", "sms"),
+        ("    fp16: {value: 65,", "    fp61: {value: 65,", "device.peak_tflops.fp61", "fp16"),
+        ("  rate_gbps:", "  rate_Gbps:", "nic.rate_Gbps", "rate_gbps"),
+        ("  cores:", "  core:", "host.core", "cores"),
+        (
+            "  port_GBps: {value: 15.75, source:",
+            "  port_GBps: {value: 15.75, sorce:",
+            "fabric.port_GBps.sorce",
+            "source",
+        ),
+    ],
+    ids=["fabric", "kernels", "top", "device", "kernel", "peak", "nic", "host", "figure"],
+)
+def test_a_misspelt_topology_key_is_refused_with_the_key_meant(tmp_path, capsys, old, new, field, near):
+    path = topology(tmp_path, old, new)
+    err = refused([*PREDICT[:3], "--topology", str(path)], capsys)
+    assert f"{path}: field '{field}': unknown key; " in err, err
+    if near:
+        assert f"did you mean '{near}'?" in err, err
+
+
+def test_an_emulated_block_is_closed_too(tmp_path, capsys):
+    text = (builtin_topology_dir() / "emu-2x2.yaml").read_text().replace("  subnet:", "  subnets:")
+    path = write(tmp_path, "emu.yaml", text)
+    err = refused([*PREDICT[:3], "--topology", str(path), "--backend", "gloo"], capsys)
+    assert f"{path}: field 'emulated.subnets': unknown key; did you mean 'subnet'?" in err, err
 
 
 # --- figures that are not finite numbers --------------------------------------------------------
@@ -208,6 +330,15 @@ def test_a_file_over_the_bound_is_refused_at_once(tmp_path, capsys):
         assert time.monotonic() - t < 1.0
         assert f"{path}: larger than 1 MiB" in err, err
     assert load_config(write(tmp_path, "ok.yaml", "seed: 1\n" + "#" * (FILE_BYTES // 2) + "\n")).seed == 1
+
+
+# --- model files ---------------------------------------------------------------------------------
+
+
+def test_a_misspelt_model_key_is_refused_with_the_key_meant(tmp_path, capsys):
+    model = write(tmp_path, "m.yaml", "family: gpt\nhiden: 64\nlayers: 2\nheads: 2\nseq_len: 8\nvocab: 64\n")
+    err = refused([*PREDICT[:1], "--workload", str(model), *PREDICT[3:]], capsys)
+    assert f"{model}: field 'hiden': unknown key; did you mean 'hidden'?" in err, err
 
 
 # --- every shipped file still reads -------------------------------------------------------------
