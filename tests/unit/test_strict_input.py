@@ -332,6 +332,38 @@ def test_a_file_over_the_bound_is_refused_at_once(tmp_path, capsys):
     assert load_config(write(tmp_path, "ok.yaml", "seed: 1\n" + "#" * (FILE_BYTES // 2) + "\n")).seed == 1
 
 
+# --- shape fields the family does not use -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "family"),
+    [
+        (["--workload", "tiny-vit", "--seq-len", "999"], "seq_len", "vit"),
+        (["--workload", "tiny-vit", "--vocab", "7"], "vocab", "vit"),
+        (["--workload", "tiny-mlp", "--heads", "4"], "heads", "mlp"),
+        (["--workload", "tiny-mlp", "--seq-len", "4"], "seq_len", "mlp"),
+    ],
+    ids=["vit-seq-len", "vit-vocab", "mlp-heads", "mlp-seq-len"],
+)
+def test_a_shape_flag_the_family_does_not_use_is_refused(capsys, argv, field, family):
+    err = refused(["predict", "--topology", "emu-2x2", "--backend", "gloo", *argv], capsys)
+    assert f"field '{field}': not used by the {family} family" in err, err
+
+
+def test_a_shape_key_the_family_does_not_use_is_refused_in_a_file(tmp_path, capsys):
+    config = write(tmp_path, "c.yaml", "workload: tiny-vit\nseq_len: 64\ntopology: emu-2x2\nbackend: gloo\n")
+    err = refused(["predict", str(config)], capsys)
+    assert f"{config}: field 'seq_len': not used by the vit family" in err, err
+    inline = write(tmp_path, "i.yaml", "workload: {family: vit, hidden: 64, layers: 2, heads: 2, vocab: 100}\n")
+    err = refused(["predict", str(inline)], capsys)
+    assert f"{inline}: field 'workload.vocab': not used by the vit family" in err, err
+    model = write(
+        tmp_path, "m.yaml", "family: gpt\nhidden: 64\nlayers: 2\nheads: 2\nseq_len: 8\nvocab: 64\nimage: 32\n"
+    )
+    with pytest.raises(ConfigError, match="field 'image': not used by the gpt family"):
+        read_model_file(model)
+
+
 # --- model files ---------------------------------------------------------------------------------
 
 
