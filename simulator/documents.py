@@ -3,7 +3,8 @@ schema, a pydantic model: the first thing wrong becomes one ConfigError naming t
 the field, in the words the rest of shardsim uses ("expected a number > 0, got 'x'").
 
 Schemas derive from `Document`: strict types (no string read as a number, no true read as 1),
-keys a schema does not name kept or refused as the schema says.
+finite numbers (NaN and infinity are refused), keys a schema does not name kept or refused as the
+schema says.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ D = TypeVar("D", bound=BaseModel)
 
 
 class Document(BaseModel):
-    """A schema of (part of) a file: strict types; keys it does not name are ignored."""
+    """A schema of (part of) a file: strict types, finite numbers; keys it does not name are ignored."""
 
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, allow_inf_nan=False)
 
 
 class ClosedDocument(Document):
     """A schema that refuses keys it does not name (a misspelt key is an error, not a default)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 def field_name(loc: tuple[int | str, ...]) -> str:

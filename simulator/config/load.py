@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shardsim.simulator.config.schema import (
     BACKENDS,
     CHECKPOINTING,
@@ -25,26 +23,23 @@ from shardsim.simulator.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, 
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 from shardsim.simulator.workload.describe import arch_from_mapping
-from shardsim.simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.yamlio import Fields, check_keys, load_yaml, parse_yaml, unknown_key
+
+# Keys a configuration file may hold besides the schema's, SageMaker's and FSDP's (name and description: ignored)
+OTHER_KEYS = ("distribution", "instance_type", "instance_count", "name", "description")
+FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *OTHER_KEYS)
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], str]:
     where = str(path)
     data = load_yaml(path)
+    check_keys(data, FILE_KEYS, where=where, expected=f"expected one of {', '.join(FIELDS)} or SageMaker keys")
     smp, extra = smp_parameters(data, where)
-    other = {"distribution", "instance_type", "instance_count", "name", "description"}
-    known = set(FIELDS) | set(SMP_KEYS) | set(FSDP_KEYS) | other
-    unknown = sorted(k for k in data if k not in known)
-    if unknown:
-        raise ConfigError(
-            f"unknown key; expected one of {', '.join(FIELDS)} or SageMaker keys", where=where, field=unknown[0]
-        )
     values: dict[str, Any] = {}
     strat = data.get("strategy")
     if isinstance(strat, dict):  # strategy: {kind: zero2d, degree: 4}
+        check_keys(strat, ("kind", *STRATEGY_FIELDS), where=where, prefix="strategy.")
         for k, v in strat.items():
-            if k not in ("kind", *STRATEGY_FIELDS):
-                raise ConfigError("unknown key", where=where, field=f"strategy.{k}")
             values["strategy" if k == "kind" else k] = v
     elif strat is not None:
         values["strategy"] = strat
@@ -80,11 +75,10 @@ def _workload(value: Any, where: str) -> str | Arch:
     """A name or path as given; a mapping (or a flag's ``{family: ..., ...}`` text) as an `Arch`."""
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(
-                f"expected an inline mapping {{family: ..., hidden: ...}}, got {value!r}", where=where, field="workload"
-            ) from None
+            value = parse_yaml(value, where)
+        except ConfigError as err:
+            why = f"expected an inline mapping {{family: ..., hidden: ...}}: {err.message}"
+            raise ConfigError(why, where=where, field="workload") from None
     if isinstance(value, dict):
         return arch_from_mapping(value, where, "workload.")
     if isinstance(value, Arch):
@@ -95,8 +89,9 @@ def _workload(value: Any, where: str) -> str | Arch:
 
 
 def build_config(values: dict[str, Any], where: str) -> RunConfig:
-    """Check field types and ranges and build a RunConfig (cluster-independent checks only)."""
-    f = Fields(values, where)
+    """Check field types and ranges and build a RunConfig (cluster-independent checks only); a key
+    that is not one of `FIELDS` is refused."""
+    f = Fields(values, where).closed(FIELDS)
     base = RunConfig()
     kind = f.text("strategy", default=base.strategy.kind, choices=STRATEGIES)
     degree = f.integer("degree", default=0, minimum=1) if f.has("degree") else None
@@ -155,12 +150,14 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Read a config file (optional), apply flag overrides (None values ignored), check it."""
+    """Read a config file (optional), apply flag overrides (keys of `FIELDS`; None values ignored), check it."""
     values: dict[str, Any] = {}
     where = "defaults"
     if path is not None:
         values, where = _read_file(Path(path))
     for k, v in (overrides or {}).items():
+        if k not in FIELDS:
+            raise unknown_key(k, FIELDS, where="overrides", field=k)
         if v is not None:
             values[k] = v
     values.pop("_processes_per_host", None)

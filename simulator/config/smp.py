@@ -3,7 +3,9 @@
 SageMaker's flat (``sharded_data_parallel_degree: 32``) or the whole ``distribution`` block of a
 PyTorch estimator, with ``instance_type`` and ``instance_count``; FSDP's ``sharding_strategy``
 and ``mixed_precision: {param_dtype, reduce_dtype}`` (``param_dtype`` and dtype names such as
-``torch.bfloat16`` also flat); contradictions are refused.
+``torch.bfloat16`` also flat); contradictions are refused. A key at any level of the block that
+SageMaker does not define there is refused, and so are parameters under ``enabled: false``
+(SageMaker would not apply them).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.yamlio import check_keys
 
 SMP_KEYS = (
     "sharded_data_parallel_degree",
@@ -82,10 +85,7 @@ def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) ->
     if mp is not None and not isinstance(mp, dict):
         raise ConfigError("expected a mapping {param_dtype, reduce_dtype}", where=where, field="mixed_precision")
     mp = dict(mp or {})
-    unknown = sorted(set(mp) - {"param_dtype", "reduce_dtype"})
-    if unknown:
-        why = "unknown key; expected param_dtype, reduce_dtype"
-        raise ConfigError(why, where=where, field=f"mixed_precision.{unknown[0]}")
+    check_keys(mp, ("param_dtype", "reduce_dtype"), where=where, prefix="mixed_precision.")
     if "param_dtype" in data:
         mp.setdefault("param_dtype", data["param_dtype"])
     if "param_dtype" in mp:
@@ -97,28 +97,55 @@ def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) ->
         values["reduce_dtype"] = dtype_name(values["reduce_dtype"], where, "reduce_dtype")
 
 
+# The keys of a PyTorch estimator's `distribution` block that shardsim reads, level by level
+DISTRIBUTION = "distribution"
+DISTRIBUTION_KEYS = ("smdistributed", "mpi", "torch_distributed")
+SMDISTRIBUTED_KEYS = ("modelparallel",)
+MODELPARALLEL_KEYS = ("enabled", "parameters")
+LAUNCHER_KEYS = ("enabled", "processes_per_host", "custom_mpi_options")  # mpi, torch_distributed
+
+
+def _block(parent: dict[str, Any], key: str, keys: tuple[str, ...], where: str, name: str) -> dict[str, Any]:
+    """`parent[key]` as a mapping holding only `keys` ({} when absent); ConfigError naming `name`."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a mapping, got {value!r}", where=where, field=name)
+    check_keys(value, keys, where=where, prefix=f"{name}.")
+    return value
+
+
 def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Pull SageMaker keys out of a mapping: flat, or from a pasted `distribution` block."""
+    """Pull SageMaker keys out of a mapping: flat, or from a pasted `distribution` block (every
+    level of it closed to the keys SageMaker defines there and shardsim reads)."""
     smp: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    dist = data.get("distribution")
-    if isinstance(dist, dict):
-        mp = (
-            dist.get("smdistributed", {}).get("modelparallel", {})
-            if isinstance(dist.get("smdistributed"), dict)
-            else {}
+    dist = _block(data, DISTRIBUTION, DISTRIBUTION_KEYS, where, DISTRIBUTION)
+    sm_name = f"{DISTRIBUTION}.smdistributed"
+    mp_name = f"{sm_name}.modelparallel"
+    mp = _block(
+        _block(dist, "smdistributed", SMDISTRIBUTED_KEYS, where, sm_name),
+        "modelparallel",
+        MODELPARALLEL_KEYS,
+        where,
+        mp_name,
+    )
+    params = _block(mp, "parameters", SMP_KEYS, where, f"{mp_name}.parameters")
+    enabled = mp.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"expected true or false, got {enabled!r}", where=where, field=f"{mp_name}.enabled")
+    if params and not enabled:
+        raise ConfigError(
+            "model parallelism is disabled, so its parameters would not apply; set it true or remove them",
+            where=where,
+            field=f"{mp_name}.enabled",
         )
-        params = mp.get("parameters", {}) if isinstance(mp, dict) else {}
-        if not isinstance(params, dict):
-            raise ConfigError(
-                "expected a mapping", where=where, field="distribution.smdistributed.modelparallel.parameters"
-            )
-        smp.update(params)
-        mpi = dist.get("mpi") or dist.get("torch_distributed") or {}
-        if isinstance(mpi, dict) and "processes_per_host" in mpi:
-            extra["processes_per_host"] = mpi["processes_per_host"]
-    elif dist is not None:
-        raise ConfigError("expected a mapping (a SageMaker distribution block)", where=where, field="distribution")
+    smp.update(params)
+    for launcher in ("mpi", "torch_distributed"):
+        block = _block(dist, launcher, LAUNCHER_KEYS, where, f"{DISTRIBUTION}.{launcher}")
+        if "processes_per_host" in block:
+            extra.setdefault("processes_per_host", block["processes_per_host"])
     for key in SMP_KEYS:
         if key in data:
             smp[key] = data[key]

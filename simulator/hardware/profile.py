@@ -18,13 +18,13 @@ efficiently, so measure the sizes you predict; `shardsim validate` does).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
+from shardsim.simulator.yamlio import load_json
 
 # A run whose cores the hypervisor takes more of than this is scaled as if it took this much:
 # a bound on a correction, not a figure of the host (the most seen here was 0.45 over a run,
@@ -213,13 +213,4 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
 
 def load_profile(path: str | Path, workload: str) -> Profile:
     """Read and check a profile file (`shardsim profile`) for `workload`."""
-    where = str(path)
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read profile: {exc.strerror}", where=where) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not a profile: not UTF-8 text", where=where) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
-    return parse_profile(doc, where, workload)
+    return parse_profile(load_json(Path(path)), str(path), workload)

@@ -2,6 +2,8 @@
 
 A topology file describes one node (instance type): its devices, the intra-node fabric,
 its NICs, its host and its price. A cluster is an instance type times a node count.
+Each mapping of the file holds only the keys read from it: any other is refused (a misspelt key
+would otherwise leave a figure at its default), with the nearest known key as a suggestion.
 """
 
 from __future__ import annotations
@@ -132,6 +134,16 @@ class Cluster:
         return f"{self.nodes} x {self.instance.name} ({self.world} x {self.instance.device.model})"
 
 
+# The keys each mapping of a topology file may hold (any other is refused, with the nearest named)
+INSTANCE_KEYS = ("name", "description", "price_per_hour_usd", "device", "fabric", "nic", "host", "emulated")
+DEVICE_KEYS = tuple(DeviceSpec.__dataclass_fields__)
+KERNEL_KEYS = tuple(KernelSpec.__dataclass_fields__)
+FABRIC_KEYS = tuple(FabricSpec.__dataclass_fields__)
+NIC_KEYS = tuple(NicSpec.__dataclass_fields__)
+HOST_KEYS = tuple(HostSpec.__dataclass_fields__)
+EMULATION_KEYS = tuple(EmulationSpec.__dataclass_fields__)
+
+
 def _figures(f: Fields, keys: list[str], sources: dict[str, str]) -> None:
     for key in keys:
         src = f.source(key)
@@ -142,6 +154,7 @@ def _figures(f: Fields, keys: list[str], sources: dict[str, str]) -> None:
 def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
     if k is None:
         return None
+    k.closed(KERNEL_KEYS)
     spec = KernelSpec(
         sms=k.integer("sms"),
         tile_m=k.integer("tile_m"),
@@ -162,12 +175,12 @@ def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
 
 def parse_instance(data: dict, where: str) -> InstanceType:
     """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
-    top = Fields(data, where)
+    top = Fields(data, where).closed(INSTANCE_KEYS)
     sources: dict[str, str] = {}
     name = top.text("name")
 
-    dev = top.sub("device")
-    peak = dev.sub("peak_tflops")
+    dev = top.sub("device").closed(DEVICE_KEYS)
+    peak = dev.sub("peak_tflops").closed(PRECISIONS)
     peaks: dict[str, float] = {}
     for prec in PRECISIONS:
         if peak.has(prec):
@@ -175,7 +188,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     _figures(peak, list(PRECISIONS), sources)
     if not peaks:
         raise ConfigError("expected at least one of fp32, fp16, bf16", where=where, field="device.peak_tflops")
-    eff = dev.sub("matmul_efficiency")
+    eff = dev.sub("matmul_efficiency").closed(PRECISIONS)
     effs = {p: eff.number(p, maximum=1.0) for p in peaks}
     _figures(eff, list(PRECISIONS), sources)
     device = DeviceSpec(
@@ -191,7 +204,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     )
     _figures(dev, ["count", "memory_gib", "memory_bandwidth_GBps", "memory_efficiency"], sources)
 
-    fab = top.sub("fabric")
+    fab = top.sub("fabric").closed(FABRIC_KEYS)
     fabric = FabricSpec(
         kind=fab.text("kind", choices=FABRICS),
         port_GBps=fab.number("port_GBps"),
@@ -201,7 +214,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     )
     _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps"], sources)
 
-    nic_f = top.sub("nic")
+    nic_f = top.sub("nic").closed(NIC_KEYS)
     nic = NicSpec(
         count=nic_f.integer("count"),
         rate_gbps=nic_f.number("rate_gbps"),
@@ -210,7 +223,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     )
     _figures(nic_f, ["count", "rate_gbps", "efficiency", "latency_us"], sources)
 
-    host_f = top.sub("host")
+    host_f = top.sub("host").closed(HOST_KEYS)
     host = HostSpec(cores=host_f.integer("cores"), memory_gib=host_f.number("memory_gib"))
     _figures(host_f, ["cores", "memory_gib"], sources)
 
@@ -220,6 +233,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     emulated = None
     emu = top.sub("emulated", required=False)
     if emu is not None:
+        emu.closed(EMULATION_KEYS)
         emulated = EmulationSpec(nodes=emu.integer("nodes"), subnet=emu.text("subnet", default="10.213.0.0/24"))
 
     return InstanceType(

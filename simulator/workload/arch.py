@@ -3,6 +3,7 @@ family, and `Shape` (overrides of shape fields given as flags over any descripti
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from shardsim.simulator.errors import ConfigError
@@ -94,6 +95,23 @@ class Arch:
 
 
 SHAPE_FIELDS = ("seq_len", "hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
+# Fields of `Arch` that a family's models do not use, by the kind of input the family takes: a
+# value given for one would change nothing, so it is refused rather than echoed and ignored.
+_IMAGE_FIELDS = ("image", "patch", "channels")
+UNUSED_FIELDS = {
+    "text": (*_IMAGE_FIELDS, "classes"),
+    "image": ("seq_len", "vocab"),
+    "vector": ("heads", "kv_heads", "seq_len", "vocab", "positions", *_IMAGE_FIELDS),
+}
+
+
+def check_used(family: str, given: Iterable[str], where: str | None, prefix: str = "") -> None:
+    """ConfigError naming the first of the `given` fields that a `family` model does not use."""
+    traits = TRAITS.get(family)
+    unused = UNUSED_FIELDS[traits.tokens] if traits else ()
+    for name in given:
+        if name in unused:
+            raise ConfigError(f"not used by the {family} family; leave it out", where=where, field=prefix + name)
 
 
 @dataclass(frozen=True)
@@ -112,8 +130,10 @@ class Shape:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def apply(self, a: Arch, where: str | None = None) -> Arch:
+        """`a` with the given fields over its own; a field its family does not use is refused."""
         if not self.given():
             return a
+        check_used(a.family, self.given(), where)
         return check_arch(replace(a, **self.given()), where)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.workload.arch import FAMILIES, Arch, check_arch
+from shardsim.simulator.workload.arch import FAMILIES, Arch, check_arch, check_used
 from shardsim.simulator.yamlio import Fields, load_yaml
 
 ARCH_FIELDS = tuple(f.name for f in fields(Arch))
@@ -19,15 +19,13 @@ INFO_KEYS = ("name", "source", "params", "description")
 
 
 def arch_from_mapping(data: Mapping[str, Any], where: str | None, prefix: str = "") -> Arch:
-    """The `Arch` a mapping describes; ConfigError naming the field (with `prefix`) and `where`."""
-    unknown = sorted(k for k in data if k not in ARCH_FIELDS and k not in INFO_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"unknown key; expected some of {', '.join(ARCH_FIELDS)}", where=where, field=prefix + unknown[0]
-        )
-    f = Fields(dict(data), where or "", prefix)
+    """The `Arch` a mapping describes; ConfigError naming the field (with `prefix`) and `where`: a key
+    that is neither a field nor an `INFO_KEYS` one is refused, and so is a field the family does not
+    use given a value other than its default (as `Arch` written out whole holds)."""
+    f = Fields(dict(data), where or "", prefix).closed((*ARCH_FIELDS, *INFO_KEYS))
     family = f.text("family", choices=FAMILIES)
     base = Arch(family, hidden=1, layers=1)
+    check_used(family, (k for k in ARCH_FIELDS[1:] if f.has(k) and f.raw(k) != getattr(base, k)), where, prefix)
     values: dict[str, Any] = {"family": family}
     for name in ARCH_FIELDS[1:]:
         default = getattr(base, name)

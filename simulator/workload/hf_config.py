@@ -9,13 +9,17 @@ it. What the families leave out is named in `arch.TRAITS` and `runtime.models.tr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.workload.arch import Arch, check_arch
+from shardsim.simulator.yamlio import MiB, load_json
+
+# A config.json may carry a classifier's label names twice (id2label, label2id): for the 21,843
+# classes of ImageNet-21k that can pass 1 MiB, the bound of shardsim's own formats
+CONFIG_JSON_BYTES = 4 * MiB
 
 
 class _Keys:
@@ -165,13 +169,9 @@ HF_KEYS = {
 
 
 def read_hf_config(path: str | Path) -> Arch:
+    """The `Arch` of a config.json (at most `CONFIG_JSON_BYTES`); ConfigError naming the file and key."""
     where = str(path)
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror}", where=where) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"malformed JSON at line {exc.lineno}: {exc.msg}", where=where) from None
+    data = load_json(Path(path), limit=CONFIG_JSON_BYTES)
     if not isinstance(data, dict):
         raise ConfigError("expected a JSON object at the top level", where=where)
     kind = data.get("model_type")
