@@ -109,7 +109,7 @@ def test_llm_foundry_columns_are_read_as_the_mpt_family(tmp_path):
         ({"sharding_strategy": "ZERO9"}, "sharding_strategy"),
     ],
 )
-def test_a_bad_row_is_one_line_naming_row_and_column_exit_2(tmp_path, capsys, change, column):
+def test_a_bad_row_is_one_line_naming_its_line_and_column_exit_2(tmp_path, capsys, change, column):
     good = {"model": "m", "d_model": 256, "n_heads": 4, "n_layers": 2, "expansion_ratio": 4, "vocab_size": 1000,
             "seq_len": 128, "gpus": 8, "microbatch": 2, "grad_accum": 1, "precision": "bf16",
             "activation_checkpointing": "False", "tokens_per_s_per_gpu": 1000.0}  # fmt: skip
@@ -117,7 +117,7 @@ def test_a_bad_row_is_one_line_naming_row_and_column_exit_2(tmp_path, capsys, ch
     out = tmp_path / "cal.yaml"
     assert main(["calibrate", str(path), "--topology", TOPOLOGY, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "row 2" in err[0] and f"'{column}'" in err[0], err
+    assert len(err) == 1 and "bad.csv line 3:" in err[0] and f"'{column}'" in err[0], err
     assert not out.exists()
 
 
