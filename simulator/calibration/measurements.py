@@ -13,10 +13,13 @@ Three sources, each row becoming one `Measurement`:
   (learned positions, tied embeddings) unless a ``family`` column says otherwise; a
   ``num_params`` column is checked against the model's count (within `PARAMS_TOLERANCE`).
 - the runtime's run JSON files (a file, or a folder of them): read by the keys `RunRecord`
-  documents (``config``: `RunConfig.to_dict()`, ``step_time_s``), without importing the runtime
-  (the simulator never does).
-Every row is predicted on the topology given to `calibrate`, without a profile. A bad row is one
-ConfigError naming the file's line (or the record) and the column.
+  documents (``config``: `RunConfig.to_dict()`, ``world``, ``step_time_s``), without importing
+  the runtime (the simulator never does).
+The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) set its nodes: that
+many over the topology's devices per node, which must divide it (a run's ``nodes`` is only the
+flag it was given, empty without one). Every row is predicted on the topology given to
+`calibrate`, without a profile. A bad row is one ConfigError naming the file's line (or the
+record) and the column.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")
+RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
 PARAMS_TOLERANCE = 0.01  # a num_params column may differ this much from the model's count
 # llm-foundry's benchmark columns → the schema's fields
 LLM_FOUNDRY = {
@@ -164,12 +168,19 @@ def _values(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[s
             if name == "checkpointing" and text.strip().lower() in ("true", "false"):
                 kind = bool
             values[name], cols[name] = _cell(text, kind, where, col), col
-    if "gpus" in row and row["gpus"].strip():
-        gpus = _cell(row["gpus"], int, where, "gpus")
-        if gpus % inst.device.count:
-            raise ConfigError(f"{gpus} GPUs do not fill nodes of {inst.device.count}", where=where, field="gpus")
-        values["nodes"], cols["nodes"] = gpus // inst.device.count, "gpus"
+    for col in RANKS:
+        if row.get(col, "").strip():
+            values["nodes"], cols["nodes"] = _nodes(_cell(row[col], int, where, col), inst, where, col), col
     return values, cols
+
+
+def _nodes(ranks: int, inst: InstanceType, where: str, column: str) -> int:
+    """The nodes of `inst` that `ranks` devices fill (ConfigError naming `column` when they do not)."""
+    per = inst.device.count
+    if ranks < 1 or ranks % per:
+        what = f"{ranks} devices do not fill whole nodes of {inst.name} ({per} devices each)"
+        raise ConfigError(what, where=where, field=column)
+    return ranks // per
 
 
 def _measurement(
@@ -264,7 +275,11 @@ def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
         raise ConfigError("not a run record (no config mapping)", where=where, field="config")
     metric = _metric(data, where)
     values = _flatten(data["config"])
-    return _measurement(values, {}, where, topology, inst, metric)
+    world = data.get("world")
+    if not isinstance(world, int) or isinstance(world, bool):
+        raise ConfigError(f"expected a whole number of ranks, got {world!r}", where=where, field="world")
+    values["nodes"] = _nodes(world, inst, where, "world")
+    return _measurement(values, {"nodes": "world"}, where, topology, inst, metric)
 
 
 def read_measurements(source: str | Path, topology: str, inst: InstanceType) -> list[Measurement]:

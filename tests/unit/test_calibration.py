@@ -168,3 +168,21 @@ def test_the_calibration_flag_is_generated(tmp_path, capsys):
     assert main(["predict", "--topology", TOPOLOGY, "--nodes", "1", "--precision", "bf16", "--workload", "gpt2-xl",
                  "--calibration", str(tmp_path / "none.yaml")]) == 2  # fmt: skip
     assert "calibration" in capsys.readouterr().err
+
+
+def test_records_without_nodes_are_read_with_the_nodes_their_world_fills(tmp_path):
+    """`shardsim run` records `nodes` only when --nodes was given; the world the run had decides."""
+    inst = load_instance("emu-2x2")  # 2 devices a node
+    for world, nodes in ((2, 1), (4, 2)):
+        folder = tmp_path / f"w{world}"
+        cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", nodes=None, backend="gloo", strategy=Strategy("zero"))
+        write_run(run_record(config=cfg.to_dict(), nodes=None, world=world, workload="tiny-gpt"), folder)
+        for source in (folder, folder / "runs.csv"):
+            (m,) = read_measurements(source, "emu-2x2", inst)
+            assert (m.nodes, m.cfg.strategy.kind, m.measured) == (nodes, "zero", 1.0), source
+    folder = tmp_path / "w3"
+    write_run(run_record(nodes=None, world=3), folder)
+    for source, where in ((folder, "run.json"), (folder / "runs.csv", "runs.csv line 2")):
+        with pytest.raises(ConfigError, match="3 devices do not fill whole nodes of emu-2x2") as err:
+            read_measurements(source, "emu-2x2", inst)
+        assert err.value.where.endswith(where) and err.value.field == "world"

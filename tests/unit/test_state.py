@@ -202,6 +202,15 @@ def test_rebuilt_rows_take_every_attempt_of_their_configuration_only():
     assert rows[0].run_ids == ["z1", "z2"] and rows[0].attempts == 2 and rows[0].status == "ok"
 
 
+def test_rebuilt_rows_match_records_by_their_world_whatever_nodes_their_run_was_given():
+    m = load_matrix(None)  # emu-2x2: 4 ranks
+    full = run_record(run_id="full", nodes=None)  # `shardsim run` without --nodes
+    flagged = run_record(run_id="flagged", nodes=2)
+    half = run_record(run_id="half", nodes=None, world=2, nproc_per_node=2)  # --nproc 2 --no-emulate
+    rows = rebuild_rows(m, [full, flagged, half])
+    assert [(r.key, r.run_ids) for r in rows] == [(("emu-2x2", "zero"), ["flagged", "full"])]
+
+
 def test_runs_csv_has_the_std_column_and_older_files_are_kept(tmp_path):
     old_columns = [c for c in read_runs_csv_columns(tmp_path) if c != "step_time_std_s"]
     with open(tmp_path / CSV_NAME, "w", newline="") as f:  # a runs.csv from before the column
