@@ -95,6 +95,10 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     from shardsim.simulator.sweep.search import sweep
 
     base, space = _build(ns)
+    if base.calibration:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(base.calibration)  # read (and a forced one told) once, before the workers fork
     out = check_output_dir(ns.out) if ns.out else None
     skipped: list[str] = []
     dropped: dict[str, int] = {}
