@@ -60,7 +60,7 @@ def sweep_folder(out: str | Path, command: str) -> Iterator[Path]:
     try:
         hold.enter_context(held(path / LOCK, f"pid {os.getpid()} ({command}) since {since}"))
     except Busy as exc:
-        who = f"another sweep, {exc.holder}," if exc.holder else "another sweep"
+        who = f"another sweep, {exc.holder}" if exc.holder else "another sweep"
         raise ConfigError(
             f"{out} is being written by {who}; wait for it to end or choose another --out", field="--out"
         ) from None

@@ -29,7 +29,10 @@ def test_a_second_sweep_into_a_held_folder_is_refused_naming_the_holder(tmp_path
         assert main([*SMALL, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("shardsim: error: field '--out': "), err
-    assert f"{out} is being written by another sweep, pid 4242 (shardsim sweep --out out)" in err
+    assert (
+        f"{out} is being written by another sweep, pid 4242 (shardsim sweep --out out) since 2026-01-01 00:00:00; "
+        in err
+    )
     assert os.listdir(out) == []  # nothing written, and the holder's lock is gone with it
 
 
