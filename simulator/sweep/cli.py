@@ -10,9 +10,11 @@ shardsim sweep --reshard-after-forward true,false --checkpointing full,selective
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
@@ -88,14 +90,24 @@ def _report_dropped(dropped: dict[str, int]) -> None:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.sweep.output import check_output_dir, to_records, write_recommendation, write_tables
+    from shardsim.simulator.sweep.output import sweep_folder
+
+    base, space = _build(ns)
+    if base.calibration:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(base.calibration)  # read (and a forced one told) once, before the workers fork
+    with sweep_folder(ns.out, ns.command_line) if ns.out else contextlib.nullcontext() as out:
+        return _sweep(ns, base, space, out)
+
+
+def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
+    from shardsim.simulator.sweep.output import publish, to_records, write_recommendation, write_tables
     from shardsim.simulator.sweep.progress import SweepProgress
     from shardsim.simulator.sweep.recommendation import recommend
     from shardsim.simulator.sweep.report import print_report
     from shardsim.simulator.sweep.search import sweep
 
-    base, space = _build(ns)
-    out = check_output_dir(ns.out) if ns.out else None
     skipped: list[str] = []
     dropped: dict[str, int] = {}
     with SweepProgress(_progress_mode(ns)) as progress:
@@ -106,10 +118,11 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     if out is not None:
         from shardsim.simulator.sweep.plots import plot_all
 
-        files += [str(p) for p in write_tables(df, out)]
-        files.append(str(write_recommendation(rec, out)))
-        if not ns.no_plots:
-            files += [str(p) for p in plot_all(df, out)]
+        def make(folder: Path) -> list[Path]:
+            made = [*write_tables(df, folder), write_recommendation(rec, folder)]
+            return made + ([] if ns.no_plots else plot_all(df, folder))
+
+        files = [str(p) for p in publish(out, ns.command_line, make)]
     if ns.json:
         record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
         print(json.dumps(record))
@@ -229,7 +242,8 @@ def register(sub) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="write sweep.csv, sweep.parquet, recommended.json and plots here (default: none, print only)",
+        help="write sweep.csv, sweep.parquet, recommended.json, plots and manifest.json here, in place of the files "
+        "of the sweep its manifest names; one sweep at a time (default: none, print only)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
