@@ -20,6 +20,8 @@ from shardsim.runtime.records import check_runs_csv, load_run
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import check_output_dir
+from shardsim.simulator.flagtypes import Count
+from shardsim.simulator.scale import MAX_WORLD
 from shardsim.simulator.workload.load import spec_name
 
 log = logging.getLogger("shardsim")
@@ -55,8 +57,6 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     from shardsim.simulator.hardware.topology import make_cluster
 
     cluster = make_cluster(cfg.topology, cfg.nodes)
-    if nproc is not None and nproc < 1:
-        raise ConfigError(f"expected --nproc >= 1, got {nproc}", field="nproc")
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
     on_gpu = gpus > 0
     if on_gpu:
@@ -99,24 +99,10 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     return RunPlan(cfg, resolved, res, n, on_gpu, emulate)
 
 
-def _check_run_flags(ns: argparse.Namespace) -> None:
-    if ns.steps < 1:
-        raise ConfigError(f"expected --steps >= 1, got {ns.steps}", field="steps")
-    if ns.warmup < 0:
-        raise ConfigError(f"expected --warmup >= 0, got {ns.warmup}", field="warmup")
-    if not ns.timeout > 0:
-        raise ConfigError(f"expected --timeout > 0 seconds, got {ns.timeout}", field="timeout")
-    if ns.data_batches < 0:
-        raise ConfigError(f"expected --data-batches >= 0, got {ns.data_batches}", field="data-batches")
-    if ns.threads < 1:
-        raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
-
-
 def main_run(ns: argparse.Namespace) -> int:
     from shardsim.simulator.torch_required import require_torch
 
     require_torch("shardsim run")
-    _check_run_flags(ns)
     cfg = config_from_args(ns)
     plan = plan_run(cfg, ns.nproc, ns.emulate)
     with _holding(plan, ns.wait):  # a busy topology is refused before anything is made or said
@@ -209,7 +195,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument(
         "--nproc",
-        type=int,
+        type=Count(MAX_WORLD),
         help="ranks on this machine (default: the topology's devices per node on a GPU machine; "
         f"on CPU the cluster's world size if at most {MAX_CPU_RANKS})",
     )

@@ -10,12 +10,59 @@ grad_accum x microbatches x layers). Within the bounds a prediction takes second
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from shardsim.simulator.config import RunConfig
 from shardsim.simulator.errors import ConfigError
 
-MAX_WORLD = 65_536  # devices in one cluster
+if TYPE_CHECKING:
+    from shardsim.simulator.config import RunConfig
+
+MAX_WORLD = 65_536  # devices in one cluster (and so nodes, and ranks of a collective)
 MAX_PLAN_OPS = 100_000  # ops of one step's plan, as `plan_ops_estimate` counts them
+MAX_LAYERS = 16_384  # a ZeRO step of as many layers is about 98,000 ops: within MAX_PLAN_OPS
+MAX_WIDTH = 1_048_576  # hidden, ffn, heads, kv_heads, channels (2^20; published models stay under 2^16)
+MAX_VOCAB = 4_194_304  # vocabulary and classes (2^22; published vocabularies stay under 2^18)
+MAX_SEQ_LEN = 16_777_216  # tokens per sample: seq_len, a ViT's patches (2^24; 16 x the longest contexts)
+MAX_BATCH = 1_048_576  # samples per device per micro-step
+# micro-steps per step, and microbatches per pipeline replica: about the most any plan within
+# MAX_PLAN_OPS can hold (ddp of one layer takes 6 ops a micro-step)
+MAX_GRAD_ACCUM = 16_384
+MAX_MICROBATCHES = MAX_GRAD_ACCUM
+MAX_SEED = 2**32 - 1  # the largest seed every generator takes (numpy's)
+MAX_MESSAGE_BYTES = 2**40  # one collective's message (1 TiB: the fp32 gradients of a 270 B model)
+MAX_SWEEP_SPACE = 50_000  # configurations a sweep's requested space holds, valid or not, before any is checked
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A setting's range, as a configuration file or a flag gives it."""
+
+    name: str
+    maximum: int
+    minimum: int = 1
+
+
+# the integer settings of a configuration (files and flags), and their bounds
+SETTING_BOUNDS = {
+    b.name: b
+    for b in (
+        Bound("nodes", MAX_WORLD),
+        Bound("degree", MAX_WORLD),
+        Bound("pp", MAX_WORLD),
+        Bound("microbatches", MAX_MICROBATCHES),
+        Bound("batch_per_device", MAX_BATCH),
+        Bound("grad_accum", MAX_GRAD_ACCUM),
+        Bound("seed", MAX_SEED, minimum=0),
+        Bound("seq_len", MAX_SEQ_LEN),
+        Bound("hidden", MAX_WIDTH),
+        Bound("layers", MAX_LAYERS),
+        Bound("heads", MAX_WIDTH),
+        Bound("kv_heads", MAX_WIDTH),
+        Bound("ffn", MAX_WIDTH),
+        Bound("vocab", MAX_VOCAB),
+    )
+}
 
 
 def world_refusal(world: int) -> str | None:

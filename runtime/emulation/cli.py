@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from shardsim.simulator.config.flags import setting_type
+
 log = logging.getLogger("shardsim")
 
 
@@ -71,7 +73,12 @@ def register(sub) -> None:
     )
     p.add_argument("action", choices=("up", "down", "status"), help="bring it up, take it down, or show it")
     p.add_argument("topology", help="an emulated topology (emu-2x2, emu-4x2) or a YAML path")
-    p.add_argument("--nodes", type=int, default=None, help="number of nodes (default: the topology's emulated count)")
+    p.add_argument(
+        "--nodes",
+        type=setting_type("nodes"),
+        default=None,
+        help="number of nodes (default: the topology's emulated count)",
+    )
     p.add_argument("--measure", action="store_true", help="status: also measure bandwidth and latency n0 -> n1")
     p.add_argument(
         "--wait",

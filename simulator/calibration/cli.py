@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 from shardsim.simulator.config.flags import str_list
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import check_output_file
+from shardsim.simulator.flagtypes import Count
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_FOLDS = 5
+MAX_FOLDS = 1_000
 
 
 def errors(ratio: np.ndarray) -> dict[str, float]:
@@ -40,7 +42,7 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
 
     if ns.out:
         check_output_file(ns.out, "out")
-    if ns.folds == 1 or ns.folds < 0:
+    if ns.folds == 1:
         raise ConfigError(f"expected 0 (none) or >= 2 folds, got {ns.folds}", field="folds")
     inst = load_instance(ns.topology)
     rows = read_measurements(ns.measured, ns.topology, inst)
@@ -104,7 +106,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--folds",
-        type=int,
+        type=Count(MAX_FOLDS, 0),
         default=DEFAULT_FOLDS,
         help=f"k of the k-fold cross-validation (0: none; default: {DEFAULT_FOLDS})",
     )

@@ -20,12 +20,16 @@ from shardsim.simulator.config.flags import (
     add_algo_argument,
     add_config_arguments,
     choice_list,
-    int_list,
     overrides_from_args,
+    setting_list,
     str_list,
 )
+from shardsim.simulator.flagtypes import Count
+from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD
 
 log = logging.getLogger("shardsim")
+
+MAX_WORKERS = 1_024  # processes --workers may ask for
 
 # the sweep spans these with lists of its own: the strategy's fields and the settings
 SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
@@ -200,14 +204,16 @@ def register(sub) -> None:
         "--degrees",
         "--degree",
         dest="degrees",
-        type=int_list,
+        type=setting_list("degree"),
         help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
         "ddp (1) and zero (world) are kept when selected",
     )
-    p.add_argument("--pp", type=int_list, help="pipeline degrees (default: every divisor of the world, 2..layers)")
+    p.add_argument(
+        "--pp", type=setting_list("pp"), help="pipeline degrees (default: every divisor of the world, 2..layers)"
+    )
     p.add_argument(
         "--microbatches",
-        type=int_list,
+        type=setting_list("microbatches"),
         help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
     )
     p.add_argument(
@@ -219,7 +225,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--global-batch",
-        type=int,
+        type=Count(MAX_BATCH * MAX_WORLD),
         dest="global_batch",
         help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
         "scaling at the batch per device)",
@@ -233,14 +239,24 @@ def register(sub) -> None:
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
-    p.add_argument("--top", type=int, default=25, help="rows shown in the table (0: all; default: %(default)s)")
+    p.add_argument(
+        "--top",
+        type=Count(MAX_SWEEP_SPACE, 0),
+        default=25,
+        help="rows shown in the table (0: all; default: %(default)s)",
+    )
     p.add_argument(
         "--wide",
         action="store_true",
         help="every column of the table whatever the width (default: the breakdown columns are left out, "
         "with a note, where the table would not fit COLUMNS or the terminal)",
     )
-    p.add_argument("--workers", type=int, default=None, help="processes (default: the machine's cores)")
+    p.add_argument(
+        "--workers",
+        type=Count(MAX_WORKERS),
+        default=None,
+        help="processes (default: the machine's cores)",
+    )
     p.add_argument(
         "--no-progress",
         action="store_true",
