@@ -310,7 +310,7 @@ def enumerate_configs(
                     continue
                 too_big = plan_refusal(cfg, n_layers)
                 if too_big:
-                    here[too_big] += 1
+                    here[too_big.message] += 1
                     continue
                 key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
                 if settings:

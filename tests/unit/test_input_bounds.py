@@ -1,0 +1,90 @@
+"""Every input is bounded before any work, and refused in one line naming what is wrong: a
+model's shape before it is built into blocks, a configuration's sizes, the ranks of a collective."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardsim.simulator.collective import simulate_collective
+from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.scale import MAX_LAYERS, MAX_PLAN_OPS, plan_refusal
+from shardsim.simulator.workload import families
+from tests.helpers import one_tier
+from tests.unit.test_flag_bounds import refused
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """Building a model into blocks fails the test."""
+    monkeypatch.setattr(families, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))
+
+
+# --- a model's shape and a configuration's sizes -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["predict", "--workload", "{family: gpt, hidden: 64, layers: 10000000, heads: 1, seq_len: 8, vocab: 8}"],
+         "workload.layers"),
+        (["predict", "--workload", "{family: gpt, hidden: 4194304, layers: 2, heads: 1, seq_len: 8, vocab: 8}"],
+         "workload.hidden"),
+        (["predict", "--workload", "{family: vit, hidden: 64, layers: 2, heads: 1, image: 1048576, patch: 1}"],
+         "workload.image"),
+    ],
+    ids=["layers", "hidden", "vit-patches"],
+)  # fmt: skip
+def test_a_model_beyond_the_bounds_is_refused_before_it_is_built(capsys, nothing_built, argv, field) -> None:
+    err = refused(capsys, argv)
+    assert f"field '{field}'" in err and "beyond the simulator's bound" in err, err
+
+
+def test_a_model_file_beyond_the_bounds_is_refused_before_it_is_built(capsys, nothing_built, tmp_path) -> None:
+    model = tmp_path / "deep.yaml"
+    model.write_text("family: gpt\nhidden: 64\nlayers: 10000000\nheads: 1\nseq_len: 8\nvocab: 8\n")
+    err = refused(capsys, ["predict", "--workload", str(model)])
+    assert str(model) in err and "field 'layers'" in err and f"{MAX_LAYERS:,}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [("batch_per_device: 100000000\n", "batch_per_device"), ("seed: 100000000000000000000000\n", "seed"),
+     ("grad_accum: 1000000000\n", "grad_accum"), ("workload: tiny-gpt\nlayers: 100000000\n", "layers")],
+    ids=["batch", "seed", "grad_accum", "layers"],
+)  # fmt: skip
+def test_a_configuration_file_beyond_the_bounds_names_the_file_and_field(capsys, nothing_built, tmp_path, text, field):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(text)
+    err = refused(capsys, ["predict", str(cfg)])
+    assert str(cfg) in err and f"field '{field}'" in err and "beyond the simulator's bound" in err, err
+
+
+def test_a_plan_too_big_for_its_layers_names_the_layers_not_grad_accum() -> None:
+    # grad_accum 1 and one microbatch: a pipeline of sharded stages of 8,192 layers each is beyond the op bound
+    big = RunConfig(workload="tiny-gpt", grad_accum=1, strategy=Strategy("pipeline", degree=2, pp=2, microbatches=1))
+    why = plan_refusal(big, MAX_LAYERS)
+    assert why is not None and why.field == "layers" and "fewer layers" in why.message, why
+    many = RunConfig(workload="tiny-gpt", grad_accum=1, strategy=Strategy("pipeline", degree=2, pp=2, microbatches=512))
+    assert plan_refusal(many, 100).field == "microbatches"
+    accum = RunConfig(workload="tiny-gpt", grad_accum=10_000, strategy=Strategy("zero", degree=8))
+    refusal = plan_refusal(accum, 4)
+    assert refusal.field == "grad_accum" and f"{MAX_PLAN_OPS:,}" in refusal.message
+
+
+def test_predict_names_the_layers_when_they_make_the_step_too_big(capsys) -> None:
+    argv = ["predict", "--workload", "tiny-gpt", "--layers", str(MAX_LAYERS), "--topology", "p4d.24xlarge",
+            "--nodes", "1", "--strategy", "pipeline", "--pp", "2", "--degree", "2"]  # fmt: skip
+    err = refused(capsys, argv)
+    assert "field 'layers'" in err and "grad_accum'" not in err and "microbatches'" not in err, err
+
+
+# --- ranks: a collective's, a run's -------------------------------------------------------------------------
+
+
+def test_a_collective_over_more_ranks_than_the_cluster_or_one_is_refused(capsys) -> None:
+    err = refused(capsys, ["collective", "--topology", "p4d.24xlarge", "--ranks", "9"])
+    assert "field 'ranks'" in err and "2 to the 8 devices of 1 x p4d.24xlarge" in err and "--nodes" in err, err
+    assert "--ranks" in refused(capsys, ["collective", "--ranks", "1"])
+    with pytest.raises(ConfigError, match="not 1 ranks"):  # a cluster of one device has no collective
+        simulate_collective(one_tier(1), "all_reduce", 2**20)
