@@ -27,6 +27,7 @@ from shardsim.simulator.workload.load import spec_name
 log = logging.getLogger("shardsim")
 
 MAX_CPU_RANKS = 8  # default world on a CPU machine when --nproc is not given
+CPU_RANKS_PER_CORE = 4  # a CPU run takes at most this many ranks per core (and at least MAX_CPU_RANKS)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,14 @@ def gpu_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cpu_rank_limit() -> int:
+    """The most ranks a CPU run starts on this machine: `CPU_RANKS_PER_CORE` per core it may run
+    on, and never fewer than `MAX_CPU_RANKS`."""
+    from shardsim.simulator.sweep.execute import default_workers
+
+    return max(MAX_CPU_RANKS, CPU_RANKS_PER_CORE * default_workers())
 
 
 def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> RunPlan:
@@ -72,6 +81,12 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
             raise ConfigError(
                 f"{cluster.describe()} is {n} ranks; a CPU run here defaults to at most {MAX_CPU_RANKS} "
                 "(pass --nproc N, or fewer --nodes)",
+                field="nproc",
+            )
+        if n > (limit := cpu_rank_limit()):
+            raise ConfigError(
+                f"{n:,} CPU ranks is more than this machine runs: at most {limit} "
+                f"({CPU_RANKS_PER_CORE} per core, at least {MAX_CPU_RANKS}; lower --nproc)",
                 field="nproc",
             )
     is_emulated = cluster.instance.emulated is not None
@@ -197,7 +212,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--nproc",
         type=Count(MAX_WORLD),
         help="ranks on this machine (default: the topology's devices per node on a GPU machine; "
-        f"on CPU the cluster's world size if at most {MAX_CPU_RANKS})",
+        f"on CPU the cluster's world size if at most {MAX_CPU_RANKS}); at most one per GPU, or on CPU "
+        f"{CPU_RANKS_PER_CORE} per core (at least {MAX_CPU_RANKS})",
     )
     p.add_argument(
         "--emulate",

@@ -1,17 +1,22 @@
 """Every input is bounded before any work, and refused in one line naming what is wrong: a
-model's shape before it is built into blocks, a configuration's sizes, the ranks of a collective."""
+model's shape before it is built into blocks, a configuration's sizes, the ranks of a collective
+and of a run."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
+import shardsim.runtime.run_cli as rcli
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.scale import MAX_LAYERS, MAX_PLAN_OPS, plan_refusal
+from shardsim.simulator.sweep import execute
 from shardsim.simulator.workload import families
 from tests.helpers import one_tier
-from tests.unit.test_flag_bounds import refused
+from tests.unit.test_flag_bounds import exit_status, refused
 
 
 @pytest.fixture
@@ -88,3 +93,31 @@ def test_a_collective_over_more_ranks_than_the_cluster_or_one_is_refused(capsys)
     assert "--ranks" in refused(capsys, ["collective", "--ranks", "1"])
     with pytest.raises(ConfigError, match="not 1 ranks"):  # a cluster of one device has no collective
         simulate_collective(one_tier(1), "all_reduce", 2**20)
+
+
+def test_the_ranks_of_a_collective_within_the_cluster_run(capsys) -> None:
+    assert main_json(capsys, ["collective", "--topology", "p4d.24xlarge", "--ranks", "3"])["ranks"] == 3
+
+
+def main_json(capsys, argv: list[str]) -> dict:
+    import json
+
+    assert exit_status([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def no_spawn(monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a process was started for bad input"))
+    monkeypatch.setattr(rcli, "gpu_count", lambda: 0)
+
+
+def test_a_cpu_run_takes_at_most_its_ranks_per_core(capsys, monkeypatch, no_spawn) -> None:
+    monkeypatch.setattr(execute, "default_workers", lambda: 2)
+    assert rcli.cpu_rank_limit() == max(rcli.MAX_CPU_RANKS, 2 * rcli.CPU_RANKS_PER_CORE)
+    argv = ["run", "--topology", "emu-2x2", "--workload", "tiny-gpt", "--no-emulate", "--nproc", "200"]
+    err = refused(capsys, argv)
+    assert "200 CPU ranks" in err and f"at most {rcli.cpu_rank_limit()}" in err and "--nproc" in err, err
+    monkeypatch.setattr(execute, "default_workers", lambda: 64)  # a bigger machine runs more
+    cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", strategy=Strategy("ddp"))
+    assert rcli.plan_run(cfg, 200, emulate=False).nproc == 200
