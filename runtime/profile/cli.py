@@ -19,11 +19,23 @@ from shardsim.simulator.units import format_seconds
 MAX_REPEATS = 1_000  # timings of one figure
 
 
+def _device(asked: str) -> str:
+    """Where the blocks are timed: `asked`, auto as CUDA when present; cuda without a CUDA device is refused."""
+    import torch
+
+    if asked == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if asked == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("this machine has no CUDA device torch can use (pass --device cpu)", field="device")
+    return asked
+
+
 def _cmd_profile(ns: argparse.Namespace) -> int:
     from shardsim.simulator.hardware.topology import make_cluster
 
     require_torch("shardsim profile")
     cfg = config_from_args(ns)
+    device = _device(ns.device)
     out = check_output_file(ns.out, "out", make_folder=True)
     batches = list(ns.batch or (cfg.batch_per_device,))
     cluster = make_cluster(cfg.topology, cfg.nodes)
@@ -38,11 +50,6 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
             check_privileges()
         except ConfigError as exc:
             raise ConfigError(f"{exc} (or pass --no-links to profile the blocks only)") from None
-    device = ns.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     sharing = emulated and device == "cpu" if ns.sharing is None else ns.sharing
     holding = contextlib.nullcontext()
     if links:  # the links are measured in the emulated cluster: hold it for the whole job

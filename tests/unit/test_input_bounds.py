@@ -121,3 +121,17 @@ def test_a_cpu_run_takes_at_most_its_ranks_per_core(capsys, monkeypatch, no_spaw
     monkeypatch.setattr(execute, "default_workers", lambda: 64)  # a bigger machine runs more
     cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", strategy=Strategy("ddp"))
     assert rcli.plan_run(cfg, 200, emulate=False).nproc == 200
+
+
+def test_profile_on_cuda_without_a_cuda_device_is_refused_before_timing(capsys, monkeypatch, tmp_path) -> None:
+    import torch
+
+    from shardsim.runtime.profile import cli as profile_cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(profile_cli, "build_profile", lambda *a, **k: pytest.fail("profiling started"))
+    argv = ["profile", "--workload", "tiny-mlp", "--topology", "emu-2x2", "--no-links", "--no-sharing",
+            "--device", "cuda", "--out", str(tmp_path / "profile.json")]  # fmt: skip
+    err = refused(capsys, argv)
+    assert "field 'device'" in err and "no CUDA device" in err, err
+    assert not (tmp_path / "profile.json").exists()
