@@ -36,6 +36,7 @@ MAX_MICROBATCHES = MAX_GRAD_ACCUM
 MAX_SEED = 2**32 - 1  # the largest seed every generator takes (numpy's)
 MAX_MESSAGE_BYTES = 2**40  # one collective's message (1 TiB: the fp32 gradients of a 270 B model)
 MAX_SWEEP_SPACE = 50_000  # configurations a sweep's requested space holds, valid or not, before any is checked
+SWEEP_CONFIRM_ABOVE = 1_000  # valid configurations a sweep predicts without asking (--yes)
 
 
 @dataclass(frozen=True)

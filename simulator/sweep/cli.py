@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
@@ -24,12 +25,13 @@ from shardsim.simulator.config.flags import (
     setting_list,
     str_list,
 )
+from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.flagtypes import Count
-from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD
+from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
 
 log = logging.getLogger("shardsim")
 
-MAX_WORKERS = 1_024  # processes --workers may ask for
+MAX_WORKERS = 1_024  # processes --workers may ask for; a sweep starts at most the machine's cores
 
 # the sweep spans these with lists of its own: the strategy's fields and the settings
 SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
@@ -85,6 +87,43 @@ def _progress_mode(ns: argparse.Namespace):
     return "lines" if ns.verbose > ns.quiet else None
 
 
+def _workers(asked: int | None) -> int | None:
+    """--workers, capped at the cores this process may run on (with a note when asked for more)."""
+    from shardsim.simulator.sweep.execute import default_workers
+
+    cores = default_workers()
+    if asked is not None and asked > cores:
+        log.info("--workers %d: this machine has %d cores; the sweep runs %d processes", asked, cores, cores)
+        return cores
+    return asked
+
+
+def _confirmation(yes: bool) -> Callable[[int, float], None]:
+    """What a sweep of more than `SWEEP_CONFIRM_ABOVE` configurations needs before it starts:
+    --yes, or a yes typed on the terminal; its size and estimated time are said first."""
+
+    def confirm(n: int, seconds: float) -> None:
+        from shardsim.simulator.sweep.progress import format_duration
+
+        if n <= SWEEP_CONFIRM_ABOVE:
+            return
+        size = f"{n:,} configurations (about {format_duration(seconds)} on this machine)"
+        if yes:
+            log.info("sweeping %s", size)
+            return
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise ConfigError(
+                f"a sweep of {size} needs --yes to start (over {SWEEP_CONFIRM_ABOVE:,} configurations, "
+                "and stdin is not a terminal to ask)"
+            )
+        sys.stderr.write(f"shardsim: a sweep of {size} (over {SWEEP_CONFIRM_ABOVE:,}); start it? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise ConfigError(f"the sweep of {n:,} configurations was not started (--yes starts it without asking)")
+
+    return confirm
+
+
 def _report_dropped(dropped: dict[str, int]) -> None:
     """What the requested space holds that the simulator cannot do: a line per reason, on stderr."""
     for why, n in dropped.items():
@@ -103,7 +142,16 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     skipped: list[str] = []
     dropped: dict[str, int] = {}
     with SweepProgress(_progress_mode(ns)) as progress:
-        df = sweep(base, space, algo=ns.algo, workers=ns.workers, skipped=skipped, dropped=dropped, progress=progress)
+        df = sweep(
+            base,
+            space,
+            algo=ns.algo,
+            workers=_workers(ns.workers),
+            skipped=skipped,
+            dropped=dropped,
+            progress=progress,
+            confirm=_confirmation(ns.yes),
+        )
     _report_dropped(dropped)
     rec = recommend(df)
     files: list[str] = []
@@ -255,7 +303,14 @@ def register(sub) -> None:
         "--workers",
         type=Count(MAX_WORKERS),
         default=None,
-        help="processes (default: the machine's cores)",
+        help="processes, at most the machine's cores (default: the machine's cores)",
+    )
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help=f"start a sweep of more than {SWEEP_CONFIRM_ABOVE:,} configurations without asking (default: ask on a "
+        "terminal, refuse elsewhere)",
     )
     p.add_argument(
         "--no-progress",

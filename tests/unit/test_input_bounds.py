@@ -1,9 +1,10 @@
 """Every input is bounded before any work, and refused in one line naming what is wrong: a
 model's shape before it is built into blocks, a configuration's sizes, the ranks of a collective
-and of a run."""
+and of a run, a sweep's workers and size."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 
 import pytest
@@ -12,17 +13,30 @@ import shardsim.runtime.run_cli as rcli
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.scale import MAX_LAYERS, MAX_PLAN_OPS, plan_refusal
-from shardsim.simulator.sweep import execute
+from shardsim.simulator.scale import MAX_LAYERS, MAX_PLAN_OPS, MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE, plan_refusal
+from shardsim.simulator.sweep import cli as sweep_cli
+from shardsim.simulator.sweep import execute, search
+from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
 from shardsim.simulator.workload import families
 from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
+from tests.unit.test_readme_examples import examples_of
+
+# the settings lists of the sweep's docs, in full: 1,932 configurations of the seed scenario
+MANY = ["--checkpointing", "none,full,selective", "--selective-ac-options", "op,2", "--reduce-dtypes", "fp32,fp16",
+        "--optimizer-impls", "foreach,fused,per-parameter"]  # fmt: skip
 
 
 @pytest.fixture
 def nothing_built(monkeypatch):
     """Building a model into blocks fails the test."""
     monkeypatch.setattr(families, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))
+
+
+@pytest.fixture
+def nothing_predicted(monkeypatch):
+    """Predicting a sweep's configurations fails the test."""
+    monkeypatch.setattr(search, "predict_all", lambda *a, **k: pytest.fail("the sweep started predicting"))
 
 
 # --- a model's shape and a configuration's sizes -----------------------------------------------------------
@@ -135,3 +149,78 @@ def test_profile_on_cuda_without_a_cuda_device_is_refused_before_timing(capsys, 
     err = refused(capsys, argv)
     assert "field 'device'" in err and "no CUDA device" in err, err
     assert not (tmp_path / "profile.json").exists()
+
+
+# --- a sweep's workers and size -----------------------------------------------------------------------------
+
+
+def test_sweep_workers_are_capped_at_the_cores_with_a_note(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(execute, "default_workers", lambda: 2)
+    asked = []
+    real = search.predict_all
+    monkeypatch.setattr(search, "predict_all", lambda *a, **k: asked.append(k["workers"]) or real(*a, **k))
+    argv = ["sweep", "--workload", "tiny-gpt", "--nodes", "1", "--strategies", "ddp,zero", "--no-progress"]
+    assert exit_status([*argv, "--workers", "96"]) == 0
+    assert asked == [2]
+    assert "--workers 96: this machine has 2 cores; the sweep runs 2 processes" in capsys.readouterr().err
+    assert exit_status([*argv, "--workers", "1"]) == 0 and asked == [2, 1]
+
+
+def test_the_readme_sweeps_start_without_asking() -> None:
+    from shardsim.runtime.cli import build_parser
+    from shardsim.simulator.sweep.space import enumerate_configs
+
+    examples = examples_of("sweep")
+    assert examples
+    for argv in examples:
+        base, space = sweep_cli._build(build_parser().parse_args(argv))
+        assert len(enumerate_configs(base, space).candidates) <= SWEEP_CONFIRM_ABOVE, argv
+
+
+def test_a_big_sweep_says_its_size_and_needs_yes_off_a_terminal(capsys, monkeypatch, nothing_predicted) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    err = refused(capsys, ["sweep", *MANY])
+    assert "1,932 configurations" in err and "about" in err and "--yes" in err, err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_big_sweep_on_a_terminal_asks_first(capsys, monkeypatch, nothing_predicted) -> None:
+    monkeypatch.setattr("sys.stdin", _Terminal("n\n"))
+    assert exit_status(["sweep", *MANY]) == 2
+    err = capsys.readouterr().err
+    assert "1,932 configurations" in err and "start it? [y/N]" in err and "was not started" in err, err
+
+
+def test_a_big_sweep_starts_on_a_yes_typed_or_given(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(sweep_cli, "SWEEP_CONFIRM_ABOVE", 1)  # so that a sweep of two configurations is big
+    small = ["sweep", "--workload", "tiny-gpt", "--nodes", "1", "--strategies", "ddp,zero", "--workers", "1"]
+    monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
+    assert exit_status(small) == 0
+    out, err = capsys.readouterr()
+    assert "start it? [y/N]" in err and "zero" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert exit_status([*small, "--yes"]) == 0
+    assert "sweeping 2 configurations" in capsys.readouterr().err
+
+
+def test_a_sweep_beyond_the_space_bound_is_refused_before_it_is_enumerated(capsys, nothing_predicted) -> None:
+    nodes = ",".join(str(2**k) for k in range(12))
+    err = refused(capsys, ["sweep", "--nodes", nodes, *MANY, "--yes"])
+    assert f"beyond the sweep's bound of {MAX_SWEEP_SPACE:,}" in err, err
+
+
+@pytest.mark.parametrize(
+    "space",
+    [SweepSpace(), SweepSpace(degrees=(4, 2, 4, 64)), SweepSpace(pp=(1, 2, 3), microbatches=(2, 8)),
+     SweepSpace(strategies=("zero2d", "pipeline"), schedules=("gpipe",))],
+    ids=["default", "degrees", "pp-microbatches", "kinds"],
+)  # fmt: skip
+@pytest.mark.parametrize("world", [1, 12, 64])
+def test_the_strategies_are_counted_as_they_are_enumerated(space, world) -> None:
+    for reshard in ((True,), (True, False)):
+        made = list(_strategies_for(world, 24, 4, space, reshard))
+        assert strategies_count(world, 24, 4, space, reshard) == len(made)
