@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,7 +86,7 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
             errors=errs,
         )
         write_calibration(ns.out, cal)
-        print(f"\nwritten {ns.out} (use: --calibration {ns.out})")
+        print(f"\nwritten {ns.out} (use: --calibration {shlex.quote(ns.out)})")
     return 0
 
 

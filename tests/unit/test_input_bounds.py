@@ -1,19 +1,29 @@
 """Every input is bounded before any work, and refused in one line naming what is wrong: a
 model's shape before it is built into blocks, a configuration's sizes, the ranks of a collective
-and of a run, a sweep's workers and size."""
+and of a run, a sweep's workers and size; and the commands a message suggests run as written."""
 
 from __future__ import annotations
 
 import io
+import os
+import shlex
 import subprocess
 
 import pytest
 
 import shardsim.runtime.run_cli as rcli
+from shardsim.runtime.emulation.cli import down_command
+from shardsim.runtime.emulation.ownership import Holder, TopologyBusy, held_by, keep, owning, runtime_dir
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.scale import MAX_LAYERS, MAX_PLAN_OPS, MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE, plan_refusal
+from shardsim.simulator.scale import (
+    MAX_LAYERS,
+    MAX_PLAN_OPS,
+    MAX_SWEEP_SPACE,
+    SWEEP_CONFIRM_ABOVE,
+    plan_refusal,
+)
 from shardsim.simulator.sweep import cli as sweep_cli
 from shardsim.simulator.sweep import execute, search
 from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
@@ -224,3 +234,40 @@ def test_the_strategies_are_counted_as_they_are_enumerated(space, world) -> None
     for reshard in ((True,), (True, False)):
         made = list(_strategies_for(world, 24, 4, space, reshard))
         assert strategies_count(world, 24, 4, space, reshard) == len(made)
+
+
+# --- commands a message suggests ----------------------------------------------------------------------------
+
+
+def test_cluster_down_is_suggested_as_it_runs_from_any_folder(tmp_path, monkeypatch) -> None:
+    shipped = down_command("emu-2x2", None)
+    assert shipped == "shardsim cluster down emu-2x2"
+    folder = tmp_path / "my topologies"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    words = shlex.split(down_command("my emu.yaml", 3))
+    assert words == ["shardsim", "cluster", "down", str(folder / "my emu.yaml"), "--nodes", "3"]
+
+
+def test_a_kept_cluster_names_the_command_that_takes_it_down(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SHARDSIM_RUNTIME_DIR", str(tmp_path / "run"))
+    assert runtime_dir() == tmp_path / "run"
+    down = down_command(str(tmp_path / "my emu.yaml"), None)
+    with owning("ss-my-emu", present=lambda: True):
+        keep("ss-my-emu", down)
+    with pytest.raises(TopologyBusy) as exc:
+        with owning("ss-my-emu", label="my-emu", present=lambda: True):
+            pass
+    assert f"until `{down}`" in str(exc.value)
+    assert shlex.split(down)[3] == str(tmp_path / "my emu.yaml")
+    os.remove(tmp_path / "run" / "ss-my-emu.json")
+    older = Holder(1, "shardsim cluster up x", 0.0, kept=True)  # a record without its command
+    assert "until `shardsim cluster down 'my emu'`" in held_by("my emu", older)
+
+
+def test_the_install_command_runs_from_a_python_in_a_folder_with_spaces(monkeypatch) -> None:
+    from shardsim.simulator import torch_required
+
+    monkeypatch.setattr(torch_required.sys, "executable", "/opt/my python/bin/python3")
+    words = shlex.split(torch_required.install_command())
+    assert words[:4] == ["/opt/my python/bin/python3", "-m", "pip", "install"]
