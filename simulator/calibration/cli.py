@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardsim.simulator.config.flags import str_list
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import check_output_file
+from shardsim.simulator.flagtypes import Count
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_FOLDS = 5
 FORCE = " (--force writes it anyway, marked forced)"
+MAX_FOLDS = 1_000
 
 
 def errors(ratio: np.ndarray) -> dict[str, float]:
@@ -43,7 +46,7 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
 
     if ns.out:
         check_output_file(ns.out, "out")
-    if ns.folds == 1 or ns.folds < 0:
+    if ns.folds == 1:
         raise ConfigError(f"expected 0 (none) or >= 2 folds, got {ns.folds}", field="folds")
     inst = load_instance(ns.topology)
     rows = read_measurements(ns.measured, ns.topology, inst)
@@ -98,7 +101,7 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
             warning=warning or "",
         )
         write_calibration(ns.out, cal)
-        print(f"\nwritten {ns.out} (use: --calibration {ns.out})")
+        print(f"\nwritten {ns.out} (use: --calibration {shlex.quote(ns.out)})")
     return 0
 
 
@@ -119,7 +122,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--folds",
-        type=int,
+        type=Count(MAX_FOLDS, 0),
         default=DEFAULT_FOLDS,
         help=f"k of the k-fold cross-validation (0: none; default: {DEFAULT_FOLDS})",
     )
