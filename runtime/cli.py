@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -141,6 +142,7 @@ def _exit_now(code: int) -> None:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    ns.command_line = shlex.join(["shardsim", *(sys.argv[1:] if argv is None else argv)])
     setup_logging(ns.verbose - ns.quiet)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, raise_interrupt) if main_thread else None

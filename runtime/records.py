@@ -3,7 +3,8 @@
 Rank 0 of a run writes ``<out>/<run_id>.json`` (every field of the record) and appends one
 `RunRow` to ``<out>/runs.csv``, each atomically (`simulator.files`); runs.csv is read, added
 to and replaced under a lock, so runs sharing a folder never lose each other's rows and a
-crash never leaves a torn file. Readers take a record back with `load_run`.
+crash never leaves a torn file; a runs.csv torn otherwise (edited, copied short) is named and
+never added to (`read_runs_csv`). Readers take a record back with `load_run`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import json
 import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_type_hints
 
 from shardsim.runtime.lockfile import locked
 from shardsim.simulator.config.schema import SAC_OP
+from shardsim.simulator.csvfile import read_table
 from shardsim.simulator.errors import CorruptFile
 from shardsim.simulator.files import atomic_write
 
@@ -194,6 +196,9 @@ def _selective_option(cfg: dict[str, Any]) -> str | None:
 
 
 CSV_COLUMNS = tuple(f.name for f in fields(RunRow))
+# each column's type as runs.csv spells it (checkpointing: True, False or selective); the std
+# column is empty in the rows of a file written before it existed
+CSV_TYPES = get_type_hints(RunRow) | {"checkpointing": bool | Literal["selective"], "step_time_std_s": float | None}
 _SHARED = tuple(n for n in CSV_COLUMNS if n != "step_times_s" and n in RunRecord.__dataclass_fields__)
 
 
@@ -221,33 +226,18 @@ def write_run(record: RunRecord, out_dir: str | Path) -> Path:
 
 
 def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
-    """The columns and rows of a runs.csv (OSError when unreadable; CorruptFile, naming the
-    line, when it is not one: not text, no run_id column, a row torn or with more cells than
-    the header). A file without a column that newer files have (step_time_std_s) is read as
-    it is; `write_run` adds the column, empty in its older rows."""
-    where = str(path)
+    """The columns and rows of a runs.csv (OSError when unreadable; CorruptFile naming the file,
+    the line and the column, with what to do, when it is not one: not text, no run_id column,
+    a last line without its line end, a row with more or fewer cells than the header, a cell
+    of `RunRow`'s columns that is not of its type; `simulator.csvfile`). A file without a
+    column that newer files have (step_time_std_s) is read as it is; `write_run` adds the
+    column, empty in its older rows."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            header = list(reader.fieldnames or [])
-            if "run_id" not in header:
-                raise CorruptFile("not a runs.csv: its first line has no run_id column", where=where)
-            rows = []
-            for row in reader:
-                if None in row:
-                    what = f"line {reader.line_num} has more cells than the header's {len(header)} columns"
-                    raise CorruptFile(what, where=where)
-                if None in row.values():
-                    what = (
-                        f"line {reader.line_num} has fewer cells than the header's {len(header)} columns (truncated?)"
-                    )
-                    raise CorruptFile(what, where=where)
-                rows.append(row)
-    except UnicodeDecodeError:
-        raise CorruptFile("not a runs.csv: not UTF-8 text", where=where) from None
-    except csv.Error as exc:
-        raise CorruptFile(f"not a runs.csv: {exc}", where=where) from None
-    return header, rows
+        table = read_table(path, CSV_TYPES, required=("run_id",), error=CorruptFile)
+    except CorruptFile as exc:
+        what = f"{exc.message}; repair or remove that line, or move the file aside (each run appends a row to it)"
+        raise CorruptFile(what, where=exc.where, field=exc.field) from None
+    return table.columns, [row.cells for row in table.rows]
 
 
 def check_runs_csv(folder: str | Path) -> None:

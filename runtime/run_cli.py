@@ -20,11 +20,14 @@ from shardsim.runtime.records import check_runs_csv, load_run
 from shardsim.simulator.config import Resolved, RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import check_output_dir
+from shardsim.simulator.flagtypes import Count
+from shardsim.simulator.scale import MAX_WORLD
 from shardsim.simulator.workload.load import spec_name
 
 log = logging.getLogger("shardsim")
 
 MAX_CPU_RANKS = 8  # default world on a CPU machine when --nproc is not given
+CPU_RANKS_PER_CORE = 4  # a CPU run takes at most this many ranks per core (and at least MAX_CPU_RANKS)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,14 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def cpu_rank_limit() -> int:
+    """The most ranks a CPU run starts on this machine: `CPU_RANKS_PER_CORE` per core it may run
+    on, and never fewer than `MAX_CPU_RANKS`."""
+    from shardsim.simulator.sweep.execute import default_workers
+
+    return max(MAX_CPU_RANKS, CPU_RANKS_PER_CORE * default_workers())
+
+
 def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> RunPlan:
     """Ranks on this machine and the resolved configuration, or ConfigError.
 
@@ -55,8 +66,6 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     from shardsim.simulator.hardware.topology import make_cluster
 
     cluster = make_cluster(cfg.topology, cfg.nodes)
-    if nproc is not None and nproc < 1:
-        raise ConfigError(f"expected --nproc >= 1, got {nproc}", field="nproc")
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
     on_gpu = gpus > 0
     if on_gpu:
@@ -72,6 +81,12 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
             raise ConfigError(
                 f"{cluster.describe()} is {n} ranks; a CPU run here defaults to at most {MAX_CPU_RANKS} "
                 "(pass --nproc N, or fewer --nodes)",
+                field="nproc",
+            )
+        if n > (limit := cpu_rank_limit()):
+            raise ConfigError(
+                f"{n:,} CPU ranks is more than this machine runs: at most {limit} "
+                f"({CPU_RANKS_PER_CORE} per core, at least {MAX_CPU_RANKS}; lower --nproc)",
                 field="nproc",
             )
     is_emulated = cluster.instance.emulated is not None
@@ -99,24 +114,10 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     return RunPlan(cfg, resolved, res, n, on_gpu, emulate)
 
 
-def _check_run_flags(ns: argparse.Namespace) -> None:
-    if ns.steps < 1:
-        raise ConfigError(f"expected --steps >= 1, got {ns.steps}", field="steps")
-    if ns.warmup < 0:
-        raise ConfigError(f"expected --warmup >= 0, got {ns.warmup}", field="warmup")
-    if not ns.timeout > 0:
-        raise ConfigError(f"expected --timeout > 0 seconds, got {ns.timeout}", field="timeout")
-    if ns.data_batches < 0:
-        raise ConfigError(f"expected --data-batches >= 0, got {ns.data_batches}", field="data-batches")
-    if ns.threads < 1:
-        raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
-
-
 def main_run(ns: argparse.Namespace) -> int:
     from shardsim.simulator.torch_required import require_torch
 
     require_torch("shardsim run")
-    _check_run_flags(ns)
     cfg = config_from_args(ns)
     plan = plan_run(cfg, ns.nproc, ns.emulate)
     with _holding(plan, ns.wait):  # a busy topology is refused before anything is made or said
@@ -209,9 +210,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument(
         "--nproc",
-        type=int,
+        type=Count(MAX_WORLD),
         help="ranks on this machine (default: the topology's devices per node on a GPU machine; "
-        f"on CPU the cluster's world size if at most {MAX_CPU_RANKS})",
+        f"on CPU the cluster's world size if at most {MAX_CPU_RANKS}); at most one per GPU, or on CPU "
+        f"{CPU_RANKS_PER_CORE} per core (at least {MAX_CPU_RANKS})",
     )
     p.add_argument(
         "--emulate",

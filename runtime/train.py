@@ -30,27 +30,38 @@ from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.flagtypes import Count, Real
 from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
+# bounds of a run's flags, checked as they are parsed
+MAX_STEPS = 100_000  # measured steps, warm-up steps, distinct data batches
+MAX_TIMEOUT_S = 86_400.0  # a collective's wait for its peers: a day
+MAX_THREADS = 1_024  # torch threads of one rank
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of a run shared by `shardsim run` and `python -m shardsim.runtime.train`."""
-    p.add_argument("--steps", type=int, default=5, help="measured steps, after the warm-up (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up steps, not measured (default: %(default)s)")
+    p.add_argument(
+        "--steps", type=Count(MAX_STEPS), default=5, help="measured steps, after the warm-up (default: %(default)s)"
+    )
+    p.add_argument(
+        "--warmup", type=Count(MAX_STEPS, 0), default=1, help="warm-up steps, not measured (default: %(default)s)"
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--out", default="results/runs", help="folder for <run_id>.json and runs.csv (default: %(default)s)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=Real(0.0, MAX_TIMEOUT_S),
         default=DEFAULT_TIMEOUT_S,
         help="seconds a rank waits for its peers in a collective before the job fails (default: %(default)s)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank on CPU (default: %(default)s)")
+    p.add_argument(
+        "--threads", type=Count(MAX_THREADS), default=1, help="torch threads per rank on CPU (default: %(default)s)"
+    )
     p.add_argument(
         "--data-batches",
-        type=int,
+        type=Count(MAX_STEPS, 0),
         default=0,
         metavar="N",
         help="cycle through N distinct global batches (default 0: a new one every step, as FakeDataset); "

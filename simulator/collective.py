@@ -53,7 +53,13 @@ def simulate_collective(
     too_big = world_refusal(cluster.world)
     if too_big:
         raise ConfigError(too_big, field="nodes")
-    n = ranks or cluster.world
+    n = cluster.world if ranks is None else ranks
+    if not 2 <= n <= cluster.world:
+        raise ConfigError(
+            f"a collective runs over 2 to the {cluster.world:,} devices of {cluster.describe()}, not {n:,} ranks"
+            + ("; add --nodes" if n > cluster.world else ""),
+            field="ranks",
+        )
     g = build_links(cluster)
     layout = GroupLayout(0, n, n)
     if algo == "auto":  # as predict and sweep choose

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from shardsim.simulator.config.flags import add_algo_argument
+from shardsim.simulator.config.flags import add_algo_argument, setting_type
 from shardsim.simulator.config.schema import BACKENDS
+from shardsim.simulator.flagtypes import Count, Size
+from shardsim.simulator.scale import MAX_MESSAGE_BYTES, MAX_WORLD
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
@@ -14,11 +16,10 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 def _cmd_collective(ns: argparse.Namespace) -> int:
     from shardsim.simulator.collective import simulate_collective
     from shardsim.simulator.hardware.topology import make_cluster
-    from shardsim.simulator.units import format_bytes, format_seconds, parse_size
+    from shardsim.simulator.units import format_bytes, format_seconds
 
-    size = parse_size(ns.size, field="--size")
     cluster = make_cluster(ns.topology, ns.nodes)
-    r = simulate_collective(cluster, ns.op, size, ns.algo, ns.backend, ns.ranks)
+    r = simulate_collective(cluster, ns.op, ns.size, ns.algo, ns.backend, ns.ranks)
     if ns.json:
         print(
             json.dumps({k: getattr(r, k) for k in ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps")})
@@ -39,13 +40,23 @@ def register(sub) -> None:
         "time, algorithm bandwidth and bus bandwidth as nccl-tests reports them.",
     )
     c.add_argument("--topology", default="p4d.24xlarge", help="instance type or YAML path (default: p4d.24xlarge)")
-    c.add_argument("--nodes", type=int, default=None, help="number of nodes (default 1, or the emulated count)")
+    c.add_argument(
+        "--nodes", type=setting_type("nodes"), default=None, help="number of nodes (default 1, or the emulated count)"
+    )
     c.add_argument("--op", default="all_reduce", choices=OPS, help="the collective (default: all_reduce)")
     c.add_argument(
-        "--size", default="1GiB", help="message size S as nccl-tests counts it, e.g. 1GiB, 25MB (default: 1GiB)"
+        "--size",
+        type=Size(MAX_MESSAGE_BYTES),
+        default="1GiB",
+        help="message size S as nccl-tests counts it, e.g. 1GiB, 25MB (default: 1GiB)",
     )
     add_algo_argument(c, auto=False)
     c.add_argument("--backend", default="nccl", choices=BACKENDS, help="communication library (default: nccl)")
-    c.add_argument("--ranks", type=int, default=None, help="use only the first N ranks (default: all)")
+    c.add_argument(
+        "--ranks",
+        type=Count(MAX_WORLD, minimum=2),
+        default=None,
+        help="use only the first N ranks of the cluster, at least 2 (default: all)",
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=_cmd_collective)

@@ -7,6 +7,7 @@ any command given a model built by Python (``pkg.module:build_fn``)."""
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 
 from shardsim.simulator.errors import ConfigError
@@ -17,7 +18,7 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 def install_command() -> str:
     """The pip command that installs the CPU build of the tested torch into this Python."""
-    return f"{sys.executable} -m pip install torch=={TORCH_VERSION} --index-url {CPU_INDEX}"
+    return shlex.join([sys.executable, "-m", "pip", "install", f"torch=={TORCH_VERSION}", "--index-url", CPU_INDEX])
 
 
 def require_torch(what: str) -> None:

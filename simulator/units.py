@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from shardsim.simulator.errors import ConfigError
@@ -38,7 +39,10 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
         if not m or m.group(2).lower() not in _SIZE_UNITS:
             raise ConfigError(f"expected a size such as 1GiB or 25MB, got {text!r}", field=field)
         value, unit = float(m.group(1)), m.group(2).lower()
-    size = int(round(value * _SIZE_UNITS[unit]))
+    scaled = value * _SIZE_UNITS[unit]
+    if not math.isfinite(scaled):
+        raise ConfigError(f"expected a finite size, got {text!r}", field=field)
+    size = int(round(scaled))
     if size <= 0:
         raise ConfigError(f"expected a size > 0, got {text!r}", field=field)
     return size

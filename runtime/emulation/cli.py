@@ -10,8 +10,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
+from pathlib import Path
+
+from shardsim.simulator.config.flags import setting_type
 
 log = logging.getLogger("shardsim")
+
+
+def down_command(topology: str, nodes: int | None) -> str:
+    """The ``shardsim cluster down`` of a cluster brought up as ``cluster up TOPOLOGY [--nodes N]``,
+    as it runs from any folder: a shipped topology by name, a file by its absolute path, quoted."""
+    from shardsim.simulator.hardware.topology import builtin_topologies
+
+    where = topology if topology in builtin_topologies() else str(Path(topology).resolve())
+    return shlex.join(["shardsim", "cluster", "down", where, *(["--nodes", str(nodes)] if nodes else [])])
 
 
 def _cmd_cluster(ns: argparse.Namespace) -> int:
@@ -25,14 +38,14 @@ def _cmd_cluster(ns: argparse.Namespace) -> int:
 
     cluster = plan_cluster(load_instance(ns.topology), ns.nodes)
     if ns.action == "up":
+        down_cmd = down_command(ns.topology, ns.nodes)
         with held([cluster], wait=ns.wait):
             up(cluster)
-            keep(cluster.prefix)  # held after this process ends, until `cluster down`
+            keep(cluster.prefix, down_cmd)  # held after this process ends, until `cluster down`
         print(format_status(status(cluster)))
-        print(
-            f"run CMD on node I: GLOO_SOCKET_IFNAME={cluster.nodes[0].ifname} ip netns exec {cluster.prefix}-nI CMD; "
-            f"then: shardsim cluster down {ns.topology}"
-        )
+        node = shlex.quote(f"{cluster.prefix}-nI")
+        ifname = cluster.nodes[0].ifname
+        print(f"run CMD on node I: GLOO_SOCKET_IFNAME={ifname} ip netns exec {node} CMD; then: {down_cmd}")
     elif ns.action == "down":
         with held([cluster], wait=ns.wait, take_kept=True):
             foreign = foreign_processes(cluster)
@@ -71,7 +84,12 @@ def register(sub) -> None:
     )
     p.add_argument("action", choices=("up", "down", "status"), help="bring it up, take it down, or show it")
     p.add_argument("topology", help="an emulated topology (emu-2x2, emu-4x2) or a YAML path")
-    p.add_argument("--nodes", type=int, default=None, help="number of nodes (default: the topology's emulated count)")
+    p.add_argument(
+        "--nodes",
+        type=setting_type("nodes"),
+        default=None,
+        help="number of nodes (default: the topology's emulated count)",
+    )
     p.add_argument("--measure", action="store_true", help="status: also measure bandwidth and latency n0 -> n1")
     p.add_argument(
         "--wait",

@@ -51,6 +51,7 @@ class Holder:
     command: str  # its command line, e.g. "shardsim run --topology emu-2x2 ..."
     since: float  # when it took the topology (seconds since the epoch)
     kept: bool = False  # brought up by `shardsim cluster up`: held until `shardsim cluster down`
+    down: str = ""  # kept: the command that takes its cluster down
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
@@ -62,7 +63,8 @@ def held_by(label: str, holder: Holder | None) -> str:
     if holder is None:
         return "in use by another process"
     if holder.kept:
-        return f"up by hand, held by {holder.describe()} until `shardsim cluster down {label}`"
+        down = holder.down or f"shardsim cluster down {shlex.quote(label)}"
+        return f"up by hand, held by {holder.describe()} until `{down}`"
     return f"in use by {holder.describe()}"
 
 
@@ -117,7 +119,8 @@ def read_holder(path: Path) -> Holder | None:
     leftover (a holder killed mid-write cannot leave one: records are written atomically)."""
     try:
         data = json.loads(path.read_text())
-        return Holder(int(data["pid"]), str(data["command"]), float(data["since"]), bool(data.get("kept", False)))
+        kept, down = bool(data.get("kept", False)), str(data.get("down", ""))
+        return Holder(int(data["pid"]), str(data["command"]), float(data["since"]), kept, down)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
@@ -206,13 +209,14 @@ def _write(record: Path, holder: Holder) -> None:
     atomic_write(record, json.dumps(asdict(holder)) + "\n", durable=False)
 
 
-def keep(name: str) -> None:
+def keep(name: str, down: str = "") -> None:
     """Make this process's hold of `name` outlast it: the record stays, and holds the topology
-    while its cluster exists, until a ``cluster down`` takes it over."""
+    while its cluster exists, until a ``cluster down`` takes it over; `down` is that command, as
+    messages suggest it."""
     hold = _held.get(name)
     if hold is None:
         raise RuntimeError(f"{name} is not held by this process")
-    hold.holder = replace(hold.holder, kept=True)
+    hold.holder = replace(hold.holder, kept=True, down=down)
     _write(hold.record, hold.holder)
 
 

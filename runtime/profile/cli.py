@@ -7,23 +7,27 @@ import contextlib
 import json
 
 from shardsim.runtime.profile.build import build_profile, write_json_atomic
+from shardsim.runtime.train import MAX_THREADS
 from shardsim.simulator.config import add_config_arguments, config_from_args
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import check_output_file
+from shardsim.simulator.flagtypes import Count, CountList
+from shardsim.simulator.scale import MAX_BATCH
 from shardsim.simulator.torch_required import require_torch
 from shardsim.simulator.units import format_seconds
 
+MAX_REPEATS = 1_000  # timings of one figure
 
-def _batches(text: str | None, default: int) -> list[int]:
-    if not text:
-        return [default]
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"expected microbatch sizes like 2,4, got {text!r}", field="batch") from None
-    if not out or min(out) < 1:
-        raise ConfigError(f"expected microbatch sizes >= 1, got {text!r}", field="batch")
-    return out
+
+def _device(asked: str) -> str:
+    """Where the blocks are timed: `asked`, auto as CUDA when present; cuda without a CUDA device is refused."""
+    import torch
+
+    if asked == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if asked == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("this machine has no CUDA device torch can use (pass --device cpu)", field="device")
+    return asked
 
 
 def _cmd_profile(ns: argparse.Namespace) -> int:
@@ -31,10 +35,9 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
 
     require_torch("shardsim profile")
     cfg = config_from_args(ns)
+    device = _device(ns.device)
     out = check_output_file(ns.out, "out", make_folder=True)
-    if ns.repeats < 1:
-        raise ConfigError(f"expected --repeats >= 1, got {ns.repeats}", field="repeats")
-    batches = _batches(ns.batch, cfg.batch_per_device)
+    batches = list(ns.batch or (cfg.batch_per_device,))
     cluster = make_cluster(cfg.topology, cfg.nodes)
     emulated = cluster.instance.emulated is not None
     links = emulated if ns.links is None else ns.links
@@ -47,11 +50,6 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
             check_privileges()
         except ConfigError as exc:
             raise ConfigError(f"{exc} (or pass --no-links to profile the blocks only)") from None
-    device = ns.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     sharing = emulated and device == "cpu" if ns.sharing is None else ns.sharing
     holding = contextlib.nullcontext()
     if links:  # the links are measured in the emulated cluster: hold it for the whole job
@@ -123,10 +121,23 @@ def register(sub) -> None:
         help="where the blocks are timed; auto: CUDA when present, else the CPU (default: %(default)s)",
     )
     p.add_argument(
-        "--threads", type=int, default=1, help="torch threads, as one rank on CPU uses (default: %(default)s)"
+        "--threads",
+        type=Count(MAX_THREADS),
+        default=1,
+        help="torch threads, as one rank on CPU uses (default: %(default)s)",
     )
-    p.add_argument("--batch", default=None, help="microbatch sizes to time, e.g. 2,4 (default: batch_per_device)")
-    p.add_argument("--repeats", type=int, default=9, help="timings per figure, the median kept (default: %(default)s)")
+    p.add_argument(
+        "--batch",
+        type=CountList(MAX_BATCH),
+        default=None,
+        help="microbatch sizes to time, e.g. 2,4 (default: batch_per_device)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=Count(MAX_REPEATS),
+        default=9,
+        help="timings per figure, the median kept (default: %(default)s)",
+    )
     p.add_argument(
         "--links",
         action=argparse.BooleanOptionalAction,

@@ -9,13 +9,18 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
-from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix, steal_bound
+from shardsim.runtime.train import MAX_THREADS
+from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix
 from shardsim.runtime.validation.measure import validate
 from shardsim.runtime.validation.report import markdown
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.flagtypes import Count, Real
 from shardsim.simulator.torch_required import require_torch
 
 log = logging.getLogger("shardsim")
+
+MAX_RETRIES = 100  # more attempts at one configuration
+MAX_ERROR_PCT = 1_000.0  # --max-mape and --max-error: a bound above 1,000 % bounds nothing
 
 
 def _holding(matrix, wait: bool):
@@ -43,13 +48,9 @@ def _cmd_validate(ns) -> int:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"cannot write the output folder: {exc.strerror}", where=str(out)) from None
-    if ns.threads < 1:
-        raise ConfigError(f"expected --threads >= 1, got {ns.threads}", field="threads")
     if ns.max_steal is not None:
-        matrix = replace(matrix, max_steal=steal_bound(ns.max_steal, None, "max-steal"))
+        matrix = replace(matrix, max_steal=ns.max_steal)
     if ns.retries is not None:
-        if ns.retries < 0:
-            raise ConfigError(f"expected --retries >= 0, got {ns.retries}", field="retries")
         matrix = replace(matrix, retries=ns.retries)
     with _holding(matrix, ns.wait):  # the whole job: profiling the links and every run
         rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads, calibration=ns.calibration)
@@ -87,29 +88,31 @@ def register(sub) -> None:
         default=None,
         help="a calibration file (shardsim calibrate) the predictions apply (default: none)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default: %(default)s)")
+    p.add_argument(
+        "--threads", type=Count(MAX_THREADS), default=1, help="torch threads per rank (default: %(default)s)"
+    )
     p.add_argument(
         "--max-steal",
-        type=float,
+        type=Real(0.0, 1.0),
         default=None,
         help="set aside steps where the hypervisor took more than this part of the cores' time "
         f"(default: the matrix's max_steal, else {QUIET_STEAL_SHARE:g})",
     )
     p.add_argument(
         "--retries",
-        type=int,
+        type=Count(MAX_RETRIES, 0),
         default=None,
         help="more attempts at a configuration with fewer than half its steps quiet (default: the matrix's, else 2)",
     )
     p.add_argument(
         "--max-mape",
-        type=float,
+        type=Real(0.0, MAX_ERROR_PCT, inclusive=True),
         default=None,
         help="exit 1 when the mean absolute error (%%) is above this (default: no bound)",
     )
     p.add_argument(
         "--max-error",
-        type=float,
+        type=Real(0.0, MAX_ERROR_PCT, inclusive=True),
         default=None,
         help="exit 1 when the largest error (%%) is above this (default: no bound)",
     )

@@ -58,17 +58,16 @@ def read_runs(runs: Path) -> list[RunRecord]:
 
 def rebuild_rows(matrix: Matrix, records: list[RunRecord]) -> list[Row]:
     """The rows of `matrix`'s configurations that `records` measured (every attempt, in the
-    order they finished), as the runs left them: measured and settled, not yet predicted."""
+    order they finished), as the runs left them: measured and settled, not yet predicted. A
+    record is a configuration's when its topology, strategy, workload and world are; its
+    `nodes` is only the flag its run was given (None without one), so it is not compared."""
     rows = []
     ordered = sorted(records, key=lambda r: (r.finished_at, r.run_id))
     for top, cfgs in matrix.topologies:
         world = make_cluster(top).world
         for cfg in cfgs:
-            mine = [
-                r
-                for r in ordered
-                if (r.topology, r.strategy, r.workload) == (top, cfg.strategy.label(), spec_name(cfg.workload))
-            ]
+            key = (top, cfg.strategy.label(), spec_name(cfg.workload), world)
+            mine = [r for r in ordered if (r.topology, r.strategy, r.workload, r.world) == key]
             if not mine:
                 continue
             row = row_for(cfg, world)

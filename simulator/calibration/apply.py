@@ -9,11 +9,14 @@ device, what they were fitted to and how well; read back and applied over a topo
       ...
     fitted_to: {file: ..., rows: 78, sha256: ...}
     errors: {before: {...}, after: {...}, cross_validated: {...}}
+    forced: true                           # only when written with --force: the rows do not
+    warning: ...                           # determine the fit (why); predict warns on loading it
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,6 +30,8 @@ from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import atomic_write
 from shardsim.simulator.hardware.topology import Cluster, InstanceType
 from shardsim.simulator.yamlio import load_yaml
+
+log = logging.getLogger("shardsim")
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class Calibration:
     parameters: dict[str, Fitted]
     fitted_to: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, Any] = field(default_factory=dict)
+    warning: str = ""  # why the fit is not to be trusted, when it was written anyway (--force)
 
     @property
     def values(self) -> dict[str, float]:
@@ -61,7 +67,7 @@ class Calibration:
             },
             "fitted_to": self.fitted_to,
             "errors": self.errors,
-        }
+        } | ({"forced": True, "warning": self.warning} if self.warning else {})
 
 
 def write_calibration(path: str | Path, cal: Calibration) -> None:
@@ -85,6 +91,8 @@ class CalibrationDoc(ClosedDocument):
     parameters: dict[str, _FittedDoc]
     fitted_to: dict[str, Any] | None = None
     errors: dict[str, Any] | None = None
+    forced: bool = False
+    warning: str | None = None
 
 
 def read_calibration(path: str | Path) -> Calibration:
@@ -105,16 +113,21 @@ def read_calibration(path: str | Path) -> Calibration:
                 field=f"parameters.{name}.value",
             )
         out[name] = Fitted(p.value, p.value if p.default is None else p.default, p.low, p.high)
-    return Calibration(doc.device, doc.topology, out, dict(doc.fitted_to or {}), dict(doc.errors or {}))
+    warning = (doc.warning or "written with --force") if doc.forced else ""
+    return Calibration(doc.device, doc.topology, out, dict(doc.fitted_to or {}), dict(doc.errors or {}), warning)
 
 
 @functools.lru_cache(maxsize=16)
 def _cached(path: str, mtime_ns: int) -> Calibration:
-    return read_calibration(path)
+    cal = read_calibration(path)
+    if cal.warning:
+        log.warning("%s: written with --force, its fit refused: %s", path, cal.warning)
+    return cal
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """`read_calibration`, read once per file version (a sweep applies it to every configuration)."""
+    """`read_calibration`, read once per file version (a sweep applies it to every configuration);
+    a forced one (``forced: true``) is a warning on stderr, once."""
     try:
         mtime = Path(path).stat().st_mtime_ns
     except OSError as exc:

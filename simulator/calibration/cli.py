@@ -1,22 +1,28 @@
 """`shardsim calibrate MEASURED --topology T [--out FILE]`: fit the model's named parameters to
 measured runs, print the error of every row before and after and a k-fold cross-validated error,
-and write a calibration file that predict, sweep and validate take with ``--calibration``."""
+and write a calibration file that predict, sweep and validate take with ``--calibration``. A fit
+the rows do not determine, or one that ends at a bound and still misses them by far, is refused
+in one line; ``--force`` prints and writes it, marked forced."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardsim.simulator.config.flags import str_list
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import check_output_file
+from shardsim.simulator.flagtypes import Count
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_FOLDS = 5
+FORCE = " (--force writes it anyway, marked forced)"
+MAX_FOLDS = 1_000
 
 
 def errors(ratio: np.ndarray) -> dict[str, float]:
@@ -40,16 +46,26 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
 
     if ns.out:
         check_output_file(ns.out, "out")
-    if ns.folds == 1 or ns.folds < 0:
+    if ns.folds == 1:
         raise ConfigError(f"expected 0 (none) or >= 2 folds, got {ns.folds}", field="folds")
     inst = load_instance(ns.topology)
     rows = read_measurements(ns.measured, ns.topology, inst)
     names, notes = F.fitted_names(inst, rows, ns.params)
     if not names:
         raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
+    if len(rows) <= len(names) and not ns.force:  # refused before the fit: it cannot be determined
+        why = f"{len(rows)} row(s) for {len(names)} parameter(s) ({', '.join(names)}): the fit needs more rows"
+        raise ConfigError(f"{why} than parameters; measure more configurations or fit fewer (--params){FORCE}")
+    if ns.folds > len(rows):
+        why = f"{ns.folds} folds need at least {ns.folds} rows; {ns.measured} has {len(rows)} (0: no cross-validation)"
+        raise ConfigError(why, field="folds")
     before = F.ratios(inst, rows, {})
     f = F.fit(inst, rows, names)
     after = F.ratios(inst, rows, f.values)
+    errs = {"before": errors(before), "after": errors(after)}
+    warning = F.untrusted(f, errs["after"]["mae_pct"])
+    if warning and not ns.force:
+        raise ConfigError(warning + FORCE)
     cv = F.cross_validated(inst, rows, names, ns.folds) if ns.folds else None
 
     print(f"{len(rows)} measured rows from {ns.measured} on {inst.name} ({inst.device.model})")
@@ -59,7 +75,6 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
         what = f"{i_['model']} seq {i_['seq_len']} gpus {i_['gpus']} mb {i_['microbatch']} ga {i_['grad_accum']}"
         cells = f"{what:<44.44} {m.measured:>12.4g} {(before[i] - 1) * 100:>+9.1f} {(after[i] - 1) * 100:>+8.1f}"
         print(cells + (f" {(cv[i] - 1) * 100:>+7.1f}" if cv is not None else ""))
-    errs = {"before": errors(before), "after": errors(after)}
     if cv is not None:
         errs["cross_validated"] = errors(cv) | {"folds": ns.folds}
     print("\nthroughput error (predicted / measured - 1)")
@@ -69,10 +84,12 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
     for n in names:
         lo, hi = f.bounds[n]
         v, se = f.values[n], f.stderr[n]
-        at = "  AT BOUND" if min(v - lo, hi - v) <= 1e-3 * (hi - lo) else ""
+        at = "  AT BOUND" if f.at_bound(n) else ""
         print(f"  {n:<24} {f.defaults[n]:8.4g} → {v:8.4g} ± {se:.2g}  [{lo:g}, {hi:g}]{at}")
     for note in notes:
         print(f"  {note}")
+    if warning:
+        print(f"\nFORCED (--force): {warning}")
     if ns.out:
         digest = hashlib.sha256(Path(ns.measured).read_bytes()).hexdigest() if Path(ns.measured).is_file() else ""
         cal = Calibration(
@@ -81,14 +98,15 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
             parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in names},
             fitted_to={"measured": str(ns.measured), "rows": len(rows), "sha256": digest},
             errors=errs,
+            warning=warning or "",
         )
         write_calibration(ns.out, cal)
-        print(f"\nwritten {ns.out} (use: --calibration {ns.out})")
+        print(f"\nwritten {ns.out} (use: --calibration {shlex.quote(ns.out)})")
     return 0
 
 
 def register(sub) -> None:
-    from shardsim.simulator.calibration.parameters import DEFAULT_FIT, NAMES
+    from shardsim.simulator.calibration.parameters import DEFAULT_FIT, MAX_MAE_AT_BOUND_PCT, NAMES
 
     p = sub.add_parser(
         "calibrate",
@@ -104,9 +122,15 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--folds",
-        type=int,
+        type=Count(MAX_FOLDS, 0),
         default=DEFAULT_FOLDS,
         help=f"k of the k-fold cross-validation (0: none; default: {DEFAULT_FOLDS})",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="fit and write even what the rows do not determine, or a fit at a bound that misses them by more than "
+        f"{MAX_MAE_AT_BOUND_PCT:g} %%; the file is marked forced and predict warns when it loads it (default: refused)",
     )
     p.add_argument(
         "--params",

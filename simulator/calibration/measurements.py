@@ -6,27 +6,31 @@ Three sources, each row becoming one `Measurement`:
   tied_embeddings, positions``), any configuration fields (``nodes`` or ``gpus``, ``strategy``,
   ``batch_per_device``, ``grad_accum``, ``precision``, ``checkpointing``, ``reduce_dtype``, ...),
   and the measurement: ``tokens_per_s_per_gpu`` or ``step_time_s``. The runtime's ``runs.csv``
-  is one (its ``kind`` column is the strategy). llm-foundry's benchmark columns are read too
+  is one (its ``kind`` column is the strategy). A torn or ragged file is refused
+  (`simulator.csvfile`). llm-foundry's benchmark columns are read too
   (`LLM_FOUNDRY`): ``d_model, n_heads, n_layers, expansion_ratio, vocab_size, seq_len, gpus,
   microbatch, grad_accum, activation_checkpointing, sharding_strategy, mp_mode``, an MPT model
   (learned positions, tied embeddings) unless a ``family`` column says otherwise; a
   ``num_params`` column is checked against the model's count (within `PARAMS_TOLERANCE`).
 - the runtime's run JSON files (a file, or a folder of them): read by the keys `RunRecord`
-  documents (``config``: `RunConfig.to_dict()`, ``step_time_s``), without importing the runtime
-  (the simulator never does).
-Every row is predicted on the topology given to `calibrate`, without a profile. A bad row is one
-ConfigError naming the row and the column.
+  documents (``config``: `RunConfig.to_dict()`, ``world``, ``step_time_s``), without importing
+  the runtime (the simulator never does).
+The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) set its nodes: that
+many over the topology's devices per node, which must divide it (a run's ``nodes`` is only the
+flag it was given, empty without one). Every row is predicted on the topology given to
+`calibrate`, without a profile. A bad row is one ConfigError naming the file's line (or the
+record) and the column.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.config import SETTINGS, RunConfig, build_config, resolve
+from shardsim.simulator.csvfile import read_table
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType
 from shardsim.simulator.predict import StepPrediction
@@ -36,6 +40,7 @@ from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")
+RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
 PARAMS_TOLERANCE = 0.01  # a num_params column may differ this much from the model's count
 # llm-foundry's benchmark columns → the schema's fields
 LLM_FOUNDRY = {
@@ -153,7 +158,7 @@ def _values(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[s
     """The schema's values a CSV row gives (any dialect), and the column each came from."""
     values, cols = _llm_foundry(row, where, inst) if "d_model" in row else ({}, {})
     for col, text in row.items():
-        if col is None or not text or not text.strip():
+        if not text.strip():
             continue
         name = "strategy" if col == "kind" else col  # runs.csv: `kind` is the strategy, `strategy` its label
         if col == "strategy" and "kind" in row:
@@ -163,12 +168,19 @@ def _values(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[s
             if name == "checkpointing" and text.strip().lower() in ("true", "false"):
                 kind = bool
             values[name], cols[name] = _cell(text, kind, where, col), col
-    if "gpus" in row and row["gpus"].strip():
-        gpus = _cell(row["gpus"], int, where, "gpus")
-        if gpus % inst.device.count:
-            raise ConfigError(f"{gpus} GPUs do not fill nodes of {inst.device.count}", where=where, field="gpus")
-        values["nodes"], cols["nodes"] = gpus // inst.device.count, "gpus"
+    for col in RANKS:
+        if row.get(col, "").strip():
+            values["nodes"], cols["nodes"] = _nodes(_cell(row[col], int, where, col), inst, where, col), col
     return values, cols
+
+
+def _nodes(ranks: int, inst: InstanceType, where: str, column: str) -> int:
+    """The nodes of `inst` that `ranks` devices fill (ConfigError naming `column` when they do not)."""
+    per = inst.device.count
+    if ranks < 1 or ranks % per:
+        what = f"{ranks} devices do not fill whole nodes of {inst.name} ({per} devices each)"
+        raise ConfigError(what, where=where, field=column)
+    return ranks // per
 
 
 def _measurement(
@@ -221,25 +233,24 @@ def _metric(row: dict[str, Any], where: str) -> tuple[str, float]:
 
 
 def read_csv(path: Path, topology: str, inst: InstanceType) -> list[Measurement]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    """Every row of a CSV of measurements (`simulator.csvfile`: a torn or ragged file is refused,
+    naming its line); a bad row is a ConfigError naming its line and column."""
     out: list[Measurement] = []
-    for i, row in enumerate(rows, start=1):
-        where = f"{path} row {i}"
-        if None in row:
-            raise ConfigError("more cells than the header has columns", where=where, field=f"column {len(row) - 1}")
-        metric = _metric(row, where)
-        values, cols = _values(row, where, inst)
-        if not ({"workload", "family"} & set(values)) and "d_model" not in row:
+    for row in read_table(path).rows:
+        where = f"{path} line {row.line}"
+        cells = row.cells
+        metric = _metric(cells, where)
+        values, cols = _values(cells, where, inst)
+        if not ({"workload", "family"} & set(values)) and "d_model" not in cells:
             raise ConfigError("no model; expected a workload or a family column", where=where, field="workload")
         m = _measurement(values, cols, where, topology, inst, metric)
-        text = row.get("num_params", "").strip()
+        text = cells.get("num_params", "").strip()
         if text:
             counted = _cell(text, int, where, "num_params")
             if abs(m.workload.params / counted - 1) > PARAMS_TOLERANCE:
                 why = f"{counted:,} parameters; the model described has {m.workload.params:,}"
                 raise ConfigError(why, where=where, field="num_params")
-        info = {k: row[k] for k in ("model",) if row.get(k)}
+        info = {k: cells[k] for k in ("model",) if cells.get(k)}
         out.append(replace(m, info=m.info | info))
     return out
 
@@ -264,7 +275,11 @@ def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
         raise ConfigError("not a run record (no config mapping)", where=where, field="config")
     metric = _metric(data, where)
     values = _flatten(data["config"])
-    return _measurement(values, {}, where, topology, inst, metric)
+    world = data.get("world")
+    if not isinstance(world, int) or isinstance(world, bool):
+        raise ConfigError(f"expected a whole number of ranks, got {world!r}", where=where, field="world")
+    values["nodes"] = _nodes(world, inst, where, "world")
+    return _measurement(values, {"nodes": "world"}, where, topology, inst, metric)
 
 
 def read_measurements(source: str | Path, topology: str, inst: InstanceType) -> list[Measurement]:

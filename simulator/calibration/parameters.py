@@ -12,7 +12,9 @@ and written into a topology's figures (`InstanceType`).
 - ``memory_efficiency``: achieved / peak HBM bandwidth of memory-bound kernels (`device.memory_efficiency`).
 
 Bounds are what each figure can physically be (a named choice): a fit that ends on a bound says
-the rows ask for more than the figure can give, i.e. structure the model lacks.
+the rows ask for more than the figure can give, i.e. structure the model lacks; one that does and
+still misses the rows by more than `MAX_MAE_AT_BOUND_PCT` on average is refused (other units,
+another device?).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType
 
 MATMUL = "matmul_efficiency"
+MAX_MAE_AT_BOUND_PCT = 25.0  # mean |error| after a fit with a parameter at a bound beyond which it is refused
 DEFAULT_FIT = (MATMUL, "attention_efficiency", "rank_time_cv", "kernel_floor_us", "nic_efficiency")
 
 

@@ -8,20 +8,23 @@ from typing import Any
 
 from shardsim.simulator.config.load import load_config
 from shardsim.simulator.config.schema import ALGOS, FIELDS, SETTINGS, STRATEGY_FIELDS, RunConfig, Setting
+from shardsim.simulator.flagtypes import Count, CountList
+from shardsim.simulator.scale import SETTING_BOUNDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS
 
 DEFAULTS = RunConfig()
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """``2,4,8`` → (2, 4, 8): integers >= 1, duplicates dropped, order kept."""
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
-    return tuple(dict.fromkeys(vals))
+def setting_type(name: str) -> Count:
+    """The flag type of an integer setting: its bound (`scale.SETTING_BOUNDS`), checked as it is parsed."""
+    b = SETTING_BOUNDS[name]
+    return Count(b.maximum, b.minimum)
+
+
+def setting_list(name: str) -> CountList:
+    """The flag type of a list of an integer setting's values (the sweep's)."""
+    b = SETTING_BOUNDS[name]
+    return CountList(b.maximum, b.minimum)
 
 
 def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
@@ -79,7 +82,7 @@ def add_config_arguments(
             continue
         default = f" (default: {_default_text(s)})"
         if s.name in lists:
-            kind = int_list if s.kind is int else str_list
+            kind = setting_list(s.name) if s.kind is int else str_list
             p.add_argument(s.option, dest=s.name, type=kind, metavar="LIST", help=f"{s.help}; comma-separated{default}")
         elif s.name == "checkpointing":
             # --checkpointing alone is full and --no-checkpointing none, as when it was a switch
@@ -91,7 +94,8 @@ def add_config_arguments(
                 s.option, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + default
             )
         else:
-            p.add_argument(s.option, dest=s.name, type=s.kind, choices=s.choices, help=s.help + default)
+            kind = setting_type(s.name) if s.kind is int else s.kind
+            p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=s.help + default)
 
 
 def overrides_from_args(ns: argparse.Namespace) -> dict[str, Any]:

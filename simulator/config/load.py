@@ -21,6 +21,7 @@ from shardsim.simulator.config.schema import (
 )
 from shardsim.simulator.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.scale import check_settings
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 from shardsim.simulator.workload.describe import arch_from_mapping
 from shardsim.simulator.yamlio import Fields, check_keys, load_yaml, parse_yaml, unknown_key
@@ -127,7 +128,7 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
     for k, v in paths.items():
         if v is not None and not isinstance(v, str):
             raise ConfigError(f"expected a file path, got {v!r}", where=where, field=k)
-    return RunConfig(
+    cfg = RunConfig(
         workload=_workload(values.get("workload", base.workload), where),
         shape=Shape(**{k: f.integer(k) for k in SHAPE_FIELDS if f.has(k)}),
         topology=f.text("topology", default=base.topology),
@@ -147,6 +148,8 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
         seed=f.integer("seed", default=0, minimum=0),
         source=where,
     )
+    check_settings(cfg)
+    return cfg
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:

@@ -10,9 +10,12 @@ shardsim sweep --reshard-after-forward true,false --checkpointing full,selective
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
@@ -20,12 +23,17 @@ from shardsim.simulator.config.flags import (
     add_algo_argument,
     add_config_arguments,
     choice_list,
-    int_list,
     overrides_from_args,
+    setting_list,
     str_list,
 )
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.flagtypes import Count
+from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
 
 log = logging.getLogger("shardsim")
+
+MAX_WORKERS = 1_024  # processes --workers may ask for; a sweep starts at most the machine's cores
 
 # the sweep spans these with lists of its own: the strategy's fields and the settings
 SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
@@ -81,6 +89,43 @@ def _progress_mode(ns: argparse.Namespace):
     return "lines" if ns.verbose > ns.quiet else None
 
 
+def _workers(asked: int | None) -> int | None:
+    """--workers, capped at the cores this process may run on (with a note when asked for more)."""
+    from shardsim.simulator.sweep.execute import default_workers
+
+    cores = default_workers()
+    if asked is not None and asked > cores:
+        log.info("--workers %d: this machine has %d cores; the sweep runs %d processes", asked, cores, cores)
+        return cores
+    return asked
+
+
+def _confirmation(yes: bool) -> Callable[[int, float], None]:
+    """What a sweep of more than `SWEEP_CONFIRM_ABOVE` configurations needs before it starts:
+    --yes, or a yes typed on the terminal; its size and estimated time are said first."""
+
+    def confirm(n: int, seconds: float) -> None:
+        from shardsim.simulator.sweep.progress import format_duration
+
+        if n <= SWEEP_CONFIRM_ABOVE:
+            return
+        size = f"{n:,} configurations (about {format_duration(seconds)} on this machine)"
+        if yes:
+            log.info("sweeping %s", size)
+            return
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise ConfigError(
+                f"a sweep of {size} needs --yes to start (over {SWEEP_CONFIRM_ABOVE:,} configurations, "
+                "and stdin is not a terminal to ask)"
+            )
+        sys.stderr.write(f"shardsim: a sweep of {size} (over {SWEEP_CONFIRM_ABOVE:,}); start it? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise ConfigError(f"the sweep of {n:,} configurations was not started (--yes starts it without asking)")
+
+    return confirm
+
+
 def _report_dropped(dropped: dict[str, int]) -> None:
     """What the requested space holds that the simulator cannot do: a line per reason, on stderr."""
     for why, n in dropped.items():
@@ -88,28 +133,48 @@ def _report_dropped(dropped: dict[str, int]) -> None:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.sweep.output import check_output_dir, to_records, write_recommendation, write_tables
+    from shardsim.simulator.sweep.output import sweep_folder
+
+    base, space = _build(ns)
+    if base.calibration:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(base.calibration)  # read (and a forced one told) once, before the workers fork
+    with sweep_folder(ns.out, ns.command_line) if ns.out else contextlib.nullcontext() as out:
+        return _sweep(ns, base, space, out)
+
+
+def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
+    from shardsim.simulator.sweep.output import publish, to_records, write_recommendation, write_tables
     from shardsim.simulator.sweep.progress import SweepProgress
     from shardsim.simulator.sweep.recommendation import recommend
     from shardsim.simulator.sweep.report import print_report
     from shardsim.simulator.sweep.search import sweep
 
-    base, space = _build(ns)
-    out = check_output_dir(ns.out) if ns.out else None
     skipped: list[str] = []
     dropped: dict[str, int] = {}
     with SweepProgress(_progress_mode(ns)) as progress:
-        df = sweep(base, space, algo=ns.algo, workers=ns.workers, skipped=skipped, dropped=dropped, progress=progress)
+        df = sweep(
+            base,
+            space,
+            algo=ns.algo,
+            workers=_workers(ns.workers),
+            skipped=skipped,
+            dropped=dropped,
+            progress=progress,
+            confirm=_confirmation(ns.yes),
+        )
     _report_dropped(dropped)
     rec = recommend(df)
     files: list[str] = []
     if out is not None:
         from shardsim.simulator.sweep.plots import plot_all
 
-        files += [str(p) for p in write_tables(df, out)]
-        files.append(str(write_recommendation(rec, out)))
-        if not ns.no_plots:
-            files += [str(p) for p in plot_all(df, out)]
+        def make(folder: Path) -> list[Path]:
+            made = [*write_tables(df, folder), write_recommendation(rec, folder)]
+            return made + ([] if ns.no_plots else plot_all(df, folder))
+
+        files = [str(p) for p in publish(out, ns.command_line, make)]
     if ns.json:
         record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
         print(json.dumps(record))
@@ -200,14 +265,16 @@ def register(sub) -> None:
         "--degrees",
         "--degree",
         dest="degrees",
-        type=int_list,
+        type=setting_list("degree"),
         help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
         "ddp (1) and zero (world) are kept when selected",
     )
-    p.add_argument("--pp", type=int_list, help="pipeline degrees (default: every divisor of the world, 2..layers)")
+    p.add_argument(
+        "--pp", type=setting_list("pp"), help="pipeline degrees (default: every divisor of the world, 2..layers)"
+    )
     p.add_argument(
         "--microbatches",
-        type=int_list,
+        type=setting_list("microbatches"),
         help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
     )
     p.add_argument(
@@ -219,7 +286,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--global-batch",
-        type=int,
+        type=Count(MAX_BATCH * MAX_WORLD),
         dest="global_batch",
         help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
         "scaling at the batch per device)",
@@ -229,18 +296,36 @@ def register(sub) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="write sweep.csv, sweep.parquet, recommended.json and plots here (default: none, print only)",
+        help="write sweep.csv, sweep.parquet, recommended.json, plots and manifest.json here, in place of the files "
+        "of the sweep its manifest names; one sweep at a time (default: none, print only)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
-    p.add_argument("--top", type=int, default=25, help="rows shown in the table (0: all; default: %(default)s)")
+    p.add_argument(
+        "--top",
+        type=Count(MAX_SWEEP_SPACE, 0),
+        default=25,
+        help="rows shown in the table (0: all; default: %(default)s)",
+    )
     p.add_argument(
         "--wide",
         action="store_true",
         help="every column of the table whatever the width (default: the breakdown columns are left out, "
         "with a note, where the table would not fit COLUMNS or the terminal)",
     )
-    p.add_argument("--workers", type=int, default=None, help="processes (default: the machine's cores)")
+    p.add_argument(
+        "--workers",
+        type=Count(MAX_WORKERS),
+        default=None,
+        help="processes, at most the machine's cores (default: the machine's cores)",
+    )
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help=f"start a sweep of more than {SWEEP_CONFIRM_ABOVE:,} configurations without asking (default: ask on a "
+        "terminal, refuse elsewhere)",
+    )
     p.add_argument(
         "--no-progress",
         action="store_true",

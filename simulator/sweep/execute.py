@@ -50,6 +50,13 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def estimated_seconds(candidates: Sequence[Candidate], workers: int | None = None) -> float:
+    """About how long predicting `candidates` takes on `workers` processes (default: the machine's
+    cores) of an idle machine: their estimated cost, shared evenly (rough)."""
+    total = sum(c.cost_estimate for c in candidates) * SECONDS_PER_COST
+    return total / max(1, min(workers or default_workers(), len(candidates)))
+
+
 def _worker_signals() -> None:
     """In a worker: Ctrl-C is the parent's to handle (it kills the workers); SIGTERM kills it,
     whatever handler the parent had installed before forking."""

@@ -1,15 +1,29 @@
 """The files of a sweep: its table (CSV and Parquet) and its recommendation (JSON), written
-atomically into an output folder checked before any prediction runs."""
+atomically into an output folder checked before any prediction runs.
+
+One folder holds one sweep. `sweep_folder` holds it for the whole sweep (a lock file,
+`LOCK`, naming the holder): a second sweep into it is refused at once, before any prediction,
+naming the first. `publish` makes the new files in a staging folder inside it, then removes the
+files the earlier sweep's `MANIFEST` lists, moves the new ones in and writes the manifest: what
+this sweep wrote and the command that wrote it. Files the manifest does not list are left as
+they are; a sweep that fails before publishing leaves the earlier one's files whole.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError, CorruptFile
 from shardsim.simulator.files import atomic_path, atomic_write
+from shardsim.simulator.lockfile import Busy, held
 from shardsim.simulator.sweep.rows import native
 
 if TYPE_CHECKING:
@@ -29,6 +43,76 @@ def check_output_dir(out: str | Path) -> Path:
     except OSError as exc:
         raise ConfigError(f"cannot write to output folder {out}: {exc.strerror or exc}", field="--out") from None
     return path
+
+
+MANIFEST = "manifest.json"
+LOCK = ".shardsim-sweep.lock"
+STAGING = ".shardsim-sweep-new-"  # the prefix of the folder the files are made in before they are moved in
+
+
+@contextlib.contextmanager
+def sweep_folder(out: str | Path, command: str) -> Iterator[Path]:
+    """`out` checked (`check_output_dir`) and held for the block by this process, running
+    `command`; ConfigError naming the holder when another sweep holds it."""
+    path = check_output_dir(out)
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    hold = contextlib.ExitStack()
+    try:
+        hold.enter_context(held(path / LOCK, f"pid {os.getpid()} ({command}) since {since}"))
+    except Busy as exc:
+        who = f"another sweep, {exc.holder}" if exc.holder else "another sweep"
+        raise ConfigError(
+            f"{out} is being written by {who}; wait for it to end or choose another --out", field="--out"
+        ) from None
+    with hold:
+        yield path
+
+
+def earlier_files(out: Path) -> list[str]:
+    """The files the manifest in `out` lists (none without one); CorruptFile naming it when it
+    is not a manifest or lists anything but a file name of the folder."""
+    path = out / MANIFEST
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFile(f"not a sweep manifest ({exc}); move it aside", where=str(path)) from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise CorruptFile("not a sweep manifest: no list of files; move it aside", where=str(path))
+    for name in files:
+        if not isinstance(name, str) or name != Path(name).name or name.startswith(".") or name == MANIFEST:
+            raise CorruptFile(f"{name!r} is not a file of this folder; move it aside", where=str(path), field="files")
+    return [*files, out / MANIFEST]
+
+
+def publish(out: Path, command: str, make: Callable[[Path], list[Path]]) -> list[Path]:
+    """This sweep's files in `out` (which `sweep_folder` holds): `make` writes them into a
+    staging folder it is given; then the files of `out`'s earlier manifest are removed, the new
+    ones moved in and the manifest written. Returns their paths in `out`, the manifest's last."""
+    earlier = earlier_files(out)  # a bad manifest is named before anything is made
+    for stale in out.glob(f"{STAGING}*"):  # left by a sweep killed while making its files
+        shutil.rmtree(stale, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(dir=out, prefix=STAGING))
+    try:
+        made = make(stage)
+        for name in earlier:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                (out / name).unlink()
+        files = []
+        for p in made:
+            os.replace(p, out / p.name)
+            files.append(out / p.name)
+        manifest = {
+            "command": command,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "files": [p.name for p in files],
+        }
+        atomic_write(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [*files, out / MANIFEST]
 
 
 def write_tables(df: pd.DataFrame, out: str | Path, stem: str = "sweep") -> list[Path]:

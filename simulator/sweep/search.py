@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from shardsim.simulator.config import RunConfig
 from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.sweep.execute import predict_all
+from shardsim.simulator.sweep.execute import estimated_seconds, predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.rows import columns
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
@@ -34,13 +34,16 @@ def sweep(
     progress: Callable[[int, int, float], None] | None = None,
     skipped: list[str] | None = None,
     dropped: dict[str, int] | None = None,
+    confirm: Callable[[int, float], None] | None = None,
 ) -> pd.DataFrame:
     """Predict every valid configuration of `space` around `base` (default: the seed scenario).
 
     Returns one row per configuration (columns `columns()`: `COLUMNS`, with `SETTING_COLUMNS`
     when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans several
     cluster sizes), ranked within each cluster. Raises ConfigError when
-    the space is empty; `skipped` (a list) receives one line per dropped cluster."""
+    the space is empty; `skipped` (a list) receives one line per dropped cluster. `confirm(n,
+    seconds)` is called with the number of configurations and the estimated time before any is
+    predicted (it raises to stop the sweep)."""
     base = base or RunConfig()
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
@@ -57,6 +60,8 @@ def sweep(
         more = len(en.skipped) - 3
         why = "; ".join(en.skipped[:3]) + (f"; and {more} more clusters" if more > 0 else "")
         raise ConfigError(f"empty sweep space, no valid configuration in the requested space: {why}")
+    if confirm is not None:
+        confirm(len(en.candidates), estimated_seconds(en.candidates, workers))
     rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
     pd = _import_pandas()
     cols = columns(space.spans_settings)

@@ -30,7 +30,7 @@ from shardsim.simulator.config import (
 from shardsim.simulator.config.resolve import TIED_PIPELINE
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
-from shardsim.simulator.scale import plan_ops_estimate, plan_refusal, world_refusal
+from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
@@ -174,37 +174,68 @@ def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceTy
     return [(t, n) for t in tops for n in nodes]
 
 
+def _zero2d_degrees(world: int, space: SweepSpace) -> list[int]:
+    """zero2d's degrees: those listed, else every divisor strictly between 1 and the world (d = 1
+    is ddp; d = world is zero, which resolve() says so: only when asked for by --degrees)."""
+    ds = sorted(set(space.degrees)) if space.degrees is not None else divisors(world)[1:-1]
+    return [d for d in ds if d > 1]
+
+
+def _pipeline_axes(
+    world: int, n_layers: int, batch_per_device: int, space: SweepSpace
+) -> list[tuple[int, list[int], list[int]]]:
+    """(pp, the stages' shard degrees, microbatch counts) of every pipeline degree of the space."""
+    pps = sorted(space.pp) if space.pp is not None else [p for p in divisors(world) if 2 <= p <= n_layers]
+    out = []
+    for pp in pps:
+        if pp < 2:
+            continue  # a one-stage pipeline is data parallel: ddp/zero/zero2d cover it
+        stage_ranks = world // pp if world % pp == 0 else 0
+        if space.degrees is not None:
+            ds = sorted(set(space.degrees))
+        else:
+            ds = divisors(stage_ranks) if stage_ranks else [1]
+        if space.microbatches is not None:
+            ms = sorted(space.microbatches)
+        else:
+            ms = default_microbatches(pp, batch_per_device)
+        out.append((pp, ds, ms))
+    return out
+
+
 def _strategies_for(
     world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
 ) -> Iterable[Strategy]:
     kinds = space.strategies
-    sel = set(space.degrees) if space.degrees is not None else None
     if "ddp" in kinds:
         yield Strategy("ddp")
     if "zero" in kinds:
         for raf in reshard:
             yield Strategy("zero", reshard_after_forward=raf)
     if "zero2d" in kinds:
-        # d = 1 is ddp; d = world is zero (resolve() says so): only when asked for by --degrees
-        for d in sorted(sel) if sel is not None else divisors(world)[1:-1]:
-            if d > 1:
-                for raf in reshard:
-                    yield Strategy("zero2d", degree=d, reshard_after_forward=raf)
+        for d in _zero2d_degrees(world, space):
+            for raf in reshard:
+                yield Strategy("zero2d", degree=d, reshard_after_forward=raf)
     if "pipeline" in kinds:
-        pps = sorted(space.pp) if space.pp is not None else [p for p in divisors(world) if 2 <= p <= n_layers]
-        for pp in pps:
-            if pp < 2:
-                continue  # a one-stage pipeline is data parallel: ddp/zero/zero2d cover it
-            stage_ranks = world // pp if world % pp == 0 else 0
-            ds = sorted(sel) if sel is not None else divisors(stage_ranks) if stage_ranks else [1]
-            if space.microbatches is not None:
-                ms = sorted(space.microbatches)
-            else:
-                ms = default_microbatches(pp, batch_per_device)
+        for pp, ds, ms in _pipeline_axes(world, n_layers, batch_per_device, space):
             for d in ds:
                 for m in ms:
                     for sched in space.schedules:
                         yield Strategy("pipeline", degree=d, pp=pp, microbatches=m, schedule=sched)
+
+
+def strategies_count(
+    world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
+) -> int:
+    """How many strategies `_strategies_for` yields, counted without making them."""
+    kinds = space.strategies
+    n = int("ddp" in kinds) + ("zero" in kinds) * len(reshard)
+    if "zero2d" in kinds:
+        n += len(_zero2d_degrees(world, space)) * len(reshard)
+    if "pipeline" in kinds:
+        axes = _pipeline_axes(world, n_layers, batch_per_device, space)
+        n += sum(len(ds) * len(ms) for _, ds, ms in axes) * len(space.schedules)
+    return n
 
 
 def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
@@ -259,6 +290,25 @@ def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
     return None
 
 
+def _cluster_base(
+    base: RunConfig, space: SweepSpace, topology: str | InstanceType, nodes: int | None
+) -> tuple[str, Cluster, RunConfig, str | None]:
+    """A cluster of the space: its name, the base configuration on it, and why it is skipped (or None)."""
+    cluster = make_cluster(topology, nodes)
+    name = f"{cluster.nodes} x {cluster.instance.name}"
+    cfg0 = replace(base, topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
+    cfg0 = replace(cfg0, nodes=cluster.nodes)
+    if space.global_batch is not None:
+        per = cluster.world * base.grad_accum
+        if space.global_batch % per:
+            why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
+                f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else ""
+            )
+            return name, cluster, cfg0, why
+        cfg0 = replace(cfg0, batch_per_device=space.global_batch // per)
+    return name, cluster, cfg0, _check_cluster(cfg0, cluster)
+
+
 def enumerate_configs(
     base: RunConfig, space: SweepSpace | None = None, workload: Workload | None = None
 ) -> Enumeration:
@@ -266,7 +316,9 @@ def enumerate_configs(
     order given (topology, then nodes), then ddp, zero, zero2d by degree (ZeRO-3 before ZeRO-2
     where listed so), pipelines by pp, shard degree, microbatches, schedule; each strategy with
     every combination of the listed settings (checkpointing, selective option, reduce dtype,
-    Adam's implementation, in that nesting). Duplicates after normalization are dropped."""
+    Adam's implementation, in that nesting). Duplicates after normalization are dropped. A
+    requested space of more than `MAX_SWEEP_SPACE` configurations, valid or not, is refused
+    (ConfigError) before any is checked."""
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
     n_layers = len(w.layers) or len(w.blocks)
@@ -279,21 +331,19 @@ def enumerate_configs(
         raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
     reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
-    for topology, nodes in _clusters(base, space):
-        cluster = make_cluster(topology, nodes)
-        name = f"{cluster.nodes} x {cluster.instance.name}"
-        cfg0 = replace(base, topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
-        cfg0 = replace(cfg0, nodes=cluster.nodes)
-        if space.global_batch is not None:
-            per = cluster.world * base.grad_accum
-            if space.global_batch % per:
-                out.skipped.append(
-                    f"{name}: global batch {space.global_batch} does not divide over {cluster.world} devices"
-                    + (f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else "")
-                )
-                continue
-            cfg0 = replace(cfg0, batch_per_device=space.global_batch // per)
-        why = _check_cluster(cfg0, cluster)
+    clusters = [_cluster_base(base, space, topology, nodes) for topology, nodes in _clusters(base, space)]
+    requested = len(variants) * sum(
+        strategies_count(cluster.world, n_layers, cfg0.batch_per_device, space, reshard)
+        for _, cluster, cfg0, why in clusters
+        if not why
+    )
+    if requested > MAX_SWEEP_SPACE:
+        raise ConfigError(
+            f"the requested space holds {requested:,} configurations, beyond the sweep's bound of "
+            f"{MAX_SWEEP_SPACE:,}; narrow it (--strategies, --degrees, --pp, --microbatches, fewer clusters or "
+            "settings)"
+        )
+    for name, cluster, cfg0, why in clusters:
         if why:
             out.skipped.append(f"{name}: {why}")
             continue
@@ -310,7 +360,7 @@ def enumerate_configs(
                     continue
                 too_big = plan_refusal(cfg, n_layers)
                 if too_big:
-                    here[too_big] += 1
+                    here[too_big.message] += 1
                     continue
                 key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
                 if settings:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.scale import check_shape
 
 
 @dataclass(frozen=True)
@@ -169,4 +170,5 @@ def check_arch(a: Arch, where: str | None = None) -> Arch:
         raise ConfigError(f"patch {a.patch} does not divide image {a.image}", where=where, field="patch")
     if a.tied_embeddings and t.tokens != "text":
         raise ConfigError(f"a {a.family} model has no token embedding to tie", where=where, field="tied_embeddings")
+    check_shape(a, where)  # before the model is built into blocks
     return a

@@ -28,3 +28,33 @@ def test_a_gpu_topology_run_on_cpu_records_gloo_its_std_and_the_common_mode(tmp_
     assert float(rows[0]["step_time_std_s"]) == rec["step_time_std_s"] > 0
     for name in (f"{rec['run_id']}.json", CSV_NAME):
         assert os.stat(out / name).st_mode & 0o777 == file_mode()
+
+
+def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_determine(tmp_path):
+    """A run without --nodes records `nodes: null`; calibrate reads its JSON record and its
+    runs.csv row with the nodes its world fills, and refuses to fit from one row."""
+    from shardsim.simulator.calibration.measurements import read_measurements
+    from shardsim.simulator.hardware.topology import load_instance
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--nproc", "2",
+           "--workload", "tiny-gpt", "--steps", "2", "--warmup", "1", "--out", str(out), "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["nodes"] is None and rec["world"] == 2
+    inst = load_instance("emu-2x2")
+    for source in (out, out / CSV_NAME, out / f"{rec['run_id']}.json"):
+        (m,) = read_measurements(source, "emu-2x2", inst)
+        assert m.nodes * inst.device.count == rec["world"], source
+        assert (m.cfg.workload, m.cfg.strategy.kind) == ("tiny-gpt", "zero"), source
+        assert m.cfg.batch_per_device == rec["config"]["batch_per_device"], source
+        assert m.metric == "step_time_s" and m.measured == rec["step_time_s"], source
+    for source in (out, out / CSV_NAME):
+        cal = [sys.executable, "-m", "shardsim.runtime.cli", "calibrate", str(source), "--topology", "emu-2x2",
+               "--out", str(tmp_path / "cal.yaml")]  # fmt: skip
+        proc = subprocess.run(cal, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        err = proc.stderr.splitlines()
+        assert proc.returncode == 2 and len(err) == 1, proc.stderr
+        assert "1 row(s) for 1 parameter(s) (matmul_efficiency.fp32): the fit needs more rows" in err[0]
+        assert proc.stdout == "" and not (tmp_path / "cal.yaml").exists()

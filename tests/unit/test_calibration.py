@@ -109,7 +109,7 @@ def test_llm_foundry_columns_are_read_as_the_mpt_family(tmp_path):
         ({"sharding_strategy": "ZERO9"}, "sharding_strategy"),
     ],
 )
-def test_a_bad_row_is_one_line_naming_row_and_column_exit_2(tmp_path, capsys, change, column):
+def test_a_bad_row_is_one_line_naming_its_line_and_column_exit_2(tmp_path, capsys, change, column):
     good = {"model": "m", "d_model": 256, "n_heads": 4, "n_layers": 2, "expansion_ratio": 4, "vocab_size": 1000,
             "seq_len": 128, "gpus": 8, "microbatch": 2, "grad_accum": 1, "precision": "bf16",
             "activation_checkpointing": "False", "tokens_per_s_per_gpu": 1000.0}  # fmt: skip
@@ -117,7 +117,7 @@ def test_a_bad_row_is_one_line_naming_row_and_column_exit_2(tmp_path, capsys, ch
     out = tmp_path / "cal.yaml"
     assert main(["calibrate", str(path), "--topology", TOPOLOGY, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "row 2" in err[0] and f"'{column}'" in err[0], err
+    assert len(err) == 1 and "bad.csv line 3:" in err[0] and f"'{column}'" in err[0], err
     assert not out.exists()
 
 
@@ -168,3 +168,95 @@ def test_the_calibration_flag_is_generated(tmp_path, capsys):
     assert main(["predict", "--topology", TOPOLOGY, "--nodes", "1", "--precision", "bf16", "--workload", "gpt2-xl",
                  "--calibration", str(tmp_path / "none.yaml")]) == 2  # fmt: skip
     assert "calibration" in capsys.readouterr().err
+
+
+def fit_calls(monkeypatch) -> list[int]:
+    """Every fit `calibrate` starts, counted (the fit itself runs as it is)."""
+    calls: list[int] = []
+    real = F.fit
+    monkeypatch.setattr(F, "fit", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_folds_are_checked_against_the_rows_before_the_fit(tmp_path, capsys, monkeypatch):
+    path, rows = synthetic(tmp_path)
+    calls = fit_calls(monkeypatch)
+    n = len(rows)
+    assert main(["calibrate", str(path), "--topology", TOPOLOGY, "--folds", str(n + 1)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field 'folds'" in err[0] and f"has {n}" in err[0], err
+    assert calls == []
+
+
+def test_one_row_is_refused_before_the_fit_and_forced_it_is_written_marked(tmp_path, capsys, monkeypatch):
+    path, _ = synthetic(tmp_path)
+    one = write_csv(tmp_path / "one.csv", list(csv.DictReader(path.read_text().splitlines()))[:1])
+    out = tmp_path / "cal.yaml"
+    calls = fit_calls(monkeypatch)
+    assert main(["calibrate", str(one), "--topology", TOPOLOGY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1 row(s) for 4 parameter(s)" in err[0] and "--force" in err[0], err
+    assert calls == [] and not out.exists()
+
+    argv = ["calibrate", str(one), "--topology", TOPOLOGY, "--out", str(out), "--folds", "0", "--force"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "FORCED (--force)" in printed and "± inf" in printed
+    cal = read_calibration(out)
+    assert "the fit needs more such rows than parameters" in cal.warning and "forced: true" in out.read_text()
+    assert main(["predict", "--topology", TOPOLOGY, "--nodes", "1", "--precision", "bf16", "--workload", "gpt2-xl",
+                 "--calibration", str(out)]) == 0  # fmt: skip
+    assert f"{out}: written with --force" in capsys.readouterr().err
+
+
+def test_rows_in_other_units_end_at_the_bounds_and_are_refused(tmp_path, capsys):
+    path, _ = synthetic(tmp_path)
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    ms = write_csv(tmp_path / "ms.csv", [r | {"step_time_s": float(r["step_time_s"]) * 1000} for r in rows])
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(ms), "--topology", TOPOLOGY, "--folds", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ended at a bound" in err[0] and "more than 25 %" in err[0], err
+    assert not out.exists()
+
+
+def test_rows_of_one_configuration_do_not_determine_two_parameters(tmp_path):
+    _, rows = synthetic(tmp_path)
+    inst = load_instance(TOPOLOGY)
+    names = ("matmul_efficiency.bf16", "kernel_floor_us")
+    f = F.fit(inst, [rows[0]] * 3, names)  # one GEMM-bound configuration measured three times
+    assert f.informative == 3 and "kernel_floor_us" in f.undetermined and all(np.isinf(list(f.stderr.values())))
+    why = F.untrusted(f, 0.0)
+    assert why is not None and "the rows do not determine" in why and "kernel_floor_us" in why
+    good = F.fit(inst, rows, names)
+    assert F.untrusted(good, 0.0) is None and not good.undetermined and all(np.isfinite(list(good.stderr.values())))
+
+
+def test_standard_errors_are_the_least_squares_ones_and_a_blind_parameter_is_named():
+    rng = np.random.default_rng(1)
+    jac = rng.normal(size=(12, 3))
+    informative, undetermined, err = F._uncertainty(jac, 0.5, ("a", "b", "c"))
+    classic = np.sqrt(np.diag(np.linalg.inv(jac.T @ jac)) * 0.5 / (12 - 3))
+    assert informative == 12 and undetermined == () and err == pytest.approx(classic, rel=1e-9)
+    jac[:, 1] = 0.0  # no row depends on b
+    jac[:4] = 0.0  # nor on anything, in four rows
+    informative, undetermined, err = F._uncertainty(jac, 0.5, ("a", "b", "c"))
+    assert informative == 8 and undetermined == ("b",) and np.isinf(err).all()
+
+
+def test_records_without_nodes_are_read_with_the_nodes_their_world_fills(tmp_path):
+    """`shardsim run` records `nodes` only when --nodes was given; the world the run had decides."""
+    inst = load_instance("emu-2x2")  # 2 devices a node
+    for world, nodes in ((2, 1), (4, 2)):
+        folder = tmp_path / f"w{world}"
+        cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", nodes=None, backend="gloo", strategy=Strategy("zero"))
+        write_run(run_record(config=cfg.to_dict(), nodes=None, world=world, workload="tiny-gpt"), folder)
+        for source in (folder, folder / "runs.csv"):
+            (m,) = read_measurements(source, "emu-2x2", inst)
+            assert (m.nodes, m.cfg.strategy.kind, m.measured) == (nodes, "zero", 1.0), source
+    folder = tmp_path / "w3"
+    write_run(run_record(nodes=None, world=3), folder)
+    for source, where in ((folder, "run.json"), (folder / "runs.csv", "runs.csv line 2")):
+        with pytest.raises(ConfigError, match="3 devices do not fill whole nodes of emu-2x2") as err:
+            read_measurements(source, "emu-2x2", inst)
+        assert err.value.where.endswith(where) and err.value.field == "world"

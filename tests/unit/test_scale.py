@@ -67,9 +67,9 @@ def test_beyond_the_world_bound_predict_refuses_in_one_line_before_any_work(caps
     import shardsim.simulator.predict as predict_module
 
     monkeypatch.setattr(predict_module, "build_plan", lambda *a, **k: pytest.fail("planned beyond the bound"))
-    assert main(["predict", "--nodes", "100000"]) == 2  # 400,000 T4s
+    assert main(["predict", "--nodes", "65536"]) == 2  # 262,144 T4s
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{MAX_WORLD:,} devices" in err and "400,000" in err, err
+    assert err.count("\n") == 1 and f"{MAX_WORLD:,} devices" in err and "262,144" in err, err
 
 
 def test_beyond_the_plan_bound_predict_refuses_in_one_line(capsys, monkeypatch) -> None:
@@ -82,13 +82,13 @@ def test_beyond_the_plan_bound_predict_refuses_in_one_line(capsys, monkeypatch) 
 
 
 def test_collective_refuses_beyond_the_world_bound(capsys) -> None:
-    assert main(["collective", "--nodes", "100000"]) == 2
+    assert main(["collective", "--nodes", "65536"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{MAX_WORLD:,} devices" in err, err
 
 
 def test_a_sweep_beyond_the_bound_refuses_and_one_that_spans_it_says_what_it_left_out(capsys) -> None:
-    assert main(["sweep", "--workload", "tiny-gpt", "--nodes", "100000", "--workers", "1"]) == 2
+    assert main(["sweep", "--workload", "tiny-gpt", "--nodes", "65536", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{MAX_WORLD:,} devices" in err, err
     skipped: list[str] = []

@@ -135,23 +135,23 @@ def test_a_torn_runs_csv_is_named_by_validate_and_by_run(tmp_path, real_records,
     real_records.clear()
     capsys.readouterr()
     assert _validate(tmp_path) == 2
-    assert "runs.csv: line 4 has fewer cells than the header's" in one_line(capsys.readouterr().err)
+    assert "runs.csv line 4: no line end" in one_line(capsys.readouterr().err)
 
     monkeypatch.setattr(run_cli, "run_planned", lambda *a, **k: pytest.fail("the run started"))
     argv = ["run", "--topology", "emu-2x2", "--workload", "tiny-gpt", "--no-emulate", "--nproc", "2"]
     assert run_cli_([*argv, "--out", str(runs_csv.parent)]) == 2
-    assert f"{runs_csv}: line 4 has fewer cells" in one_line(capsys.readouterr().err)
+    assert f"{runs_csv} line 4: no line end" in one_line(capsys.readouterr().err)
 
 
 def test_write_run_never_rewrites_a_torn_runs_csv(tmp_path):
     write_run(run_record(run_id="a"), tmp_path)
     torn = (tmp_path / CSV_NAME).read_text()[:-40]
     (tmp_path / CSV_NAME).write_text(torn)
-    with pytest.raises(CorruptFile, match="runs.csv: line 2 has fewer cells"):
+    with pytest.raises(CorruptFile, match="runs.csv line 2: no line end"):
         write_run(run_record(run_id="b"), tmp_path)
     assert (tmp_path / CSV_NAME).read_text() == torn and load_run(tmp_path / "b.json").run_id == "b"
     for bad, why in [
-        ("run_id,x\n1,2,3\n", "line 2 has more cells"),
+        ("run_id,x\n1,2,3\n", "line 2: 3 cells; the header has 2 columns"),
         ("hello\n", "no run_id column"),
         (b"run_id\n\xff\xfe\n", "not UTF-8"),
     ]:
@@ -200,6 +200,15 @@ def test_rebuilt_rows_take_every_attempt_of_their_configuration_only():
     rows = rebuild_rows(m, [*zero, other])
     assert [r.key for r in rows] == [("emu-2x2", "zero")]
     assert rows[0].run_ids == ["z1", "z2"] and rows[0].attempts == 2 and rows[0].status == "ok"
+
+
+def test_rebuilt_rows_match_records_by_their_world_whatever_nodes_their_run_was_given():
+    m = load_matrix(None)  # emu-2x2: 4 ranks
+    full = run_record(run_id="full", nodes=None)  # `shardsim run` without --nodes
+    flagged = run_record(run_id="flagged", nodes=2)
+    half = run_record(run_id="half", nodes=None, world=2, nproc_per_node=2)  # --nproc 2 --no-emulate
+    rows = rebuild_rows(m, [full, flagged, half])
+    assert [(r.key, r.run_ids) for r in rows] == [(("emu-2x2", "zero"), ["flagged", "full"])]
 
 
 def test_runs_csv_has_the_std_column_and_older_files_are_kept(tmp_path):
