@@ -308,3 +308,50 @@ def test_collective_flags(flags: list[tuple[str, str]]) -> None:
     for flag, value in flags:
         argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
     check_promise([*argv, "--json"])
+
+
+SWEEP_FLAGS = [
+    "--nodes",
+    "--strategies",
+    "--degrees",
+    "--pp",
+    "--microbatches",
+    "--schedules",
+    "--global-batch",
+    "--batch-per-device",
+    "--grad-accum",
+    "--layers",
+    "--checkpointing",
+    "--reduce-dtypes",
+    "--top",
+]
+list_value = st.one_of(
+    flag_value,
+    st.lists(st.sampled_from(["1", "2", "4", "0", "-1", "nan", "zero", "ddp", "x"]), min_size=1, max_size=3).map(
+        ",".join
+    ),
+)
+
+
+@settings(CASES, max_examples=60)
+@given(
+    flags=st.lists(
+        st.tuples(st.sampled_from(SWEEP_FLAGS), list_value), min_size=1, max_size=3, unique_by=lambda f: f[0]
+    )
+)
+def test_sweep_flags(flags: list[tuple[str, str]]) -> None:
+    argv = [
+        "sweep",
+        "--workload",
+        "tiny-gpt",
+        "--topology",
+        "p4d.24xlarge",
+        "--nodes",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
+    for flag, value in flags:
+        argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
+    check_promise([*argv, "--json"])
