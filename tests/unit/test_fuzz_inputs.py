@@ -1,0 +1,357 @@
+"""The promise of every command, checked by fuzzing what a user can pass: exit 0 with a finite
+answer, or exit 2 with exactly one line on stderr — never a traceback, never exit 1.
+
+Hypothesis mutates valid inputs (a configuration file, a topology file, a model file, the flags
+of `predict` and `collective`): a value replaced by another type, a number made NaN, infinite,
+negative, zero or huge, a key misspelt or added, a mapping emptied, duplicate keys. Each case runs
+`shardsim` in-process through `runtime.cli.main`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from shardsim.runtime.cli import main
+from shardsim.topologies import __file__ as _topologies_init
+
+pytestmark = pytest.mark.slow
+
+TOPOLOGIES = Path(_topologies_init).parent
+CASES = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+WEIRD_NUMBERS = [
+    0,
+    -1,
+    1,
+    2,
+    3,
+    7,
+    10**6,
+    10**23,
+    2**63,
+    -(10**9),
+    0.5,
+    -0.5,
+    1e-300,
+    1e300,
+    math.nan,
+    math.inf,
+    -math.inf,
+]
+WEIRD_TEXT = [
+    "",
+    " ",
+    "nan",
+    "inf",
+    "-1",
+    "0",
+    "1e23",
+    "1e309",
+    "abc",
+    "zero2d",
+    "☃",
+    "a\nb",
+    "{",
+    "[1, 2]",
+    "99999999999999999999999",
+    "0x10",
+    "4.5",
+    "none",
+    "true",
+]
+
+scalars = st.one_of(
+    st.sampled_from(WEIRD_NUMBERS),
+    st.integers(min_value=-(10**25), max_value=10**25),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(WEIRD_TEXT),
+    st.text(max_size=12),
+    st.booleans(),
+    st.none(),
+)
+values = st.one_of(
+    scalars,
+    st.lists(scalars, max_size=3),
+    st.dictionaries(st.sampled_from(["value", "source", "kind", "x", "fp32"]), scalars, max_size=3),
+)
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """`shardsim ARGV` in-process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    return code, out.getvalue(), err.getvalue()
+
+
+def _finite(obj: Any) -> bool:
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_finite(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_finite(v) for v in obj)
+    return True
+
+
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"{name} in the JSON output")
+
+
+def check_promise(argv: list[str]) -> None:
+    code, out, err = run(argv)
+    lines = [line for line in err.splitlines() if line.strip()]
+    shown = f"shardsim {' '.join(argv)}\nexit {code}\nstderr:\n{err}"
+    assert "Traceback" not in err, shown
+    assert code in (0, 2), shown
+    if code == 2:
+        assert len(lines) == 1, shown
+        assert lines[0].startswith("shardsim"), shown
+    elif "--json" in argv:
+        answer = json.loads(out, parse_constant=_refuse_constant)  # strict JSON: no NaN or Infinity
+        assert _finite(answer), shown
+
+
+def _paths(tree: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key path of a nested mapping (mappings and their leaves)."""
+    found = []
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            found.append((*prefix, k))
+            found.extend(_paths(v, (*prefix, k)))
+    return found
+
+
+def _leaves(tree: Any, prefix: tuple = ()) -> list[tuple]:
+    """Key paths of the leaves (non-mapping values) of a nested mapping."""
+    return [p for p in _paths(tree, prefix) if not isinstance(_at(tree, p), dict)]
+
+
+def _at(tree: Any, path: tuple) -> Any:
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+ACTIONS = ["number"] * 5 + ["any"] * 2 + ["delete", "misspell", "add", "dup"]
+
+
+def mutate(data: st.DataObject, tree: dict[str, Any]) -> str:
+    """YAML text of `tree` with one or two mutations drawn by hypothesis: mostly a leaf made a
+    weird number (so that the check behind the reader is reached), else a leaf of another type, a
+    key deleted, misspelt or added, or a top-level key repeated."""
+    tree = json.loads(json.dumps(tree))  # a deep copy
+    extra_text = ""
+    for _ in range(data.draw(st.integers(1, 2))):
+        action = data.draw(st.sampled_from(ACTIONS))
+        paths = _leaves(tree) if action in ("number", "any") else _paths(tree)
+        if not paths:
+            continue
+        path = data.draw(st.sampled_from(paths))
+        parent = _at(tree, path[:-1])
+        key = path[-1]
+        if action == "number":
+            parent[key] = data.draw(st.one_of(st.sampled_from(WEIRD_NUMBERS), st.integers(-(10**12), 10**12)))
+        elif action == "any":
+            parent[key] = data.draw(values)
+        elif action == "delete":
+            del parent[key]
+        elif action == "misspell":
+            parent[str(key)[:-1] + str(key)[-1:].upper() + "_"] = parent.pop(key)
+        elif action == "add":
+            parent[data.draw(st.sampled_from(["kernel", "shared_Gbps", "degre", "extra", "value"]))] = data.draw(values)
+        else:
+            extra_text += f"{path[0]}: {json.dumps(data.draw(scalars))}\n"
+    return yaml.safe_dump(tree, allow_unicode=True, sort_keys=False) + extra_text
+
+
+BASE_CONFIG = {
+    "workload": "tiny-gpt",
+    "topology": "p4d.24xlarge",
+    "nodes": 2,
+    "strategy": {"kind": "zero2d", "degree": 4},
+    "batch_per_device": 2,
+    "grad_accum": 1,
+    "precision": "bf16",
+    "checkpointing": "none",
+}
+BASE_SMP = {
+    "workload": "tiny-gpt",
+    "instance_type": "ml.p4d.24xlarge",
+    "instance_count": 2,
+    "distribution": {
+        "smdistributed": {
+            "modelparallel": {"enabled": True, "parameters": {"sharded_data_parallel_degree": 8, "ddp": True}}
+        }
+    },
+}
+BASE_MODEL = {
+    "family": "llama",
+    "hidden": 256,
+    "layers": 4,
+    "heads": 8,
+    "kv_heads": 4,
+    "ffn": 512,
+    "vocab": 1000,
+    "seq_len": 128,
+}
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    path = Path(folder) / name
+    path.write_text(text)
+    return str(path)
+
+
+@CASES
+@given(data=st.data(), base=st.sampled_from([BASE_CONFIG, BASE_SMP]))
+def test_configuration_files(data: st.DataObject, base: dict) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        check_promise(["predict", _write(tmp, "c.yaml", mutate(data, base)), "--json"])
+
+
+@CASES
+@given(data=st.data(), name=st.sampled_from(["p4d.24xlarge", "g4dn.12xlarge", "emu-2x2"]))
+def test_topology_files(data: st.DataObject, name: str) -> None:
+    tree = yaml.safe_load((TOPOLOGIES / f"{name}.yaml").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(tmp, "t.yaml", mutate(data, tree))
+        check_promise(["predict", "--topology", path, "--nodes", "2", "--workload", "tiny-gpt", "--json"])
+
+
+@CASES
+@given(data=st.data())
+def test_model_files(data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(tmp, "m.yaml", mutate(data, BASE_MODEL))
+        check_promise(["predict", "--workload", path, "--topology", "p4d.24xlarge", "--nodes", "1", "--json"])
+
+
+PREDICT_FLAGS = [
+    "--nodes",
+    "--degree",
+    "--pp",
+    "--microbatches",
+    "--batch-per-device",
+    "--grad-accum",
+    "--seq-len",
+    "--hidden",
+    "--layers",
+    "--heads",
+    "--kv-heads",
+    "--ffn",
+    "--vocab",
+    "--precision",
+    "--strategy",
+    "--checkpointing",
+    "--schedule",
+    "--seed",
+    "--reduce-dtype",
+    "--workload",
+    "--topology",
+    "--optimizer-impl",
+    "--selective-ac-option",
+]
+flag_value = st.one_of(st.sampled_from(WEIRD_TEXT), st.integers(-5, 10**6).map(str), st.text(max_size=8))
+
+
+@CASES
+@given(
+    flags=st.lists(
+        st.tuples(st.sampled_from(PREDICT_FLAGS), flag_value), min_size=1, max_size=3, unique_by=lambda f: f[0]
+    )
+)
+@example(flags=[("--workload", "tiny-vit"), ("--seq-len", "77")])
+@example(flags=[("--layers", "100000000")])
+@example(flags=[("--layers", "1e8")])
+def test_predict_flags(flags: list[tuple[str, str]]) -> None:
+    argv = ["predict", "--workload", "tiny-gpt", "--topology", "p4d.24xlarge", "--nodes", "1"]
+    for flag, value in flags:
+        argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
+    check_promise([*argv, "--json"])
+
+
+COLLECTIVE_FLAGS = ["--ranks", "--size", "--nodes", "--topology", "--op", "--algo"]
+
+
+@CASES
+@given(
+    flags=st.lists(
+        st.tuples(st.sampled_from(COLLECTIVE_FLAGS), flag_value), min_size=1, max_size=3, unique_by=lambda f: f[0]
+    )
+)
+@example(flags=[("--ranks", "9")])
+@example(flags=[("--ranks", "-1")])
+@example(flags=[("--ranks", "1e23")])
+@example(flags=[("--size", "1e309")])
+def test_collective_flags(flags: list[tuple[str, str]]) -> None:
+    argv = ["collective", "--topology", "p4d.24xlarge"]
+    for flag, value in flags:
+        argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
+    check_promise([*argv, "--json"])
+
+
+SWEEP_FLAGS = [
+    "--nodes",
+    "--strategies",
+    "--degrees",
+    "--pp",
+    "--microbatches",
+    "--schedules",
+    "--global-batch",
+    "--batch-per-device",
+    "--grad-accum",
+    "--layers",
+    "--checkpointing",
+    "--reduce-dtypes",
+    "--top",
+]
+list_value = st.one_of(
+    flag_value,
+    st.lists(st.sampled_from(["1", "2", "4", "0", "-1", "nan", "zero", "ddp", "x"]), min_size=1, max_size=3).map(
+        ",".join
+    ),
+)
+
+
+@settings(CASES, max_examples=60)
+@given(
+    flags=st.lists(
+        st.tuples(st.sampled_from(SWEEP_FLAGS), list_value), min_size=1, max_size=3, unique_by=lambda f: f[0]
+    )
+)
+def test_sweep_flags(flags: list[tuple[str, str]]) -> None:
+    argv = [
+        "sweep",
+        "--workload",
+        "tiny-gpt",
+        "--topology",
+        "p4d.24xlarge",
+        "--nodes",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
+    for flag, value in flags:
+        argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
+    check_promise([*argv, "--json"])
