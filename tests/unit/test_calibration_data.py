@@ -35,9 +35,12 @@ def test_every_data_file_reads_whole(name):
 
 def test_nothing_reads_calibration_data_outside_the_repository():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    this = str(Path(__file__).resolve().relative_to(ROOT))
     offenders = [
         name
         for name in tracked.splitlines()
-        if name.endswith((".py", ".md", ".yaml", ".toml")) and "shared/calibration" in (ROOT / name).read_text()
+        if name.endswith((".py", ".md", ".yaml", ".toml"))
+        and name != this
+        and "shared/calibration" in (ROOT / name).read_text()
     ]
     assert offenders == []
