@@ -3,7 +3,9 @@ and compare tokens/s per GPU: the roofline (the topology without its kernel figu
 model's defaults, the calibrated model (`shardsim calibrate`'s fit to all rows) and its k-fold
 cross-validation (each row predicted by a fit to the other folds).
 
-    python experiments/calibration/compare.py [--csv ../shared/calibration/mpt-a100-40gb.csv] [--out DIR] [--folds 5]
+    python experiments/calibration/compare.py [--csv CSV] [--out DIR] [--folds 5]
+
+CSV: the calibration set, by default `experiments/calibration/data/mpt-a100-40gb.csv`.
 
 Rows are read as `shardsim calibrate` reads them (`simulator.calibration.measurements`): the mpt
 family (no biases, LayerNorm without bias), learned positions, tied embeddings, MLP 4 × d_model,
@@ -30,7 +32,7 @@ from shardsim.simulator.files import atomic_path, atomic_write  # noqa: E402
 from shardsim.simulator.hardware.topology import load_instance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-CSV = ROOT.parent / "shared" / "calibration" / "mpt-a100-40gb.csv"
+CSV = ROOT / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"
 TOPOLOGY = "a100-40gb-roce"
 MODELS = ("roofline", "kernels", "calibrated", "cv")
 

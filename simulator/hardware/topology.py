@@ -4,10 +4,16 @@ A topology file describes one node (instance type): its devices, the intra-node 
 its NICs, its host and its price. A cluster is an instance type times a node count.
 Each mapping of the file holds only the keys read from it: any other is refused (a misspelt key
 would otherwise leave a figure at its default), with the nearest known key as a suggestion.
+
+The training figures fitted to the calibration set, the same on every GPU, live once, in
+``topologies/fitted/training.yaml`` (written by ``experiments/calibration/fit_defaults.py``): a
+``kernels`` mapping reads them with ``training_figures: fitted``, and a figure it gives itself
+replaces the fitted one. Without that key its missing training figures are `KernelSpec`'s defaults.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -134,10 +140,20 @@ class Cluster:
         return f"{self.nodes} x {self.instance.name} ({self.world} x {self.instance.device.model})"
 
 
+# The training figures of `KernelSpec` and their bounds: (> 0 rather than >= 0, maximum)
+TRAINING_BOUNDS = {
+    "gemm_training_fraction": (True, 1.0),
+    "attn_training_fraction": (True, 1.0),
+    "rank_time_cv": (False, 0.5),
+}
+TRAINING_FIGURES = tuple(TRAINING_BOUNDS)
+FITTED = "fitted"  # `kernels.training_figures: fitted` reads the TRAINING_FIGURES of FITTED_FILE
+FITTED_FILE = "fitted/training.yaml"  # under the shipped topologies' folder
+
 # The keys each mapping of a topology file may hold (any other is refused, with the nearest named)
 INSTANCE_KEYS = ("name", "description", "price_per_hour_usd", "device", "fabric", "nic", "host", "emulated")
 DEVICE_KEYS = tuple(DeviceSpec.__dataclass_fields__)
-KERNEL_KEYS = tuple(KernelSpec.__dataclass_fields__)
+KERNEL_KEYS = (*KernelSpec.__dataclass_fields__, "training_figures")
 FABRIC_KEYS = tuple(FabricSpec.__dataclass_fields__)
 NIC_KEYS = tuple(NicSpec.__dataclass_fields__)
 HOST_KEYS = tuple(HostSpec.__dataclass_fields__)
@@ -151,10 +167,41 @@ def _figures(f: Fields, keys: list[str], sources: dict[str, str]) -> None:
             sources[f"{f.prefix}{key}"] = src
 
 
+def _training(f: Fields, defaults: dict[str, float] | None) -> dict[str, float]:
+    """The training figures of mapping `f`, each one it lacks from `defaults` (None: all required)."""
+    return {
+        name: f.number(
+            name,
+            default=None if defaults is None else defaults[name],
+            required=defaults is None,
+            strict=strict,
+            maximum=maximum,
+        )
+        for name, (strict, maximum) in TRAINING_BOUNDS.items()
+    }
+
+
+@functools.cache
+def _fitted_file() -> Fields:
+    where = f"topologies/{FITTED_FILE}"
+    return Fields(load_yaml(builtin_topology_dir() / FITTED_FILE), where).closed(TRAINING_FIGURES)
+
+
+def fitted_training_figures() -> tuple[dict[str, float], dict[str, str]]:
+    """The shipped fitted training figures (`FITTED_FILE`) and their sources."""
+    f = _fitted_file()
+    return _training(f, None), {n: src for n in TRAINING_FIGURES if (src := f.source(n))}
+
+
 def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
     if k is None:
         return None
     k.closed(KERNEL_KEYS)
+    if k.text("training_figures", default="", choices=(FITTED,)):
+        defaults, fitted_sources = fitted_training_figures()
+        sources |= {f"{k.prefix}{n}": src for n, src in fitted_sources.items() if k.raw(n) is None}
+    else:
+        defaults = {n: KernelSpec.__dataclass_fields__[n].default for n in TRAINING_FIGURES}
     spec = KernelSpec(
         sms=k.integer("sms"),
         tile_m=k.integer("tile_m"),
@@ -165,9 +212,7 @@ def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
         attn_bwd_half_seq=k.number("attn_bwd_half_seq", minimum=0.0, strict=False),
         attn_small_hdim_factor=k.number("attn_small_hdim_factor", maximum=1.0),
         kernel_floor_us=k.number("kernel_floor_us", minimum=0.0, strict=False),
-        gemm_training_fraction=k.number("gemm_training_fraction", default=1.0, required=False, maximum=1.0),
-        attn_training_fraction=k.number("attn_training_fraction", default=1.0, required=False, maximum=1.0),
-        rank_time_cv=k.number("rank_time_cv", default=0.0, required=False, strict=False, maximum=0.5),
+        **_training(k, defaults),
     )
     _figures(k, [n for n in KernelSpec.__dataclass_fields__ if k.raw(n) is not None], sources)
     return spec
