@@ -12,6 +12,7 @@ import csv
 import functools
 import io
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -199,13 +200,15 @@ _SHARED = tuple(n for n in CSV_COLUMNS if n != "step_times_s" and n in RunRecord
 
 def write_run(record: RunRecord, out_dir: str | Path) -> Path:
     """Write ``<out>/<run_id>.json`` and append the record's row to ``<out>/runs.csv`` (columns
-    an existing file has beyond `CSV_COLUMNS` are kept); returns the JSON path."""
+    an existing file has beyond `CSV_COLUMNS` are kept; a runs.csv that is a symlink stays one,
+    the file it leads to gets the row); returns the JSON path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{record.run_id}.json"
     atomic_write(path, record.to_json(indent=2) + "\n")
     csv_path = out / CSV_NAME
-    with locked(out / f".{CSV_NAME}.lock"):  # gone again once the row is in
+    shared = Path(os.path.realpath(csv_path))  # a runs.csv linked from several folders has one lock, beside it
+    with locked(shared.parent / f".{shared.name}.lock"):  # gone again once the row is in
         rows: list[dict[str, str]] = []
         columns = list(CSV_COLUMNS)
         if csv_path.exists():
