@@ -8,7 +8,8 @@ A write goes where the path leads and leaves what is there as it is (`write_targ
 - a symlink stays a link: the file it leads to is written as above;
 - a device, a FIFO or an open descriptor (``/dev/stdout``, ``/dev/fd/N``) is written through:
   opened and written in place, never renamed over.
-Temporary files never outlive a failed write.
+Temporary files never outlive a failed write; a write that fails raises `WriteError`, naming
+the file (and, in a command's own message, what else it wrote and what not: `recorded`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,29 +151,82 @@ def atomic_path(path: str | Path, *, durable: bool = True) -> Iterator[Path]:
         raise IsADirectoryError(21, "Is a directory", str(path))
     # a written-through target's temporary goes to the temporary folder: its own may be /dev
     folder = None if target.through else target.path.parent
-    tmp: str | None = None
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.path.name}.", suffix=".tmp")
-        os.close(fd)
         yield Path(tmp)
         if target.through:
             _write_through(tmp, target)
+        else:
+            _replace(tmp, target.path, durable)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-            return
-        if durable:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        try:
-            old = os.stat(target.path)
-        except FileNotFoundError:
-            old = None
-        _keep_owner_and_mode(tmp, old)
-        os.replace(tmp, target.path)
-    except BaseException:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
+        if not isinstance(exc, OSError) or isinstance(exc, WriteError) or _stdout_closed(exc, target):
+            raise
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a written-through target's copy
+    if (done := _WRITTEN.get()) is not None:
+        done.append(Path(path))
+
+
+def _replace(tmp: str, path: Path, durable: bool) -> None:
+    """Rename `tmp` onto `path`, fsynced first when `durable`, with the owner, group and mode of
+    the file it replaces."""
+    if durable:
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    try:
+        old = os.stat(path)
+    except FileNotFoundError:
+        old = None
+    _keep_owner_and_mode(tmp, old)
+    os.replace(tmp, path)
+
+
+def _stdout_closed(exc: BaseException, target: WriteTarget) -> bool:
+    """A broken pipe on stdout (``--trace /dev/stdout | head``): the command's stdout closed early."""
+    return isinstance(exc, BrokenPipeError) and target.fd is not None and target.fd == _fileno(sys.stdout)
+
+
+class WriteError(OSError):
+    """A file could not be written (the disk full, a device that refuses it): what was at the
+    path is as it was. `written` and `not_written` name the command's other files, for its
+    one line: ``cannot write out/sweep.parquet: No space left on device; written: sweep.csv;
+    not written: recommended.json``."""
+
+    def __init__(self, errno: int | None, strerror: str, filename: str, written=(), not_written=()):
+        super().__init__(errno, strerror, filename)
+        self.written = tuple(written)
+        self.not_written = tuple(not_written)
+
+    def __str__(self) -> str:
+        text = f"cannot write {self.filename}: {self.strerror}"
+        if self.written or self.not_written:
+            text += f"; written: {', '.join(self.written) or 'nothing'}"
+        if self.not_written:
+            text += f"; not written: {', '.join(self.not_written)}"
+        return text
+
+    def naming(self, written=(), not_written=()) -> WriteError:
+        """This error, naming what else was written and what was not."""
+        return WriteError(self.errno, self.strerror, self.filename, written, not_written)
+
+
+_WRITTEN: ContextVar[list[Path] | None] = ContextVar("written", default=None)
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[list[Path]]:
+    """The paths `atomic_path` writes while the block runs, in order: what a command wrote before
+    a write of it failed."""
+    done: list[Path] = []
+    token = _WRITTEN.set(done)
+    try:
+        yield done
+    finally:
+        _WRITTEN.reset(token)
 
 
 def atomic_write(path: str | Path, data: str | bytes, *, durable: bool = True) -> None:

@@ -13,11 +13,13 @@ import pytest
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import (
     FILE_MODE,
+    WriteError,
     atomic_path,
     atomic_write,
     check_output_dir,
     check_output_file,
     file_mode,
+    recorded,
 )
 
 
@@ -188,10 +190,17 @@ def test_a_device_stays_a_device(tmp_path):
 
 def test_a_full_device_fails_the_write_and_stays_a_device(tmp_path):
     full = _device(tmp_path / "full", 1, 7)
-    with pytest.raises(OSError) as info:
+    (tmp_path / "a.json").write_text("old")
+    with recorded() as written, pytest.raises(WriteError) as info:
+        atomic_write(tmp_path / "a.json", "new")
         atomic_write(full, "x" * 100_000)
     assert info.value.errno == errno.ENOSPC
-    assert stat.S_ISCHR(os.lstat(full).st_mode) and os.listdir(tmp_path) == ["full"]
+    assert str(info.value) == f"cannot write {full}: No space left on device"
+    assert written == [tmp_path / "a.json"]
+    assert str(info.value.naming(["a.json"], ["b.json"])) == (
+        f"cannot write {full}: No space left on device; written: a.json; not written: b.json"
+    )
+    assert stat.S_ISCHR(os.lstat(full).st_mode) and sorted(os.listdir(tmp_path)) == ["a.json", "full"]
 
 
 WRITE_TO_STDOUT = """

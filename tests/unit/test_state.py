@@ -264,3 +264,31 @@ def test_a_runs_csv_shared_by_symlinks_gets_every_row_and_stays_shared(tmp_path)
     assert [r["run_id"] for r in read_runs_csv(shared)[1]] == ["first", "via-a", "via-b"]
     st = os.stat(shared)
     assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o666, 4242, 4242)
+
+
+def test_a_run_whose_files_cannot_be_written_names_what_was_written(tmp_path):
+    """runs.csv on a full device (a private /dev/full): the record is written, the row is not;
+    the record's own path full: nothing is written. Never the device read as a runs.csv."""
+    import stat
+
+    from shardsim.simulator.files import WriteError
+
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except PermissionError:
+        pytest.skip("mknod is not allowed here")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CSV_NAME).symlink_to(full)
+    check_runs_csv(out)  # a device is written to, never read (it has no end)
+    with pytest.raises(WriteError) as info:
+        write_run(run_record(run_id="r"), out)
+    assert str(info.value) == f"cannot write {out / CSV_NAME}: No space left on device; written: r.json"
+    assert load_run(out / "r.json").run_id == "r" and stat.S_ISCHR(os.stat(out / CSV_NAME).st_mode)
+    (out / "s.json").symlink_to(full)
+    with pytest.raises(WriteError) as info:
+        write_run(run_record(run_id="s"), out)
+    assert str(info.value) == (
+        f"cannot write {out / 's.json'}: No space left on device; written: nothing; not written: its row of runs.csv"
+    )
