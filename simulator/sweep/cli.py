@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
@@ -24,6 +25,7 @@ from shardsim.simulator.config.flags import (
     overrides_from_args,
     str_list,
 )
+from shardsim.simulator.files import WriteError
 
 log = logging.getLogger("shardsim")
 
@@ -88,7 +90,7 @@ def _report_dropped(dropped: dict[str, int]) -> None:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.sweep.output import check_output_dir, to_records, write_recommendation, write_tables
+    from shardsim.simulator.sweep.output import check_output_dir, to_records
     from shardsim.simulator.sweep.progress import SweepProgress
     from shardsim.simulator.sweep.recommendation import recommend
     from shardsim.simulator.sweep.report import print_report
@@ -103,20 +105,39 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     _report_dropped(dropped)
     rec = recommend(df)
     files: list[str] = []
+    failed: WriteError | None = None
     if out is not None:
-        from shardsim.simulator.sweep.plots import plot_all
-
-        files += [str(p) for p in write_tables(df, out)]
-        files.append(str(write_recommendation(rec, out)))
-        if not ns.no_plots:
-            files += [str(p) for p in plot_all(df, out)]
+        files, failed = _write_files(df, rec, out, plots=not ns.no_plots)
     if ns.json:
         record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
         print(json.dumps(record))
-        return 0
-    kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
-    print_report(df, rec, base, out_dir=ns.out, **kw)
+    else:
+        kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
+        print_report(df, rec, base, out_dir=ns.out, **kw)
+    if failed is not None:  # the results are printed all the same; the line says which files are missing
+        raise failed
     return 0
+
+
+def _write_files(df, rec, out, plots: bool) -> tuple[list[str], WriteError | None]:
+    """Write the sweep's files into `out`: the paths written, and the error that stopped them
+    (None when all were written), naming what was written and what was not."""
+    from shardsim.simulator.files import recorded
+    from shardsim.simulator.sweep.output import write_recommendation, write_tables
+    from shardsim.simulator.sweep.plots import plot_all
+
+    planned = ["sweep.csv", "sweep.parquet", "recommended.json", *(["the plots"] if plots else [])]
+    with recorded() as written:
+        try:
+            write_tables(df, out)
+            write_recommendation(rec, out)
+            if plots:
+                plot_all(df, out)
+        except WriteError as exc:
+            failed = Path(str(exc.filename)).name
+            after = planned[planned.index(failed) + 1 :] if failed in planned else ["the plots after it"]
+            return [str(p) for p in written], exc.naming([p.name for p in written], after)
+    return [str(p) for p in written], None
 
 
 def _add_setting_lists(p: argparse.ArgumentParser) -> None:
