@@ -3,13 +3,15 @@ says what a narrow table left out, gives times in units that suit them, and call
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from shardsim.runtime.cli import main
+from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.sweep.report import _recommendation_lines
-from shardsim.simulator.units import format_seconds
+from shardsim.simulator.units import format_bytes, format_count, format_seconds, parse_size
 
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--workers", "1", "--no-progress"]
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
@@ -42,6 +44,41 @@ def _out(capsys, argv: list[str]) -> str:
 )
 def test_a_time_is_given_in_the_unit_that_suits_it(seconds, text):
     assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("fmt", "value", "text"),
+    [
+        (format_seconds, 99_999, "99999 s"),
+        (format_seconds, 123_456, "1.235e+05 s"),  # beyond a day: 4 significant digits, not 300
+        (format_seconds, 1e300, "1.000e+300 s"),
+        (format_seconds, 1e-300, "1.000e-300 s"),
+        (format_seconds, float("inf"), "inf s"),
+        (format_bytes, 2**50, "1024.00 TiB"),
+        (format_bytes, 1e300, "9.095e+287 TiB"),
+        (format_count, 1e300, "1.000e+285 P"),
+        (format_count, float("inf"), "inf"),
+    ],
+)
+def test_extreme_values_print_compactly(fmt, value, text):
+    assert fmt(value) == text
+
+
+def test_a_collective_prints_json_and_compact_figures_whatever_the_values(capsys):
+    """One rank moves nothing in no time: its bandwidths are no number (JSON has no Infinity)."""
+    assert main(["collective", "--ranks", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert (doc["time_s"], doc["algbw_GBps"], doc["busbw_GBps"]) == (0, None, None)
+    assert main(["collective", "--ranks", "1"]) == 0
+    assert "algbw  - (no time)" in capsys.readouterr().out
+    assert main(["collective", "--size", "1e300"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) < 120 and "e+" in out
+
+
+def test_a_size_that_is_not_finite_is_refused():
+    with pytest.raises(ConfigError, match="expected a size"):
+        parse_size("1e309")
 
 
 def test_the_sweep_table_fits_80_columns_and_says_what_it_left_out(capsys, monkeypatch):
