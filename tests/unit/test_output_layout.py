@@ -115,6 +115,7 @@ def test_a_multi_cluster_sweep_fits_80_columns_without_cutting_a_cell(capsys, mo
     argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8"]
     text = _out(capsys, [*argv, "--precision", "fp16", "--batch-per-device", "2", "--top", "5"])
     assert max(map(len, text.splitlines())) <= 80
+    assert "52.30 GiB > 39.59 GiB ✗" in text and "$3,605.03" in text  # figures whole; a long name may fold
     assert not _cut_short(text) and "p3dn.24xlarge" in text
 
 
@@ -163,3 +164,35 @@ def test_the_listings_fit_80_columns_without_cutting_a_cell(capsys, monkeypatch,
     text = _out(capsys, [command])
     assert max(map(len, text.splitlines())) <= 80 and not _cut_short(text)
     assert ("llama-3.1-405b" in text) if command == "workloads" else ("p5.48xlarge" in text)
+
+
+@pytest.mark.parametrize("columns", ["40", "24"])
+def test_a_narrow_width_never_cuts_a_cell(capsys, monkeypatch, columns):
+    """Narrower than the table's figures: the table keeps every cell whole (its lines run past
+    the width) rather than print `10.19 m` for 10.19 ms or `ste` for step."""
+    from shardsim.simulator.units import GIB
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rows = json.loads(_out(capsys, [*SWEEP, "--json"]))["rows"]
+    monkeypatch.setenv("COLUMNS", columns)
+    words = _out(capsys, SWEEP).split()
+    for r in rows:
+        cells = [
+            format_seconds(r["step_time_s"]),
+            f"{r['samples_per_s']:.1f}",
+            format_bytes(r["memory_per_rank_gib"] * GIB),
+        ]
+        for cell in cells:
+            assert " ".join(words).count(cell), f"{cell} cut short at {columns} columns"
+        assert f"${r['cost_per_million_samples_usd']:,.2f}" in words
+    for header in ("#", "step", "samples/s", "mem/rank", "$/M", "samples"):
+        assert header in words, f"header {header!r} cut short at {columns} columns"
+
+
+@pytest.mark.parametrize("command", ["topologies", "workloads"])
+def test_the_listings_never_cut_a_cell_either(capsys, monkeypatch, command):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    whole = {word for word in _out(capsys, [command]).split() if not set(word) <= set("│─┃━┏┓┗┛┡┩└┘┳┻╇┴┬")}
+    monkeypatch.setenv("COLUMNS", "30")
+    narrow = set(_out(capsys, [command]).split())
+    assert not whole - narrow, f"cut short at 30 columns: {sorted(whole - narrow)[:5]}"
