@@ -25,6 +25,7 @@ import io
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -215,13 +216,13 @@ def _safe_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
-def _stdout_closed() -> int:
-    """A closed stdout or a broken pipe (`shardsim sweep | head`): stop quietly, as SIGPIPE
-    would; what is still buffered goes to /dev/null, not into an error at exit."""
+def _stdout_gone() -> int:
+    """A closed stdout or a broken pipe (`shardsim sweep | head`): stop quietly, with the status
+    SIGPIPE would give; what is still buffered goes to /dev/null, not into an error at exit."""
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.close(null)
-    return 128 + 13  # SIGPIPE
+    return 128 + signal.SIGPIPE
 
 
 def _main(argv: list[str] | None) -> int:
@@ -243,7 +244,7 @@ def _main(argv: list[str] | None) -> int:
         log.error(interrupts.describe(exc))
         return interrupts.exit_status(exc)
     except BrokenPipeError:  # stdout closed early (`shardsim sweep | head`)
-        return _stdout_closed()
+        return _stdout_gone()
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes one line
         first = (str(exc).splitlines() or [""])[0]
         try:
