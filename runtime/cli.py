@@ -27,14 +27,10 @@ import os
 import re
 import signal
 import sys
-import tempfile
-import time
-import traceback
 from pathlib import Path
 
 from shardsim.runtime import interrupts
-from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.files import WriteError
+from shardsim.simulator.errors import ConfigError, WriteError
 
 log = logging.getLogger("shardsim")
 
@@ -135,6 +131,9 @@ def setup_logging(level: int) -> None:
 def crash_log(text: str) -> Path:
     """Write a traceback to a log file (``$SHARDSIM_LOG_DIR``, else the user's cache folder, else
     the temporary folder) and return its path."""
+    import tempfile
+    import time
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
     candidates = [os.environ.get("SHARDSIM_LOG_DIR"), Path.home() / ".cache" / "shardsim", tempfile.gettempdir()]
     for folder in filter(None, candidates):
@@ -153,10 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     Called as the program (no `argv`): its standard streams are made safe first (`_safe_streams`),
     and an interrupted command exits at once, without freeing every object first (seconds,
     after a profile)."""
-    with interrupts.raising():
-        if argv is None:
-            _safe_streams()
-        code = _main(argv)
+    try:
+        with interrupts.raising():
+            code = _main(argv)
+    except KeyboardInterrupt as exc:  # as the handlers were set or restored, around the command
+        code = _interrupted(exc)
     if argv is None and code in interrupts.STATUSES:
         _exit_now(code)
     return code
@@ -225,9 +225,19 @@ def _stdout_gone() -> int:
     return 128 + signal.SIGPIPE
 
 
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """One line for the signal that raised `exc`, and its exit status."""
+    if not log.handlers:
+        setup_logging(0)
+    log.error(interrupts.describe(exc))
+    return interrupts.exit_status(exc)
+
+
 def _main(argv: list[str] | None) -> int:
-    setup_logging(0)  # one line for an interrupt while the commands load
     try:
+        if argv is None:
+            _safe_streams()
+        setup_logging(0)  # one line for an interrupt while the commands load
         ns = build_parser().parse_args(argv)
         setup_logging(ns.verbose - ns.quiet)
         code = int(ns.func(ns) or 0)
@@ -241,12 +251,13 @@ def _main(argv: list[str] | None) -> int:
         log.error("error: %s", exc)
         return 1
     except KeyboardInterrupt as exc:
-        log.error(interrupts.describe(exc))
-        return interrupts.exit_status(exc)
+        return _interrupted(exc)
     except BrokenPipeError:  # stdout closed early (`shardsim sweep | head`)
         return _stdout_gone()
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes one line
         first = (str(exc).splitlines() or [""])[0]
+        import traceback
+
         try:
             where = f"; the traceback is in {crash_log(traceback.format_exc())}"
         except OSError:

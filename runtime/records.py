@@ -20,8 +20,8 @@ from typing import Any
 
 from shardsim.runtime.lockfile import locked
 from shardsim.simulator.config.schema import SAC_OP
-from shardsim.simulator.errors import CorruptFile
-from shardsim.simulator.files import WriteError, atomic_write
+from shardsim.simulator.errors import CorruptFile, WriteError
+from shardsim.simulator.files import atomic_write
 
 CSV_NAME = "runs.csv"
 

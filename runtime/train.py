@@ -29,8 +29,7 @@ from shardsim.runtime import processes
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
-from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.files import WriteError
+from shardsim.simulator.errors import ConfigError, WriteError
 from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0

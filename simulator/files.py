@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError, WriteError
 
 FILE_MODE = 0o644  # every file shardsim writes, before the umask: the owner writes, everyone reads
 
@@ -188,30 +188,6 @@ def _replace(tmp: str, path: Path, durable: bool) -> None:
 def _stdout_closed(exc: BaseException, target: WriteTarget) -> bool:
     """A broken pipe on stdout (``--trace /dev/stdout | head``): the command's stdout closed early."""
     return isinstance(exc, BrokenPipeError) and target.fd is not None and target.fd == _fileno(sys.stdout)
-
-
-class WriteError(OSError):
-    """A file could not be written (the disk full, a device that refuses it): what was at the
-    path is as it was. `written` and `not_written` name the command's other files, for its
-    one line: ``cannot write out/sweep.parquet: No space left on device; written: sweep.csv;
-    not written: recommended.json``."""
-
-    def __init__(self, errno: int | None, strerror: str, filename: str, written=(), not_written=()):
-        super().__init__(errno, strerror, filename)
-        self.written = tuple(written)
-        self.not_written = tuple(not_written)
-
-    def __str__(self) -> str:
-        text = f"cannot write {self.filename}: {self.strerror}"
-        if self.written or self.not_written:
-            text += f"; written: {', '.join(self.written) or 'nothing'}"
-        if self.not_written:
-            text += f"; not written: {', '.join(self.not_written)}"
-        return text
-
-    def naming(self, written=(), not_written=()) -> WriteError:
-        """This error, naming what else was written and what was not."""
-        return WriteError(self.errno, self.strerror, self.filename, written, not_written)
 
 
 _WRITTEN: ContextVar[list[Path] | None] = ContextVar("written", default=None)

@@ -25,7 +25,7 @@ from shardsim.simulator.config.flags import (
     overrides_from_args,
     str_list,
 )
-from shardsim.simulator.files import WriteError
+from shardsim.simulator.errors import WriteError
 
 log = logging.getLogger("shardsim")
 

@@ -22,7 +22,7 @@ from shardsim.runtime.status import Fault, RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
 from shardsim.simulator.config import SETTINGS, RunConfig, Strategy, config_from_args, load_config
-from shardsim.simulator.files import WriteError
+from shardsim.simulator.errors import WriteError
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 

@@ -271,7 +271,7 @@ def test_a_run_whose_files_cannot_be_written_names_what_was_written(tmp_path):
     the record's own path full: nothing is written. Never the device read as a runs.csv."""
     import stat
 
-    from shardsim.simulator.files import WriteError
+    from shardsim.simulator.errors import WriteError
 
     full = tmp_path / "full"
     try:
