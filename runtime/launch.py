@@ -175,6 +175,8 @@ def diagnose(views: dict[int, RankView], returncode: int, timeout_s: float) -> s
     if errors:
         v = min(errors, key=lambda v: v.status["time"])
         s = v.status
+        if s.get("type") == "WriteError":  # every step ran and was measured: the result is what is missing
+            return f"rank {v.rank} ran every step but could not write the result: {s.get('message')}"
         return f"rank {v.rank} failed at step {s.get('step')}: {s.get('type')}: {s.get('message')}"
     reported = sorted(
         (v for v in views.values() if v.status and v.status.get("status") in ("timeout", "peer")),

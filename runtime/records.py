@@ -13,6 +13,7 @@ import csv
 import functools
 import io
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Literal, get_type_hints
 from shardsim.runtime.lockfile import locked
 from shardsim.simulator.config.schema import SAC_OP
 from shardsim.simulator.csvfile import read_table
-from shardsim.simulator.errors import CorruptFile
+from shardsim.simulator.errors import CorruptFile, WriteError
 from shardsim.simulator.files import atomic_write
 
 CSV_NAME = "runs.csv"
@@ -204,16 +205,31 @@ _SHARED = tuple(n for n in CSV_COLUMNS if n != "step_times_s" and n in RunRecord
 
 def write_run(record: RunRecord, out_dir: str | Path) -> Path:
     """Write ``<out>/<run_id>.json`` and append the record's row to ``<out>/runs.csv`` (columns
-    an existing file has beyond `CSV_COLUMNS` are kept); returns the JSON path."""
+    an existing file has beyond `CSV_COLUMNS` are kept; a runs.csv that is a symlink stays one,
+    the file it leads to gets the row); returns the JSON path. WriteError when a file cannot be
+    written, naming the other: what was written and what not."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{record.run_id}.json"
-    atomic_write(path, record.to_json(indent=2) + "\n")
+    try:
+        atomic_write(path, record.to_json(indent=2) + "\n")
+    except WriteError as exc:
+        raise exc.naming((), (f"its row of {CSV_NAME}",)) from None
+    try:
+        _add_row(record, out)
+    except WriteError as exc:
+        raise exc.naming((path.name,), ()) from None
+    return path
+
+
+def _add_row(record: RunRecord, out: Path) -> None:
+    """Add the row of `record` to `out`/runs.csv (a symlink's target, under its lock)."""
     csv_path = out / CSV_NAME
-    with locked(out / f".{CSV_NAME}.lock"):  # gone again once the row is in
+    shared = Path(os.path.realpath(csv_path))  # a runs.csv linked from several folders has one lock, beside it
+    with locked(shared.parent / f".{shared.name}.lock"):  # gone again once the row is in
         rows: list[dict[str, str]] = []
         columns = list(CSV_COLUMNS)
-        if csv_path.exists():
+        if csv_path.is_file():  # a device or a FIFO (/dev/null) is written to, never read
             header, rows = read_runs_csv(csv_path)
             columns += [k for k in header if k not in columns]
         rows.append(RunRow.of(record).cells())
@@ -222,7 +238,6 @@ def write_run(record: RunRecord, out_dir: str | Path) -> Path:
         writer.writeheader()
         writer.writerows(rows)
         atomic_write(csv_path, buf.getvalue())
-    return path
 
 
 def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -243,7 +258,7 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
 def check_runs_csv(folder: str | Path) -> None:
     """Fail (CorruptFile) before a run when the runs.csv its row goes to cannot be read back."""
     path = Path(folder) / CSV_NAME
-    if path.exists():
+    if path.is_file():
         read_runs_csv(path)
 
 

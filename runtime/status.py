@@ -45,6 +45,7 @@ class RankStatus:
         self.rank = rank
         self.dir = Path(run_dir) if run_dir else None
         self.step_no = -1
+        self.failure: BaseException | None = None  # reported: `finished` then leaves the report as it is
         self._fd = None
         if self.dir is not None:
             me = ProcessRef.of(os.getpid())
@@ -58,10 +59,11 @@ class RankStatus:
             os.pwrite(self._fd, b"%-12d" % i, 0)
 
     def finished(self) -> None:
-        if self.dir is not None:
+        if self.dir is not None and self.failure is None:
             _write_json(self.dir / f"rank{self.rank}.json", {"rank": self.rank, "status": "ok", "time": time.time()})
 
     def failed(self, exc: BaseException) -> None:
+        self.failure = exc
         if self.dir is None:
             return
         msg = " ".join(str(exc).split()) or type(exc).__name__

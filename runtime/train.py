@@ -29,7 +29,7 @@ from shardsim.runtime import processes
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.simulator.config import RunConfig, add_config_arguments, config_from_args, resolve
-from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError, WriteError
 from shardsim.simulator.flagtypes import Count, Real
 from shardsim.simulator.workload.load import spec_name
 
@@ -265,6 +265,7 @@ def run(ns: argparse.Namespace, status) -> int:
     if use_cuda and backend == "nccl":
         init_kwargs["device_id"] = device
     dist.init_process_group(**init_kwargs)
+    unwritten: WriteError | None = None
     try:
         job = setup(cfg, rank, world, device, timeout, ns.data_batches)
         fault = Fault(os.environ.get("SHARDSIM_FAULT"), rank)
@@ -379,7 +380,11 @@ def run(ns: argparse.Namespace, status) -> int:
                 hostname=socket.gethostname(),
             )
             check_launcher()
-            record_path = None if ns.no_write else str(write_run(record, ns.out))
+            record_path = None
+            try:
+                record_path = None if ns.no_write else str(write_run(record, ns.out))
+            except WriteError as exc:  # measured all the same: printed, and the launcher names what is missing
+                unwritten = exc
             if ns.json:
                 print(record.to_json())
             else:
@@ -387,6 +392,8 @@ def run(ns: argparse.Namespace, status) -> int:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    if unwritten is not None:  # reported once the job has ended cleanly: nothing is killed for it
+        status.failed(unwritten)
     return 0
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from shardsim.simulator.config.flags import add_algo_argument, setting_type
 from shardsim.simulator.config.schema import BACKENDS
 from shardsim.simulator.flagtypes import Count, Size
 from shardsim.simulator.scale import MAX_MESSAGE_BYTES, MAX_WORLD
+from shardsim.simulator.units import COMPACT_UP_TO
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
@@ -20,16 +22,27 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
 
     cluster = make_cluster(ns.topology, ns.nodes)
     r = simulate_collective(cluster, ns.op, ns.size, ns.algo, ns.backend, ns.ranks)
-    if ns.json:
-        print(
-            json.dumps({k: getattr(r, k) for k in ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps")})
-        )
+    if ns.json:  # a bandwidth that is no number (one rank moves nothing, in no time) is null: JSON has no Infinity
+        fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps")
+        doc = {k: _finite_or_none(getattr(r, k)) for k in fields}
+        print(json.dumps(doc, allow_nan=False))
         return 0
     print(f"{r.op} of {format_bytes(r.size_bytes)} over {r.ranks} ranks on {r.cluster} ({r.algo}, {r.backend})")
     print(f"  time   {format_seconds(r.time_s)}")
-    print(f"  algbw  {r.algbw_GBps:.2f} GB/s")
-    print(f"  busbw  {r.busbw_GBps:.2f} GB/s")
+    print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
+    print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
     return 0
+
+
+def _finite_or_none(v):
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _bandwidth(gbps: float) -> str:
+    """``230.79 GB/s``; ``- (no time)`` where nothing was timed; a huge one in scientific notation."""
+    if not math.isfinite(gbps):
+        return "- (no time)"
+    return f"{gbps:.3e} GB/s" if abs(gbps) >= COMPACT_UP_TO else f"{gbps:.2f} GB/s"
 
 
 def register(sub) -> None:

@@ -7,6 +7,7 @@ file or a pipe gets everything.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -30,11 +31,18 @@ def output_width() -> int | None:
 
 
 def console(*, wide: bool = False) -> Console:
-    """A rich console on stdout at `output_width()` (no limit with `wide`); no highlighting."""
+    """A rich console on stdout at `output_width()` (no limit with `wide`); no highlighting. A
+    broken pipe on it raises BrokenPipeError, as `print` does, for the CLI to end with 141
+    (rich's own answer is to exit with status 1)."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
     width = None if wide else output_width()
-    return Console(width=width or UNLIMITED, highlight=False, soft_wrap=width is None)
+    return _Console(width=width or UNLIMITED, highlight=False, soft_wrap=width is None)
 
 
 def labelled(label: str, text: str, width: int | None, indent: int = 2, column: int = 19) -> str:

@@ -26,6 +26,7 @@ _SIZE_UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 GIB = 1024**3
+COMPACT_UP_TO = 99_999.5  # a figure from here on (or not finite) is given in scientific notation: 1.235e+05
 
 
 def parse_size(text: str | int | float, *, field: str = "size") -> int:
@@ -48,17 +49,23 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
     return size
 
 
+_BINARY = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+
+
 def format_bytes(n: float) -> str:
-    """Human form with binary units: 1.00 GiB."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    """Human form with binary units: 1.00 GiB (beyond 99999 TiB in scientific notation)."""
+    for unit, scale in _BINARY:
         if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
+            value = n / scale
+            return f"{value:.3e} {unit}" if abs(value) >= COMPACT_UP_TO else f"{value:.2f} {unit}"
     return f"{n:.0f} B"
 
 
 def format_count(x: float, unit: str = "") -> str:
     """A count with the decimal prefix that suits it, 4 significant digits: 334.1 M, 1.114 T
     (``unit`` appended: 3.110 GFLOP)."""
+    if not math.isfinite(x):
+        return f"{x} {unit}".rstrip()
     for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale * (1 - 5e-5):
             return f"{_four_digits(x / scale)} {prefix}{unit}"
@@ -71,7 +78,10 @@ def format_flops_rate(x: float) -> str:
 
 
 def _four_digits(value: float) -> str:
-    """`value` (its magnitude below 1000 in practice) to 4 significant digits, without exponent."""
+    """`value` (its magnitude below 1000 in practice) to 4 significant digits, without exponent
+    below `COMPACT_UP_TO` (99999 at most: five digits), in scientific notation from there on."""
+    if not math.isfinite(value) or abs(value) >= COMPACT_UP_TO:
+        return f"{value:.3e}" if math.isfinite(value) else str(value)
     decimals = max(0, 4 - len(str(int(abs(value)))))
     if decimals and abs(round(value, decimals)) >= 10 ** (4 - decimals):  # 99.996 → 100.0, not 100.00
         decimals -= 1
@@ -83,12 +93,15 @@ _TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 
 def format_seconds(t: float) -> str:
     """A duration in the unit that suits its magnitude, to 4 significant digits: 2.064 s,
-    575.6 ms, 12.30 µs, 1235 s; zero is ``0 s``, NaN ``-``. Every time shardsim prints goes
+    575.6 ms, 12.30 µs, 1235 s; zero is ``0 s``, NaN ``-``; beyond 99999 s, or below what
+    rounds to 0.000 ns, in scientific notation (1.235e+05 s). Every time shardsim prints goes
     through here."""
     if t != t:
         return "-"
     if t == 0:
         return "0 s"
+    if abs(t) < 5e-13:
+        return f"{t:.3e} s"
     # a unit is used from where its value would round to 1.000 (999.96 ms is 1.000 s)
     scale, unit = next(((f, u) for f, u in _TIME_UNITS if abs(t) >= f * (1 - 5e-5)), _TIME_UNITS[-1])
     return f"{_four_digits(t / scale)} {unit}"

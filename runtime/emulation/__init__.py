@@ -10,7 +10,7 @@ what exists; `iproute` runs the ``ip`` and ``tc`` commands and checks the privil
 `cli` is ``shardsim cluster``. ::
 
     cluster = plan_cluster(load_instance("emu-2x2"))
-    with emulated(cluster):                      # held, up; always down, also on error/SIGINT/SIGTERM
+    with emulated(cluster):                      # held, up; always down, also on error and on a signal
         procs = [run_in_node(cluster, i, torchrun_argv(cluster, i, ["-m", "shardsim.runtime.train", ...]))
                  for i in range(len(cluster.nodes))]
         ...

@@ -1,7 +1,7 @@
 """Bringing an emulated cluster up and down: `up` creates its namespaces, bridge, veths, addresses and
 tbf shaping; `down` kills what shardsim started in them and deletes them; `held` holds the names of
 clusters for a job (`ownership`); `emulated` holds a cluster and keeps it up for a block, and always
-tears it down, also on SIGINT and SIGTERM."""
+tears it down, also on SIGINT, SIGTERM, SIGHUP and SIGQUIT."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from shardsim.runtime.emulation.iproute import (
 from shardsim.runtime.emulation.ownership import Holder, owning
 from shardsim.runtime.emulation.plan import EmulatedCluster, EmulatedNode
 from shardsim.runtime.emulation.processes import NodeProcess, node_processes
-from shardsim.runtime.interrupts import raise_interrupt
+from shardsim.runtime.interrupts import SIGNALS, raise_interrupt
 from shardsim.runtime.processes import alive
 
 log = logging.getLogger("shardsim")
@@ -184,9 +184,9 @@ def held(clusters: Sequence[EmulatedCluster], *, wait: bool = False, take_kept: 
 @contextmanager
 def emulated(cluster: EmulatedCluster, *, wait: bool = False) -> Iterator[EmulatedCluster]:
     """Hold `cluster`'s names (`held`; `wait` for them), bring it up for the body and always tear
-    it down: on return, on an exception, and on SIGINT/SIGTERM (both raise KeyboardInterrupt
-    inside the body while it runs). The previous signal handlers are restored afterwards; a
-    signal that arrives during teardown waits for it."""
+    it down: on return, on an exception, and on SIGINT, SIGTERM, SIGHUP and SIGQUIT (each raises
+    KeyboardInterrupt inside the body while it runs: `interrupts.SIGNALS`). The previous signal
+    handlers are restored afterwards; a signal that arrives during teardown waits for it."""
     with held([cluster], wait=wait), _up_for_block(cluster):
         yield cluster
 
@@ -196,7 +196,7 @@ def _up_for_block(cluster: EmulatedCluster) -> Iterator[None]:
     main = threading.current_thread() is threading.main_thread()
     old = {}
     if main:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in SIGNALS:
             old[sig] = signal.signal(sig, _raise_interrupt)
     try:
         up(cluster)
@@ -214,4 +214,4 @@ def _up_for_block(cluster: EmulatedCluster) -> Iterator[None]:
 
 
 def _raise_interrupt(signum, frame):
-    raise_interrupt(signum, frame)  # SIGTERM as Terminated: the command still exits 143
+    raise_interrupt(signum, frame)  # SIGTERM, SIGHUP, SIGQUIT as Terminated: the command exits 143, 129, 131

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE, Probe, StealClock
+from shardsim.runtime.interrupts import worker_signals
 from shardsim.runtime.processes import die_with_parent
 from shardsim.runtime.profile.blocks import Bench, median_time, setup_bench
 
@@ -115,7 +116,8 @@ def _forked_rate(ctx: Bench, batch: int, seconds: float, n: int) -> tuple[float,
 @contextlib.contextmanager
 def _workers(fork, target, args: tuple, n: int):
     """`n` forked processes running `target(*args)`, joined after the body; killed at once when it
-    raises (Ctrl-C reaches this process only: they ignore SIGINT) and when this process dies."""
+    raises (a signal that ends the command is this process' to handle: they ignore Ctrl-C and
+    SIGQUIT and end silently on SIGTERM and SIGHUP) and when this process dies."""
     procs = [fork.Process(target=_worker, args=(target, *args), daemon=True) for _ in range(n)]
     try:
         for p in procs:
@@ -131,7 +133,7 @@ def _workers(fork, target, args: tuple, n: int):
 
 
 def _worker(target, *args) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_signals()  # a signal to the process group ends the profile through this process, not here
     die_with_parent()
     target(*args)
 

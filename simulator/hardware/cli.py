@@ -8,7 +8,7 @@ import argparse
 def _cmd_topologies(ns: argparse.Namespace) -> int:
     from shardsim.simulator.console import console
     from shardsim.simulator.hardware.topology import builtin_topologies, load_instance
-    from shardsim.simulator.tables import Column, Grid, fitted
+    from shardsim.simulator.tables import Column, Grid, layout, show
 
     g = Grid(
         None,
@@ -29,7 +29,7 @@ def _cmd_topologies(ns: argparse.Namespace) -> int:
             price,
         )
     out = console()
-    out.print(fitted(out, g) or g.render(compact=True))
+    show(out, layout(out, g))
     return 0
 
 

@@ -27,7 +27,7 @@ from shardsim.simulator.config.flags import (
     setting_list,
     str_list,
 )
-from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.errors import ConfigError, WriteError
 from shardsim.simulator.flagtypes import Count
 from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
 
@@ -167,6 +167,7 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     _report_dropped(dropped)
     rec = recommend(df)
     files: list[str] = []
+    failed: WriteError | None = None
     if out is not None:
         from shardsim.simulator.sweep.plots import plot_all
 
@@ -174,13 +175,18 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             made = [*write_tables(df, folder), write_recommendation(rec, folder)]
             return made + ([] if ns.no_plots else plot_all(df, folder))
 
-        files = [str(p) for p in publish(out, ns.command_line, make)]
+        try:
+            files = [str(p) for p in publish(out, ns.command_line, make)]
+        except WriteError as exc:  # the results are printed all the same, and the files that were written
+            failed, files = exc, [str(out / name) for name in exc.written]
     if ns.json:
         record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
         print(json.dumps(record))
-        return 0
-    kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
-    print_report(df, rec, base, out_dir=ns.out, **kw)
+    else:
+        kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
+        print_report(df, rec, base, out_dir=ns.out, **kw)
+    if failed is not None:  # the results are printed all the same; the line says which files are missing
+        raise failed
     return 0
 
 

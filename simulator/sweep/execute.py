@@ -58,10 +58,12 @@ def estimated_seconds(candidates: Sequence[Candidate], workers: int | None = Non
 
 
 def _worker_signals() -> None:
-    """In a worker: Ctrl-C is the parent's to handle (it kills the workers); SIGTERM kills it,
-    whatever handler the parent had installed before forking."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    """In a worker: Ctrl-C and SIGQUIT are the parent's to handle (it kills the workers); SIGTERM
+    and SIGHUP kill it, whatever handler the parent had installed before forking."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardsim.simulator.errors import ConfigError, CorruptFile
-from shardsim.simulator.files import atomic_path, atomic_write
+from shardsim.simulator.errors import ConfigError, CorruptFile, WriteError
+from shardsim.simulator.files import atomic_path, atomic_write, install
 from shardsim.simulator.lockfile import Busy, held
 from shardsim.simulator.sweep.rows import native
 
@@ -89,30 +89,50 @@ def earlier_files(out: Path) -> list[str]:
 
 def publish(out: Path, command: str, make: Callable[[Path], list[Path]]) -> list[Path]:
     """This sweep's files in `out` (which `sweep_folder` holds): `make` writes them into a
-    staging folder it is given; then the files of `out`'s earlier manifest are removed, the new
-    ones moved in and the manifest written. Returns their paths in `out`, the manifest's last."""
+    staging folder it is given; then the files of `out`'s earlier manifest that this sweep does
+    not write are removed, the new ones installed (as `files.atomic_path` writes: a link's target,
+    a device written through) and the manifest written. Returns their paths in `out`, the
+    manifest's last. A write that fails raises `WriteError` naming what was installed and what
+    not; the manifest then lists what was."""
     earlier = earlier_files(out)  # a bad manifest is named before anything is made
     for stale in out.glob(f"{STAGING}*"):  # left by a sweep killed while making its files
         shutil.rmtree(stale, ignore_errors=True)
     stage = Path(tempfile.mkdtemp(dir=out, prefix=STAGING))
+    files: list[Path] = []
     try:
-        made = make(stage)
+        try:
+            made = make(stage)
+        except WriteError as exc:  # nothing of this sweep is in `out`: the earlier files are whole
+            raise WriteError(exc.errno, exc.strerror, str(out / Path(exc.filename).name), (), ("any file",)) from exc
+        names = {p.name for p in made}
         for name in earlier:
-            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                (out / name).unlink()
-        files = []
-        for p in made:
-            os.replace(p, out / p.name)
+            if name not in names:
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    (out / name).unlink()
+        for i, p in enumerate(made):
+            try:
+                install(p, out / p.name)
+            except WriteError as exc:
+                raise exc.naming([f.name for f in files], [q.name for q in made[i + 1 :]]) from exc
             files.append(out / p.name)
-        manifest = {
-            "command": command,
-            "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": [p.name for p in files],
-        }
-        atomic_write(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    except BaseException:
+        if files:  # the manifest lists what this sweep did install
+            with contextlib.suppress(OSError):
+                _write_manifest(out, command, files)
+        raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+    _write_manifest(out, command, files)
     return [*files, out / MANIFEST]
+
+
+def _write_manifest(out: Path, command: str, files: list[Path]) -> None:
+    manifest = {
+        "command": command,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": [p.name for p in files],
+    }
+    atomic_write(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
 def write_tables(df: pd.DataFrame, out: str | Path, stem: str = "sweep") -> list[Path]:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, RunConfig
 from shardsim.simulator.console import console
-from shardsim.simulator.tables import Column, Grid, fitted
+from shardsim.simulator.tables import Column, Grid, fitted, layout, show
 from shardsim.simulator.units import GIB, format_bytes, format_seconds
 from shardsim.simulator.workload.load import spec_name
 
@@ -60,7 +60,7 @@ def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool)
         return t, more, None
     g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False)
     note = f"{LEFT_OUT} left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
-    return fitted(out, g) or g.render(compact=True), more, note
+    return layout(out, g), more, note
 
 
 TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
@@ -231,16 +231,16 @@ def print_report(
     if multi:
         out.print(f"Sweep of {len(df)} configurations over {len(clusters)} clusters: {head}")
         for g in (_cluster_grid(df, rec), *_efficiency_grids(df)):
-            out.print(fitted(out, g, wide) or g.render(compact=True))
+            show(out, layout(out, g, wide))
         ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
         title = "Leading configurations (all clusters, by samples/s)"
         table, more, left_out = _ranked_table(out, ranked, title, top, True, wide)
-        out.print(table)
+        show(out, table)
     else:
         (topology, nodes), g = clusters[0]
         title = f"{int(nodes)} x {topology} ({int(g['world'].iloc[0])} x {g['device'].iloc[0]}): {head}"
         table, more, left_out = _ranked_table(out, g, title, top, False, wide)
-        out.print(table)
+        show(out, table)
     if left_out:
         out.print(left_out)
     if more:

@@ -14,7 +14,7 @@ def _params(n: float) -> str:
 
 def _cmd_workloads(ns: argparse.Namespace) -> int:
     from shardsim.simulator.console import console
-    from shardsim.simulator.tables import Column, Grid, fitted
+    from shardsim.simulator.tables import Column, Grid, layout, show
     from shardsim.simulator.units import format_count
     from shardsim.simulator.workload.families import from_arch
     from shardsim.simulator.workload.library import library
@@ -38,7 +38,7 @@ def _cmd_workloads(ns: argparse.Namespace) -> int:
         flops = format_count(w.train_flops)
         g.add(name, m.arch.family, _params(w.params), str(len(w.layers)), others, flops, published)
     out = console()
-    out.print(fitted(out, g) or g.render(compact=True))
+    show(out, layout(out, g))
     return 0
 
 

@@ -242,3 +242,20 @@ def test_a_killed_holders_leftovers_are_cleaned_with_a_note_and_a_stranger_is_le
     down = setup.shardsim("cluster", "down", str(setup.topology))
     assert down.returncode == 0, down.stderr
     assert os.listdir(setup.rundir) == [] and not setup.namespaces()
+
+
+@pytest.mark.parametrize(("sig", "line"), [("SIGHUP", "terminated (SIGHUP)"), ("SIGQUIT", "terminated (SIGQUIT)")])
+def test_a_hangup_or_quit_ends_an_emulated_run_and_leaves_nothing_for_the_next_job(setup, sig, line):
+    """The terminal closed (SIGHUP) or Ctrl-\\ (SIGQUIT): as SIGTERM, the run tears its cluster
+    down and lets go of the topology before it exits, not the next job."""
+    run = setup.start_run("a", steps=200)
+    try:
+        _wait_for(lambda: _holds(setup), 120, "the run holds its cluster")
+        run.send_signal(signal.Signals[sig])
+        assert run.wait(timeout=30) == 128 + signal.Signals[sig], setup.log("a")
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert setup.log("a").rstrip().endswith(f"shardsim: {line}"), setup.log("a")
+    assert "Traceback" not in setup.log("a")
+    assert not setup.namespaces() and not (setup.rundir / f"{setup.prefix}.json").exists()

@@ -268,7 +268,11 @@ _HOLD = textwrap.dedent(
 
 
 @needs_root
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT],
+    ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"],
+)
 def test_context_manager_cleans_up_on_signal(cluster_of, sig):
     c = cluster_of("emu-2x2")  # the same names the child uses, so the fixture cleans up if it fails
     proc = subprocess.Popen([sys.executable, "-c", _HOLD, TAG], cwd=REPO, stdout=subprocess.PIPE,
@@ -281,8 +285,8 @@ def test_context_manager_cleans_up_on_signal(cluster_of, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
-    # SIGTERM raises Terminated, a KeyboardInterrupt the CLI tells apart (exit status 143)
-    assert proc.returncode != 0 and ("Terminated" if sig == signal.SIGTERM else "KeyboardInterrupt") in err
+    # SIGTERM, SIGHUP and SIGQUIT raise Terminated, a KeyboardInterrupt the CLI tells apart (143, 129, 131)
+    assert proc.returncode != 0 and ("KeyboardInterrupt" if sig == signal.SIGINT else "Terminated") in err
     assert not _our_namespaces(c)
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from shardsim.runtime.records import CSV_NAME, read_runs_csv
 from shardsim.simulator.files import file_mode
@@ -58,3 +61,30 @@ def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_d
         assert proc.returncode == 2 and len(err) == 1, proc.stderr
         assert "1 row(s) for 1 parameter(s) (matmul_efficiency.fp32): the fit needs more rows" in err[0]
         assert proc.stdout == "" and not (tmp_path / "cal.yaml").exists()
+
+
+def test_a_run_whose_runs_csv_cannot_be_written_says_so_in_one_line(tmp_path):
+    """The disk full at the end (runs.csv a private /dev/full): every step ran, so the summary is
+    printed and the last line says which file is missing and which was written; status 1, and
+    no traceback from the ranks or torchrun."""
+
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except PermissionError:
+        pytest.skip("mknod is not allowed here")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CSV_NAME).symlink_to(full)
+    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "-q", "run", "--topology", "emu-2x2", "--no-emulate",
+           "--nproc", "2", "--workload", "tiny-mlp", "--steps", "2", "--warmup", "0", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    records = [p.name for p in out.glob("*.json")]
+    assert proc.returncode == 1 and len(records) == 1, proc.stderr[-3000:]
+    assert "step time" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"shardsim: run failed: rank 0 ran every step but could not write the result: cannot write "
+        f"{out / CSV_NAME}: No space left on device; written: {records[0]}"
+    )
+    assert stat.S_ISCHR(os.stat(out / CSV_NAME).st_mode)

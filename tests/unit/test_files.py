@@ -1,18 +1,25 @@
 """The one atomic-write helper: old or new file, never a torn one, no temporary left."""
 
+import errno
 import os
 import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.files import (
     FILE_MODE,
+    WriteError,
     atomic_path,
     atomic_write,
     check_output_dir,
     check_output_file,
     file_mode,
+    recorded,
 )
 
 
@@ -108,3 +115,128 @@ def test_a_folder_nobody_can_write_in_is_refused():
         check_output_file("/proc/a.json", "out")
     with pytest.raises(ConfigError, match="field 'out': cannot"):
         check_output_dir("/proc/shardsim-out", "out")
+
+
+# Writes respect what is at the path: an existing file keeps its owner, group and mode; a symlink's
+# target is written; devices, FIFOs and open descriptors (/dev/stdout) are written through.
+# The tests run as root (here and in CI): chown to another uid and mknod need it.
+
+OTHER_UID = 4242
+
+
+def _device(path, major: int, minor: int):
+    """A character device node at `path` (a private /dev/null or /dev/full), never the real one."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    except PermissionError:
+        pytest.skip("mknod is not allowed here")
+    return path
+
+
+def test_an_existing_file_keeps_its_owner_group_and_mode(tmp_path):
+    shared = tmp_path / "runs.csv"
+    shared.write_text("old")
+    os.chown(shared, OTHER_UID, OTHER_UID)
+    os.chmod(shared, 0o666)
+    atomic_write(shared, "new")
+    st = os.stat(shared)
+    assert (shared.read_text(), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == ("new", 0o666, OTHER_UID, OTHER_UID)
+    private = tmp_path / "trace.json"
+    private.write_text("old")
+    os.chmod(private, 0o600)
+    atomic_write(private, "new")
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["runs.csv", "trace.json"]
+
+
+def test_a_symlink_is_kept_and_its_target_written(tmp_path):
+    (tmp_path / "team").mkdir()
+    target = tmp_path / "team" / "runs.csv"
+    target.write_text("old")
+    os.chmod(target, 0o664)
+    link = tmp_path / "runs.csv"
+    link.symlink_to("team/runs.csv")  # relative, as a team shares one file
+    chain = tmp_path / "again.csv"
+    chain.symlink_to(link)
+    atomic_write(chain, "new")
+    assert chain.is_symlink() and link.is_symlink() and os.readlink(link) == "team/runs.csv"
+    assert target.read_text() == "new" and stat.S_IMODE(os.stat(target).st_mode) == 0o664
+    assert os.listdir(tmp_path / "team") == ["runs.csv"]  # the temporary lived next to the target
+    dangling = tmp_path / "later.json"
+    dangling.symlink_to(tmp_path / "team" / "later.json")
+    atomic_write(dangling, "made")
+    assert dangling.is_symlink() and (tmp_path / "team" / "later.json").read_text() == "made"
+
+
+def test_a_fifo_is_written_through(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    atomic_write(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(tmp_path) == ["fifo"]
+
+
+def test_a_device_stays_a_device(tmp_path):
+    null = _device(tmp_path / "null", 1, 3)
+    atomic_write(null, "gone")
+    with atomic_path(null) as tmp:
+        tmp.write_text("gone too")
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and os.listdir(tmp_path) == ["null"]
+
+
+def test_a_full_device_fails_the_write_and_stays_a_device(tmp_path):
+    full = _device(tmp_path / "full", 1, 7)
+    (tmp_path / "a.json").write_text("old")
+    with recorded() as written, pytest.raises(WriteError) as info:
+        atomic_write(tmp_path / "a.json", "new")
+        atomic_write(full, "x" * 100_000)
+    assert info.value.errno == errno.ENOSPC
+    assert str(info.value) == f"cannot write {full}: No space left on device"
+    assert written == [tmp_path / "a.json"]
+    assert str(info.value.naming(["a.json"], ["b.json"])) == (
+        f"cannot write {full}: No space left on device; written: a.json; not written: b.json"
+    )
+    assert stat.S_ISCHR(os.lstat(full).st_mode) and sorted(os.listdir(tmp_path)) == ["a.json", "full"]
+
+
+WRITE_TO_STDOUT = """
+import sys
+from shardsim.simulator.files import atomic_write, check_output_file
+print("before", flush=True)
+check_output_file(sys.argv[1], "trace")
+atomic_write(sys.argv[1], "written\\n")
+print("after")
+"""
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_dev_stdout_is_written_through_where_stdout_goes(tmp_path, name):
+    """Redirected to a file, the write lands after what was printed (the same open file, not a
+    new file renamed over it); piped, it goes down the pipe."""
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        proc = subprocess.run([sys.executable, "-c", WRITE_TO_STDOUT, name], stdout=f, stderr=subprocess.PIPE)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "before\nwritten\nafter\n"
+    piped = subprocess.run([sys.executable, "-c", WRITE_TO_STDOUT, name], capture_output=True, text=True)
+    assert (piped.returncode, piped.stdout) == (0, "before\nwritten\nafter\n"), piped.stderr
+
+
+def test_output_checks_accept_what_can_be_written_through(tmp_path):
+    fifo, null = tmp_path / "fifo", _device(tmp_path / "null", 1, 3)
+    os.mkfifo(fifo)
+    (tmp_path / "team").mkdir()
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "team" / "x.json")
+    for path in (fifo, null, link, "/dev/stdout", "/dev/stderr"):
+        assert check_output_file(path, "trace") == Path(path)
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "link.json", "null", "team"]
+    assert os.listdir(tmp_path / "team") == []
+    folder_link = tmp_path / "results"
+    folder_link.symlink_to(tmp_path / "team" / "results")  # a link to a folder still to be made
+    assert check_output_dir(folder_link, "out") == folder_link
+    assert (tmp_path / "team" / "results").is_dir() and folder_link.is_symlink()

@@ -17,7 +17,7 @@ import pytest
 
 from shardsim.runtime import launch as launcher
 from shardsim.runtime.emulation import namespaces
-from shardsim.runtime.interrupts import Terminated
+from shardsim.runtime.interrupts import Terminated, exit_status
 from shardsim.runtime.launch import RankView, failed_ranks
 from shardsim.runtime.processes import LAUNCHER_ENV, ProcessRef, alive, descendants, kill_tree
 from shardsim.runtime.train import check_launcher
@@ -188,7 +188,15 @@ sys.exit(cli.main(["run"]))
 """
 
 
-@pytest.mark.parametrize(("sig", "status", "line"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+@pytest.mark.parametrize(
+    ("sig", "status", "line"),
+    [
+        ("SIGINT", 130, "interrupted"),
+        ("SIGTERM", 143, "terminated"),
+        ("SIGHUP", 129, "terminated (SIGHUP)"),
+        ("SIGQUIT", 131, "terminated (SIGQUIT)"),
+    ],
+)
 def test_a_signal_ends_a_command_with_one_line_and_its_status(sig, status, line):
     proc = subprocess.run(
         [sys.executable, "-c", COMMAND.replace("{sig}", sig)], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -197,10 +205,74 @@ def test_a_signal_ends_a_command_with_one_line_and_its_status(sig, status, line)
 
 
 def test_sigterm_inside_an_emulated_cluster_is_termination():
-    """`emulated` turns both signals into exceptions (it tears the cluster down on either); the
-    command still exits 143 for SIGTERM."""
-    with pytest.raises(Terminated):
-        namespaces._raise_interrupt(signal.SIGTERM, None)
+    """`emulated` turns every signal that ends a command into an exception (it tears the cluster
+    down on each); the command still exits 143 for SIGTERM, 129 and 131 for SIGHUP and SIGQUIT."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        with pytest.raises(Terminated) as term:
+            namespaces._raise_interrupt(sig, None)
+        assert exit_status(term.value) == 128 + sig
     with pytest.raises(KeyboardInterrupt) as info:
         namespaces._raise_interrupt(signal.SIGINT, None)
-    assert not isinstance(info.value, Terminated)
+    assert not isinstance(info.value, Terminated) and exit_status(info.value) == 130
+
+
+# `shardsim run` in an emulated cluster (brought up and down by stand-ins that say so) as a signal comes
+EMULATED = """
+import os, signal, sys, time
+from shardsim.runtime import cli, run_cli
+from shardsim.runtime.emulation import namespaces
+namespaces.up = lambda cluster: print("up", flush=True)
+namespaces.down = lambda cluster: print("down", flush=True)
+def command(ns):
+    with namespaces._up_for_block(None):
+        os.kill(os.getpid(), signal.{sig})
+        time.sleep(30)
+run_cli.main_run = command
+sys.exit(cli.main(["run"]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"])
+def test_every_signal_that_ends_a_command_tears_its_emulated_cluster_down(sig):
+    proc = subprocess.run(
+        [sys.executable, "-c", EMULATED.replace("{sig}", sig)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout == "up\ndown\n", proc.stderr
+    assert proc.returncode == 128 + signal.Signals[sig] and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+# a profile's forked workers, as the profile waits for them, when its process group is signalled
+PROFILE_WORKERS = """
+import multiprocessing as mp, sys, time
+from shardsim.runtime import cli, run_cli
+from shardsim.runtime.profile import cores
+def command(ns):
+    with cores._workers(mp.get_context("fork"), time.sleep, (60,), 3) as procs:
+        time.sleep(0.5)  # the workers set their signals up
+        print(" ".join(str(p.pid) for p in procs), flush=True)
+        time.sleep(60)
+run_cli.main_run = command
+sys.exit(cli.main(["run"]))
+"""
+
+
+@pytest.mark.parametrize(("sig", "line"), [("SIGTERM", "terminated"), ("SIGHUP", "terminated (SIGHUP)")])
+def test_a_signal_to_a_profiles_process_group_is_one_line_not_its_workers_tracebacks(sig, line):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROFILE_WORKERS],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+    try:
+        workers = [int(pid) for pid in proc.stdout.readline().split()]
+        assert len(workers) == 3
+        os.killpg(proc.pid, signal.Signals[sig])
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert (proc.returncode, err) == (128 + signal.Signals[sig], f"shardsim: {line}\n")
+    assert gone_within(workers, 5)

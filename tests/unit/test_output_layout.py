@@ -3,13 +3,15 @@ says what a narrow table left out, gives times in units that suit them, and call
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from shardsim.runtime.cli import main
+from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.sweep.report import _recommendation_lines
-from shardsim.simulator.units import format_seconds
+from shardsim.simulator.units import format_bytes, format_count, format_seconds, parse_size
 
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--workers", "1", "--no-progress"]
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
@@ -42,6 +44,39 @@ def _out(capsys, argv: list[str]) -> str:
 )
 def test_a_time_is_given_in_the_unit_that_suits_it(seconds, text):
     assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("fmt", "value", "text"),
+    [
+        (format_seconds, 99_999, "99999 s"),
+        (format_seconds, 123_456, "1.235e+05 s"),  # beyond a day: 4 significant digits, not 300
+        (format_seconds, 1e300, "1.000e+300 s"),
+        (format_seconds, 1e-300, "1.000e-300 s"),
+        (format_seconds, float("inf"), "inf s"),
+        (format_bytes, 2**50, "1024.00 TiB"),
+        (format_bytes, 1e300, "9.095e+287 TiB"),
+        (format_count, 1e300, "1.000e+285 P"),
+        (format_count, float("inf"), "inf"),
+    ],
+)
+def test_extreme_values_print_compactly(fmt, value, text):
+    assert fmt(value) == text
+
+
+def test_a_collective_prints_strict_json_and_compact_figures(capsys):
+    """JSON has no Infinity: the output parses strictly; the largest size prints in short lines."""
+    assert main(["collective", "--ranks", "2", "--size", "8B", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert doc["ranks"] == 2 and doc["time_s"] > 0
+    assert main(["collective", "--size", "1TiB"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) < 120
+
+
+def test_a_size_that_is_not_finite_is_refused():
+    with pytest.raises(ConfigError, match="expected a finite size"):
+        parse_size("1e309")
 
 
 def test_the_sweep_table_fits_80_columns_and_says_what_it_left_out(capsys, monkeypatch):
@@ -78,6 +113,7 @@ def test_a_multi_cluster_sweep_fits_80_columns_without_cutting_a_cell(capsys, mo
     argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8"]
     text = _out(capsys, [*argv, "--precision", "fp16", "--batch-per-device", "2", "--top", "5"])
     assert max(map(len, text.splitlines())) <= 80
+    assert "52.30 GiB > 39.59 GiB ✗" in text and "$3,605.03" in text  # figures whole; a long name may fold
     assert not _cut_short(text) and "p3dn.24xlarge" in text
 
 
@@ -126,3 +162,35 @@ def test_the_listings_fit_80_columns_without_cutting_a_cell(capsys, monkeypatch,
     text = _out(capsys, [command])
     assert max(map(len, text.splitlines())) <= 80 and not _cut_short(text)
     assert ("llama-3.1-405b" in text) if command == "workloads" else ("p5.48xlarge" in text)
+
+
+@pytest.mark.parametrize("columns", ["40", "24"])
+def test_a_narrow_width_never_cuts_a_cell(capsys, monkeypatch, columns):
+    """Narrower than the table's figures: the table keeps every cell whole (its lines run past
+    the width) rather than print `10.19 m` for 10.19 ms or `ste` for step."""
+    from shardsim.simulator.units import GIB
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rows = json.loads(_out(capsys, [*SWEEP, "--json"]))["rows"]
+    monkeypatch.setenv("COLUMNS", columns)
+    words = _out(capsys, SWEEP).split()
+    for r in rows:
+        cells = [
+            format_seconds(r["step_time_s"]),
+            f"{r['samples_per_s']:.1f}",
+            format_bytes(r["memory_per_rank_gib"] * GIB),
+        ]
+        for cell in cells:
+            assert " ".join(words).count(cell), f"{cell} cut short at {columns} columns"
+        assert f"${r['cost_per_million_samples_usd']:,.2f}" in words
+    for header in ("#", "step", "samples/s", "mem/rank", "$/M", "samples"):
+        assert header in words, f"header {header!r} cut short at {columns} columns"
+
+
+@pytest.mark.parametrize("command", ["topologies", "workloads"])
+def test_the_listings_never_cut_a_cell_either(capsys, monkeypatch, command):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    whole = {word for word in _out(capsys, [command]).split() if not set(word) <= set("│─┃━┏┓┗┛┡┩└┘┳┻╇┴┬")}
+    monkeypatch.setenv("COLUMNS", "30")
+    narrow = set(_out(capsys, [command]).split())
+    assert not whole - narrow, f"cut short at 30 columns: {sorted(whole - narrow)[:5]}"

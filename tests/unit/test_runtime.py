@@ -18,10 +18,11 @@ from shardsim.runtime import cli, data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
-from shardsim.runtime.status import Fault, classify
+from shardsim.runtime.status import Fault, RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
 from shardsim.simulator.config import SETTINGS, RunConfig, Strategy, config_from_args, load_config
+from shardsim.simulator.errors import WriteError
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 
@@ -215,6 +216,17 @@ def test_diagnosis_names_the_rank():
     assert diagnose(hung, 1, 4) == want
     assert classify("Timed out waiting 3000ms for recv operation to complete") == "timeout"
     assert classify("Connection closed by peer [127.0.0.1]:1234") == "peer"
+
+
+def test_a_run_whose_result_could_not_be_written_is_named_as_such(tmp_path):
+    """Every step ran: the line says the result is what is missing, and which file."""
+    message = "cannot write out/runs.csv: No space left on device; written: r.json"
+    views = {0: _view(0, status="error", t=1.0, type="WriteError", message=message), 1: _view(1, status="ok", t=1.1)}
+    assert diagnose(views, 0, 10) == f"rank 0 ran every step but could not write the result: {message}"
+    status = RankStatus(str(tmp_path), 0)
+    status.failed(WriteError(28, "No space left on device", "out/runs.csv"))
+    status.finished()  # the rank ends cleanly after reporting: its report stays
+    assert json.loads((tmp_path / "rank0.json").read_text())["type"] == "WriteError"
 
 
 def test_fault_spec_targets_one_rank_and_step():

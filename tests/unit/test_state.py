@@ -239,3 +239,65 @@ def test_run_records_and_sweep_outputs_share_one_mode(tmp_path):
     tables = write_tables(pd.DataFrame({"a": [1]}), tmp_path)
     modes = {oct(os.stat(p).st_mode & 0o777) for p in [record, tmp_path / "runs" / CSV_NAME, *tables]}
     assert modes == {oct(file_mode())}
+
+
+def test_a_runs_csv_shared_by_symlinks_gets_every_row_and_stays_shared(tmp_path):
+    """Two output folders whose runs.csv links to one team file: the rows go into that file,
+    its owner and mode stay, and writers through either link take one lock, the file's own."""
+    import stat
+    import threading
+
+    from shardsim.runtime.lockfile import acquire, release
+
+    team = tmp_path / "team"
+    write_run(run_record(run_id="first"), team)
+    shared = team / CSV_NAME
+    os.chown(shared, 4242, 4242)
+    os.chmod(shared, 0o666)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / CSV_NAME).symlink_to(shared)
+    write_run(run_record(run_id="via-a"), a)
+    lock = team / f".{CSV_NAME}.lock"
+    fd = acquire(lock, blocking=False)  # another writer holds the team file's lock
+    assert fd is not None
+    writer = threading.Thread(target=write_run, args=(run_record(run_id="via-b"), b), daemon=True)
+    writer.start()
+    writer.join(0.5)
+    waited = writer.is_alive()
+    release(lock, fd)
+    writer.join(10)
+    assert waited, "a writer through the other link did not wait for the file's lock"
+    assert (a / CSV_NAME).is_symlink() and (b / CSV_NAME).is_symlink()
+    assert [r["run_id"] for r in read_runs_csv(shared)[1]] == ["first", "via-a", "via-b"]
+    st = os.stat(shared)
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o666, 4242, 4242)
+
+
+def test_a_run_whose_files_cannot_be_written_names_what_was_written(tmp_path):
+    """runs.csv on a full device (a private /dev/full): the record is written, the row is not;
+    the record's own path full: nothing is written. Never the device read as a runs.csv."""
+    import stat
+
+    from shardsim.simulator.errors import WriteError
+
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except PermissionError:
+        pytest.skip("mknod is not allowed here")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CSV_NAME).symlink_to(full)
+    check_runs_csv(out)  # a device is written to, never read (it has no end)
+    with pytest.raises(WriteError) as info:
+        write_run(run_record(run_id="r"), out)
+    assert str(info.value) == f"cannot write {out / CSV_NAME}: No space left on device; written: r.json"
+    assert load_run(out / "r.json").run_id == "r" and stat.S_ISCHR(os.stat(out / CSV_NAME).st_mode)
+    (out / "s.json").symlink_to(full)
+    with pytest.raises(WriteError) as info:
+        write_run(run_record(run_id="s"), out)
+    assert str(info.value) == (
+        f"cannot write {out / 's.json'}: No space left on device; written: nothing; not written: its row of runs.csv"
+    )

@@ -80,3 +80,18 @@ def test_a_manifest_that_lists_anything_but_the_folders_files_is_named_and_nothi
 def _file(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_a_sweep_writes_through_the_links_of_its_folder_and_keeps_their_owner_and_mode(tmp_path):
+    """A file of the earlier sweep that is a link (a table shared elsewhere) stays a link: the new
+    table goes into the file it leads to, which keeps its mode."""
+    out, shared = tmp_path / "out", tmp_path / "shared.csv"
+    out.mkdir()
+    publish(out, "first", lambda folder: [_file(folder / "a.csv", "1")])
+    (out / "a.csv").unlink()
+    shared.write_text("old")
+    shared.chmod(0o666)
+    (out / "a.csv").symlink_to(shared)
+    publish(out, "second", lambda folder: [_file(folder / "a.csv", "2")])
+    assert (out / "a.csv").is_symlink() and shared.read_text() == "2"
+    assert oct(shared.stat().st_mode & 0o777) == oct(0o666)

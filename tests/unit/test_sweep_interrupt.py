@@ -1,5 +1,6 @@
 """Ctrl-C on a sweep (issue 19, item 7): the terminal sends SIGINT to the whole process group;
-the sweep ends at once with one line and status 130, its worker processes with it."""
+the sweep ends at once with one line and status 130, its worker processes with it. A hangup
+(the terminal closed: SIGHUP to the group) the same way, with status 129."""
 
 from __future__ import annotations
 
@@ -35,7 +36,10 @@ def _cpu_ticks(pid: int) -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
-def test_ctrl_c_ends_a_sweep_and_its_workers_at_once() -> None:
+@pytest.mark.parametrize(
+    ("sig", "status", "line"), [("SIGINT", 130, "interrupted"), ("SIGHUP", 129, "terminated (SIGHUP)")]
+)
+def test_ctrl_c_ends_a_sweep_and_its_workers_at_once(sig, status, line) -> None:
     # eight ZeRO-2D configurations of 300 micro-steps (94,000 ops each: seconds per prediction)
     sweep = "sweep --strategies zero2d --degrees 2,4,8,16 --grad-accum 300 --checkpointing none,full"
     argv = [sys.executable, "-m", "shardsim.runtime.cli", *sweep.split(), "--workers", "2", "--no-progress"]
@@ -48,7 +52,7 @@ def test_ctrl_c_ends_a_sweep_and_its_workers_at_once() -> None:
         assert len(workers) == 2, "the sweep did not start its two workers"
         while not all(_cpu_ticks(w) > 20 for w in workers) and time.monotonic() < deadline:
             time.sleep(0.05)  # both are predicting
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        os.killpg(proc.pid, signal.Signals[sig])  # what a terminal's Ctrl-C (or hangup) does
         t0 = time.monotonic()
         _, err = proc.communicate(timeout=120)
         took = time.monotonic() - t0
@@ -57,8 +61,8 @@ def test_ctrl_c_ends_a_sweep_and_its_workers_at_once() -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     print(f"Ctrl-C -> exit {took:.2f} s")
-    assert proc.returncode == 130
-    assert err == "shardsim: interrupted\n", err
+    assert proc.returncode == status
+    assert err == f"shardsim: {line}\n", err
     assert took < CTRL_C_PROMISE_S, f"exited {took:.1f} s after Ctrl-C"
     gone = time.monotonic() + 2
     while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < gone:
