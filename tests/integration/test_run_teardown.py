@@ -1,15 +1,17 @@
 """A run whose ranks all finished is a success, whatever happens as their processes end.
 
-The README's CPU example runs 30 times, three at a time (each run is the others' load), with
-every rank's gloo threads at the lowest priority (nice 19, from a ``sitecustomize`` on the
-ranks' ``PYTHONPATH``): such a thread is often preempted while it lets go of the last
-collective's buffers, which is when a rank ending its interpreter used to abort
+The launcher's verdict, with a stand-in for torchrun whose rank 1 aborts after or before it
+reports. The README's CPU example runs 30 times, three at a time (each run is the others'
+load), with every rank's gloo threads at the lowest priority (nice 19, from a
+``sitecustomize`` on the ranks' ``PYTHONPATH``): such a thread is often preempted while it lets
+go of the last collective's buffers, which is when a rank ending its interpreter used to abort
 ("terminate called without an active exception") and turn a finished run into a failed one.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from shardsim.runtime import launch as launcher
 from shardsim.runtime.records import CSV_NAME, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +29,27 @@ RUNS = 30
 AT_ONCE = 3
 README_CPU_RUN = ["run", "--topology", "emu-2x2", "--no-emulate", "--nproc", "2", "--workload", "tiny-gpt"]
 ONE_STEP = ["--steps", "1", "--warmup", "0"]  # the abort came after the result: one step shows it
+
+# torchrun as it behaves when a rank aborts: it waits for its ranks, exits 1 when one failed
+FAKE_TORCHRUN = '''
+import subprocess, sys
+RANK = """
+import json, os, sys, time
+r, d, abort = int(sys.argv[1]), os.environ["SHARDSIM_RUN_DIR"], sys.argv[2]
+def put(name, data):
+    with open(f"{d}/{name}.tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(f"{d}/{name}.tmp", f"{d}/{name}")
+put(f"rank{r}.start", {"rank": r, "pid": os.getpid(), "time": time.time()})
+if r == 1 and abort == "before":
+    os.abort()
+put(f"rank{r}.json", {"rank": r, "status": "ok", "time": time.time()})
+if r == 1:
+    os.abort()
+"""
+ranks = [subprocess.Popen([sys.executable, "-c", RANK, str(r), sys.argv[1]]) for r in range(2)]
+sys.exit(1 if any([p.wait() for p in ranks]) else 0)
+'''
 
 # In a rank (torchrun sets RANK): a daemon thread that lowers each gloo thread to nice 19 as it appears.
 LOW_PRIORITY_GLOO = """
@@ -48,6 +72,28 @@ def _lower_gloo_threads():
 if "RANK" in os.environ:
     threading.Thread(target=_lower_gloo_threads, name="test-low-priority-gloo", daemon=True).start()
 """
+
+
+def _launch_fake(monkeypatch, tmp_path: Path, abort: str) -> launcher.LaunchResult:
+    script = tmp_path / "torchrun.py"
+    script.write_text(FAKE_TORCHRUN)
+    monkeypatch.setattr(launcher, "torchrun_command", lambda nproc, args, flags: [sys.executable, str(script), abort])
+    return launcher.launch(2, [], timeout_s=5.0)
+
+
+def test_a_rank_that_dies_after_it_reported_leaves_a_successful_run(monkeypatch, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="shardsim")
+    result = _launch_fake(monkeypatch, tmp_path, "after")
+    assert result.returncode == 1  # torchrun saw rank 1 abort
+    assert result.ok and result.message == "", result.message
+    said = [r for r in caplog.records if r.name == "shardsim"]
+    assert [r.levelno for r in said] == [logging.DEBUG] and "status 1" in said[0].getMessage(), said
+
+
+def test_a_rank_that_dies_before_it_reported_fails_the_run(monkeypatch, tmp_path):
+    result = _launch_fake(monkeypatch, tmp_path, "before")
+    assert not result.ok
+    assert result.message.startswith("rank 1 (pid ") and "died" in result.message, result.message
 
 
 def _run(i: int, tmp_path: Path, env: dict[str, str]) -> str | None:
