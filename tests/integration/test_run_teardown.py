@@ -1,7 +1,7 @@
 """A run whose ranks all finished is a success, whatever happens as their processes end.
 
 The launcher's verdict, with a stand-in for torchrun whose rank 1 aborts after or before it
-reports. The README's CPU example runs 30 times, three at a time (each run is the others'
+reports; a rank that ends without finalizing its interpreter keeps its output. The README's CPU example runs 30 times, three at a time (each run is the others'
 load), with every rank's gloo threads at the lowest priority (nice 19, from a
 ``sitecustomize`` on the ranks' ``PYTHONPATH``): such a thread is often preempted while it lets
 go of the last collective's buffers, which is when a rank ending its interpreter used to abort
@@ -94,6 +94,13 @@ def test_a_rank_that_dies_before_it_reported_fails_the_run(monkeypatch, tmp_path
     result = _launch_fake(monkeypatch, tmp_path, "before")
     assert not result.ok
     assert result.message.startswith("rank 1 (pid ") and "died" in result.message, result.message
+
+
+def test_a_process_ended_at_once_keeps_its_buffered_output():
+    code = "from shardsim.runtime.processes import exit_now; print('result'); exit_now(3)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout to a pipe: block-buffered
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (3, "result\n")
 
 
 def _run(i: int, tmp_path: Path, env: dict[str, str]) -> str | None:
