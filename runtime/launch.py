@@ -3,7 +3,8 @@
 `launch` runs ``python -m torch.distributed.run --standalone ... -m shardsim.runtime.train ...`` (a
 free port on this machine), passes the configuration as explicit flags, and follows each
 rank through the files of `runtime.status`. When the job fails it names the rank that
-crashed, died or hung.
+crashed, died or hung. A job whose every rank reported that it finished has succeeded, even
+if a process then dies as it ends (torchrun's exit status says so; -v notes it in one line).
 
 The job lives and dies with the launcher. As soon as one rank fails (an error, a death, a
 timeout waiting for a hung peer) the others get `FAILURE_GRACE_S` to report, then torchrun and
@@ -16,6 +17,7 @@ rank when torchrun dies or the launcher is gone (``$SHARDSIM_LAUNCHER``, `runtim
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +34,8 @@ from shardsim.runtime.emulation.plan import EmulatedCluster
 from shardsim.runtime.emulation.processes import run_in_node, torchrun_argv
 from shardsim.runtime.processes import LAUNCHER_ENV, ProcessRef, alive, die_with_parent, kill_tree
 from shardsim.simulator.config import RunConfig
+
+log = logging.getLogger("shardsim")
 
 MONITOR_INTERVAL_S = 0.5  # torchrun's poll of its workers (leaves time for peers to report)
 SHUTDOWN_TIMEOUT_S = 2  # torchrun's own wait between SIGTERM and SIGKILL to a rank, should it end them first
@@ -297,7 +301,9 @@ def launch(
         raise
     _refresh(run_dir, views, time.time())
     leftovers = [] if ended else _kill_leftovers(views)
-    ok = rc == 0 and not forced and all(v.status and v.status.get("status") == "ok" for v in views.values())
+    ok = not forced and all(v.status and v.status.get("status") == "ok" for v in views.values())
+    if ok and rc:
+        log.debug("every rank finished; torchrun then exited with status %d (a process died as it ended)", rc)
     message = "" if ok else (forced or diagnose(views, rc, timeout_s))
     if leftovers:
         message += f" ({_names(leftovers)} outlived torchrun and were killed)"

@@ -1,15 +1,19 @@
 """Processes, read from /proc (Linux): whether one still runs, which process a pid names, a
-process tree, ending that tree at once, and tying a child's life to its parent's."""
+process tree, ending that tree at once, tying a child's life to its parent's, and ending this
+process without finalizing the interpreter."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 LAUNCHER_ENV = "SHARDSIM_LAUNCHER"  # "pid:start" of the shardsim process that started a job
@@ -168,3 +172,19 @@ def follow_launcher(cleanup: Callable[[], None] | None = None) -> None:
         return
     die_with_parent()
     end_with(parent, cleanup=cleanup)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process with `code` once its output is flushed, without finalizing the interpreter.
+
+    For a process whose native threads may still call into Python as it ends: a gloo process
+    group outlives ``destroy_process_group()`` while anything holds it (FSDP2's device mesh,
+    which torch keeps), and its worker threads, as they let go of the last collective, release
+    tensors that need the GIL. Taking the GIL while the interpreter finalizes ends a thread with
+    ``pthread_exit``, whose unwinding through C++ calls ``std::terminate`` ("terminate called
+    without an active exception"): the process aborts. ``os._exit`` skips finalization (and
+    ``atexit`` handlers); the kernel ends every thread at once."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing more can be said
+            stream.flush()
+    os._exit(code)

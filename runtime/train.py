@@ -9,6 +9,10 @@ synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the resu
 Under ``shardsim run`` a rank ends with the run: when torchrun (its parent) dies, and when the
 ``shardsim`` process that launched the job is gone; it never writes the result of a run whose
 launcher has ended, nor reports a failure to nobody (`follow_launcher`, `check_launcher`).
+
+A rank that returns (finished, or bad input) ends its process without finalizing the
+interpreter (`runtime.processes.exit_now`): gloo's worker threads can still be letting go of the
+last collective then, and would abort the process (a finished run reported as failed).
 """
 
 from __future__ import annotations
@@ -390,6 +394,7 @@ def run(ns: argparse.Namespace, status) -> int:
             else:
                 print(_summary_text(record, record_path), flush=True)
         dist.barrier()
+        status.finished()  # the last collective: the run's result is complete on every rank
     finally:
         dist.destroy_process_group()
     if unwritten is not None:  # reported once the job has ended cleanly: nothing is killed for it
@@ -451,7 +456,6 @@ def main(argv: list[str] | None = None) -> int:
         first = " ".join(str(exc).split())[:300] or type(exc).__name__
         print(f"shardsim: rank {rank} failed at step {status.step_no}: {type(exc).__name__}: {first}", file=sys.stderr)
         raise
-    status.finished()
     return code
 
 
@@ -459,4 +463,4 @@ if __name__ == "__main__":
     follow_launcher()  # before torch loads (seconds): a rank of a launcher that is gone ends at once
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    sys.exit(record(main)())
+    processes.exit_now(record(main)())  # gloo's threads may outlive the process group: no finalization
