@@ -394,7 +394,8 @@ def run(ns: argparse.Namespace, status) -> int:
             else:
                 print(_summary_text(record, record_path), flush=True)
         dist.barrier()
-        status.finished()  # the last collective: the run's result is complete on every rank
+        if unwritten is None:
+            status.finished()  # the last collective: the run's result is complete on every rank
     finally:
         dist.destroy_process_group()
     if unwritten is not None:  # reported once the job has ended cleanly: nothing is killed for it
