@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 # A step (or a measurement) in which the hypervisor took more than this part of the host's
 # cores' time is set aside by `validate` and the profile: it measured the other guests as much as
-# the work. On this VM the part came and went within minutes, 0-45 % of a run (2026-11-22/23);
-# 10 %: every configuration of a validation measured below it was within 5.1 % of its
-# prediction (2026-11-23, 00:18); chosen before the validations that use it.
+# the work. The threshold was chosen before the validations that use it, from the steal the
+# committed validation measured (experiments/validation/README.md, "The host-speed probe").
 QUIET_STEAL_SHARE = 0.10
 WIDTH, HEADS, TOKENS = 512, 8, 32  # the probe layer: 3.1 M parameters, a short sequence
 ITERS = 1  # forward + backward passes per probe (about 17 ms on this host, one thread)

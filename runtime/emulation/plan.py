@@ -32,7 +32,7 @@ BRIDGE_IFNAME = "br0"  # the switch, inside the bridge namespace
 # BURST_MIN_MTUS frames. A bucket smaller than one frame drops every full-size frame, and one
 # smaller than what the rate earns between two wake-ups of the qdisc throws tokens away, so the
 # link runs below its rate whenever the host stalls for a moment (tbf wakes on an hrtimer; on
-# this shared VM the vCPU itself is sometimes late). Measured here (2026-11-22, emu-4x2, 16
+# a shared VM the vCPU itself is sometimes late). Measured on the development host (emu-4x2, 16
 # single TCP streams per setting, nothing else running): a 1 ms bucket gave 66-96 % of the
 # rate (median 88 % in one minute, 96 % in the next), 2 ms 93-96 %, 4 and 8 ms 95-97 % every
 # time (95.6 % is the 1448/1514 payload share of a frame). 4 ms is 100 kB at 200 Mbit/s: a

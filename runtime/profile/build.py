@@ -17,9 +17,9 @@ from shardsim.runtime.profile.fsdp import FSDP_WORLD, fsdp_overhead, sharded_opt
 from shardsim.runtime.profile.links import measure_links
 from shardsim.simulator.files import atomic_write
 
-# Rounds the whole model is timed in, each through every microbatch size in turn: on this shared
-# host a few seconds at one speed then no longer set one size's figure alone (timed back to back,
-# size by size, one profile's microbatch 4 took 2.6 times its microbatch 2, and the next 1.8 times).
+# Rounds the whole model is timed in, each through every microbatch size in turn, so that a host
+# whose speed changes within seconds does not set one size's figure alone (timed size by size,
+# the ratio of two sizes' times varied by nearly half between profiles: experiments/validation/README.md).
 WHOLE_ROUNDS = 3
 
 
@@ -112,7 +112,7 @@ def build_profile(
     links; and the cores that each count of ranks in `ranks` really gets on this host."""
     host = ranks and device == "cpu"
     # the host's speed while the blocks were timed: yardsticks before and after them and at the
-    # end, averaged (this host flips between a fast and a slow state every few seconds)
+    # end, averaged (a shared host's speed can change within seconds)
     yards = [yardstick(workload, max(batches))] if host else []
     doc = profile_workload(
         workload,

@@ -126,10 +126,10 @@ def pooled_slowdown(rows: list[Row]) -> float:
     """The host's slowdown since profiling that every prediction of a validation assumes: the
     mean of all yardsticks timed around its runs (1.0 when none was).
 
-    Pooled, not per run: this shared VM flips between a fast and a slow state (the same work
-    takes about 0.36 or 0.51 s) every few seconds, so a yardstick of a few seconds before or
-    after a 30-s run says little about that run, while the mean over the whole validation
-    follows a lasting drift (a host that slowed by half after profiling)."""
+    Pooled, not per run: a shared host's speed can change within seconds (see
+    experiments/validation/README.md), so a yardstick of a few seconds before or after a 30-s
+    run says little about that run, while the mean over the whole validation follows a lasting
+    drift (a host that slowed by half after profiling)."""
     samples = [x for r in rows for x in (r.host_slowdown_before, r.host_slowdown_after) if math.isfinite(x)]
     return statistics.fmean(samples) if samples else 1.0
 

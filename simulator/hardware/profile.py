@@ -27,8 +27,7 @@ from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.yamlio import load_json
 
 # A run whose cores the hypervisor takes more of than this is scaled as if it took this much:
-# a bound on a correction, not a figure of the host (the most seen here was 0.45 over a run,
-# 2026-11-22)
+# a bound on a correction, not a figure of the host (what was measured: experiments/validation/README.md)
 MAX_STEAL_SHARE = 0.9
 
 

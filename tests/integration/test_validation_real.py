@@ -1,4 +1,4 @@
-"""The promise of issue 6, for real: a small validation on an emulated 2-node cluster.
+"""The promise of `validate`, for real: a small validation on an emulated 2-node cluster.
 
 Runs `shardsim validate --matrix runtime/validation/matrices/ci.yaml` (ddp, zero, zero2d d=2 and a 1F1B
 pipeline on emu-2x2: network namespaces, tc-shaped NICs, gloo), which profiles this machine,

@@ -113,7 +113,7 @@ def test_hierarchical_all_gather_keeps_bytes_off_the_nic() -> None:
 
 
 def test_p4d_single_node_all_reduce_busbw_near_measured() -> None:
-    """REFERENCE.md: NCCL all-reduce busbw on one p4d node, 1 GiB: 230.8 GB/s measured.
+    """NVIDIA/nccl issue #527: NCCL all-reduce busbw on one p4d node, 1 GiB: 230.8 GB/s measured.
     The fabric efficiency in p4d.24xlarge.yaml is calibrated on that measurement, so this
     checks that the ring placement on NVSwitch ports turns it back into that busbw."""
     r = simulate_collective(make_cluster("p4d.24xlarge", 1), "all_reduce", 2**30)

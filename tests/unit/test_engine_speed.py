@@ -1,4 +1,4 @@
-"""The shortcuts that make a sweep fast (issue 4) change no result: link grouping in plain
+"""The shortcuts that make a sweep fast change no result: link grouping in plain
 Python, Joins in place of zero-length wait ops, one link graph per cluster."""
 
 from __future__ import annotations

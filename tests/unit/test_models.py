@@ -33,7 +33,12 @@ KEPT = {
     "mlp-4x16k": 541049832,
     "vit-630m": 631828456,
 }
-OLD_TRAIN_FLOPS = {"tiny-vit": 21880064.0, "vit-630m": 772091097088.0, "tiny-mlp": 757504.0, "tiny-gpt": 44564480.0}
+BIDIRECTIONAL_TRAIN_FLOPS = {
+    "tiny-vit": 21880064.0,
+    "vit-630m": 772091097088.0,
+    "tiny-mlp": 757504.0,
+    "tiny-gpt": 44564480.0,
+}
 
 SMALL_HF = {
     "llama": {
@@ -110,8 +115,8 @@ def test_every_library_model_names_its_source() -> None:
 def test_existing_models_keep_their_parameter_counts(name: str, params: int) -> None:
     w = load_workload(name)
     assert w.params == params
-    if name in OLD_TRAIN_FLOPS and w.arch.family != "gpt":
-        assert w.train_flops == OLD_TRAIN_FLOPS[name]  # bidirectional: unchanged
+    if name in BIDIRECTIONAL_TRAIN_FLOPS and w.arch.family != "gpt":
+        assert w.train_flops == BIDIRECTIONAL_TRAIN_FLOPS[name]  # bidirectional: unchanged
 
 
 def test_workloads_cli_lists_families_and_counts() -> None:

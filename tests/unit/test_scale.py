@@ -1,4 +1,4 @@
-"""How far the simulator goes (issue 19, item 8): a 16,384-GPU prediction in seconds and well
+"""How far the simulator goes: a 16,384-GPU prediction in seconds and well
 under 2 GB; beyond the stated bounds a one-line refusal before any work; the sweep's memory
 held in bounds; the shortcuts change no result."""
 

@@ -1,4 +1,4 @@
-"""What a sweep drops and why (issue 19, item 11): a count per reason on stderr and in the JSON
+"""What a sweep drops and why: a count per reason on stderr and in the JSON
 output; an empty space says why it is empty."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ctrl-C on a sweep (issue 19, item 7): the terminal sends SIGINT to the whole process group;
+"""Ctrl-C on a sweep: the terminal sends SIGINT to the whole process group;
 the sweep ends at once with one line and status 130, its worker processes with it. A hangup
 (the terminal closed: SIGHUP to the group) the same way, with status 129."""
 

@@ -1,4 +1,4 @@
-"""A sweep's progress (issue 19, item 8): on stderr, a bar on a terminal, lines with -v
+"""A sweep's progress: on stderr, a bar on a terminal, lines with -v
 elsewhere, nothing otherwise; with an estimate of the time left."""
 
 from __future__ import annotations
