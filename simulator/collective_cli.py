@@ -23,7 +23,7 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     cluster = make_cluster(ns.topology, ns.nodes)
     r = simulate_collective(cluster, ns.op, ns.size, ns.algo, ns.backend, ns.ranks)
     if ns.json:  # a bandwidth that is no number (one rank moves nothing, in no time) is null: JSON has no Infinity
-        fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps")
+        fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo", "backend")
         doc = {k: _finite_or_none(getattr(r, k)) for k in fields}
         print(json.dumps(doc, allow_nan=False))
         return 0
@@ -63,7 +63,7 @@ def register(sub) -> None:
         default="1GiB",
         help="message size S as nccl-tests counts it, e.g. 1GiB, 25MB (default: 1GiB)",
     )
-    add_algo_argument(c, auto=False)
+    add_algo_argument(c, auto=True)
     c.add_argument("--backend", default="nccl", choices=BACKENDS, help="communication library (default: nccl)")
     c.add_argument(
         "--ranks",

@@ -194,3 +194,24 @@ def test_the_listings_never_cut_a_cell_either(capsys, monkeypatch, command):
     monkeypatch.setenv("COLUMNS", "30")
     narrow = set(_out(capsys, [command]).split())
     assert not whole - narrow, f"cut short at 30 columns: {sorted(whole - narrow)[:5]}"
+
+
+def test_a_collective_chooses_its_algorithm_as_predict_does_and_says_which(capsys):
+    """`auto` by default, as predict's plans choose (`network.collectives.algo_for`): a ring within
+    one node, tree or ring by time for an all-reduce across nodes, and the algorithm used is in the
+    text and the JSON."""
+    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.network.collectives import GroupLayout, algo_for
+    from shardsim.simulator.network.links import build_links
+
+    def chosen(*args: str) -> dict:
+        assert main(["collective", "--topology", "p4d.24xlarge", *args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    g = build_links(make_cluster("p4d.24xlarge", 2))
+    expected = algo_for("all_reduce", "auto", GroupLayout(0, 16, 16), 8, "nccl", g, float(2**30))
+    assert chosen("--nodes", "1", "--size", "1GiB")["algo"] == "ring"
+    assert chosen("--nodes", "2", "--size", "1GiB") == chosen("--nodes", "2", "--size", "1GiB", "--algo", expected)
+    assert chosen("--nodes", "2", "--size", "1GiB")["algo"] == expected
+    assert main(["collective", "--topology", "p4d.24xlarge", "--nodes", "2"]) == 0
+    assert f"({expected}, nccl)" in capsys.readouterr().out
