@@ -322,6 +322,30 @@ def test_deep_nesting_is_one_line(tmp_path, capsys):
     )
 
 
+def _alias_chain(levels: int, key: str) -> str:
+    """A configuration whose `key` holds a list nested `levels` deep, one anchor and alias a level."""
+    lines = ["description:", "  k0: &a0 [1]"]
+    lines += [f"  k{i}: &a{i} [*a{i - 1}]" for i in range(1, levels)]
+    return "\n".join([*lines, f"{key}: *a{levels - 1}", ""])
+
+
+def test_nesting_through_aliases_is_bounded_too(tmp_path, capsys):
+    deep = write(tmp_path, "deep.yaml", _alias_chain(5000, "seed"))
+    err = refused(["predict", str(deep)], capsys)
+    assert f"{deep}: nested deeper than {MAX_DEPTH} levels at line " in err, err
+    loop = write(tmp_path, "loop.yaml", "name: &a [1, *a]\n")
+    assert f"{loop}: an alias at line 1 refers to a value that holds it" in refused(["predict", str(loop)], capsys)
+    shallow = write(tmp_path, "ok.yaml", _alias_chain(MAX_DEPTH - 3, "name"))  # 3 levels: the file's, k's, [1]
+    assert load_config(shallow).seed == 0
+
+
+def test_a_key_given_twice_in_a_json_file_is_refused(tmp_path, capsys):
+    doc = '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128, "n_positions": 32'
+    twice = write(tmp_path, "config.json", doc + ', "n_embd": 32}')
+    err = refused([*PREDICT[:1], "--workload", str(twice), *PREDICT[3:]], capsys)
+    assert f"{twice}: duplicate key 'n_embd'" in err, err
+
+
 def test_a_file_over_the_bound_is_refused_at_once(tmp_path, capsys):
     big = write(tmp_path, "c.yaml", "seed: 1\n" + "#" * FILE_BYTES + "\n")
     for path in (big, Path("/dev/zero")):
