@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.config import SETTINGS, RunConfig, build_config, resolve
-from shardsim.simulator.csvfile import read_table
+from shardsim.simulator.csvfile import CSV_BYTES, read_table
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType
 from shardsim.simulator.predict import StepPrediction
@@ -38,6 +38,7 @@ from shardsim.simulator.workload.arch import SHAPE_FIELDS
 from shardsim.simulator.workload.describe import ARCH_FIELDS
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.yamlio import read_text
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")
 RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
@@ -268,8 +269,8 @@ def _flatten(config: dict[str, Any]) -> dict[str, Any]:
 def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
     where = str(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path, limit=CSV_BYTES))
+    except ValueError as exc:
         raise ConfigError(f"not a readable run record: {exc}", where=where) from None
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise ConfigError("not a run record (no config mapping)", where=where, field="config")
@@ -298,6 +299,8 @@ def read_measurements(source: str | Path, topology: str, inst: InstanceType) -> 
         out = [read_run_json(path, topology, inst)]
     elif path.is_file():
         out = read_csv(path, topology, inst)
+    elif path.exists():
+        raise ConfigError("not a file or a folder (a device? a pipe?)", where=str(path))
     else:
         raise ConfigError("no such file or folder", where=str(path))
     if not out:
