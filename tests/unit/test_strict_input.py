@@ -236,6 +236,29 @@ def test_a_profile_with_nan_is_one_line(tmp_path, capsys):
     assert f"{path}: field 'optimizer_per_param_s': expected a finite number, got nan" in err, err
 
 
+def test_a_profile_figure_beyond_its_bound_is_one_line(tmp_path, capsys):
+    from tests.unit.test_validation import _profile
+
+    path = _profile(tmp_path)
+    good = json.loads(path.read_text())
+    block = next(iter(good["blocks_by_batch_s"]["4"]))
+    huge = "9" * 23  # a microbatch size
+    slow, fast, optimizer, batch = (json.loads(json.dumps(good)) for _ in range(4))
+    slow["blocks_by_batch_s"]["4"][block][0] = 1e308  # a forward that overflowed the step's sums
+    fast["blocks_by_batch_s"]["4"][block][1] = 5e-324  # a backward whose rate overflowed
+    optimizer["optimizer_per_param_s"] = 1e308
+    batch["blocks_by_batch_s"][huge] = batch["blocks_by_batch_s"].pop("4")
+    for doc, field in (
+        (slow, f"blocks_by_batch_s.4.{block}[0]"),
+        (fast, f"blocks_by_batch_s.4.{block}[1]"),
+        (optimizer, "optimizer_per_param_s"),
+        (batch, f"blocks_by_batch_s.{huge}"),
+    ):
+        path.write_text(json.dumps(doc))
+        err = refused(["predict", "--workload", "small-gpt", *PREDICT[3:], "--profile", str(path)], capsys)
+        assert f"{path}: field '{field}': expected " in err, err
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "1e400"])
 def test_a_hugging_face_config_with_a_non_finite_size_is_refused(tmp_path, capsys, value):
     doc = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128, "n_positions": 32}
