@@ -271,7 +271,8 @@ class Fields:
             )
         return float(value)
 
-    def integer(self, key: str, *, default: int | None = None, minimum: int = 1) -> int:
+    def integer(self, key: str, *, default: int | None = None, minimum: int = 1, maximum: int | None = None) -> int:
+        """An integer >= minimum (and <= maximum, the simulator's bound); missing → default or error."""
         value = self.raw(key)
         if value is None:
             if default is not None:
@@ -283,6 +284,9 @@ class Fields:
             raise ConfigError(
                 f"expected an integer >= {minimum}, got {value!r}", where=self.where, field=self._name(key)
             )
+        if maximum is not None and value > maximum:
+            why = f"{value:,} is beyond the simulator's bound of {maximum:,}"
+            raise ConfigError(why, where=self.where, field=self._name(key))
         return value
 
     def text(self, key: str, *, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:

@@ -214,6 +214,16 @@ def test_a_figure_that_is_not_a_finite_number_is_refused(tmp_path, capsys, old, 
     assert f"{path}: {needle}" in err, err
 
 
+@pytest.mark.parametrize(
+    ("old", "field", "bound"),
+    [("  count: {value: 4,", "device.count", "65,536"), ("  count: {value: 1,", "nic.count", "64")],
+)
+def test_a_count_beyond_its_bound_is_refused_naming_the_file(tmp_path, capsys, old, field, bound):
+    path = topology(tmp_path, old, "  count: {value: " + "9" * 20 + ",")
+    err = refused([*PREDICT[:3], "--topology", str(path)], capsys)
+    assert f"{path}: field '{field}': 99,999,999,999,999,999,999 is beyond the simulator's bound of {bound}" in err
+
+
 def test_a_calibration_with_inf_is_one_line(tmp_path, capsys):
     path = write(
         tmp_path,
