@@ -174,6 +174,13 @@ def load_json(path: Path, *, limit: int = FILE_BYTES) -> Any:
     return data
 
 
+def suggest(name: str, known: Iterable[str]) -> str:
+    """The name of `known` nearest to `name` as a question, then every known name."""
+    names = list(known)
+    near = difflib.get_close_matches(name, names, n=1)
+    return (f"did you mean {near[0]!r}? " if near else "") + f"known: {', '.join(names)}"
+
+
 def unknown_key(key: Any, known: Iterable[str], *, where: str | None, field: str, expected: str | None = None):
     """The error of a key that a mapping may not hold: the nearest known key as a suggestion, or
     what is expected (`expected`, else the known keys)."""

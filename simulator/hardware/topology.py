@@ -20,7 +20,7 @@ from pathlib import Path
 
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.scale import MAX_WORLD
-from shardsim.simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.yamlio import Fields, load_yaml, suggest
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
@@ -313,13 +313,13 @@ def load_instance(name_or_path: str) -> InstanceType:
     path = Path(name_or_path)
     looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path
     if looks_like_path:
-        if not path.is_file():
+        if not path.exists():  # a device or a pipe is read as any file is: bounded
             raise ConfigError(f"topology file not found: {name_or_path}")
     else:
         path = builtin_topology_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
-            known = ", ".join(builtin_topologies())
-            raise ConfigError(f"unknown topology {name_or_path!r}; known: {known} (or give a path to a YAML file)")
+            known = suggest(name_or_path, builtin_topologies())
+            raise ConfigError(f"unknown topology {name_or_path!r}; {known} (or give a path to a YAML file)")
     return parse_instance(load_yaml(path), str(path) if looks_like_path else f"topologies/{path.name}")
 
 

@@ -430,6 +430,28 @@ def test_a_misspelt_model_key_is_refused_with_the_key_meant(tmp_path, capsys):
     assert f"{model}: field 'hiden': unknown key; did you mean 'hidden'?" in err, err
 
 
+@pytest.mark.parametrize("value", [".nan", ".inf", "lots", "{value: .nan, source: x}"])
+def test_a_model_files_published_count_is_a_finite_number(tmp_path, capsys, value):
+    text = f"family: gpt\nhidden: 64\nlayers: 2\nheads: 2\nseq_len: 8\nvocab: 64\nparams: {value}\n"
+    model = write(tmp_path, "m.yaml", text)
+    err = refused([*PREDICT[:1], "--workload", str(model), *PREDICT[3:]], capsys)
+    assert f"{model}: field 'params': expected a " in err, err
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "meant"),
+    [("--workload", "tiny-gtp", "tiny-gpt"), ("--topology", "p4d.24xlarg", "p4d.24xlarge")],
+)
+def test_a_misspelt_name_is_refused_with_the_name_meant(capsys, flag, name, meant):
+    err = refused(["predict", flag, name], capsys)
+    assert f"{name!r}; did you mean {meant!r}?" in err, err
+
+
+def test_a_topology_path_that_is_a_device_is_read_as_one_bounded_file(capsys):
+    err = refused([*PREDICT[:3], "--topology", "/dev/zero"], capsys)
+    assert "/dev/zero: larger than 1 MiB" in err, err
+
+
 # --- every shipped file still reads -------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
