@@ -139,3 +139,10 @@ def test_a_runs_csv_or_run_record_that_is_a_device_is_refused_at_once(tmp_path, 
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"shardsim: error: {source}: "), err
         assert "no such file" not in err and time.monotonic() - t < 2.0, err
+
+
+def test_a_runs_csv_that_is_a_folder_is_named_before_a_run(tmp_path):
+    (tmp_path / CSV_NAME).mkdir()
+    with pytest.raises(CorruptFile, match="Is a directory") as err:
+        check_runs_csv(tmp_path)
+    assert err.value.where == str(tmp_path / CSV_NAME)

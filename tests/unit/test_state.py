@@ -239,3 +239,17 @@ def test_run_records_and_sweep_outputs_share_one_mode(tmp_path):
     tables = write_tables(pd.DataFrame({"a": [1]}), tmp_path)
     modes = {oct(os.stat(p).st_mode & 0o777) for p in [record, tmp_path / "runs" / CSV_NAME, *tables]}
     assert modes == {oct(file_mode())}
+
+
+@pytest.mark.parametrize("kind", ["folder", "device"])
+def test_a_validation_json_or_run_record_that_is_not_a_file_is_corrupt(tmp_path, kind):
+    from shardsim.runtime.validation.resume import read_rows
+
+    for path, read in ((tmp_path / "validation.json", read_rows), (tmp_path / "run.json", load_run)):
+        if kind == "folder":
+            path.mkdir()
+        else:
+            path.symlink_to("/dev/zero")  # read at most the bound, then named
+        with pytest.raises(CorruptFile) as err:
+            read(path)
+        assert err.value.where == str(path), err.value
