@@ -26,6 +26,7 @@ from shardsim.simulator.errors import CorruptFile, WriteError
 from shardsim.simulator.files import atomic_write
 
 CSV_NAME = "runs.csv"
+READ_BACK_BYTES = 64 << 20  # a run record or a validation read back: larger is not one shardsim wrote
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,7 +242,7 @@ def _add_row(record: RunRecord, out: Path) -> None:
 
 
 def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
-    """The columns and rows of a runs.csv (OSError when unreadable; CorruptFile naming the file,
+    """The columns and rows of a runs.csv (OSError when unreadable; CorruptFile naming the file (a folder too),
     the line and the column, with what to do, when it is not one: not text, no run_id column,
     a last line without its line end, a row with more or fewer cells than the header, a cell
     of `RunRow`'s columns that is not of its type; `simulator.csvfile`). A file without a
@@ -249,6 +250,8 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     column, empty in its older rows."""
     try:
         table = read_table(path, CSV_TYPES, required=("run_id",), error=CorruptFile)
+    except IsADirectoryError as exc:
+        raise CorruptFile(f"not a runs.csv: {exc.strerror}; move it aside", where=str(path)) from None
     except CorruptFile as exc:
         what = f"{exc.message}; repair or remove that line, or move the file aside (each run appends a row to it)"
         raise CorruptFile(what, where=exc.where, field=exc.field) from None
@@ -256,10 +259,28 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def check_runs_csv(folder: str | Path) -> None:
-    """Fail (CorruptFile) before a run when the runs.csv its row goes to cannot be read back."""
+    """Fail (CorruptFile) before a run when the runs.csv its row goes to cannot be read back: a
+    torn file, or a folder. A device or FIFO (``/dev/null``) is written through, never read."""
     path = Path(folder) / CSV_NAME
-    if path.is_file():
+    if path.is_file() or path.is_dir():
         read_runs_csv(path)
+
+
+def read_back(path: str | Path, what: str) -> str:
+    """The text of a JSON file shardsim wrote (a run record, a validation): CorruptFile naming it,
+    as not `what`, when it is a folder, larger than `READ_BACK_BYTES` (a device is not read on) or
+    not UTF-8; OSError when it cannot be opened."""
+    where = str(path)
+    if Path(path).is_dir():
+        raise CorruptFile(f"not {what}: a folder", where=where)
+    with open(path, "rb") as f:
+        data = f.read(READ_BACK_BYTES + 1)
+    if len(data) > READ_BACK_BYTES:
+        raise CorruptFile(f"not {what}: larger than {READ_BACK_BYTES >> 20} MiB", where=where)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptFile(f"not {what}: not UTF-8 text", where=where) from None
 
 
 def load_run(path: str | Path) -> RunRecord:
@@ -267,9 +288,7 @@ def load_run(path: str | Path) -> RunRecord:
     the file, when it is not a record: torn, not JSON, a field missing, unknown or mistyped)."""
     where = str(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise CorruptFile("not a run record: not UTF-8 text", where=where) from None
+        data = json.loads(read_back(path, "a run record"))
     except json.JSONDecodeError as exc:
         raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     if not isinstance(data, dict):

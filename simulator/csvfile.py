@@ -1,7 +1,8 @@
 """Reading the CSV files shardsim reads back (a run folder's runs.csv, a calibration's
 measurements) so that a torn or edited file is named, never read short.
 
-`read_table` refuses, in one error naming the file, the line and the column: a last line without
+`read_table` refuses, in one error naming the file, the line and the column: a file larger than
+`CSV_BYTES` (before it is parsed: a device is not read on), a last line without
 its line end (a write cut short: its last cell may be cut too, ``0.07558`` read as ``0.07``), a
 row with more or fewer cells than the header has columns, a header naming a column twice, and a
 cell that does not parse as its column's type (a pydantic type, read from text as pydantic
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
+
+CSV_BYTES = 64 << 20  # a runs.csv of about 60,000 runs; larger is refused before it is parsed
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,12 @@ def read_table(
     header must have. What is wrong is an `error` (ConfigError or a subclass) naming the file
     and line (``runs.csv line 4``) and the column; OSError when the file cannot be read."""
     name = str(path)
+    with open(path, "rb") as f:
+        data = f.read(CSV_BYTES + 1)  # a device or a huge file is refused without reading on
+    if len(data) > CSV_BYTES:
+        raise error(f"larger than {CSV_BYTES >> 20} MiB, the most shardsim reads from a CSV file", where=name)
     try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise error("not a CSV file: not UTF-8 text", where=name) from None
     if not text.strip():

@@ -2,7 +2,8 @@
 
 Every file the user passes is read through `load_yaml` or `load_json` (or `read_text`): at most
 `FILE_BYTES` of it (more is refused before it is parsed), as UTF-8, its YAML with one loader
-(`StrictLoader`) that refuses duplicate keys and nesting deeper than `MAX_DEPTH`.
+(`StrictLoader`) that refuses duplicate keys and nesting deeper than `MAX_DEPTH`, and its JSON
+refusing duplicate keys too.
 
 A figure in a topology or workload file may be written plainly (``memory_gib: 16``) or
 with its source (``memory_gib: {value: 16, source: "NVIDIA T4 datasheet"}``). Shipped
@@ -57,19 +58,33 @@ class _Refused(yaml.MarkedYAMLError):
 
 class StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader that refuses a key given twice in one mapping (YAML's last-wins would
-    drop the first silently) and nesting deeper than `MAX_DEPTH` (the composer recurses)."""
+    drop the first silently) and nesting deeper than `MAX_DEPTH` (the composer recurses), an
+    alias's nesting counted where it is used, and an alias inside the value it names."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._height: dict[int, int] = {}  # id of a composed node → levels of nesting in it
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
         try:
+            line = self.peek_event().start_mark.line + 1
             if self._depth > MAX_DEPTH:
-                line = self.peek_event().start_mark.line + 1
                 raise _Refused(problem=f"nested deeper than {MAX_DEPTH} levels at line {line}")
-            return super().compose_node(parent, index)
+            alias = self.check_event(yaml.AliasEvent)
+            node = super().compose_node(parent, index)
+            height = self._height.get(id(node))
+            if height is None:
+                if alias:  # the anchored value is still being composed: it would hold itself
+                    raise _Refused(problem=f"an alias at line {line} refers to a value that holds it")
+                children = node.value if isinstance(node, yaml.SequenceNode) else ()
+                if isinstance(node, yaml.MappingNode):
+                    children = [n for pair in node.value for n in pair]
+                height = self._height[id(node)] = 1 + max((self._height[id(c)] for c in children), default=0)
+            if self._depth - 1 + height > MAX_DEPTH:
+                raise _Refused(problem=f"nested deeper than {MAX_DEPTH} levels at line {line}")
+            return node
         finally:
             self._depth -= 1
 
@@ -131,13 +146,25 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's mapping, refusing a key given twice (JSON's last-wins would drop the first)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(problem=f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def load_json(path: Path, *, limit: int = FILE_BYTES) -> Any:
     """The value of a JSON file of at most `limit` bytes; ConfigError naming the file otherwise."""
     where = str(path)
     text = read_text(path, limit=limit)
     too_deep = ConfigError(f"nested deeper than {MAX_DEPTH} levels", where=where)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _Refused as exc:
+        raise ConfigError(str(exc.problem), where=where) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON (line {exc.lineno}: {exc.msg})", where=where) from None
     except RecursionError:
@@ -145,6 +172,13 @@ def load_json(path: Path, *, limit: int = FILE_BYTES) -> Any:
     if _too_deep(data):
         raise too_deep
     return data
+
+
+def suggest(name: str, known: Iterable[str]) -> str:
+    """The name of `known` nearest to `name` as a question, then every known name."""
+    names = list(known)
+    near = difflib.get_close_matches(name, names, n=1)
+    return (f"did you mean {near[0]!r}? " if near else "") + f"known: {', '.join(names)}"
 
 
 def unknown_key(key: Any, known: Iterable[str], *, where: str | None, field: str, expected: str | None = None):
@@ -244,7 +278,8 @@ class Fields:
             )
         return float(value)
 
-    def integer(self, key: str, *, default: int | None = None, minimum: int = 1) -> int:
+    def integer(self, key: str, *, default: int | None = None, minimum: int = 1, maximum: int | None = None) -> int:
+        """An integer >= minimum (and <= maximum, the simulator's bound); missing → default or error."""
         value = self.raw(key)
         if value is None:
             if default is not None:
@@ -256,6 +291,9 @@ class Fields:
             raise ConfigError(
                 f"expected an integer >= {minimum}, got {value!r}", where=self.where, field=self._name(key)
             )
+        if maximum is not None and value > maximum:
+            why = f"{value:,} is beyond the simulator's bound of {maximum:,}"
+            raise ConfigError(why, where=self.where, field=self._name(key))
         return value
 
     def text(self, key: str, *, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
 from shardsim.runtime.train import MAX_THREADS
 from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix
+from shardsim.runtime.validation.matrix_schema import MAX_RETRIES
 from shardsim.runtime.validation.measure import validate
 from shardsim.runtime.validation.report import markdown
 from shardsim.simulator.errors import ConfigError
@@ -19,7 +20,6 @@ from shardsim.simulator.torch_required import require_torch
 
 log = logging.getLogger("shardsim")
 
-MAX_RETRIES = 100  # more attempts at one configuration
 MAX_ERROR_PCT = 1_000.0  # --max-mape and --max-error: a bound above 1,000 % bounds nothing
 
 

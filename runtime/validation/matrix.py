@@ -3,6 +3,7 @@ configurations to check (shorthands expanded, each resolved against its cluster)
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from importlib import resources
@@ -13,7 +14,7 @@ from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
 from shardsim.simulator.config import STRATEGIES, RunConfig, build_config, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import make_cluster
-from shardsim.simulator.yamlio import load_yaml
+from shardsim.simulator.yamlio import check_keys, load_yaml
 
 MATRICES = Path(str(resources.files("shardsim.runtime.validation") / "matrices"))
 DEFAULT_MATRIX = MATRICES / "default.yaml"
@@ -63,20 +64,18 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
     between 1 and the world), pipeline (pp 2, microbatches 2·pp, gpipe and 1f1b)."""
     if isinstance(entry, str):
         if entry not in STRATEGIES:
-            raise ConfigError(
-                f"unknown strategy {entry!r}; expected one of {', '.join(STRATEGIES)}", where=where, field=key
-            )
+            near = difflib.get_close_matches(entry, STRATEGIES, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(STRATEGIES)}"
+            raise ConfigError(f"unknown strategy {entry!r}; {hint}", where=where, field=key)
         if entry == "zero2d":
             return [{"strategy": "zero2d", "degree": d} for d in range(2, world) if world % d == 0]
         if entry == "pipeline":
             return [{"strategy": "pipeline", "pp": 2, "microbatches": 4, "schedule": s} for s in ("gpipe", "1f1b")]
         return [{"strategy": entry}]
     if isinstance(entry, dict):
-        unknown = sorted(set(entry) - set(_STRATEGY_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"unknown key; expected {', '.join(_STRATEGY_KEYS)}", where=where, field=f"{key}.{unknown[0]}"
-            )
+        check_keys(
+            entry, _STRATEGY_KEYS, where=where, prefix=f"{key}.", expected=f"expected {', '.join(_STRATEGY_KEYS)}"
+        )
         return [dict(entry)]
     raise ConfigError(f"expected a strategy name or a mapping, got {entry!r}", where=where, field=key)
 
@@ -90,11 +89,8 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
     p = Path(path) if path is not None else DEFAULT_MATRIX
     where = str(p)
     data = load_yaml(p)
-    unknown = sorted(set(data) - set(_BASE_KEYS) - set(_RUN_KEYS) - {"topologies", "description"})
-    if unknown:
-        raise ConfigError(
-            f"unknown key; expected {', '.join(_BASE_KEYS + _RUN_KEYS)} or topologies", where=where, field=unknown[0]
-        )
+    expected = f"expected {', '.join(_BASE_KEYS + _RUN_KEYS)} or topologies"
+    check_keys(data, (*_BASE_KEYS, *_RUN_KEYS, "topologies", "description"), where=where, expected=expected)
     doc = checked(MatrixDoc, data, where)
     base = {k: data[k] for k in _BASE_KEYS if k in data}
     base.setdefault("backend", "gloo")

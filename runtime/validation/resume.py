@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from shardsim.runtime.records import RunRecord, check_runs_csv, load_run
+from shardsim.runtime.records import RunRecord, check_runs_csv, load_run, read_back
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row, add_attempt, row_for, settle
 from shardsim.simulator.errors import CorruptFile
@@ -29,9 +29,7 @@ def read_rows(path: Path) -> list[Row]:
 
     where = str(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise CorruptFile("not UTF-8 text", where=where) from None
+        doc = json.loads(read_back(path, "a validation"))
     except json.JSONDecodeError as exc:
         raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):

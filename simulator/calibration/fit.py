@@ -63,6 +63,9 @@ def fitted_names(
         if name == MATMUL:
             names += [f"{MATMUL}.{p}" for p in sorted({m.cfg.precision for m in rows})]
             continue
+        if name.startswith(MATMUL + ".") and name.split(".", 1)[1] not in inst.device.matmul_efficiency:
+            known = ", ".join(f"{MATMUL}.{p}" for p in inst.device.matmul_efficiency)
+            raise ConfigError(f"{inst.name} has no {name}; expected one of {known}", field="params")
         p = parameter(name)
         if p.needs in ("kernels", "ranks") and inst.device.kernels is None:
             notes.append(f"{name}: left out, {inst.name} has no kernel figures (device.kernels)")

@@ -24,13 +24,16 @@ record) and the column.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from shardsim.simulator.config import SETTINGS, RunConfig, build_config, resolve
-from shardsim.simulator.csvfile import read_table
+from shardsim.simulator.csvfile import CSV_BYTES, read_table
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType
 from shardsim.simulator.predict import StepPrediction
@@ -38,8 +41,12 @@ from shardsim.simulator.workload.arch import SHAPE_FIELDS
 from shardsim.simulator.workload.describe import ARCH_FIELDS
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.yamlio import read_text
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")
+# what a measurement may be: a training step of a microsecond to eleven days, a thousandth of a
+# token to a billion tokens a second per device (beyond: other units, or not a measurement)
+METRIC_BOUNDS = {"tokens_per_s_per_gpu": (1e-3, 1e9), "step_time_s": (1e-6, 1e6)}
 RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
 PARAMS_TOLERANCE = 0.01  # a num_params column may differ this much from the model's count
 # llm-foundry's benchmark columns → the schema's fields
@@ -56,6 +63,24 @@ SHARDING = {  # PyTorch FSDP's sharding strategies
     "NO_SHARD": {"strategy": "ddp"},
 }
 KINDS = {s.name: s.kind for s in SETTINGS} | {"tied_embeddings": bool, "family": str, "positions": str}
+# every column a CSV row is read by, and columns of llm-foundry's tables kept as notes: another
+# column is a note too, unless it is a near miss of one read (a misspelt column is refused)
+READ_COLUMNS = (
+    *KINDS,
+    "kind",
+    *RANKS,
+    *METRICS,
+    *LLM_FOUNDRY,
+    "expansion_ratio",
+    "activation_checkpointing",
+    "activation_cpu_offload",
+    "gpus_per_node",
+    "sharding_strategy",
+    "mp_mode",
+    "num_params",
+)
+NEAR_COLUMN = 0.85  # difflib's ratio above which an unread column is taken as a misspelt read one
+NOTE_COLUMNS = ("model", "gpu", "global_batch", "tokens_per_s", "interconnect_gbps_per_node", "mfu_pct", "hfu_pct")
 
 
 @dataclass(frozen=True)
@@ -80,10 +105,15 @@ class Measurement:
 
 def _cell(text: str, kind: type, where: str, column: str) -> Any:
     if kind is int:
+        with contextlib.suppress(ValueError):
+            return int(text)  # exactly, however long
         try:
-            return int(float(text)) if float(text).is_integer() else int(text)
+            value = float(text)  # 2.0, 1e3
         except ValueError:
-            raise ConfigError(f"expected an integer, got {text!r}", where=where, field=column) from None
+            value = math.nan
+        if not (math.isfinite(value) and value.is_integer()):
+            raise ConfigError(f"expected an integer, got {text!r}", where=where, field=column)
+        return int(value)
     if kind is bool:
         low = text.strip().lower()
         if low in ("true", "1", "yes"):
@@ -96,8 +126,8 @@ def _cell(text: str, kind: type, where: str, column: str) -> Any:
             value = float(text)
         except ValueError:
             raise ConfigError(f"expected a number, got {text!r}", where=where, field=column) from None
-        if not value > 0:
-            raise ConfigError(f"expected a number > 0, got {text!r}", where=where, field=column)
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"expected a finite number > 0, got {text!r}", where=where, field=column)
         return value
     return text.strip()
 
@@ -225,18 +255,39 @@ def _measurement(
 
 
 def _metric(row: dict[str, Any], where: str) -> tuple[str, float]:
+    """The row's measurement, within `METRIC_BOUNDS`."""
     for m in METRICS:
         text = row.get(m)
         if text is not None and str(text).strip():
-            return m, _cell(str(text), float, where, m)
+            lo, hi = METRIC_BOUNDS[m]
+            try:
+                value = float(str(text))
+            except ValueError:
+                value = math.nan
+            if not lo <= value <= hi:
+                raise ConfigError(f"expected a finite number from {lo:g} to {hi:g}, got {text!r}", where=where, field=m)
+            return m, value
     raise ConfigError(f"no measurement; expected {' or '.join(METRICS)}", where=where, field=METRICS[0])
+
+
+def _check_columns(columns: list[str], where: str) -> None:
+    """Refuse a column that is not read but is a near miss of one that is (and that the header lacks):
+    closer than `NEAR_COLUMN` (``micrbatch``, not ``notes`` beside ``nodes``)."""
+    missing = [c for c in READ_COLUMNS if c not in columns]
+    for col in columns:
+        if col not in READ_COLUMNS and col not in NOTE_COLUMNS:
+            near = difflib.get_close_matches(col, missing, n=1, cutoff=NEAR_COLUMN)
+            if near:
+                raise ConfigError(f"unknown column; did you mean {near[0]!r}?", where=where, field=col)
 
 
 def read_csv(path: Path, topology: str, inst: InstanceType) -> list[Measurement]:
     """Every row of a CSV of measurements (`simulator.csvfile`: a torn or ragged file is refused,
     naming its line); a bad row is a ConfigError naming its line and column."""
     out: list[Measurement] = []
-    for row in read_table(path).rows:
+    table = read_table(path)
+    _check_columns(table.columns, f"{path} line 1")
+    for row in table.rows:
         where = f"{path} line {row.line}"
         cells = row.cells
         metric = _metric(cells, where)
@@ -268,8 +319,8 @@ def _flatten(config: dict[str, Any]) -> dict[str, Any]:
 def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
     where = str(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path, limit=CSV_BYTES))
+    except ValueError as exc:
         raise ConfigError(f"not a readable run record: {exc}", where=where) from None
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise ConfigError("not a run record (no config mapping)", where=where, field="config")
@@ -298,6 +349,8 @@ def read_measurements(source: str | Path, topology: str, inst: InstanceType) -> 
         out = [read_run_json(path, topology, inst)]
     elif path.is_file():
         out = read_csv(path, topology, inst)
+    elif path.exists():
+        raise ConfigError("not a file or a folder (a device? a pipe?)", where=str(path))
     else:
         raise ConfigError("no such file or folder", where=str(path))
     if not out:

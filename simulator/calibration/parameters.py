@@ -19,6 +19,7 @@ another device?).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -106,7 +107,9 @@ def parameter(name: str) -> Parameter:
         return _matmul(name.split(".", 1)[1])
     if name in FIXED:
         return FIXED[name]
-    raise ConfigError(f"unknown parameter {name!r}; expected {MATMUL}.<precision> or one of {', '.join(FIXED)}")
+    near = difflib.get_close_matches(name, NAMES, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"expected {MATMUL}.<precision> or one of {', '.join(FIXED)}"
+    raise ConfigError(f"unknown parameter {name!r}; {hint}", field="params")
 
 
 def applied(inst: InstanceType, values: dict[str, float]) -> InstanceType:

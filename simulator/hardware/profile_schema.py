@@ -1,6 +1,7 @@
 """The schema of a profile file (`shardsim profile`'s JSON): what `hardware.profile` reads from
 it, each figure's type and range. Keys it does not name (the raw timings, the device, torch's
-version) are kept in the file and ignored here."""
+version) are kept in the file and ignored here. Every timing is 0 or from `MIN_SECONDS` to `MAX_SECONDS`, and a
+microbatch size or rank count (a key) at most `scale.MAX_BATCH`."""
 
 from __future__ import annotations
 
@@ -9,15 +10,30 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from shardsim.simulator.documents import Document
+from shardsim.simulator.scale import MAX_BATCH
 
+# one timing: at most a day, and none or at least a femtosecond (beyond either, a rate or a step's
+# sum overflows the float)
+MAX_SECONDS = 86_400.0
+MIN_SECONDS = 1e-15
 NonNegative = Annotated[float, Field(ge=0)]
 Positive = Annotated[float, Field(gt=0)]
-Pair = Annotated[list[NonNegative], Field(min_length=2, max_length=2)]  # [fwd_s, bwd_s]
+PositiveSeconds = Annotated[float, Field(ge=MIN_SECONDS, le=MAX_SECONDS)]
+
+
+def _seconds(v: float) -> float:
+    if v != 0 and not MIN_SECONDS <= v <= MAX_SECONDS:
+        raise ValueError(f"expected 0 or a number from {MIN_SECONDS:g} to {MAX_SECONDS:g}")
+    return v
+
+
+Seconds = Annotated[float, Field(ge=0), AfterValidator(_seconds)]
+Pair = Annotated[list[Seconds], Field(min_length=2, max_length=2)]  # [fwd_s, bwd_s]
 
 
 def _count(text: str) -> str:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError("expected a whole number >= 1 as the key")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_BATCH:
+        raise ValueError(f"expected a whole number from 1 to {MAX_BATCH:,} as the key")
     return text
 
 
@@ -28,18 +44,18 @@ class LinksDoc(Document):
     """One emulated topology's measured links (links.<topology>)."""
 
     nic_Bps: Positive | None = None
-    nic_latency_s: Positive | None = None
+    nic_latency_s: PositiveSeconds | None = None
     loopback_Bps: Positive | None = None
-    loopback_latency_s: Positive | None = None
-    gather_cpu_s_per_B: Positive | None = None
-    reduce_cpu_s_per_B: Positive | None = None
+    loopback_latency_s: PositiveSeconds | None = None
+    gather_cpu_s_per_B: PositiveSeconds | None = None
+    reduce_cpu_s_per_B: PositiveSeconds | None = None
 
 
 class FsdpOverheadDoc(Document):
     """FSDP2's own work in a forward and a backward (fsdp_overhead_s)."""
 
-    fwd_s: NonNegative
-    bwd_s: NonNegative
+    fwd_s: Seconds
+    bwd_s: Seconds
 
 
 class HostDoc(Document):
@@ -48,7 +64,7 @@ class HostDoc(Document):
     effective_cores: dict[Count, Positive] | None = None
     cpu_capacity: dict[Count, Positive] | None = None
     steal_share: dict[Count, NonNegative] | None = None
-    yardstick_all_cores_s: Positive | None = None
+    yardstick_all_cores_s: PositiveSeconds | None = None
 
 
 class ProfileDoc(Document):
@@ -57,9 +73,9 @@ class ProfileDoc(Document):
     workload: str
     blocks_by_batch_s: dict[Count, dict[str, Pair]] | None = None
     blocks_per_sample_s: dict[str, Pair] | None = None
-    optimizer_per_param_s: Positive | None = None
-    sharded_optimizer_overhead_s: NonNegative | None = None
-    probe_s: Positive | None = None
+    optimizer_per_param_s: PositiveSeconds | None = None
+    sharded_optimizer_overhead_s: Seconds | None = None
+    probe_s: PositiveSeconds | None = None
     fsdp_overhead_s: FsdpOverheadDoc | None = None
     links: dict[str, LinksDoc] | None = None
     host: HostDoc | None = None

@@ -19,10 +19,12 @@ from importlib import resources
 from pathlib import Path
 
 from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.yamlio import Fields, load_yaml
+from shardsim.simulator.scale import MAX_WORLD
+from shardsim.simulator.yamlio import Fields, load_yaml, suggest
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
+MAX_NICS = 64  # NICs of one node (p5.48xlarge has 32): a cluster's links grow with nodes x NICs
 
 
 @dataclass(frozen=True)
@@ -238,7 +240,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     _figures(eff, list(PRECISIONS), sources)
     device = DeviceSpec(
         model=dev.text("model"),
-        count=dev.integer("count"),
+        count=dev.integer("count", maximum=MAX_WORLD),
         memory_gib=dev.number("memory_gib"),
         peak_tflops=peaks,
         matmul_efficiency=effs,
@@ -261,7 +263,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
 
     nic_f = top.sub("nic").closed(NIC_KEYS)
     nic = NicSpec(
-        count=nic_f.integer("count"),
+        count=nic_f.integer("count", maximum=MAX_NICS),
         rate_gbps=nic_f.number("rate_gbps"),
         efficiency=nic_f.number("efficiency", maximum=1.0),
         latency_us=nic_f.number("latency_us", minimum=0.0, strict=False),
@@ -279,7 +281,9 @@ def parse_instance(data: dict, where: str) -> InstanceType:
     emu = top.sub("emulated", required=False)
     if emu is not None:
         emu.closed(EMULATION_KEYS)
-        emulated = EmulationSpec(nodes=emu.integer("nodes"), subnet=emu.text("subnet", default="10.213.0.0/24"))
+        emulated = EmulationSpec(
+            nodes=emu.integer("nodes", maximum=MAX_WORLD), subnet=emu.text("subnet", default="10.213.0.0/24")
+        )
 
     return InstanceType(
         name=name,
@@ -309,13 +313,13 @@ def load_instance(name_or_path: str) -> InstanceType:
     path = Path(name_or_path)
     looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path
     if looks_like_path:
-        if not path.is_file():
+        if not path.exists():  # a device or a pipe is read as any file is: bounded
             raise ConfigError(f"topology file not found: {name_or_path}")
     else:
         path = builtin_topology_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
-            known = ", ".join(builtin_topologies())
-            raise ConfigError(f"unknown topology {name_or_path!r}; known: {known} (or give a path to a YAML file)")
+            known = suggest(name_or_path, builtin_topologies())
+            raise ConfigError(f"unknown topology {name_or_path!r}; {known} (or give a path to a YAML file)")
     return parse_instance(load_yaml(path), str(path) if looks_like_path else f"topologies/{path.name}")
 
 

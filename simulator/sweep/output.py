@@ -25,6 +25,7 @@ from shardsim.simulator.errors import ConfigError, CorruptFile, WriteError
 from shardsim.simulator.files import atomic_path, atomic_write, install
 from shardsim.simulator.lockfile import Busy, held
 from shardsim.simulator.sweep.rows import native
+from shardsim.simulator.yamlio import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,8 +76,10 @@ def earlier_files(out: Path) -> list[str]:
     if not path.exists():
         return []
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(read_text(path))  # bounded: a folder, a device or a huge file is named at once
+    except ConfigError as exc:
+        raise CorruptFile(f"not a sweep manifest ({exc.message}); move it aside", where=str(path)) from None
+    except json.JSONDecodeError as exc:
         raise CorruptFile(f"not a sweep manifest ({exc}); move it aside", where=str(path)) from None
     files = doc.get("files") if isinstance(doc, dict) else None
     if not isinstance(files, list):

@@ -23,6 +23,8 @@ def arch_from_mapping(data: Mapping[str, Any], where: str | None, prefix: str = 
     that is neither a field nor an `INFO_KEYS` one is refused, and so is a field the family does not
     use given a value other than its default (as `Arch` written out whole holds)."""
     f = Fields(dict(data), where or "", prefix).closed((*ARCH_FIELDS, *INFO_KEYS))
+    if f.has("params"):
+        f.number("params")  # the published count: a figure, finite, as every figure is
     family = f.text("family", choices=FAMILIES)
     base = Arch(family, hidden=1, layers=1)
     check_used(family, (k for k in ARCH_FIELDS[1:] if f.has(k) and f.raw(k) != getattr(base, k)), where, prefix)

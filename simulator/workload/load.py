@@ -12,6 +12,7 @@ from shardsim.simulator.workload.families import from_arch
 from shardsim.simulator.workload.hf_config import read_hf_config
 from shardsim.simulator.workload.library import PRESETS
 from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.yamlio import suggest
 
 WorkloadSpec = str | Arch  # what `RunConfig.workload` holds
 NO_SHAPE = Shape()
@@ -37,11 +38,9 @@ def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None 
             raise ConfigError(f"applies to described models, not to the import path {spec!r}", where=where, field=field)
         return spec, None
     else:
-        known = ", ".join(PRESETS)
+        others = "(or a model .yaml, a config.json, pkg.module:build_fn)"
         raise ConfigError(
-            f"unknown workload {spec!r}; known: {known} (or a model .yaml, a config.json, pkg.module:build_fn)",
-            where=where,
-            field="workload",
+            f"unknown workload {spec!r}; {suggest(spec, PRESETS)} {others}", where=where, field="workload"
         )
     shaped = shape.apply(arch, where)
     changed = [f"{k}={v}" for k, v in shape.given().items() if getattr(arch, k) != v]

@@ -260,3 +260,68 @@ def test_records_without_nodes_are_read_with_the_nodes_their_world_fills(tmp_pat
         with pytest.raises(ConfigError, match="3 devices do not fill whole nodes of emu-2x2") as err:
             read_measurements(source, "emu-2x2", inst)
         assert err.value.where.endswith(where) and err.value.field == "world"
+
+
+GOOD = {"model": "m", "d_model": 256, "n_heads": 4, "n_layers": 2, "expansion_ratio": 4, "vocab_size": 1000,
+        "seq_len": 128, "gpus": 8, "microbatch": 2, "grad_accum": 1, "precision": "bf16",
+        "activation_checkpointing": "False", "tokens_per_s_per_gpu": 1000.0}  # fmt: skip
+
+
+def calibrate_refuses(argv: list[str], capsys) -> str:
+    assert main(["calibrate", *argv]) == 2, argv
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("shardsim: error: "), err
+    return err.strip()
+
+
+@pytest.mark.parametrize("value", ["inf", "Infinity", "1e300", "1e-300"])
+def test_a_measurement_that_is_not_finite_or_beyond_its_bounds_is_one_line(tmp_path, capsys, value):
+    path = write_csv(tmp_path / "m.csv", [GOOD, GOOD | {"tokens_per_s_per_gpu": value}, GOOD])
+    err = calibrate_refuses([str(path), "--topology", TOPOLOGY, "--folds", "0"], capsys)
+    assert "m.csv line 3: field 'tokens_per_s_per_gpu': expected a finite number from " in err, err
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1e308])
+def test_a_run_record_whose_step_time_is_beyond_its_bounds_is_one_line(tmp_path, capsys, value):
+    cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", nodes=None, backend="gloo", strategy=Strategy("zero"))
+    for i in range(3):
+        step = value if i == 1 else 0.05 * (i + 1)
+        write_run(run_record(run_id=f"r{i}", config=cfg.to_dict(), world=2, step_time_s=step), tmp_path)
+    err = calibrate_refuses([str(tmp_path), "--topology", "emu-2x2", "--folds", "0"], capsys)
+    assert f"{tmp_path / 'r1.json'}: field 'step_time_s': expected a finite number from " in err, err
+
+
+def test_a_misspelt_column_is_refused_with_the_column_meant(tmp_path, capsys):
+    row = {("micrbatch" if k == "microbatch" else k): v for k, v in GOOD.items()}
+    path = write_csv(tmp_path / "m.csv", [row, row | {"tokens_per_s_per_gpu": 2000.0}])
+    err = calibrate_refuses([str(path), "--topology", TOPOLOGY, "--folds", "0"], capsys)
+    assert f"{path} line 1: field 'micrbatch': unknown column; did you mean 'microbatch'?" in err, err
+    notes = write_csv(tmp_path / "n.csv", [GOOD | {"notes": "x", "tokens_per_s": 1.0, "gpu": "A100"}])
+    assert len(read_measurements(notes, TOPOLOGY, load_instance(TOPOLOGY))) == 1  # other columns: read as notes
+
+
+def test_a_runs_csv_and_the_calibration_set_read_without_a_column_refused(tmp_path):
+    cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", nodes=None, backend="gloo", strategy=Strategy("zero"))
+    write_run(run_record(config=cfg.to_dict(), world=2), tmp_path)
+    assert len(read_measurements(tmp_path / "runs.csv", "emu-2x2", load_instance("emu-2x2"))) == 1
+    data = Path(__file__).resolve().parents[2] / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"
+    assert len(read_measurements(data, TOPOLOGY, load_instance(TOPOLOGY))) > 50
+
+
+def test_a_whole_number_cell_is_read_exactly(tmp_path, capsys):
+    path = write_csv(tmp_path / "m.csv", [GOOD | {"gpus": "99999999999999999999999992"}])
+    err = calibrate_refuses([str(path), "--topology", TOPOLOGY, "--folds", "0"], capsys)
+    assert "line 2: field 'gpus': 12,499,999,999,999,999,999,999,999 is beyond" in err, err
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ("matmul_efficiency.fp8", "a100-40gb-roce has no matmul_efficiency.fp8; expected one of "),
+        ("matmul_efficency", "unknown parameter 'matmul_efficency'; did you mean 'matmul_efficiency'?"),
+    ],
+)
+def test_a_parameter_the_topology_lacks_or_misspelt_is_one_line(tmp_path, capsys, params, words):
+    path, _ = synthetic(tmp_path)
+    err = calibrate_refuses([str(path), "--topology", TOPOLOGY, "--folds", "0", "--params", params], capsys)
+    assert words in err, err

@@ -5,13 +5,14 @@ a runs.csv no more leniently than run does."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from shardsim.runtime.cli import main
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, read_runs_csv, write_run
-from shardsim.simulator.csvfile import read_table
+from shardsim.simulator.csvfile import CSV_BYTES, read_table
 from shardsim.simulator.errors import ConfigError, CorruptFile
 from tests.helpers import run_record
 
@@ -114,3 +115,33 @@ def test_calibrate_refuses_a_runs_csv_torn_inside_a_cell(tmp_path, capsys):
     assert main(["calibrate", str(path), "--topology", "emu-2x2", "--folds", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"shardsim: error: {path} line 2: "), err
+
+
+def test_a_csv_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.csv"
+    with open(path, "wb") as f:
+        f.truncate(CSV_BYTES + 1)  # sparse: no disk, and no line end either
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match=f"larger than {CSV_BYTES // (1 << 20)} MiB") as err:
+        read_table(path)
+    assert err.value.where == str(path) and time.monotonic() - t < 1.0
+
+
+def test_a_run_record_or_measurements_that_are_a_device_are_refused_at_once(tmp_path, capsys):
+    """calibrate reads what it is given: a device (endless) is refused, never read to its end. (A
+    runs.csv that is a device is written through by `run`, never read: test_state.py.)"""
+    for source in (tmp_path / "run.json", Path("/dev/zero")):
+        if source.suffix:
+            source.symlink_to("/dev/zero")
+        t = time.monotonic()
+        assert main(["calibrate", str(source), "--topology", "emu-2x2", "--folds", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"shardsim: error: {source}: "), err
+        assert "no such file" not in err and time.monotonic() - t < 2.0, err
+
+
+def test_a_runs_csv_that_is_a_folder_is_named_before_a_run(tmp_path):
+    (tmp_path / CSV_NAME).mkdir()
+    with pytest.raises(CorruptFile, match="Is a directory") as err:
+        check_runs_csv(tmp_path)
+    assert err.value.where == str(tmp_path / CSV_NAME)

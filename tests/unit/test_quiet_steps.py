@@ -105,8 +105,8 @@ def test_a_stolen_configuration_is_run_again_after_the_others(tmp_path, stolen_r
         ("max_steal: 0\n", "field 'max_steal': expected a part of the cores' time, 0 < max_steal <= 1, got 0"),
         ("max_steal: 1.5\n", "0 < max_steal <= 1, got 1.5"),
         ("max_steal: lots\n", "got 'lots'"),
-        ("retries: -1\n", "field 'retries': expected a whole number >= 0, got -1"),
-        ("retries: 1.5\n", "expected a whole number >= 0, got 1.5"),
+        ("retries: -1\n", "field 'retries': expected a whole number from 0 to 100, got -1"),
+        ("retries: 1.5\n", "expected a whole number from 0 to 100, got 1.5"),
     ],
 )
 def test_bad_quiet_step_settings_are_refused(tmp_path, text, needle):

@@ -301,3 +301,17 @@ def test_a_run_whose_files_cannot_be_written_names_what_was_written(tmp_path):
     assert str(info.value) == (
         f"cannot write {out / 's.json'}: No space left on device; written: nothing; not written: its row of runs.csv"
     )
+
+
+@pytest.mark.parametrize("kind", ["folder", "device"])
+def test_a_validation_json_or_run_record_that_is_not_a_file_is_corrupt(tmp_path, kind):
+    from shardsim.runtime.validation.resume import read_rows
+
+    for path, read in ((tmp_path / "validation.json", read_rows), (tmp_path / "run.json", load_run)):
+        if kind == "folder":
+            path.mkdir()
+        else:
+            path.symlink_to("/dev/zero")  # read at most the bound, then named
+        with pytest.raises(CorruptFile) as err:
+            read(path)
+        assert err.value.where == str(path), err.value

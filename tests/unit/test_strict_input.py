@@ -214,6 +214,16 @@ def test_a_figure_that_is_not_a_finite_number_is_refused(tmp_path, capsys, old, 
     assert f"{path}: {needle}" in err, err
 
 
+@pytest.mark.parametrize(
+    ("old", "field", "bound"),
+    [("  count: {value: 4,", "device.count", "65,536"), ("  count: {value: 1,", "nic.count", "64")],
+)
+def test_a_count_beyond_its_bound_is_refused_naming_the_file(tmp_path, capsys, old, field, bound):
+    path = topology(tmp_path, old, "  count: {value: " + "9" * 20 + ",")
+    err = refused([*PREDICT[:3], "--topology", str(path)], capsys)
+    assert f"{path}: field '{field}': 99,999,999,999,999,999,999 is beyond the simulator's bound of {bound}" in err
+
+
 def test_a_calibration_with_inf_is_one_line(tmp_path, capsys):
     path = write(
         tmp_path,
@@ -234,6 +244,29 @@ def test_a_profile_with_nan_is_one_line(tmp_path, capsys):
     path.write_text(json.dumps(doc))  # json writes NaN, and reads it back, unless told not to
     err = refused(["predict", "--workload", "small-gpt", *PREDICT[3:], "--profile", str(path)], capsys)
     assert f"{path}: field 'optimizer_per_param_s': expected a finite number, got nan" in err, err
+
+
+def test_a_profile_figure_beyond_its_bound_is_one_line(tmp_path, capsys):
+    from tests.unit.test_validation import _profile
+
+    path = _profile(tmp_path)
+    good = json.loads(path.read_text())
+    block = next(iter(good["blocks_by_batch_s"]["4"]))
+    huge = "9" * 23  # a microbatch size
+    slow, fast, optimizer, batch = (json.loads(json.dumps(good)) for _ in range(4))
+    slow["blocks_by_batch_s"]["4"][block][0] = 1e308  # a forward that overflowed the step's sums
+    fast["blocks_by_batch_s"]["4"][block][1] = 5e-324  # a backward whose rate overflowed
+    optimizer["optimizer_per_param_s"] = 1e308
+    batch["blocks_by_batch_s"][huge] = batch["blocks_by_batch_s"].pop("4")
+    for doc, field in (
+        (slow, f"blocks_by_batch_s.4.{block}[0]"),
+        (fast, f"blocks_by_batch_s.4.{block}[1]"),
+        (optimizer, "optimizer_per_param_s"),
+        (batch, f"blocks_by_batch_s.{huge}"),
+    ):
+        path.write_text(json.dumps(doc))
+        err = refused(["predict", "--workload", "small-gpt", *PREDICT[3:], "--profile", str(path)], capsys)
+        assert f"{path}: field '{field}': expected " in err, err
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "1e400"])
@@ -322,6 +355,30 @@ def test_deep_nesting_is_one_line(tmp_path, capsys):
     )
 
 
+def _alias_chain(levels: int, key: str) -> str:
+    """A configuration whose `key` holds a list nested `levels` deep, one anchor and alias a level."""
+    lines = ["description:", "  k0: &a0 [1]"]
+    lines += [f"  k{i}: &a{i} [*a{i - 1}]" for i in range(1, levels)]
+    return "\n".join([*lines, f"{key}: *a{levels - 1}", ""])
+
+
+def test_nesting_through_aliases_is_bounded_too(tmp_path, capsys):
+    deep = write(tmp_path, "deep.yaml", _alias_chain(5000, "seed"))
+    err = refused(["predict", str(deep)], capsys)
+    assert f"{deep}: nested deeper than {MAX_DEPTH} levels at line " in err, err
+    loop = write(tmp_path, "loop.yaml", "name: &a [1, *a]\n")
+    assert f"{loop}: an alias at line 1 refers to a value that holds it" in refused(["predict", str(loop)], capsys)
+    shallow = write(tmp_path, "ok.yaml", _alias_chain(MAX_DEPTH - 3, "name"))  # 3 levels: the file's, k's, [1]
+    assert load_config(shallow).seed == 0
+
+
+def test_a_key_given_twice_in_a_json_file_is_refused(tmp_path, capsys):
+    doc = '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128, "n_positions": 32'
+    twice = write(tmp_path, "config.json", doc + ', "n_embd": 32}')
+    err = refused([*PREDICT[:1], "--workload", str(twice), *PREDICT[3:]], capsys)
+    assert f"{twice}: duplicate key 'n_embd'" in err, err
+
+
 def test_a_file_over_the_bound_is_refused_at_once(tmp_path, capsys):
     big = write(tmp_path, "c.yaml", "seed: 1\n" + "#" * FILE_BYTES + "\n")
     for path in (big, Path("/dev/zero")):
@@ -371,6 +428,28 @@ def test_a_misspelt_model_key_is_refused_with_the_key_meant(tmp_path, capsys):
     model = write(tmp_path, "m.yaml", "family: gpt\nhiden: 64\nlayers: 2\nheads: 2\nseq_len: 8\nvocab: 64\n")
     err = refused([*PREDICT[:1], "--workload", str(model), *PREDICT[3:]], capsys)
     assert f"{model}: field 'hiden': unknown key; did you mean 'hidden'?" in err, err
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "lots", "{value: .nan, source: x}"])
+def test_a_model_files_published_count_is_a_finite_number(tmp_path, capsys, value):
+    text = f"family: gpt\nhidden: 64\nlayers: 2\nheads: 2\nseq_len: 8\nvocab: 64\nparams: {value}\n"
+    model = write(tmp_path, "m.yaml", text)
+    err = refused([*PREDICT[:1], "--workload", str(model), *PREDICT[3:]], capsys)
+    assert f"{model}: field 'params': expected a " in err, err
+
+
+@pytest.mark.parametrize(
+    ("flag", "name", "meant"),
+    [("--workload", "tiny-gtp", "tiny-gpt"), ("--topology", "p4d.24xlarg", "p4d.24xlarge")],
+)
+def test_a_misspelt_name_is_refused_with_the_name_meant(capsys, flag, name, meant):
+    err = refused(["predict", flag, name], capsys)
+    assert f"{name!r}; did you mean {meant!r}?" in err, err
+
+
+def test_a_topology_path_that_is_a_device_is_read_as_one_bounded_file(capsys):
+    err = refused([*PREDICT[:3], "--topology", "/dev/zero"], capsys)
+    assert "/dev/zero: larger than 1 MiB" in err, err
 
 
 # --- every shipped file still reads -------------------------------------------------------------

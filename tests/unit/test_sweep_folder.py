@@ -77,6 +77,19 @@ def test_a_manifest_that_lists_anything_but_the_folders_files_is_named_and_nothi
     assert sorted(os.listdir(out)) == [MANIFEST]
 
 
+@pytest.mark.parametrize("kind", ["folder", "device"])
+def test_a_manifest_that_is_not_a_file_is_named_and_nothing_made(tmp_path, kind):
+    out = tmp_path / "out"
+    out.mkdir()
+    if kind == "folder":
+        (out / MANIFEST).mkdir()
+    else:
+        (out / MANIFEST).symlink_to("/dev/zero")
+    with pytest.raises(CorruptFile, match="move it aside") as err:
+        publish(out, "y", lambda folder: pytest.fail("files made"))
+    assert err.value.where == str(out / MANIFEST)
+
+
 def _file(path: Path, text: str) -> Path:
     path.write_text(text)
     return path

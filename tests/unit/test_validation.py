@@ -328,3 +328,36 @@ def test_predictions_use_the_host_speed_pooled_over_the_runs(tmp_path, fake_clus
         assert r.host_slowdown == 3.0
         assert r.predicted_s == pytest.approx(predict(cfg, profile=profile.slowed(3.0)).step_time_s)
         assert r.predicted_s > predict(cfg, profile=profile).step_time_s
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("steps: 1000000000\n", "field 'steps': expected a whole number from 1 to 100,000, got 1000000000"),
+        ("warmup: 100000000\n", "field 'warmup': expected a whole number from 0 to 100,000"),
+        ("retries: 100000000\n", "field 'retries': expected a whole number from 0 to 100"),
+        ("timeout: 1.0e+30\n", "field 'timeout': expected a finite number from 1 to 86,400"),
+        ("batch_per_devcie: 4\n", "field 'batch_per_devcie': unknown key; did you mean 'batch_per_device'?"),
+        ("colour: red\n", "field 'colour': unknown key; expected workload, batch_per_device, "),
+    ],
+    ids=["steps", "warmup", "retries", "timeout", "misspelt", "unknown"],
+)
+def test_a_matrix_is_bounded_and_a_misspelt_key_named_before_anything_runs(tmp_path, text, needle):
+    path = write(tmp_path, "m.yaml", text + "topologies: {emu-2x2: [ddp]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_matrix(path)
+    assert needle in str(err.value), err.value
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ("{strategy: zero2d, degre: 2}", "field 'topologies.emu-2x2[0].degre': unknown key; did you mean 'degree'?"),
+        ("zer0", "field 'topologies.emu-2x2[0]': unknown strategy 'zer0'; did you mean 'zero'?"),
+    ],
+)
+def test_a_misspelt_configuration_of_a_matrix_is_named_with_the_one_meant(tmp_path, entry, needle):
+    path = write(tmp_path, "m.yaml", f"topologies: {{emu-2x2: [{entry}]}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_matrix(path)
+    assert needle in str(err.value), err.value
