@@ -143,8 +143,8 @@ def test_a_cluster_up_by_hand_is_held_until_down_and_its_processes_are_never_kil
     try:
         time.sleep(0.2)
         held = (
-            rf"{setup.name} is up by hand, held by pid \d+ \(shardsim cluster up {topo}\) since \S+ \S+ "
-            rf"until `shardsim cluster down {setup.name}`"
+            rf"{setup.name} is up by hand, held by pid \d+ \(shardsim cluster up {re.escape(topo)}\) since \S+ \S+ "
+            rf"until `shardsim cluster down {re.escape(topo)}`"  # a file topology goes down by its path
         )
         run = setup.shardsim("run", "--topology", topo, "--workload", "tiny-mlp", "--out", str(setup.tmp_path / "r"))
         assert re.fullmatch(rf"shardsim: error: {held}; pass --wait to wait for that", _error_line(run))
