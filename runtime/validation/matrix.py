@@ -13,6 +13,7 @@ from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
 from shardsim.simulator.config import STRATEGIES, RunConfig, build_config, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.strategies import STRATEGIES as KINDS
 from shardsim.simulator.yamlio import load_yaml
 
 MATRICES = Path(str(resources.files("shardsim.runtime.validation") / "matrices"))
@@ -55,7 +56,7 @@ class Matrix:
 def _resolve(cfg: RunConfig, world: int):
     from shardsim.runtime.models.build import n_blocks
 
-    return resolve(cfg, world, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.kind == "pipeline"))
+    return resolve(cfg, world, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline))
 
 
 def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]]:
@@ -66,11 +67,7 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
             raise ConfigError(
                 f"unknown strategy {entry!r}; expected one of {', '.join(STRATEGIES)}", where=where, field=key
             )
-        if entry == "zero2d":
-            return [{"strategy": "zero2d", "degree": d} for d in range(2, world) if world % d == 0]
-        if entry == "pipeline":
-            return [{"strategy": "pipeline", "pp": 2, "microbatches": 4, "schedule": s} for s in ("gpipe", "1f1b")]
-        return [{"strategy": entry}]
+        return KINDS[entry].matrix_entries(world)
     if isinstance(entry, dict):
         unknown = sorted(set(entry) - set(_STRATEGY_KEYS))
         if unknown:
