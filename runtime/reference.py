@@ -68,7 +68,7 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     # FSDP2's mixed precision, where the run applies a MixedPrecisionPolicy (`precision_for`): a
     # low param dtype or a reduce dtype other than fp32, on zero / zero2d
     low = cfg.precision != "fp32" or cfg.grad_dtype != "fp32"
-    mixed = low and cfg.strategy.kind in ("zero", "zero2d")
+    mixed = low and cfg.strategy.spec.fsdp
     accumulate = _accumulate_mixed if mixed else _accumulate
     threads = torch.get_num_threads()
     if mixed:

@@ -110,7 +110,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
             check_privileges()
         except ConfigError as exc:
             raise ConfigError(f"{exc} (or pass --no-emulate to run every rank over loopback)") from None
-    resolved, res = resolve(cfg, n, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.kind == "pipeline"))
+    resolved, res = resolve(cfg, n, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline))
     return RunPlan(cfg, resolved, res, n, on_gpu, emulate)
 
 

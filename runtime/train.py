@@ -164,7 +164,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
 
     model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
     cfg, res = resolve(cfg, world, len(model.blocks))
-    if cfg.strategy.kind == "pipeline":
+    if cfg.strategy.spec.is_pipeline:
         workloads.check_model(model, spec_name(cfg.workload), pipeline=True)
     applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
     del model  # a pipeline stage keeps only its own blocks

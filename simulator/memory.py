@@ -61,7 +61,7 @@ class MemoryBreakdown:
 
 def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
     """Microbatches whose activations a stage holds at its peak (GPipe all; 1F1B P - s)."""
-    if cfg.strategy.kind != "pipeline":
+    if not cfg.strategy.spec.is_pipeline:
         return 1
     if cfg.strategy.schedule == "gpipe":
         return res.microbatches
@@ -92,14 +92,14 @@ def rank_memory(
     local = rc.local_params
     fsdp = res.shard > 1
     # DistributedDataParallel wraps the model (even over one rank): its buckets hold a second copy
-    ddp_like = not fsdp and (res.replicas > 1 or cfg.strategy.kind == "ddp")
+    ddp_like = not fsdp and (res.replicas > 1 or cfg.strategy.spec.replicates)
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
     optim = local * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
     temporaries = local * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
     gathered = 0.0
-    if fsdp and cfg.strategy.kind == "pipeline":
+    if fsdp and cfg.strategy.spec.is_pipeline:
         gathered = pipelined_unsharded(rc, pb, rb)
     elif fsdp:
         root = next((p for n, p in rc.units if n == "root"), 0.0)

@@ -1,10 +1,10 @@
-"""The op program each rank runs in one training step (built by `strategies.build_plan`).
+"""The op program each rank runs in one training step (built by `strategies.build.build_plan`).
 
 Ranks that run the same program (all ranks of ZeRO/ZeRO-2D/DDP; all replicas of one pipeline
 stage) form one *rank class* and are simulated once; a collective op of a class stands for the
 call in every group at once, so the network sees the whole world's traffic.
 
-Streams: with overlap (`Plan.overlap`, see `strategies.overlaps`) each class has a compute
+Streams: with overlap (`Plan.overlap`, see `strategies.build.overlaps`) each class has a compute
 stream and one stream per communication kind, ops on one stream run in order; without overlap
 everything runs on one stream except `ASYNC_STREAMS` (a pipeline's isends: asynchronous on gloo
 too).

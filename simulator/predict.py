@@ -19,7 +19,7 @@ from shardsim.simulator.memory import MemoryBreakdown, rank_memory
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.scale import check_scale
-from shardsim.simulator.strategies import build_plan
+from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload, stage_ranges
@@ -142,7 +142,7 @@ def _summarize(
     layers = [b for b in w.blocks if b.kind == "layer"]
     ckpt = checkpointing_of(cfg, layers)
     mems: list[MemoryBreakdown] = []
-    if cfg.strategy.kind == "pipeline":
+    if cfg.strategy.spec.is_pipeline:
         embed = [b for b in w.blocks if b.kind == "embed"]
         head = [b for b in w.blocks if b.kind == "head"]
         for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp)):

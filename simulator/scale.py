@@ -12,7 +12,6 @@ they are parsed (`flagtypes`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -122,14 +121,7 @@ def world_refusal(world: int) -> str | None:
 def plan_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """About how many ops the plan of one step of `cfg` (normalized by resolve) holds: between
     one and four times as many as it does (tests/unit/test_scale.py), without building it."""
-    s, K, L = cfg.strategy, cfg.grad_accum, n_layers
-    if s.kind == "ddp":
-        return 2 * (K + 1) * (L + 2)
-    if s.kind != "pipeline":
-        return 6 * K * (L + 2) + 4
-    units = math.ceil(L / s.pp) + 2  # of one stage, with the embedding and the head
-    per_microbatch = 4 * units + 6 if (s.degree or 1) > 1 else 6  # a sharded stage runs each block's ops
-    return K * s.pp * (s.microbatches * per_microbatch + 4 * units) + s.pp
+    return cfg.strategy.spec.ops_estimate(cfg.strategy, cfg.grad_accum, n_layers)
 
 
 @dataclass(frozen=True)
@@ -148,7 +140,7 @@ def plan_refusal(cfg: RunConfig, n_layers: int) -> PlanRefusal | None:
     if ops <= MAX_PLAN_OPS:
         return None
     s = cfg.strategy
-    pipeline = s.kind == "pipeline"
+    pipeline = s.spec.is_pipeline
     one_step = replace(cfg, grad_accum=1)
     if plan_ops_estimate(replace(one_step, strategy=replace(s, microbatches=1)), n_layers) > MAX_PLAN_OPS:
         field = "layers"

@@ -57,7 +57,7 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.config import resolve
     from shardsim.simulator.hardware.topology import make_cluster
-    from shardsim.simulator.strategies import build_plan
+    from shardsim.simulator.strategies.build import build_plan
     from shardsim.simulator.workload.load import load_workload
 
     w = load_workload(cfg.workload)

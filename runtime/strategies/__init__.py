@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -19,19 +20,37 @@ from torch import nn
 
 from shardsim.runtime.strategies.ddp import ddp
 from shardsim.runtime.strategies.fsdp import fsdp
-from shardsim.runtime.strategies.layout import Layout, build_layout
+from shardsim.runtime.strategies.layout import (
+    Layout,
+    MeshOf,
+    build_layout,
+    ddp_layout,
+    pipeline_layout,
+    zero2d_layout,
+    zero_layout,
+)
 from shardsim.runtime.strategies.pipeline import pipeline
 from shardsim.runtime.strategies.precision import precision_for
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext
 from shardsim.simulator.config import Resolved, RunConfig
 
-__all__ = ["STRATEGIES", "AppliedStrategy", "Layout", "StepContext", "apply_strategy", "build_layout"]
+__all__ = ["STRATEGIES", "AppliedStrategy", "Engine", "Layout", "StepContext", "apply_strategy", "build_layout"]
 
-STRATEGIES: dict[str, Callable[[nn.Module, StepContext], AppliedStrategy]] = {
-    "ddp": ddp,
-    "zero": fsdp,
-    "zero2d": fsdp,
-    "pipeline": pipeline,
+
+@dataclass(frozen=True)
+class Engine:
+    """How the runtime applies one strategy kind: its ranks' layout, then its `apply`."""
+
+    layout: Callable[[MeshOf, Resolved, int], Layout]
+    apply: Callable[[nn.Module, StepContext], AppliedStrategy]
+
+
+# under the simulator's kind names (simulator.strategies.STRATEGIES; a test checks they match)
+STRATEGIES: dict[str, Engine] = {
+    "ddp": Engine(ddp_layout, ddp),
+    "zero": Engine(zero_layout, fsdp),
+    "zero2d": Engine(zero2d_layout, fsdp),
+    "pipeline": Engine(pipeline_layout, pipeline),
 }
 
 
@@ -57,10 +76,11 @@ def apply_strategy(
 ) -> AppliedStrategy:
     """Apply `cfg`'s strategy to `model` on this rank (all ranks call it together): its layout
     (`build_layout`, with the job's `timeout` on every group), its precision, then the
-    strategy's own function from `STRATEGIES`. `data_batches` as runtime.train's --data-batches."""
-    layout = build_layout(cfg.strategy.kind, res, rank, device.type, timeout)
+    strategy's own `apply` from `STRATEGIES`. `data_batches` as runtime.train's --data-batches."""
+    engine = STRATEGIES[cfg.strategy.kind]
+    layout = build_layout(engine.layout, res, rank, device.type, timeout)
     precision = precision_for(cfg, res, device)
     sample, base_loss = _sample_and_loss(model)
     loss_fn = base_loss if precision.low is None else (lambda out, y: base_loss(out.float(), y))
     ctx = StepContext(cfg, res, device, layout, precision, sample, loss_fn, data_batches)
-    return STRATEGIES[cfg.strategy.kind](model, ctx)
+    return engine.apply(model, ctx)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -37,14 +38,47 @@ def _gloo_options(timeout: timedelta):
     return opts
 
 
-def build_layout(kind: str, res: Resolved, rank: int, device_type: str, timeout: timedelta) -> Layout:
-    """Create the device mesh of a strategy (`init_device_mesh`; all ranks must call this together).
+MeshOf = Callable[[tuple[int, ...], tuple[str, ...]], object]  # (shape, dim names) → DeviceMesh
+
+
+def ddp_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
+    return Layout(None, None, None, None, 0, rank)
+
+
+def zero_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
+    m = mesh((res.world,), ("shard",))
+    return Layout(m, m, None, None, 0, rank)
+
+
+def zero2d_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
+    m = mesh((res.world // res.shard, res.shard), ("replicate", "shard"))
+    return Layout(m, m, None, None, 0, rank)
+
+
+def pipeline_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
+    """Stage-major: stage s holds ranks [s*R, (s+1)*R)."""
+    d, pp = res.shard, res.pp
+    R = res.world // pp
+    stage, replica = divmod(rank, R)
+    if d > 1:
+        m = mesh((pp, R // d, d), ("pp", "replicate", "shard"))
+        fsdp_mesh = m["shard"] if R == d else m["replicate", "shard"]  # type: ignore[index]
+        return Layout(m, fsdp_mesh, None, m.get_group("pp"), stage, replica)  # type: ignore[attr-defined]
+    m = mesh((pp, R), ("pp", "dp"))
+    return Layout(m, None, m.get_group("dp") if R > 1 else None, m.get_group("pp"), stage, replica)  # type: ignore[attr-defined]
+
+
+def build_layout(
+    layout: Callable[[MeshOf, Resolved, int], Layout], res: Resolved, rank: int, device_type: str, timeout: timedelta
+) -> Layout:
+    """Create the device mesh of a strategy with its `layout` function (`init_device_mesh`;
+    all ranks must call this together).
 
     Sub-groups of a mesh default to a 30-minute timeout; they get the job's timeout here so
     that a hung peer ends the job as quickly in a sub-group as in the world group."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    world, d, pp = res.world, res.shard, res.pp
+    world = res.world
     backend = dist.get_backend()
 
     def mesh(shape: tuple[int, ...], names: tuple[str, ...]):
@@ -59,20 +93,4 @@ def build_layout(kind: str, res: Resolved, rank: int, device_type: str, timeout:
             override = {n: opts for n in names}
         return init_device_mesh(device_type, shape, mesh_dim_names=names, backend_override=override)
 
-    if kind == "ddp":
-        return Layout(None, None, None, None, 0, rank)
-    if kind == "zero":
-        m = mesh((world,), ("shard",))
-        return Layout(m, m, None, None, 0, rank)
-    if kind == "zero2d":
-        m = mesh((world // d, d), ("replicate", "shard"))
-        return Layout(m, m, None, None, 0, rank)
-    # pipeline: stage-major
-    R = world // pp
-    stage, replica = divmod(rank, R)
-    if d > 1:
-        m = mesh((pp, R // d, d), ("pp", "replicate", "shard"))
-        fsdp_mesh = m["shard"] if R == d else m["replicate", "shard"]
-        return Layout(m, fsdp_mesh, None, m.get_group("pp"), stage, replica)
-    m = mesh((pp, R), ("pp", "dp"))
-    return Layout(m, None, m.get_group("dp") if R > 1 else None, m.get_group("pp"), stage, replica)
+    return layout(mesh, res, rank)

@@ -32,8 +32,7 @@ class Precision:
 
 def sharded(cfg: RunConfig, res: Resolved) -> bool:
     """Whether the strategy shards its parameters with FSDP2."""
-    kind = cfg.strategy.kind
-    return kind in ("zero", "zero2d") or (kind == "pipeline" and res.shard > 1)
+    return cfg.strategy.spec.sharded(res)
 
 
 def precision_for(cfg: RunConfig, res: Resolved, device: torch.device) -> Precision:

@@ -14,6 +14,7 @@ from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
 from shardsim.simulator.config import STRATEGIES, RunConfig, build_config, resolve
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.strategies import STRATEGIES as KINDS
 from shardsim.simulator.yamlio import check_keys, load_yaml
 
 MATRICES = Path(str(resources.files("shardsim.runtime.validation") / "matrices"))
@@ -56,7 +57,7 @@ class Matrix:
 def _resolve(cfg: RunConfig, world: int):
     from shardsim.runtime.models.build import n_blocks
 
-    return resolve(cfg, world, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.kind == "pipeline"))
+    return resolve(cfg, world, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline))
 
 
 def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]]:
@@ -67,11 +68,7 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
             near = difflib.get_close_matches(entry, STRATEGIES, n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(STRATEGIES)}"
             raise ConfigError(f"unknown strategy {entry!r}; {hint}", where=where, field=key)
-        if entry == "zero2d":
-            return [{"strategy": "zero2d", "degree": d} for d in range(2, world) if world % d == 0]
-        if entry == "pipeline":
-            return [{"strategy": "pipeline", "pp": 2, "microbatches": 4, "schedule": s} for s in ("gpipe", "1f1b")]
-        return [{"strategy": entry}]
+        return KINDS[entry].matrix_entries(world)
     if isinstance(entry, dict):
         check_keys(
             entry, _STRATEGY_KEYS, where=where, prefix=f"{key}.", expected=f"expected {', '.join(_STRATEGY_KEYS)}"

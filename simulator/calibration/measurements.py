@@ -37,6 +37,7 @@ from shardsim.simulator.csvfile import CSV_BYTES, read_table
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import InstanceType
 from shardsim.simulator.predict import StepPrediction
+from shardsim.simulator.strategies.kinds import FSDP_SHARDING, ZERO2D
 from shardsim.simulator.workload.arch import SHAPE_FIELDS
 from shardsim.simulator.workload.describe import ARCH_FIELDS
 from shardsim.simulator.workload.load import load_workload
@@ -57,11 +58,8 @@ LLM_FOUNDRY = {
     "vocab_size": "vocab",
     "microbatch": "batch_per_device",
 }
-SHARDING = {  # PyTorch FSDP's sharding strategies
-    "FULL_SHARD": {"strategy": "zero"},
-    "SHARD_GRAD_OP": {"strategy": "zero", "reshard_after_forward": False},
-    "NO_SHARD": {"strategy": "ddp"},
-}
+# PyTorch FSDP's sharding strategies a benchmark row may name (HYBRID_SHARD: within a node)
+SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 KINDS = {s.name: s.kind for s in SETTINGS} | {"tied_embeddings": bool, "family": str, "positions": str}
 # every column a CSV row is read by, and columns of llm-foundry's tables kept as notes: another
 # column is a note too, unless it is a near miss of one read (a misspelt column is refused)
@@ -163,13 +161,14 @@ def _llm_foundry(row: dict[str, str], where: str, inst: InstanceType) -> tuple[d
             raise ConfigError(why, where=where, field="gpus_per_node")
     text = row.get("sharding_strategy", "").strip()
     if text:
-        if text == "HYBRID_SHARD":
-            values |= {"strategy": "zero2d", "degree": per_node}
-        elif text in SHARDING:
-            values |= SHARDING[text]
-        else:
-            known = ", ".join([*SHARDING, "HYBRID_SHARD"])
-            raise ConfigError(f"expected one of {known}, got {text!r}", where=where, field="sharding_strategy")
+        if text not in SHARDING:
+            raise ConfigError(
+                f"expected one of {', '.join(SHARDING)}, got {text!r}", where=where, field="sharding_strategy"
+            )
+        kind, reshard = FSDP_SHARDING[text]
+        values |= {"strategy": kind} | ({} if reshard else {"reshard_after_forward": False})
+        if kind == ZERO2D.name:
+            values["degree"] = per_node
         cols |= {"strategy": "sharding_strategy", "degree": "sharding_strategy"}
     precision = row.get("precision", "").strip().removeprefix("amp_")
     mode = row.get("mp_mode", "").strip()

@@ -22,6 +22,7 @@ from shardsim.simulator.config.schema import (
 from shardsim.simulator.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.scale import check_settings
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 from shardsim.simulator.workload.describe import arch_from_mapping
 from shardsim.simulator.yamlio import Fields, check_keys, load_yaml, parse_yaml, unknown_key
@@ -104,20 +105,17 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
         schedule=f.text("schedule", default="1f1b", choices=SCHEDULES),
         reshard_after_forward=f.boolean("reshard_after_forward", default=True),
     )
-    if kind != "pipeline" and strategy.pp > 1:
+    spec = strategy.spec
+    if not spec.is_pipeline and strategy.pp > 1:
         raise ConfigError(f"pp={strategy.pp} needs strategy pipeline, got {kind}", where=where, field="pp")
-    if kind == "ddp" and degree not in (None, 1):
+    spec.check(strategy, where)
+    if not strategy.reshard_after_forward and not spec.fsdp:
+        fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
         raise ConfigError(
-            f"ddp replicates the model; a shard degree of {degree} contradicts it", where=where, field="degree"
-        )
-    if not strategy.reshard_after_forward and kind not in ("zero", "zero2d"):
-        raise ConfigError(
-            f"reshard_after_forward false (ZeRO-2) applies to zero and zero2d, not {kind}",
+            f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {kind}",
             where=where,
             field="reshard_after_forward",
         )
-    if kind == "zero2d" and degree is None:
-        raise ConfigError("zero2d needs a degree (the partition group size)", where=where, field="degree")
     # Without a node count: the seed's 8 nodes on the default topology; otherwise the
     # topology decides (an emulated cluster has its own count, an instance type gives 1).
     if "nodes" in values:

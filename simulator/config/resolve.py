@@ -21,9 +21,10 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
     """
     s = cfg.strategy
     where = cfg.source
-    if s.kind in ("zero", "zero2d", "ddp") and s.pp != 1:
+    spec = s.spec
+    if not spec.is_pipeline and s.pp != 1:
         raise ConfigError(f"pp={s.pp} needs strategy pipeline", where=where, field="pp")
-    pp = s.pp if s.kind == "pipeline" else 1
+    pp = s.pp if spec.is_pipeline else 1
     if pp > 1 and tied_embeddings:
         raise ConfigError(f"{TIED_PIPELINE} is not supported; untie them or shard instead", where=where, field="pp")
     if pp > world or world % pp:
@@ -36,20 +37,7 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
             field="pp",
         )
     replicas_all = world // pp
-    if s.kind == "ddp":
-        shard = 1
-    elif s.kind == "zero":
-        if s.degree not in (None, world):
-            raise ConfigError(
-                f"zero shards over the whole world ({world}); degree {s.degree} contradicts it (use zero2d)",
-                where=where,
-                field="degree",
-            )
-        shard = world
-    elif s.kind == "zero2d":
-        shard = s.degree or world
-    else:
-        shard = s.degree or 1
+    shard = spec.shard(s, world, where)
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
@@ -59,22 +47,21 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
             where=where,
             field="reduce_dtype",
         )
-    kind = s.kind
-    if kind == "zero2d" and shard == world:
-        kind = "zero"  # MiCS with one partition group is plain ZeRO-3
-    strategy = replace(s, kind=kind, degree=shard if kind in ("zero", "zero2d", "pipeline") else None, pp=pp)
-    if kind != "pipeline":
+    strategy = replace(s, kind=spec.resolved(shard, world))
+    spec = strategy.spec
+    strategy = replace(strategy, degree=None if spec.replicates else shard, pp=pp)
+    if not spec.is_pipeline:
         strategy = replace(strategy, microbatches=1)
     m = strategy.microbatches
     per_replica = cfg.batch_per_device * pp  # a pipeline replica takes the batch of its pp devices
-    if kind == "pipeline" and per_replica % m:
+    if spec.is_pipeline and per_replica % m:
         raise ConfigError(
             f"{m} microbatches do not divide the per-replica batch {per_replica} "
             f"(batch_per_device {cfg.batch_per_device} x pp {pp})",
             where=where,
             field="microbatches",
         )
-    mbs = per_replica // m if kind == "pipeline" else cfg.batch_per_device
+    mbs = per_replica // m if spec.is_pipeline else cfg.batch_per_device
     res = Resolved(
         world=world,
         shard=shard,

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.strategies.kinds import DEFAULT_KIND, StrategyKind
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 
-STRATEGIES = ("ddp", "zero", "zero2d", "pipeline")
+STRATEGIES = tuple(KINDS)
 SCHEDULES = ("gpipe", "1f1b")
 PRECISIONS = ("fp32", "fp16", "bf16")
 BACKENDS = ("nccl", "gloo")
@@ -17,7 +20,9 @@ OPTIMIZERS = ("adam",)
 OPTIMIZER_IMPLS = ("foreach", "fused", "per-parameter")
 CHECKPOINTING = ("none", "full", "selective")  # of the layers; selective as torchtitan: every k-th layer, or op-level
 SAC_OP = "op"  # selective_ac_option of op-level selective checkpointing (otherwise an integer k)
-DATA_PARALLEL = ("ddp", "zero", "zero2d")  # the kinds a `sharded_data_parallel_degree` names
+DATA_PARALLEL = tuple(
+    k for k, v in KINDS.items() if not v.is_pipeline
+)  # the kinds a `sharded_data_parallel_degree` names
 
 
 @dataclass(frozen=True)
@@ -30,26 +35,27 @@ class Strategy:
     `degree` None means: the world for zero, 1 (plain data parallel) for pipeline.
     """
 
-    kind: str = "zero"
+    kind: str = DEFAULT_KIND
     degree: int | None = None
     pp: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
     reshard_after_forward: bool = True  # False: ZeRO-2 (FSDP2 keeps gathered blocks from forward to backward)
 
+    @property
+    def spec(self) -> StrategyKind:
+        """The kind's operations and capabilities (`simulator.strategies.kinds`)."""
+        if self.kind not in KINDS:
+            raise ConfigError(f"unknown strategy {self.kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
+        return KINDS[self.kind]
+
     def label(self) -> str:
-        if self.kind == "pipeline":
-            shard = f" d={self.degree}" if self.degree and self.degree > 1 else ""
-            return f"pipeline pp={self.pp} m={self.microbatches} {self.schedule}{shard}"
-        zero2 = "" if self.reshard_after_forward else " (ZeRO-2)"
-        if self.kind == "zero2d":
-            return f"zero2d d={self.degree}{zero2}"
-        return self.kind + zero2
+        return self.spec.label(self)
 
     def sharded_degree(self, world: int) -> int:
         """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`
         counts it: 1 for ddp, the world for zero, the degree for zero2d and pipeline stages."""
-        return {"ddp": 1, "zero": world}.get(self.kind, self.degree or 1)
+        return self.spec.sharded_degree(self, world)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardsim.simulator.errors import ConfigError
+from shardsim.simulator.strategies.kinds import DDP, FSDP_SHARDING, PIPELINE, ZERO, ZERO2D
 from shardsim.simulator.yamlio import check_keys
 
 SMP_KEYS = (
@@ -38,13 +39,7 @@ SMP_KEYS = (
 
 FSDP_KEYS = ("sharding_strategy", "mixed_precision", "param_dtype")
 # FSDP1's ShardingStrategy (FSDP2: reshard_after_forward) → (kind, reshard_after_forward)
-SHARDING_STRATEGIES = {
-    "FULL_SHARD": ("zero", True),
-    "SHARD_GRAD_OP": ("zero", False),
-    "HYBRID_SHARD": ("zero2d", True),
-    "_HYBRID_SHARD_ZERO2": ("zero2d", False),
-    "NO_SHARD": ("ddp", True),
-}
+SHARDING_STRATEGIES = FSDP_SHARDING
 DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
@@ -76,8 +71,8 @@ def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) ->
                 f"expected one of {', '.join(SHARDING_STRATEGIES)}, got {raw!r}", where=where, field="sharding_strategy"
             )
         kind, reshard = SHARDING_STRATEGIES[key]
-        if values.get("strategy") == "zero2d" and kind == "zero":
-            kind = "zero2d"  # a SageMaker degree below the world with FULL_SHARD: hybrid, as SMP shards it
+        if values.get("strategy") == ZERO2D.name and kind == ZERO.name:
+            kind = ZERO2D.name  # a SageMaker degree below the world with FULL_SHARD: hybrid, as SMP shards it
         _put(values, "strategy", kind, "sharding_strategy", where)
         if not reshard:
             _put(values, "reshard_after_forward", False, "sharding_strategy", where)
@@ -188,7 +183,7 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
         raise ConfigError("tensor parallelism is not modelled; expected 1", where=where, field="tensor_parallel_degree")
     pp = pos_int(next(iter(pps.values())), where, next(iter(pps))) if pps else 1
     if pp > 1:
-        put("strategy", "pipeline", next(iter(pps)))
+        put("strategy", PIPELINE.name, next(iter(pps)))
         put("pp", pp, next(iter(pps)))
     if degrees:
         key = next(iter(degrees))
@@ -196,7 +191,7 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
         if pp == 1:
             # SMP semantics: degree 1 is plain data parallel; the world size is known only
             # later, so zero vs zero2d is settled in `resolve` (zero2d with d = world is zero).
-            put("strategy", "ddp" if d == 1 else "zero2d", key)
+            put("strategy", DDP.name if d == 1 else ZERO2D.name, key)
         put("degree", d, key)
     if "microbatches" in smp:
         put("microbatches", pos_int(smp["microbatches"], where, "microbatches"), "microbatches")

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from shardsim.simulator.files import atomic_path
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 
 BREAKDOWN = (
     ("compute_s", "compute", "#4C72B0"),
@@ -39,7 +40,8 @@ MEMORY = (
     ("mem_activations_gib", "activations", "#8172B3"),
     ("mem_overhead_gib", "runtime overhead", "#937860"),
 )
-KIND_COLORS = {"ddp": "#4C72B0", "zero": "#C44E52", "zero2d": "#DD8452", "pipeline": "#55A868"}
+KIND_COLORS = {k: v.color for k, v in KINDS.items()}
+PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
 MAX_BARS = 30
 
 
@@ -69,14 +71,7 @@ def short_label(r: pd.Series) -> str:
 
 
 def _strategy_label(r: pd.Series) -> str:
-    if r["strategy"] == "ddp":
-        return "ddp (d=1)"
-    if r["strategy"] == "zero":
-        return f"zero (d={int(r['degree'])})"
-    if r["strategy"] == "zero2d":
-        return f"zero2d d={int(r['degree'])}"
-    shard = f" d={int(r['degree'])}" if int(r["degree"]) > 1 else ""
-    return f"pp={int(r['pp'])} m={int(r['microbatches'])} {r['schedule']}{shard}"
+    return KINDS[r["strategy"]].plot_label(int(r["degree"]), int(r["pp"]), int(r["microbatches"]), r["schedule"])
 
 
 def _settings_of(config: str) -> str:
@@ -88,8 +83,8 @@ def _settings_of(config: str) -> str:
 def representative_rows(g: pd.DataFrame) -> pd.DataFrame:
     """The bars of one cluster: every ddp/zero/zero2d row by degree, then the best pipeline
     (fitting first, by samples/s) of each pipeline degree."""
-    dp = g[g["strategy"] != "pipeline"].sort_values("degree", kind="mergesort")
-    pipe = g[g["strategy"] == "pipeline"]
+    dp = g[~g["strategy"].isin(PIPELINES)].sort_values("degree", kind="mergesort")
+    pipe = g[g["strategy"].isin(PIPELINES)]
     best = []
     for _, pg in pipe.groupby("pp", sort=True):
         best.append(pg.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort").iloc[:1])
@@ -177,8 +172,8 @@ def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_co
     multi = df.groupby(["topology", "nodes"]).ngroups > 1
     ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
     # every ddp/zero/zero2d row, then the leading pipelines, up to MAX_BARS bars
-    dp = ranked[ranked["strategy"] != "pipeline"].head(MAX_BARS)
-    pipe = ranked[ranked["strategy"] == "pipeline"].head(max(MAX_BARS - len(dp), 0))
+    dp = ranked[~ranked["strategy"].isin(PIPELINES)].head(MAX_BARS)
+    pipe = ranked[ranked["strategy"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
     top = ranked.loc[ranked.index.isin(dp.index) | ranked.index.isin(pipe.index)]
     top = top.iloc[::-1]  # best at the top of a horizontal bar chart
     labels = [(f"{int(r['nodes'])}x{r['topology']}  " if multi else "") + short_label(r) for _, r in top.iterrows()]
@@ -221,14 +216,14 @@ def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
     then the pipelines with the highest samples/s, up to `limit` lines."""
     counts = g.groupby("config", sort=False)["world"].nunique()
     multi = [c for c in counts.index if counts[c] > 1]
-    order = {"ddp": 0, "zero2d": 1, "zero": 2}
     first = g.drop_duplicates("config").set_index("config")
+    pipelines = [c for c in multi if first.loc[c, "strategy"] in PIPELINES]
     dp = sorted(
-        (c for c in multi if not c.startswith("pipeline")),
-        key=lambda c: (order[first.loc[c, "strategy"]], int(first.loc[c, "degree"])),
+        (c for c in multi if c not in pipelines),
+        key=lambda c: (KINDS[first.loc[c, "strategy"]].plot_order, int(first.loc[c, "degree"])),
     )
     pipe = (
-        g[g["config"].isin([c for c in multi if c.startswith("pipeline")])]
+        g[g["config"].isin(pipelines)]
         .groupby("config", sort=False)["samples_per_s"]
         .max()
         .sort_values(ascending=False, kind="mergesort")

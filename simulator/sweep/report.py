@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, RunConfig
 from shardsim.simulator.console import console
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.tables import Column, Grid, fitted, layout, show
 from shardsim.simulator.units import GIB, format_bytes, format_seconds
 from shardsim.simulator.workload.load import spec_name
@@ -109,7 +110,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
     else:
         line += "; it is the only configuration that fits"
     lines.append(line)
-    if rec["best"]["strategy"] == "pipeline" and rec.get("margin_over_sdp") is not None:
+    if KINDS[rec["best"]["strategy"]].is_pipeline and rec.get("margin_over_sdp") is not None:
         than = f"the best sharded data parallel configuration ({rec['sdp']['config']})"
         lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
     if multi and rec.get("cheapest"):

@@ -31,6 +31,8 @@ from shardsim.simulator.config.resolve import TIED_PIPELINE
 from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.simulator.strategies.kinds import StrategyKind
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
@@ -174,68 +176,23 @@ def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceTy
     return [(t, n) for t in tops for n in nodes]
 
 
-def _zero2d_degrees(world: int, space: SweepSpace) -> list[int]:
-    """zero2d's degrees: those listed, else every divisor strictly between 1 and the world (d = 1
-    is ddp; d = world is zero, which resolve() says so: only when asked for by --degrees)."""
-    ds = sorted(set(space.degrees)) if space.degrees is not None else divisors(world)[1:-1]
-    return [d for d in ds if d > 1]
-
-
-def _pipeline_axes(
-    world: int, n_layers: int, batch_per_device: int, space: SweepSpace
-) -> list[tuple[int, list[int], list[int]]]:
-    """(pp, the stages' shard degrees, microbatch counts) of every pipeline degree of the space."""
-    pps = sorted(space.pp) if space.pp is not None else [p for p in divisors(world) if 2 <= p <= n_layers]
-    out = []
-    for pp in pps:
-        if pp < 2:
-            continue  # a one-stage pipeline is data parallel: ddp/zero/zero2d cover it
-        stage_ranks = world // pp if world % pp == 0 else 0
-        if space.degrees is not None:
-            ds = sorted(set(space.degrees))
-        else:
-            ds = divisors(stage_ranks) if stage_ranks else [1]
-        if space.microbatches is not None:
-            ms = sorted(space.microbatches)
-        else:
-            ms = default_microbatches(pp, batch_per_device)
-        out.append((pp, ds, ms))
-    return out
+def _kinds(space: SweepSpace) -> list[StrategyKind]:
+    """The space's kinds, in the registry's order."""
+    return [k for name, k in KINDS.items() if name in space.strategies]
 
 
 def _strategies_for(
     world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
 ) -> Iterable[Strategy]:
-    kinds = space.strategies
-    if "ddp" in kinds:
-        yield Strategy("ddp")
-    if "zero" in kinds:
-        for raf in reshard:
-            yield Strategy("zero", reshard_after_forward=raf)
-    if "zero2d" in kinds:
-        for d in _zero2d_degrees(world, space):
-            for raf in reshard:
-                yield Strategy("zero2d", degree=d, reshard_after_forward=raf)
-    if "pipeline" in kinds:
-        for pp, ds, ms in _pipeline_axes(world, n_layers, batch_per_device, space):
-            for d in ds:
-                for m in ms:
-                    for sched in space.schedules:
-                        yield Strategy("pipeline", degree=d, pp=pp, microbatches=m, schedule=sched)
+    for kind in _kinds(space):
+        yield from kind.sweep(world, n_layers, batch_per_device, space, reshard)
 
 
 def strategies_count(
     world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
 ) -> int:
     """How many strategies `_strategies_for` yields, counted without making them."""
-    kinds = space.strategies
-    n = int("ddp" in kinds) + ("zero" in kinds) * len(reshard)
-    if "zero2d" in kinds:
-        n += len(_zero2d_degrees(world, space)) * len(reshard)
-    if "pipeline" in kinds:
-        axes = _pipeline_axes(world, n_layers, batch_per_device, space)
-        n += sum(len(ds) * len(ms) for _, ds, ms in axes) * len(space.schedules)
-    return n
+    return sum(kind.sweep_count(world, n_layers, batch_per_device, space, reshard) for kind in _kinds(space))
 
 
 def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
@@ -324,7 +281,7 @@ def enumerate_configs(
     n_layers = len(w.layers) or len(w.blocks)
     tied = w.tied_embeddings
     out = Enumeration()
-    if tied and "pipeline" in space.strategies:
+    if tied and any(k.is_pipeline for k in _kinds(space)):
         out.skipped.append(f"pipelines: {TIED_PIPELINE} is not supported")
     seen: set[tuple] = set()
     if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):

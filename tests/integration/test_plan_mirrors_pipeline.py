@@ -18,7 +18,7 @@ from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.config import load_config, resolve
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.plan import Plan
-from shardsim.simulator.strategies import build_plan
+from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.pipeline import send_waits
 from shardsim.simulator.workload.library import PRESETS
 from shardsim.simulator.workload.load import load_workload

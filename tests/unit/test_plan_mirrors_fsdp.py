@@ -17,7 +17,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.config import RunConfig, Strategy, resolve
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.plan import Plan
-from shardsim.simulator.strategies import build_plan
+from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.families import from_arch
 from shardsim.simulator.workload.library import PRESETS

@@ -101,7 +101,7 @@ def test_a_sweep_beyond_the_bound_refuses_and_one_that_spans_it_says_what_it_lef
 @pytest.mark.parametrize("workload", ["tiny-gpt", "vit-630m", "gpt2-xl"])
 def test_the_plan_size_estimate_is_within_four_times_the_plan(workload) -> None:
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.strategies import build_plan
+    from shardsim.simulator.strategies.build import build_plan
 
     base = RunConfig(workload=workload, topology="g4dn.12xlarge", nodes=4, grad_accum=2, batch_per_device=8)
     w = load_workload(base.workload, base.shape, base.source)
