@@ -119,6 +119,13 @@ def main_run(ns: argparse.Namespace) -> int:
 
     require_torch("shardsim run")
     cfg = config_from_args(ns)
+    for key in ("profile", "calibration"):  # inputs of a prediction: a run would ignore them
+        if getattr(cfg, key) is not None:
+            raise ConfigError(
+                f"a run measures; a {key} is an input of a prediction (predict, sweep, validate): leave it out",
+                where=cfg.source,
+                field=key,
+            )
     plan = plan_run(cfg, ns.nproc, ns.emulate)
     with _holding(plan, ns.wait):  # a busy topology is refused before anything is made or said
         return _run(ns, plan)

@@ -35,6 +35,19 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
 
     require_torch("shardsim profile")
     cfg = config_from_args(ns)
+    if not isinstance(cfg.workload, str):
+        raise ConfigError(
+            "profile times a named model or a model file; write the mapping to a file and pass its path",
+            where=cfg.source,
+            field="workload",
+        )
+    if cfg.shape.given():
+        name = next(iter(cfg.shape.given()))
+        raise ConfigError(
+            "profile times the model as its file defines it; write a model file with that shape",
+            where=cfg.source,
+            field=name,
+        )
     device = _device(ns.device)
     out = check_output_file(ns.out, "out", make_folder=True)
     batches = list(ns.batch or (cfg.batch_per_device,))

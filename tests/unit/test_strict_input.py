@@ -6,6 +6,7 @@ the file and the field (exit status 2, ConfigError in the Python API), never a c
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -470,3 +471,26 @@ def test_every_shipped_file_reads_strictly():
             load_config(path)
     for path in sorted(MATRICES.glob("*.yaml")):
         load_matrix(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["profile", "--workload", "tiny-gpt", "--layers", "40", "--no-links"], "layers"),
+        (["profile", "--workload", "{family: gpt, hidden: 64, layers: 2, heads: 4, ffn: 256, vocab: 100, seq_len: 16}",
+          "--no-links"], "workload"),
+        (["run", "--topology", "emu-2x2", "--no-emulate", "--workload", "tiny-gpt", "--profile", "p.json"], "profile"),
+        (["run", "--topology", "emu-2x2", "--no-emulate", "--workload", "tiny-gpt", "--calibration", "c.yaml"],
+         "calibration"),
+    ],
+    ids=["profile-shape", "profile-inline", "run-profile", "run-calibration"],
+)  # fmt: skip
+def test_what_a_command_cannot_apply_is_refused_not_ignored(argv, field, tmp_path, capsys, monkeypatch):
+    """profile times a named model as its file defines it; a run measures and predicts nothing:
+    a shape flag, an inline model, a profile or a calibration given to them is one line naming
+    it, before any work."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("shardsim: error: ") and f"field '{field}'" in err, err
+    assert os.listdir(tmp_path) == []  # nothing made
