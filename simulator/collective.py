@@ -60,6 +60,8 @@ def simulate_collective(
             + ("; add --nodes" if n > cluster.world else ""),
             field="ranks",
         )
+    if refusal := cluster.instance.device.backend_refusal(backend):
+        raise ConfigError(refusal, field="backend")
     g = build_links(cluster)
     layout = GroupLayout(0, n, n)
     if algo == "auto":  # as predict and sweep choose

@@ -96,8 +96,8 @@ def predict(
     n_layers = len(w.layers) or len(w.blocks)
     cfg, res = resolve(cfg, cluster.world, n_layers, tied_embeddings=w.tied_embeddings)
     check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
-    if cfg.backend == "nccl" and cluster.instance.device.kind == "cpu":
-        raise ConfigError("nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)", field="backend")
+    if refusal := cluster.instance.device.backend_refusal(cfg.backend):
+        raise ConfigError(refusal, field="backend")
     if profile is None and cfg.profile:
         profile = load_profile(cfg.profile, w.name)
     if profile:

@@ -65,6 +65,12 @@ class DeviceSpec:
     def supports(self, precision: str) -> bool:
         return precision in self.peak_tflops
 
+    def backend_refusal(self, backend: str) -> str | None:
+        """Why `backend` cannot run on this device (nccl on CPUs), or None."""
+        if backend == "nccl" and self.kind == "cpu":
+            return "nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)"
+        return None
+
 
 @dataclass(frozen=True)
 class FabricSpec:

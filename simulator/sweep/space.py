@@ -242,9 +242,7 @@ def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
     dev = cluster.instance.device
     if not dev.supports(cfg.precision):
         return f"{dev.model} has no {cfg.precision} support (peak_tflops lists {', '.join(dev.peak_tflops)})"
-    if cfg.backend == "nccl" and dev.kind == "cpu":
-        return "nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)"
-    return None
+    return dev.backend_refusal(cfg.backend)
 
 
 def _cluster_base(

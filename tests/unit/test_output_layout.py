@@ -215,3 +215,11 @@ def test_a_collective_chooses_its_algorithm_as_predict_does_and_says_which(capsy
     assert chosen("--nodes", "2", "--size", "1GiB")["algo"] == expected
     assert main(["collective", "--topology", "p4d.24xlarge", "--nodes", "2"]) == 0
     assert f"({expected}, nccl)" in capsys.readouterr().out
+
+
+def test_a_collective_refuses_nccl_on_cpus_as_predict_does(capsys):
+    assert main(["collective", "--topology", "emu-2x2", "--ranks", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "field 'backend': nccl needs GPUs" in err
+    assert main(["collective", "--topology", "emu-2x2", "--ranks", "3", "--backend", "gloo", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "gloo"
