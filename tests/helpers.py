@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from shardsim.runtime.processes import alive
 from shardsim.runtime.records import RunRecord
@@ -90,3 +95,13 @@ def gone_within(pids: Iterable[int], seconds: float) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def private_device(path: Path, major: int = 1, minor: int = 7) -> Path:
+    """A character device node at `path` (default 1, 7: a private /dev/full; 1, 3: /dev/null),
+    never the machine's own; the test is skipped where mknod is not allowed (it needs root)."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    except PermissionError:
+        pytest.skip("mknod is not allowed here")
+    return path

@@ -11,10 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from shardsim.runtime.records import CSV_NAME, read_runs_csv
 from shardsim.simulator.files import file_mode
+from tests.helpers import private_device
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,11 +67,7 @@ def test_a_run_whose_runs_csv_cannot_be_written_says_so_in_one_line(tmp_path):
     printed and the last line says which file is missing and which was written; status 1, and
     no traceback from the ranks or torchrun."""
 
-    full = tmp_path / "full"
-    try:
-        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
-    except PermissionError:
-        pytest.skip("mknod is not allowed here")
+    full = private_device(tmp_path / "full")
     out = tmp_path / "out"
     out.mkdir()
     (out / CSV_NAME).symlink_to(full)

@@ -15,19 +15,11 @@ from pathlib import Path
 import pytest
 
 from shardsim.runtime.cli import main
+from tests.helpers import private_device
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDSIM = [sys.executable, "-m", "shardsim.runtime.cli"]
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--no-progress", "--workers", "1"]
-
-
-def _device(path: Path, major: int, minor: int) -> Path:
-    """A private character device (/dev/full is 1, 7), never the machine's own."""
-    try:
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-    except PermissionError:
-        pytest.skip("mknod is not allowed here")
-    return path
 
 
 @pytest.mark.parametrize("args", [["predict"], ["predict", "--json"], SWEEP], ids=["text", "json", "table"])
@@ -93,7 +85,7 @@ def test_a_message_is_one_line_whatever_it_quotes(capsys, tmp_path, inject):
 
 
 def test_a_full_device_as_the_trace_is_one_line_and_status_1(capsys, tmp_path):
-    full = _device(tmp_path / "full", 1, 7)
+    full = private_device(tmp_path / "full", 1, 7)
     assert main(["predict", "--trace", str(full)]) == 1
     assert capsys.readouterr().err == f"shardsim: error: cannot write {full}: No space left on device\n"
     assert stat.S_ISCHR(os.lstat(full).st_mode) and os.listdir(tmp_path) == ["full"]
@@ -102,7 +94,7 @@ def test_a_full_device_as_the_trace_is_one_line_and_status_1(capsys, tmp_path):
 def test_a_sweep_that_cannot_write_a_file_prints_its_table_and_names_what_was_written(capsys, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "sweep.parquet").symlink_to(_device(tmp_path / "full", 1, 7))  # the disk full at the second file
+    (out / "sweep.parquet").symlink_to(private_device(tmp_path / "full", 1, 7))  # the disk full at the second file
     assert main([*SWEEP, "--out", str(out), "--no-plots"]) == 1
     captured = capsys.readouterr()
     assert "Recommended sharded_data_parallel_degree" in captured.out and "sweep.csv" in captured.out

@@ -21,6 +21,7 @@ from shardsim.simulator.files import (
     file_mode,
     recorded,
 )
+from tests.helpers import private_device
 
 
 def test_atomic_write_replaces_and_leaves_nothing(tmp_path):
@@ -124,15 +125,6 @@ def test_a_folder_nobody_can_write_in_is_refused():
 OTHER_UID = 4242
 
 
-def _device(path, major: int, minor: int):
-    """A character device node at `path` (a private /dev/null or /dev/full), never the real one."""
-    try:
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-    except PermissionError:
-        pytest.skip("mknod is not allowed here")
-    return path
-
-
 def test_an_existing_file_keeps_its_owner_group_and_mode(tmp_path):
     shared = tmp_path / "runs.csv"
     shared.write_text("old")
@@ -181,7 +173,7 @@ def test_a_fifo_is_written_through(tmp_path):
 
 
 def test_a_device_stays_a_device(tmp_path):
-    null = _device(tmp_path / "null", 1, 3)
+    null = private_device(tmp_path / "null", 1, 3)
     atomic_write(null, "gone")
     with atomic_path(null) as tmp:
         tmp.write_text("gone too")
@@ -189,7 +181,7 @@ def test_a_device_stays_a_device(tmp_path):
 
 
 def test_a_full_device_fails_the_write_and_stays_a_device(tmp_path):
-    full = _device(tmp_path / "full", 1, 7)
+    full = private_device(tmp_path / "full", 1, 7)
     (tmp_path / "a.json").write_text("old")
     with recorded() as written, pytest.raises(WriteError) as info:
         atomic_write(tmp_path / "a.json", "new")
@@ -227,7 +219,7 @@ def test_dev_stdout_is_written_through_where_stdout_goes(tmp_path, name):
 
 
 def test_output_checks_accept_what_can_be_written_through(tmp_path):
-    fifo, null = tmp_path / "fifo", _device(tmp_path / "null", 1, 3)
+    fifo, null = tmp_path / "fifo", private_device(tmp_path / "null", 1, 3)
     os.mkfifo(fifo)
     (tmp_path / "team").mkdir()
     link = tmp_path / "link.json"

@@ -17,7 +17,7 @@ from shardsim.runtime.cli import main
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run, read_runs_csv, write_run
 from shardsim.runtime.validation import load_matrix, measure, rebuild_rows
 from shardsim.simulator.errors import CorruptFile
-from tests.helpers import run_record
+from tests.helpers import private_device, run_record
 from tests.unit.test_validation import _profile, no_namespaces, write
 
 MATRIX = "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero, zero2d]}\n"
@@ -282,11 +282,7 @@ def test_a_run_whose_files_cannot_be_written_names_what_was_written(tmp_path):
 
     from shardsim.simulator.errors import WriteError
 
-    full = tmp_path / "full"
-    try:
-        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
-    except PermissionError:
-        pytest.skip("mknod is not allowed here")
+    full = private_device(tmp_path / "full")
     out = tmp_path / "out"
     out.mkdir()
     (out / CSV_NAME).symlink_to(full)
