@@ -11,7 +11,7 @@ import statistics
 import time
 from dataclasses import replace
 
-from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.config import RunConfig, Strategy
 from shardsim.simulator.network.collectives import _plan_cached
 from shardsim.simulator.predict import predict
 

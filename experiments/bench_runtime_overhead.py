@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from shardsim.simulator.files import atomic_write
+from shardsim.core.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,8 +114,8 @@ def interleaved_worker(ns: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
+    from shardsim.config import load_config
     from shardsim.runtime.train import setup
-    from shardsim.simulator.config import load_config
 
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=60)
@@ -163,7 +163,7 @@ def run_handwritten(ns: argparse.Namespace, worker: str = "hand") -> dict:
 
 def run_shardsim(ns: argparse.Namespace, out: str) -> dict:
     strategy = ["--strategy", "zero2d", "--degree", str(ns.degree)] if ns.degree else ["--strategy", "zero"]
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", ns.workload,
+    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--workload", ns.workload,
            "--nproc", str(ns.nproc), *strategy, "--batch-per-device", str(ns.batch), "--checkpointing",
            "--steps", str(ns.steps), "--warmup", str(ns.warmup), "--out", out, "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, check=False)

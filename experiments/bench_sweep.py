@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from shardsim.simulator.config import RunConfig
+from shardsim.config import RunConfig
 from shardsim.simulator.sweep.execute import default_workers, predict_row
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
@@ -62,7 +62,7 @@ def kind_of(cfg: RunConfig) -> str:
 
 
 def cli_wall(args: list[str], workers: int | None) -> float:
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "sweep", *args]
+    cmd = [sys.executable, "-m", "shardsim.cli", "sweep", *args]
     if workers:
         cmd += ["--workers", str(workers)]
     t = time.perf_counter()

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from shardsim.simulator.config import RunConfig
-from shardsim.simulator.files import atomic_write
+from shardsim.config import RunConfig
+from shardsim.core.files import atomic_write
 from shardsim.simulator.sweep.output import check_output_dir, write_tables
 from shardsim.simulator.sweep.plots import plot_all
 from shardsim.simulator.sweep.recommendation import recommend

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from shardsim.config import RunConfig, Strategy
 from shardsim.runtime.processes import alive
 from shardsim.runtime.records import RunRecord
-from shardsim.simulator.config import RunConfig, Strategy
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, parse_instance
 
@@ -59,8 +59,8 @@ def one_tier(nodes: int, nic_gbps: float = 100.0, latency_us: float = 5.0) -> Cl
 
 def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     """The ops of `cfg`'s plan on its topology (block times from `profile` when given)."""
+    from shardsim.config import resolve
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.config import resolve
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.strategies.build import build_plan
     from shardsim.simulator.workload.load import load_workload

@@ -27,15 +27,16 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
+from shardsim.core.files import atomic_write
+from shardsim.data import TOPOLOGIES
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration.measurements import read_measurements
-from shardsim.simulator.files import atomic_write
 from shardsim.simulator.hardware.topology import FITTED_FILE, TRAINING_FIGURES, InstanceType, KernelSpec, load_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"
-SHIPPED = ROOT / "topologies" / FITTED_FILE
+SHIPPED = TOPOLOGIES / FITTED_FILE
 TOPOLOGY = "a100-40gb-roce"
 NEUTRAL = {n: KernelSpec.__dataclass_fields__[n].default for n in TRAINING_FIGURES}  # fractions 1, cv 0: no effect
 # calibrate's parameter for each figure (matmul_efficiency is fitted per precision: .bf16 here)

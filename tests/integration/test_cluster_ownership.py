@@ -39,7 +39,7 @@ class Setup:
         self.name = f"emu-o{os.getpid()}"
         self.prefix = f"ss-{self.name}"
         self.topology = tmp_path / f"{self.name}.yaml"
-        text = (ROOT / "topologies" / "emu-2x2.yaml").read_text()
+        text = (ROOT / "shardsim" / "data" / "topologies" / "emu-2x2.yaml").read_text()
         self.topology.write_text(text.replace("name: emu-2x2", f"name: {self.name}", 1))
         self.rundir = tmp_path / "run"
         self.tmp = tmp_path / "tmp"  # TMPDIR of every command: what they leave there is seen
@@ -51,7 +51,7 @@ class Setup:
         return {ns for ns in existing_namespaces() if ns.startswith(self.prefix + "-")}
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "shardsim.runtime.cli", *args]
+        return [sys.executable, "-m", "shardsim.cli", *args]
 
     def shardsim(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(*args), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)

@@ -18,14 +18,14 @@ import time
 
 import pytest
 
-from shardsim.runtime.emulation import cli as cluster_cli
+from shardsim.cli import cluster as cluster_cli
+from shardsim.core.errors import ConfigError
 from shardsim.runtime.emulation.iproute import existing_namespaces
 from shardsim.runtime.emulation.linkprobe import measure_link
 from shardsim.runtime.emulation.namespaces import down, emulated, up
 from shardsim.runtime.emulation.plan import plan_cluster
 from shardsim.runtime.emulation.processes import node_env, run_in_node, torchrun_argv
 from shardsim.runtime.emulation.status import status
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import load_instance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -292,7 +292,7 @@ def test_context_manager_cleans_up_on_signal(cluster_of, sig):
 
 @needs_root
 def test_cli_up_status_down(capsys):
-    topo = os.path.join(REPO, "topologies", "emu-2x2.yaml")
+    topo = os.path.join(REPO, "shardsim", "data", "topologies", "emu-2x2.yaml")
     c = plan_cluster(load_instance(topo))
     if existing_namespaces() & set(c.namespaces):
         pytest.skip("a cluster named ss-emu-2x2 is up on this machine; not touching it")

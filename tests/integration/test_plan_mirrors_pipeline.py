@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from shardsim.config import load_config, resolve
 from shardsim.runtime.collective_trace import TRACE_ENV, load_rank_trace
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.config import load_config, resolve
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.build import build_plan

@@ -23,7 +23,7 @@ EXAMPLES = [argv for command in ("predict", "sweep", "run") for argv in examples
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", EXAMPLES, ids=" ".join)
 def test_a_readme_example_ends_well_within_a_minute(argv: list[str], tmp_path: Path):
-    for name in ("experiments", "runtime"):  # the paths the examples name, relative to the checkout
+    for name in ("experiments", "shardsim"):  # the paths the examples name, relative to the checkout
         (tmp_path / name).symlink_to(ROOT / name)
     start = time.monotonic()
     proc = subprocess.run(

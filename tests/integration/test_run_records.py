@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shardsim.core.files import file_mode
 from shardsim.runtime.records import CSV_NAME, read_runs_csv
-from shardsim.simulator.files import file_mode
 from tests.helpers import private_device
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_gpu_topology_run_on_cpu_records_gloo_its_std_and_the_common_mode(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "p4d.24xlarge", "--nproc", "2",
+    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "p4d.24xlarge", "--nproc", "2",
            "--workload", "tiny-gpt", "--steps", "3", "--warmup", "0", "--out", str(out), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -39,7 +39,7 @@ def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_d
     from shardsim.simulator.hardware.topology import load_instance
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--nproc", "2",
+    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--nproc", "2",
            "--workload", "tiny-gpt", "--steps", "2", "--warmup", "1", "--out", str(out), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -53,7 +53,7 @@ def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_d
         assert m.cfg.batch_per_device == rec["config"]["batch_per_device"], source
         assert m.metric == "step_time_s" and m.measured == rec["step_time_s"], source
     for source in (out, out / CSV_NAME):
-        cal = [sys.executable, "-m", "shardsim.runtime.cli", "calibrate", str(source), "--topology", "emu-2x2",
+        cal = [sys.executable, "-m", "shardsim.cli", "calibrate", str(source), "--topology", "emu-2x2",
                "--out", str(tmp_path / "cal.yaml")]  # fmt: skip
         proc = subprocess.run(cal, cwd=ROOT, capture_output=True, text=True, timeout=300)
         err = proc.stderr.splitlines()
@@ -71,7 +71,7 @@ def test_a_run_whose_runs_csv_cannot_be_written_says_so_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / CSV_NAME).symlink_to(full)
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "-q", "run", "--topology", "emu-2x2", "--no-emulate",
+    cmd = [sys.executable, "-m", "shardsim.cli", "-q", "run", "--topology", "emu-2x2", "--no-emulate",
            "--nproc", "2", "--workload", "tiny-mlp", "--steps", "2", "--warmup", "0", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     records = [p.name for p in out.glob("*.json")]

@@ -109,7 +109,7 @@ def _run(i: int, tmp_path: Path, env: dict[str, str]) -> str | None:
     """Run the example once into its own --out folder; None when it ended well, else what went wrong."""
     out = tmp_path / f"out{i}"
     proc = subprocess.run(
-        [sys.executable, "-m", "shardsim.runtime.cli", *README_CPU_RUN, *ONE_STEP, "--out", str(out)],
+        [sys.executable, "-m", "shardsim.cli", *README_CPU_RUN, *ONE_STEP, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -39,7 +39,7 @@ def _run_with_fault(tmp_path: Path, fault: str, timeout_s: float, world: int = 2
     # results of an earlier run, which a failed run must leave as they are
     write_run(run_record(run_id="earlier"), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-mlp",
+    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-mlp",
            "--nproc", str(world), *strategy, "--steps", "3", "--warmup", "1", "--timeout", str(timeout_s),
            "--out", str(out)]  # fmt: skip
     t0 = time.monotonic()

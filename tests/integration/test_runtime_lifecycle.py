@@ -25,7 +25,7 @@ def _start(tmp_path: Path, *args: str, fault: str = "") -> subprocess.Popen:
     """`shardsim -q run ...` in a session of its own (as a terminal's job), its run folder under
     `tmp_path` (TMPDIR) so that the test can follow the ranks' steps."""
     env = {**os.environ, "TMPDIR": str(tmp_path), "SHARDSIM_FAULT": fault}
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "-q", *RUN, "--out", str(tmp_path / "out"), *args]
+    cmd = [sys.executable, "-m", "shardsim.cli", "-q", *RUN, "--out", str(tmp_path / "out"), *args]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -112,7 +112,7 @@ def test_a_signal_ends_the_job_at_once_with_one_line(tmp_path, reaper, sig, stat
 def test_ctrl_c_on_profile_ends_it_and_its_forked_workers_at_once(tmp_path, reaper):
     """`profile` times core sharing in forked processes: Ctrl-C reaches the profile only (one
     line), which kills them, instead of a traceback from each."""
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "-q", "profile", "--workload", "tiny-gpt"]
+    cmd = [sys.executable, "-m", "shardsim.cli", "-q", "profile", "--workload", "tiny-gpt"]
     cmd += ["--topology", "emu-2x2", "--no-links", "--out", str(tmp_path / "prof")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
     reaper.append(proc.pid)

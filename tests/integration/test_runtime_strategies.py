@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from shardsim.config import load_config
 from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.reference import load_saved, reference_run
-from shardsim.simulator.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 2, 1
@@ -26,7 +26,7 @@ def shardsim_run(tmp_path: Path, args: list[str], *, timeout_s: float = 30, env:
     """`shardsim run ... --json` in a subprocess; returns (CompletedProcess, record or None)."""
     import os
 
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--out",
+    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--out",
            str(tmp_path / "out")]  # fmt: skip
     cmd += ["--steps", str(STEPS), "--warmup", str(WARMUP), "--timeout", str(timeout_s), "--json", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})

@@ -1,6 +1,6 @@
 """The promise of `validate`, for real: a small validation on an emulated 2-node cluster.
 
-Runs `shardsim validate --matrix runtime/validation/matrices/ci.yaml` (ddp, zero, zero2d d=2 and a 1F1B
+Runs `shardsim validate --matrix shardsim/data/matrices/ci.yaml` (ddp, zero, zero2d d=2 and a 1F1B
 pipeline on emu-2x2: network namespaces, tc-shaped NICs, gloo), which profiles this machine,
 runs each configuration and predicts it, and fails when the prediction error passes the
 bounds below. Needs root and iproute2 (CI has both); about three minutes.
@@ -43,12 +43,12 @@ def _namespaces() -> list[str]:
 @needs_root
 def test_small_validation_on_an_emulated_cluster(tmp_path):
     out = tmp_path / "validation"
-    matrix = str(ROOT / "runtime/validation/matrices/ci.yaml")
+    matrix = str(ROOT / "shardsim/data/matrices/ci.yaml")
     bounds = ["--max-mape", str(CI_MAX_MAPE_PCT), "--max-error", str(CI_MAX_ERROR_PCT)]
     cmd = [
         sys.executable,
         "-m",
-        "shardsim.runtime.cli",
+        "shardsim.cli",
         "validate",
         "--matrix",
         matrix,
@@ -78,7 +78,7 @@ def test_small_validation_on_an_emulated_cluster(tmp_path):
 @pytest.mark.slow
 @needs_root
 def test_run_brings_the_emulated_cluster_up_and_down(tmp_path):
-    cmd = [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
+    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
            "--strategy", "zero2d", "--degree", "2", "--steps", "2", "--warmup", "1",
            "--out", str(tmp_path), "--json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from shardsim.runtime.cli import main
+from shardsim.cli import main
 
 
 def _listed_layers(capsys, model: str) -> tuple[int, str]:

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardsim.runtime.cli import main
+from shardsim.cli import main
+from shardsim.config import RunConfig, Strategy
+from shardsim.core.errors import ConfigError
 from shardsim.runtime.records import write_run
 from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
 from shardsim.simulator.calibration.measurements import read_measurements
-from shardsim.simulator.config import RunConfig, Strategy
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.topology import load_instance
 from shardsim.simulator.predict import predict
 from tests.helpers import run_record

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.simulator.csvfile import read_table
+from shardsim.core.csvfile import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "experiments" / "calibration" / "data"

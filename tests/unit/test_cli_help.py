@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from shardsim.runtime.cli import build_parser
+from shardsim.cli import build_parser
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -55,6 +55,6 @@ def test_the_top_level_flags_have_help():
 
 def test_version_prints_the_version():
     proc = subprocess.run(
-        [sys.executable, "-m", "shardsim.runtime.cli", "--version"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "shardsim.cli", "--version"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and proc.stdout.startswith("shardsim ") and proc.stdout.split()[1][0].isdigit()

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import load_config, resolve
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.config import load_config, resolve
+from shardsim.core.errors import ConfigError
 
 
 def write(tmp_path, text: str, name: str = "c.yaml"):
@@ -141,12 +141,9 @@ def test_malformed_topology_file(tmp_path, capsys) -> None:
 
 def test_help_starts_fast_without_torch() -> None:
     code = (
-        "import sys; from shardsim.runtime.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+        "import sys; from shardsim.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-    code2 = (
-        "import sys; from shardsim.runtime.cli import main\n"
-        "main(['predict', '--json'])\nassert 'torch' not in sys.modules"
-    )
+    code2 = "import sys; from shardsim.cli import main\nmain(['predict', '--json'])\nassert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code2], check=True, capture_output=True)

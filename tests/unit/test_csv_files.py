@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime.cli import main
+from shardsim.cli import main
+from shardsim.core.csvfile import CSV_BYTES, read_table
+from shardsim.core.errors import ConfigError, CorruptFile
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, read_runs_csv, write_run
-from shardsim.simulator.csvfile import CSV_BYTES, read_table
-from shardsim.simulator.errors import ConfigError, CorruptFile
 from tests.helpers import run_record
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime.cli import main
+from shardsim.cli import main
 from tests.helpers import private_device
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARDSIM = [sys.executable, "-m", "shardsim.runtime.cli"]
+SHARDSIM = [sys.executable, "-m", "shardsim.cli"]
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--no-progress", "--workers", "1"]
 
 
@@ -44,13 +44,13 @@ def test_a_pipe_closed_before_the_result_ends_the_command_with_141_and_no_word(a
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
-# the program as `python -m shardsim.runtime.cli` runs it, with a Ctrl-C `delay` seconds after
+# the program as `python -m shardsim.cli` runs it, with a Ctrl-C `delay` seconds after
 # Python itself is ready (before that, an interrupt is the interpreter's own start to handle)
 CTRL_C_AFTER = """
 import os, runpy, signal, sys, threading
 threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGINT)).start()
 sys.argv = ["shardsim", *sys.argv[2:]]
-runpy.run_module("shardsim.runtime.cli", run_name="__main__")
+runpy.run_module("shardsim.cli", run_name="__main__")
 """
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.simulator.errors import ConfigError
-from shardsim.simulator.files import (
+from shardsim.core.errors import ConfigError
+from shardsim.core.files import (
     FILE_MODE,
     WriteError,
     atomic_path,
@@ -197,7 +197,7 @@ def test_a_full_device_fails_the_write_and_stays_a_device(tmp_path):
 
 WRITE_TO_STDOUT = """
 import sys
-from shardsim.simulator.files import atomic_write, check_output_file
+from shardsim.core.files import atomic_write, check_output_file
 print("before", flush=True)
 check_output_file(sys.argv[1], "trace")
 atomic_write(sys.argv[1], "written\\n")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from shardsim.runtime.cli import build_parser, main
-from shardsim.simulator.flagtypes import Count, CountList, Real, Size
+from shardsim.cli import build_parser, main
+from shardsim.core.flagtypes import Count, CountList, Real, Size
 
 BOUNDED = (Count, CountList, Real, Size)
 VALUES = ("nan", "inf", "-1", "0", "1e23", "1" + "0" * 23)

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
+from shardsim.config import RunConfig, Strategy
+from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
 from shardsim.runtime.hostspeed import StealClock
 from shardsim.runtime.validation import measure
 from shardsim.simulator.compute import ComputeModel, FsdpCpu
-from shardsim.simulator.config import RunConfig, Strategy
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict

@@ -22,12 +22,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from shardsim.runtime.cli import main
-from shardsim.topologies import __file__ as _topologies_init
+from shardsim.cli import main
+from shardsim.data import TOPOLOGIES
 
 pytestmark = pytest.mark.slow
 
-TOPOLOGIES = Path(_topologies_init).parent
 CASES = settings(
     max_examples=200,
     deadline=None,

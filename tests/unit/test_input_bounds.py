@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 
-import shardsim.runtime.run_cli as rcli
-from shardsim.runtime.emulation.cli import down_command
+import shardsim.runtime.plan as rcli
+from shardsim.cli import sweep as sweep_cli
+from shardsim.cli.cluster import down_command
+from shardsim.config import RunConfig, Strategy
+from shardsim.core.errors import ConfigError
 from shardsim.runtime.emulation.ownership import Holder, TopologyBusy, held_by, keep, owning, runtime_dir
 from shardsim.simulator.collective import simulate_collective
-from shardsim.simulator.config import RunConfig, Strategy
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.scale import (
     MAX_LAYERS,
     MAX_PLAN_OPS,
@@ -24,7 +25,6 @@ from shardsim.simulator.scale import (
     SWEEP_CONFIRM_ABOVE,
     plan_refusal,
 )
-from shardsim.simulator.sweep import cli as sweep_cli
 from shardsim.simulator.sweep import execute, search
 from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
 from shardsim.simulator.workload import families
@@ -150,7 +150,7 @@ def test_a_cpu_run_takes_at_most_its_ranks_per_core(capsys, monkeypatch, no_spaw
 def test_profile_on_cuda_without_a_cuda_device_is_refused_before_timing(capsys, monkeypatch, tmp_path) -> None:
     import torch
 
-    from shardsim.runtime.profile import cli as profile_cli
+    from shardsim.cli import profile as profile_cli
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(profile_cli, "build_profile", lambda *a, **k: pytest.fail("profiling started"))
@@ -177,7 +177,7 @@ def test_sweep_workers_are_capped_at_the_cores_with_a_note(capsys, monkeypatch) 
 
 
 def test_the_readme_sweeps_start_without_asking() -> None:
-    from shardsim.runtime.cli import build_parser
+    from shardsim.cli import build_parser
     from shardsim.simulator.sweep.space import enumerate_configs
 
     examples = examples_of("sweep")
@@ -266,7 +266,7 @@ def test_a_kept_cluster_names_the_command_that_takes_it_down(tmp_path, monkeypat
 
 
 def test_the_install_command_runs_from_a_python_in_a_folder_with_spaces(monkeypatch) -> None:
-    from shardsim.simulator import torch_required
+    from shardsim.core import torch_required
 
     monkeypatch.setattr(torch_required.sys, "executable", "/opt/my python/bin/python3")
     words = shlex.split(torch_required.install_command())

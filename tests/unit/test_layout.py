@@ -1,16 +1,27 @@
-"""The layout's promises: the simulator never imports the runtime, no module is imported from a
-string, only `shardsim.` names are imported, and every package folder is installed."""
+"""The layout's promises: one package folder whose paths are its import names; the layers import
+downwards only (core ← config ← simulator ← runtime ← cli, and the public API on top); no module is
+imported from a string; the installed wheel holds every module and every data file."""
 
 from __future__ import annotations
 
 import ast
-import sys
-import tomllib
+import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARDSIM = str(Path(sys.executable).parent / "shardsim")
-FOLDERS = ("simulator", "runtime", "topologies")
+PACKAGE = ROOT / "shardsim"
+# What each layer may import from shardsim (besides itself); the public API (shardsim/__init__.py
+# and shardsim/api.py) may import everything.
+MAY_IMPORT = {
+    "core": set(),
+    "data": set(),
+    "config": {"core", "data", "simulator"},
+    "simulator": {"core", "data", "config"},
+    "runtime": {"core", "data", "config", "simulator"},
+    "cli": {"core", "data", "config", "simulator", "runtime", "api"},
+}
 
 
 def _imports(path: Path) -> list[str]:
@@ -23,49 +34,88 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-def _sources(folder: str) -> list[Path]:
-    return sorted((ROOT / folder).rglob("*.py"))
+def _sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
 
 
-def test_the_simulator_never_imports_the_runtime():
-    offenders = [
-        f"{p.relative_to(ROOT)}: {name}"
-        for p in _sources("simulator")
-        for name in _imports(p)
-        if name == "shardsim.runtime" or name.startswith("shardsim.runtime.")
-    ]
+def test_layers_import_downwards_only():
+    offenders = []
+    for p in _sources():
+        layer = p.relative_to(PACKAGE).parts[0]
+        if layer not in MAY_IMPORT:
+            continue
+        for name in _imports(p):
+            parts = name.split(".")
+            if parts[0] == "shardsim" and len(parts) > 1 and parts[1] != layer:
+                if parts[1] not in MAY_IMPORT[layer]:
+                    offenders.append(f"{p.relative_to(ROOT)}: {name}")
     assert not offenders
+
+
+def test_every_import_path_is_a_file_path():
+    """`shardsim.a.b` is shardsim/a/b.py or shardsim/a/b/: nothing is mapped elsewhere."""
+    missing = []
+    for p in [*_sources(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("experiments/**/*.py")]:
+        for name in _imports(p):
+            if name.split(".")[0] != "shardsim":
+                continue
+            target = ROOT.joinpath(*name.split("."))
+            if not (target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()):
+                # `from shardsim.x import y` where y is a name, not a module: x must exist
+                missing.append(f"{p.relative_to(ROOT)}: {name}")
+    assert not missing
 
 
 def test_modules_are_imported_by_name_not_from_strings():
     """`import_module` and `__import__` only where a user names their own model (pkg.module:fn)."""
-    allowed = {ROOT / "simulator" / "workload" / "importpath.py"}
+    allowed = {PACKAGE / "simulator" / "workload" / "importpath.py"}
     offenders = [
         str(p.relative_to(ROOT))
-        for folder in ("simulator", "runtime")
-        for p in _sources(folder)
+        for p in _sources()
         if p not in allowed and ("import_module(" in p.read_text() or "__import__(" in p.read_text())
     ]
     assert not offenders
 
 
 def test_the_code_imports_shardsim_names_only():
-    """Bare `simulator`/`runtime` imports would load a second copy (or a user's folder of that name)."""
+    """Bare `simulator`/`runtime` imports would load a user's folder of that name."""
+    bare = {"simulator", "runtime", "topologies", "core", "cli", "config", "data"}
     offenders = [
         f"{p.relative_to(ROOT)}: {name}"
-        for folder in (*FOLDERS, "tests", "experiments")
-        for p in _sources(folder)
+        for p in [*_sources(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("experiments/**/*.py")]
         for name in _imports(p)
-        if name.split(".")[0] in FOLDERS
+        if name.split(".")[0] in bare
     ]
     assert not offenders
 
 
-def test_every_package_folder_is_installed():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {
-        "shardsim." + ".".join(p.parent.relative_to(ROOT).parts)
-        for folder in FOLDERS
-        for p in (ROOT / folder).rglob("__init__.py")
+@pytest.mark.slow
+def test_the_wheel_holds_every_module_and_data_file(tmp_path):
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("shardsim-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        str(p.relative_to(ROOT))
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts
     }
-    assert listed == found
+    assert expected <= names, sorted(expected - names)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from shardsim.core.interrupts import Terminated, exit_status
 from shardsim.runtime import launch as launcher
 from shardsim.runtime.emulation import namespaces
-from shardsim.runtime.interrupts import Terminated, exit_status
 from shardsim.runtime.launch import RankView, failed_ranks
 from shardsim.runtime.processes import LAUNCHER_ENV, ProcessRef, alive, descendants, kill_tree
 from shardsim.runtime.train import check_launcher
@@ -179,7 +179,8 @@ def test_run_folders_of_launchers_that_are_gone_are_removed(monkeypatch, tmp_pat
 
 COMMAND = """
 import os, signal, sys, time
-from shardsim.runtime import cli, run_cli
+from shardsim.cli import app as cli
+from shardsim.cli import run as run_cli
 def command(ns):  # `shardsim run`, as it waits for its ranks
     os.kill(os.getpid(), signal.{sig})
     time.sleep(30)
@@ -219,7 +220,8 @@ def test_sigterm_inside_an_emulated_cluster_is_termination():
 # `shardsim run` in an emulated cluster (brought up and down by stand-ins that say so) as a signal comes
 EMULATED = """
 import os, signal, sys, time
-from shardsim.runtime import cli, run_cli
+from shardsim.cli import app as cli
+from shardsim.cli import run as run_cli
 from shardsim.runtime.emulation import namespaces
 namespaces.up = lambda cluster: print("up", flush=True)
 namespaces.down = lambda cluster: print("down", flush=True)
@@ -244,7 +246,8 @@ def test_every_signal_that_ends_a_command_tears_its_emulated_cluster_down(sig):
 # a profile's forked workers, as the profile waits for them, when its process group is signalled
 PROFILE_WORKERS = """
 import multiprocessing as mp, sys, time
-from shardsim.runtime import cli, run_cli
+from shardsim.cli import app as cli
+from shardsim.cli import run as run_cli
 from shardsim.runtime.profile import cores
 def command(ns):
     with cores._workers(mp.get_context("fork"), time.sleep, (60,), 3) as procs:

@@ -9,8 +9,8 @@ from functools import cache
 import pytest
 import torch
 
+from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.transformer import build_model
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.families import attention_flops, from_arch
 from shardsim.simulator.workload.library import PRESETS

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.simulator.config import load_config
-from shardsim.simulator.errors import ConfigError
+from shardsim.config import load_config
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.arch import Arch, Shape
 from shardsim.simulator.workload.families import from_arch
@@ -120,7 +120,7 @@ def test_existing_models_keep_their_parameter_counts(name: str, params: int) -> 
 
 
 def test_workloads_cli_lists_families_and_counts() -> None:
-    out = subprocess.run([sys.executable, "-m", "shardsim.runtime.cli", "workloads"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "shardsim.cli", "workloads"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if "llama-3.1-8b " in x)
     assert "llama" in line and "8.030 B" in line and " 32 " in line and "embedding, head" in line
@@ -245,7 +245,7 @@ def test_bad_model_exits_2_through_the_cli(tmp_path: Path) -> None:
     f = tmp_path / "config.json"
     f.write_text(json.dumps({"model_type": "t5"}))
     out = subprocess.run(
-        [sys.executable, "-m", "shardsim.runtime.cli", "predict", "--workload", str(f)], capture_output=True, text=True
+        [sys.executable, "-m", "shardsim.cli", "predict", "--workload", str(f)], capture_output=True, text=True
     )
     assert out.returncode == 2
     assert str(f) in out.stderr and "model_type" in out.stderr and len(out.stderr.strip().splitlines()) == 1
@@ -255,8 +255,8 @@ def test_worker_flags_carry_an_inline_model_and_shape() -> None:
     """The launcher passes the configuration to each rank as flags: an inline model as JSON."""
     import argparse
 
+    from shardsim.config import add_config_arguments, config_from_args
     from shardsim.runtime.launch import config_flags
-    from shardsim.simulator.config import add_config_arguments, config_from_args
 
     text = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, vocab: 128, seq_len: 16}"
     cfg = load_config(None, {"workload": text, "seq_len": 8, "topology": "emu-2x2", "backend": "gloo"})

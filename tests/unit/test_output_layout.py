@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.core.errors import ConfigError
+from shardsim.core.units import format_bytes, format_count, format_seconds, parse_size
 from shardsim.simulator.sweep.report import _recommendation_lines
-from shardsim.simulator.units import format_bytes, format_count, format_seconds, parse_size
 
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--workers", "1", "--no-progress"]
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
@@ -168,7 +168,7 @@ def test_the_listings_fit_80_columns_without_cutting_a_cell(capsys, monkeypatch,
 def test_a_narrow_width_never_cuts_a_cell(capsys, monkeypatch, columns):
     """Narrower than the table's figures: the table keeps every cell whole (its lines run past
     the width) rather than print `10.19 m` for 10.19 ms or `ste` for step."""
-    from shardsim.simulator.units import GIB
+    from shardsim.core.units import GIB
 
     monkeypatch.delenv("COLUMNS", raising=False)
     rows = json.loads(_out(capsys, [*SWEEP, "--json"]))["rows"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime import lockfile
+from shardsim.core import lockfile
 from shardsim.runtime.emulation.ownership import TopologyBusy, holder_of, owning, runtime_dir
 from shardsim.runtime.records import CSV_NAME, write_run
 from tests.helpers import run_record
@@ -169,7 +169,7 @@ _COUNTER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from shardsim.runtime.lockfile import locked
+    from shardsim.core.lockfile import locked
     counter = Path(sys.argv[1])
     for _ in range(int(sys.argv[2])):
         with locked(str(counter) + ".lock"):
@@ -225,7 +225,7 @@ def test_a_refused_run_makes_nothing_and_says_one_line(rundir, tmp_path):
             [
                 sys.executable,
                 "-m",
-                "shardsim.runtime.cli",
+                "shardsim.cli",
                 "run",
                 "--topology",
                 "emu-2x2",

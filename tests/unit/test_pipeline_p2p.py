@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 import shardsim.simulator.strategies.pipeline as pipeline_mod
-from shardsim.simulator.config import RunConfig, Strategy
+from shardsim.config import RunConfig, Strategy
 from shardsim.simulator.plan import ASYNC_STREAMS
 from shardsim.simulator.predict import predict
 from tests.helpers import plan_ops

@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 
+from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.runtime.collective_trace import trace_fsdp_step
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
-from shardsim.simulator.config import RunConfig, Strategy, resolve
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.build import build_plan

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import RunConfig, Strategy, load_config
+from shardsim.cli import main
+from shardsim.config import RunConfig, Strategy, load_config
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.library import PRESETS

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
+from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
 from shardsim.runtime.hostspeed import Steal
 from shardsim.runtime.profile import cores
 from shardsim.runtime.validation import Row, measure, settle
-from shardsim.simulator.errors import ConfigError
 from tests.helpers import run_record
 from tests.unit.test_validation import _profile, no_namespaces, run_cli, write
 

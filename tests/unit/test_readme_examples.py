@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime.cli import build_parser, main
-from shardsim.simulator.config import config_from_args
+from shardsim.cli import build_parser, main
+from shardsim.config import config_from_args
 from shardsim.simulator.workload.load import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_a_readme_run_names_a_small_model_on_few_cpu_ranks(argv, monkeypatch):
     ns = build_parser().parse_args(argv)
     cfg = config_from_args(ns)
     assert load_workload(cfg.workload, cfg.shape).params < SMALL_PARAMS, cfg.workload
-    from shardsim.runtime.run_cli import plan_run
+    from shardsim.runtime.plan import plan_run
 
     plan = plan_run(cfg, ns.nproc, ns.emulate)
     assert plan.nproc <= MAX_CPU_RANKS and ns.steps + ns.warmup <= 10

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import shardsim.runtime.run_cli as rcli
-from shardsim.runtime import cli, data
+import shardsim.runtime.plan as rcli
+from shardsim import cli
+from shardsim.config import SETTINGS, RunConfig, Strategy, config_from_args, load_config
+from shardsim.core.errors import WriteError
+from shardsim.runtime import data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
 from shardsim.runtime.status import Fault, RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
-from shardsim.simulator.config import SETTINGS, RunConfig, Strategy, config_from_args, load_config
-from shardsim.simulator.errors import WriteError
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 
@@ -78,7 +79,7 @@ def test_more_ranks_than_gpus_is_refused(monkeypatch, capsys):
 
 def test_bad_input_from_the_command_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "shardsim.runtime.cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
+        [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--workload", "nope"],
         cwd=ROOT,
         capture_output=True,
         text=True,

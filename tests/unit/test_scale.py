@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import RunConfig, Strategy, resolve
+from shardsim.cli import main
+from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network import collectives
 from shardsim.simulator.network.collectives import GroupLayout, _PlanCache
@@ -27,7 +27,7 @@ from shardsim.simulator.workload.load import load_workload
 # one fresh interpreter per configuration: its peak RSS is the prediction's, not pytest's
 _MEASURE = """
 import json, resource, sys, time
-from shardsim.simulator.config import load_config
+from shardsim.config import load_config
 from shardsim.simulator.predict import predict
 over = json.loads(sys.argv[1])
 cfg = load_config(None, over)

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.families import from_arch

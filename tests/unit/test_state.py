@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime import run_cli
-from shardsim.runtime.cli import main
+from shardsim.cli import main
+from shardsim.cli import run as run_cli
+from shardsim.core.errors import CorruptFile
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run, read_runs_csv, write_run
 from shardsim.runtime.validation import load_matrix, measure, rebuild_rows
-from shardsim.simulator.errors import CorruptFile
 from tests.helpers import private_device, run_record
 from tests.unit.test_validation import _profile, no_namespaces, write
 
@@ -232,7 +232,7 @@ def read_runs_csv_columns(tmp_path: Path) -> list[str]:
 def test_run_records_and_sweep_outputs_share_one_mode(tmp_path):
     import pandas as pd
 
-    from shardsim.simulator.files import file_mode
+    from shardsim.core.files import file_mode
     from shardsim.simulator.sweep.output import write_tables
 
     record = write_run(run_record(run_id="m"), tmp_path / "runs")
@@ -247,7 +247,7 @@ def test_a_runs_csv_shared_by_symlinks_gets_every_row_and_stays_shared(tmp_path)
     import stat
     import threading
 
-    from shardsim.runtime.lockfile import acquire, release
+    from shardsim.core.lockfile import acquire, release
 
     team = tmp_path / "team"
     write_run(run_record(run_id="first"), team)
@@ -280,7 +280,7 @@ def test_a_run_whose_files_cannot_be_written_names_what_was_written(tmp_path):
     the record's own path full: nothing is written. Never the device read as a runs.csv."""
     import stat
 
-    from shardsim.simulator.errors import WriteError
+    from shardsim.core.errors import WriteError
 
     full = private_device(tmp_path / "full")
     out = tmp_path / "out"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import load_config
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.config import load_config
+from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import FILE_BYTES, MAX_DEPTH, load_yaml
 from shardsim.simulator.hardware.topology import builtin_topology_dir, load_instance
 from shardsim.simulator.workload.describe import read_model_file
-from shardsim.simulator.yamlio import FILE_BYTES, MAX_DEPTH, load_yaml
 
 TOPOLOGY = (builtin_topology_dir() / "g4dn.12xlarge.yaml").read_text()
 PREDICT = ["predict", "--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
@@ -129,7 +129,7 @@ def test_an_unknown_override_is_refused_in_the_python_api(tmp_path):
 
 
 def test_build_config_refuses_a_key_it_would_not_read():
-    from shardsim.simulator.config import build_config
+    from shardsim.config import build_config
 
     with pytest.raises(ConfigError) as e:
         build_config({"workload": "tiny-gpt", "grad_acum": 2}, "api")

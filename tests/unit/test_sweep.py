@@ -8,9 +8,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import RunConfig, resolve
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.config import RunConfig, resolve
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.sweep.recommendation import recommend
 from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import RunConfig, Strategy, resolve
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.config import RunConfig, Strategy, resolve
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 
 TINY = RunConfig(workload="tiny-gpt")  # 4 layers, on 8 x g4dn.12xlarge (32 T4s)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.errors import CorruptFile
-from shardsim.simulator.lockfile import held
+from shardsim.cli import main
+from shardsim.core.errors import CorruptFile
+from shardsim.core.lockfile import held
 from shardsim.simulator.sweep import search
 from shardsim.simulator.sweep.output import LOCK, MANIFEST, publish
 

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.config import RunConfig
-from shardsim.simulator.sweep import cli as sweep_cli
+from shardsim.cli import main
+from shardsim.cli import sweep as sweep_cli
+from shardsim.config import RunConfig
 from shardsim.simulator.sweep import progress as progress_module
 from shardsim.simulator.sweep.execute import predict_all
 from shardsim.simulator.sweep.progress import SweepProgress, format_duration, left_text, time_left

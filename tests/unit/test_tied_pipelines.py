@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from shardsim.config import RunConfig, Strategy
+from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.build import n_blocks
-from shardsim.simulator.config import RunConfig, Strategy
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.predict import predict
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 

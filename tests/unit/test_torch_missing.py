@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.simulator.torch_required import TORCH_VERSION
+from shardsim.core.torch_required import TORCH_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_TORCH = {
@@ -27,7 +27,7 @@ def _without_torch(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProce
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None  # torch is not installed\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "SHARDSIM_LOG_DIR": str(tmp_path)}
     return subprocess.run(
-        [sys.executable, "-m", "shardsim.runtime.cli", *argv],
+        [sys.executable, "-m", "shardsim.cli", *argv],
         capture_output=True,
         text=True,
         cwd=tmp_path,

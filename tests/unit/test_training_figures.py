@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.errors import ConfigError
+from shardsim.cli import main
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import (
     FITTED_FILE,
     TRAINING_FIGURES,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.runtime.cli import main
-from shardsim.simulator.documents import field_name
+from shardsim.cli import main
+from shardsim.core.documents import field_name
 from tests.unit.test_validation import PROFILE, _profile, write
 
 PREDICT = ["predict", "--workload", "small-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
@@ -152,7 +152,7 @@ def test_a_trace_is_written_where_asked(tmp_path, capsys):
 
 
 def test_file_outputs_of_calibrate_and_profile_are_checked_before_work(tmp_path, capsys, monkeypatch):
-    import shardsim.runtime.profile.cli as profile_cli
+    import shardsim.cli.profile as profile_cli
 
     monkeypatch.setattr(profile_cli, "build_profile", lambda *a, **k: pytest.fail("profiled before checking --out"))
     blocker = write(tmp_path, "file", "")

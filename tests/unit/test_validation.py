@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from shardsim.cli import main
+from shardsim.config import RunConfig
+from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
-from shardsim.runtime.cli import main
 from shardsim.runtime.emulation import iproute, namespaces
 from shardsim.runtime.validation import Row, load_matrix, measure, summarize
-from shardsim.simulator.config import RunConfig
-from shardsim.simulator.errors import ConfigError
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
@@ -272,7 +272,7 @@ def test_the_sharded_optimizer_overhead_goes_to_fsdp_ranks_only(tmp_path):
     (and a replicated stage) nothing. A negative figure is bad input."""
     import dataclasses
 
-    from shardsim.simulator.config import Strategy
+    from shardsim.config import Strategy
 
     base = load_profile(_profile(tmp_path), "small-gpt")
     extra = dataclasses.replace(base, sharded_optimizer_overhead_s=0.05)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardsim.simulator.config import RunConfig
+from shardsim.config import RunConfig
 from shardsim.simulator.gpu_kernels import slowest_of
 from shardsim.simulator.predict import predict
 

@@ -16,8 +16,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from shardsim.core.files import atomic_write
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.files import atomic_write
 from shardsim.simulator.hardware.profile import load_profile
 from shardsim.simulator.hardware.topology import load_instance
 from shardsim.simulator.workload.load import load_workload

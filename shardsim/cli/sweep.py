@@ -1,0 +1,340 @@
+"""`shardsim sweep`: every valid configuration of a scenario, predicted, ranked, recommended.
+
+shardsim sweep                                   # the seed scenario, all strategies
+shardsim sweep --strategies ddp,zero2d --degrees 4,8
+shardsim sweep --workload gpt-10b --topology p4d.24xlarge --nodes 4,8,16 --precision bf16 --out results/
+shardsim sweep --global-batch 512 --nodes 2,4,8   # strong scaling
+shardsim sweep --reshard-after-forward true,false --checkpointing full,selective --selective-ac-options op,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
+from shardsim.config.flags import (
+    add_algo_argument,
+    add_config_arguments,
+    choice_list,
+    overrides_from_args,
+    setting_list,
+    str_list,
+)
+from shardsim.core.errors import ConfigError, WriteError
+from shardsim.core.flagtypes import Count
+from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
+
+log = logging.getLogger("shardsim")
+
+MAX_WORKERS = 1_024  # processes --workers may ask for; a sweep starts at most the machine's cores
+
+# the sweep spans these with lists of its own: the strategy's fields and the settings
+SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
+SPANNED = ("strategy", "degree", "pp", "microbatches", "schedule", "reshard_after_forward", *SETTINGS_LISTED)
+
+
+def bool_list(text: str) -> tuple[bool, ...]:
+    """``true,false`` → (True, False); duplicates dropped, order kept."""
+    words = {"true": True, "false": False}
+    vals = tuple(x.strip().lower() for x in text.split(",") if x.strip())
+    if not vals or any(v not in words for v in vals):
+        raise argparse.ArgumentTypeError(f"expected true and/or false, comma-separated, got {text!r}")
+    return tuple(dict.fromkeys(words[v] for v in vals))
+
+
+def _build(ns: argparse.Namespace):
+    from shardsim.simulator.sweep.space import SweepSpace
+
+    overrides: dict[str, Any] = {k: v for k, v in overrides_from_args(ns).items() if k not in SPANNED}
+    overrides["topology"] = ns.topology[0] if ns.topology else None  # the first cluster is the base
+    overrides["nodes"] = ns.nodes[0] if ns.nodes else None
+    # a setting's first listed value is the base's (a label names the values that differ from it);
+    # one value sets the base alone, several are also a dimension of the space
+    listed = {k: getattr(ns, k) for k in SETTINGS_LISTED}
+    for k, values in listed.items():
+        overrides[k] = values[0] if values else None
+    base = load_config(ns.config, overrides)
+    spanned = {k: values if values and len(values) > 1 else None for k, values in listed.items()}
+    space = SweepSpace(
+        strategies=ns.strategies or STRATEGIES,
+        degrees=ns.degrees,
+        pp=ns.pp,
+        microbatches=ns.microbatches,
+        schedules=ns.schedules or SCHEDULES,
+        topologies=ns.topology,
+        nodes=ns.nodes,
+        global_batch=ns.global_batch,
+        reshard_after_forward=ns.reshard_after_forward,  # a ZeRO-2 base would contradict ddp and pipelines
+        checkpointing=spanned["checkpointing"],
+        selective_ac_options=spanned["selective_ac_option"],
+        reduce_dtypes=spanned["reduce_dtype"],
+        optimizer_impls=spanned["optimizer_impl"],
+    )
+    return base, space
+
+
+def _progress_mode(ns: argparse.Namespace):
+    """How a sweep shows its progress on stderr: a bar on a terminal, lines with -v elsewhere."""
+    if ns.no_progress:
+        return None
+    if sys.stderr.isatty() and not ns.json and ns.verbose >= ns.quiet:
+        return "bar"
+    return "lines" if ns.verbose > ns.quiet else None
+
+
+def _workers(asked: int | None) -> int | None:
+    """--workers, capped at the cores this process may run on (with a note when asked for more)."""
+    from shardsim.simulator.sweep.execute import default_workers
+
+    cores = default_workers()
+    if asked is not None and asked > cores:
+        log.info("--workers %d: this machine has %d cores; the sweep runs %d processes", asked, cores, cores)
+        return cores
+    return asked
+
+
+def _confirmation(yes: bool) -> Callable[[int, float], None]:
+    """What a sweep of more than `SWEEP_CONFIRM_ABOVE` configurations needs before it starts:
+    --yes, or a yes typed on the terminal; its size and estimated time are said first."""
+
+    def confirm(n: int, seconds: float) -> None:
+        from shardsim.simulator.sweep.progress import format_duration
+
+        if n <= SWEEP_CONFIRM_ABOVE:
+            return
+        size = f"{n:,} configurations (about {format_duration(seconds)} on this machine)"
+        if yes:
+            log.info("sweeping %s", size)
+            return
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise ConfigError(
+                f"a sweep of {size} needs --yes to start (over {SWEEP_CONFIRM_ABOVE:,} configurations, "
+                "and stdin is not a terminal to ask)"
+            )
+        sys.stderr.write(f"shardsim: a sweep of {size} (over {SWEEP_CONFIRM_ABOVE:,}); start it? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise ConfigError(f"the sweep of {n:,} configurations was not started (--yes starts it without asking)")
+
+    return confirm
+
+
+def _report_dropped(dropped: dict[str, int]) -> None:
+    """What the requested space holds that the simulator cannot do: a line per reason, on stderr."""
+    for why, n in dropped.items():
+        log.warning("dropped %d configuration%s: %s", n, "s" if n > 1 else "", why)
+
+
+def _cmd_sweep(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.sweep.output import sweep_folder
+
+    base, space = _build(ns)
+    if base.calibration:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(base.calibration)  # read (and a forced one told) once, before the workers fork
+    with sweep_folder(ns.out, ns.command_line) if ns.out else contextlib.nullcontext() as out:
+        return _sweep(ns, base, space, out)
+
+
+def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
+    from shardsim.simulator.sweep.output import publish, to_records, write_recommendation, write_tables
+    from shardsim.simulator.sweep.progress import SweepProgress
+    from shardsim.simulator.sweep.recommendation import recommend
+    from shardsim.simulator.sweep.report import print_report
+    from shardsim.simulator.sweep.search import sweep
+
+    skipped: list[str] = []
+    dropped: dict[str, int] = {}
+    with SweepProgress(_progress_mode(ns)) as progress:
+        df = sweep(
+            base,
+            space,
+            algo=ns.algo,
+            workers=_workers(ns.workers),
+            skipped=skipped,
+            dropped=dropped,
+            progress=progress,
+            confirm=_confirmation(ns.yes),
+        )
+    _report_dropped(dropped)
+    rec = recommend(df)
+    files: list[str] = []
+    failed: WriteError | None = None
+    if out is not None:
+        from shardsim.simulator.sweep.plots import plot_all
+
+        def make(folder: Path) -> list[Path]:
+            made = [*write_tables(df, folder), write_recommendation(rec, folder)]
+            return made + ([] if ns.no_plots else plot_all(df, folder))
+
+        try:
+            files = [str(p) for p in publish(out, ns.command_line, make)]
+        except WriteError as exc:  # the results are printed all the same, and the files that were written
+            failed, files = exc, [str(out / name) for name in exc.written]
+    if ns.json:
+        record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
+        print(json.dumps(record))
+    else:
+        kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
+        print_report(df, rec, base, out_dir=ns.out, **kw)
+    if failed is not None:  # the results are printed all the same; the line says which files are missing
+        raise failed
+    return 0
+
+
+def _add_setting_lists(p: argparse.ArgumentParser) -> None:
+    """The settings as opt-in lists: each listed value a dimension of the space (the first the base's)."""
+    p.add_argument(
+        "--reshard-after-forward",
+        dest="reshard_after_forward",
+        type=bool_list,
+        metavar="LIST",
+        help="zero/zero2d: true (ZeRO-3), false (ZeRO-2) or both (default: the file's, else true)",
+    )
+    p.add_argument(
+        "--no-reshard-after-forward",
+        dest="reshard_after_forward",
+        action="store_const",
+        const=(False,),
+        help="= --reshard-after-forward false (ZeRO-2)",
+    )
+    p.add_argument(
+        "--checkpointing",
+        dest="checkpointing",
+        type=choice_list(CHECKPOINTING),
+        nargs="?",
+        const=("full",),
+        metavar="LIST",
+        help=f"activation checkpointing, some of {','.join(CHECKPOINTING)} (alone: full; default: the file's, "
+        "else full)",
+    )
+    p.add_argument(
+        "--no-checkpointing", dest="checkpointing", action="store_const", const=("none",), help="= --checkpointing none"
+    )
+    p.add_argument(
+        "--selective-ac-options",
+        "--selective-ac-option",
+        dest="selective_ac_option",
+        type=str_list,
+        metavar="LIST",
+        help="selective checkpointing: op and/or k (every k-th layer), e.g. op,2 (default: the file's, else op)",
+    )
+    p.add_argument(
+        "--reduce-dtypes",
+        "--reduce-dtype",
+        dest="reduce_dtype",
+        type=choice_list(PRECISIONS),
+        metavar="LIST",
+        help="gradient reduction dtypes of sharded configurations (default: the file's, else the precision)",
+    )
+    p.add_argument(
+        "--optimizer-impls",
+        "--optimizer-impl",
+        dest="optimizer_impl",
+        type=choice_list(OPTIMIZER_IMPLS),
+        metavar="LIST",
+        help=f"Adam's implementations, some of {','.join(OPTIMIZER_IMPLS)} (default: the file's, else foreach)",
+    )
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="predict every valid configuration and recommend one (default: the seed scenario)",
+        description="Enumerate ddp, zero, zero2d at every degree, pipelines (x sharding) at every valid degree, "
+        "microbatch count and schedule; predict each; rank; recommend. Lists are comma-separated. Settings listed "
+        "with several values (ZeRO-2, checkpointing, reduce dtype, Adam's implementation) multiply the space; "
+        "the first is the base's and a configuration's label names those that differ from it.",
+    )
+    add_config_arguments(
+        p,
+        exclude=SPANNED,
+        listed=("topology", "nodes"),
+        config_help="YAML config file: workload, topology, nodes, batch... (flags override)",
+    )
+    p.add_argument(
+        "--strategies",
+        "--strategy",
+        dest="strategies",
+        type=choice_list(STRATEGIES),
+        help=f"kinds to include (default all: {','.join(STRATEGIES)})",
+    )
+    p.add_argument(
+        "--degrees",
+        "--degree",
+        dest="degrees",
+        type=setting_list("degree"),
+        help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
+        "ddp (1) and zero (world) are kept when selected",
+    )
+    p.add_argument(
+        "--pp", type=setting_list("pp"), help="pipeline degrees (default: every divisor of the world, 2..layers)"
+    )
+    p.add_argument(
+        "--microbatches",
+        type=setting_list("microbatches"),
+        help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
+    )
+    p.add_argument(
+        "--schedules",
+        "--schedule",
+        dest="schedules",
+        type=choice_list(SCHEDULES),
+        help="pipeline schedules (default gpipe,1f1b)",
+    )
+    p.add_argument(
+        "--global-batch",
+        type=Count(MAX_BATCH * MAX_WORLD),
+        dest="global_batch",
+        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
+        "scaling at the batch per device)",
+    )
+    _add_setting_lists(p)
+    add_algo_argument(p, auto=True)
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write sweep.csv, sweep.parquet, recommended.json, plots and manifest.json here, in place of the files "
+        "of the sweep its manifest names; one sweep at a time (default: none, print only)",
+    )
+    p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
+    p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
+    p.add_argument(
+        "--top",
+        type=Count(MAX_SWEEP_SPACE, 0),
+        default=25,
+        help="rows shown in the table (0: all; default: %(default)s)",
+    )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column of the table whatever the width (default: the breakdown columns are left out, "
+        "with a note, where the table would not fit COLUMNS or the terminal)",
+    )
+    p.add_argument(
+        "--workers",
+        type=Count(MAX_WORKERS),
+        default=None,
+        help="processes, at most the machine's cores (default: the machine's cores)",
+    )
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help=f"start a sweep of more than {SWEEP_CONFIRM_ABOVE:,} configurations without asking (default: ask on a "
+        "terminal, refuse elsewhere)",
+    )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on stderr (by default a bar with the time left on a terminal; lines with -v elsewhere)",
+    )
+    p.set_defaults(func=_cmd_sweep)

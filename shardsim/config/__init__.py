@@ -1,0 +1,50 @@
+"""One configuration schema for the simulator and the runtime.
+
+A configuration is read from a YAML file (`load`), which also takes SageMaker model-parallel keys
+as users paste them (`smp`), then overridden by command-line flags generated from the schema
+(`flags`), then checked against its cluster and model (`resolve`).
+"""
+
+from shardsim.config.flags import add_config_arguments, config_from_args
+from shardsim.config.load import build_config, load_config
+from shardsim.config.resolve import resolve
+from shardsim.config.schema import (
+    BACKENDS,
+    CHECKPOINTING,
+    DATA_PARALLEL,
+    FIELDS,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    PRECISIONS,
+    SAC_OP,
+    SCHEDULES,
+    SETTINGS,
+    STRATEGIES,
+    Resolved,
+    RunConfig,
+    Setting,
+    Strategy,
+)
+
+__all__ = [
+    "BACKENDS",
+    "CHECKPOINTING",
+    "DATA_PARALLEL",
+    "FIELDS",
+    "OPTIMIZERS",
+    "OPTIMIZER_IMPLS",
+    "PRECISIONS",
+    "SAC_OP",
+    "SCHEDULES",
+    "SETTINGS",
+    "STRATEGIES",
+    "Resolved",
+    "RunConfig",
+    "Setting",
+    "Strategy",
+    "add_config_arguments",
+    "build_config",
+    "config_from_args",
+    "load_config",
+    "resolve",
+]

@@ -1,0 +1,74 @@
+"""A configuration checked against its world size and model: defaults settled, sizes derived."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shardsim.config.schema import Resolved, RunConfig
+from shardsim.core.errors import ConfigError
+
+# A pipeline of a model whose LM head reuses the token embedding would hold that matrix on its
+# first and on its last stage, and would have to sum the two copies' gradients (as Megatron-LM
+# does); neither the plans nor the runtime do that, so such a pipeline is refused.
+TIED_PIPELINE = "a pipeline of a model with tied embeddings (its first and last stage would share the embedding)"
+
+
+def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool = False) -> tuple[RunConfig, Resolved]:
+    """Check the configuration against the world size and the model; settle defaults.
+
+    Returns the normalized config (zero's degree = world; SMP's degree = world → zero) and
+    the derived sizes. Raises ConfigError with one clear line when something does not fit.
+    """
+    s = cfg.strategy
+    where = cfg.source
+    spec = s.spec
+    if not spec.is_pipeline and s.pp != 1:
+        raise ConfigError(f"pp={s.pp} needs strategy pipeline", where=where, field="pp")
+    pp = s.pp if spec.is_pipeline else 1
+    if pp > 1 and tied_embeddings:
+        raise ConfigError(f"{TIED_PIPELINE} is not supported; untie them or shard instead", where=where, field="pp")
+    if pp > world or world % pp:
+        raise ConfigError(f"pipeline degree {pp} does not divide the world size {world}", where=where, field="pp")
+    if pp > n_layers:
+        raise ConfigError(
+            f"pipeline degree {pp} exceeds the model's {n_layers} layers (a stage holds at least one layer; the "
+            "embedding and head go with the first and last)",
+            where=where,
+            field="pp",
+        )
+    replicas_all = world // pp
+    shard = spec.shard(s, world, where)
+    if shard > replicas_all or replicas_all % shard:
+        span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
+        raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
+    if cfg.reduce_dtype not in (None, "fp32") and shard == 1:
+        raise ConfigError(
+            f"DDP reduces its fp32 gradients; reduce_dtype {cfg.reduce_dtype} applies to sharded (FSDP2) strategies",
+            where=where,
+            field="reduce_dtype",
+        )
+    strategy = replace(s, kind=spec.resolved(shard, world))
+    spec = strategy.spec
+    strategy = replace(strategy, degree=None if spec.replicates else shard, pp=pp)
+    if not spec.is_pipeline:
+        strategy = replace(strategy, microbatches=1)
+    m = strategy.microbatches
+    per_replica = cfg.batch_per_device * pp  # a pipeline replica takes the batch of its pp devices
+    if spec.is_pipeline and per_replica % m:
+        raise ConfigError(
+            f"{m} microbatches do not divide the per-replica batch {per_replica} "
+            f"(batch_per_device {cfg.batch_per_device} x pp {pp})",
+            where=where,
+            field="microbatches",
+        )
+    mbs = per_replica // m if spec.is_pipeline else cfg.batch_per_device
+    res = Resolved(
+        world=world,
+        shard=shard,
+        replicas=replicas_all // shard,
+        pp=pp,
+        microbatches=m,
+        microbatch_size=mbs,
+        global_batch=cfg.batch_per_device * world * cfg.grad_accum,
+    )
+    return replace(cfg, strategy=strategy), res

@@ -1,0 +1,137 @@
+"""Time gloo collectives inside a node of an emulated cluster (run under torchrun there).
+
+The ranks of one emulated node talk over loopback, and on this host that is no free link:
+every byte is copied by the kernel on both sides, by processes that share a few cores with
+every other rank. A TCP probe between two idle processes says gigabytes per second; what
+FSDP2's intra-node all-gathers get is far less. So `shardsim profile` measures it as the
+simulator uses it: all nodes' ranks all-gather within their node at once (as the partition
+groups of ZeRO-2D do), at two sizes, and an alpha-beta fit of the ring all-gather gives the
+loopback's achieved bandwidth per rank and its per-step latency. Every rank's process CPU time
+over the largest all-gather over all ranks and over an all-reduce gives what moving a byte
+costs the host's cores (the simulator charges it to the cores that compute shares).
+
+    python -m torch.distributed.run ... -m shardsim.runtime.profile.linkbench OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+from shardsim.core.files import atomic_write
+
+SIZES = (64 * 1024, 8 * 1024 * 1024)  # bytes of the gathered (whole) array
+REPEATS = 6
+NIC_SIZES = (2 * 1024 * 1024, 16 * 1024 * 1024)  # the world ring: NIC-bound, so larger arrays
+NIC_REPEATS = 2
+# Every figure is the median of ROUNDS rounds (each `repeats` calls after a barrier): this
+# shared host stalls now and then for a fraction of a second, and a stall inside a plain mean
+# of a few calls counts whole (profiles of one day had the NIC 14 % apart).
+ROUNDS = 5
+# The CPU an all-reduce costs (gloo's reduction on top of the moving): over every rank, this
+# size, fewer rounds (process CPU time does not count a stall, so it needs no median).
+REDUCE_SIZE = 4 * 1024 * 1024
+REDUCE_ROUNDS = 2
+
+
+def _time(fn, repeats: int, rounds: int = ROUNDS) -> tuple[float, float]:
+    """(seconds, CPU seconds) per call of `fn` (a collective): the median over `rounds` of the
+    mean of `repeats` calls, and this process' CPU time over all of them per call. No barrier
+    inside the timed span: its cost would count as latency."""
+    import torch.distributed as dist
+
+    fn()
+    per_call, cpu = [], 0.0
+    for _ in range(rounds):
+        dist.barrier()  # all start together; a round ends when this rank's last call returns
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(repeats):
+            fn()
+        per_call.append((time.perf_counter() - t0) / repeats)
+        cpu += time.process_time() - c0
+    return statistics.median(per_call), cpu / (rounds * repeats)
+
+
+def fit(k: int, sizes: tuple[int, int], times: tuple[float, float]) -> tuple[float, float]:
+    """(bandwidth B/s, latency s per step) of a ring all-gather over k ranks from two timings:
+    t(S) = (k-1)·alpha + (k-1)/k·S/B."""
+    (s1, s2), (t1, t2) = sizes, times
+    f = (k - 1) / k
+    bw = f * (s2 - s1) / max(t2 - t1, 1e-9)
+    alpha = max(t1 - f * s1 / bw, 0.0) / (k - 1)
+    return bw, alpha
+
+
+def _gather_time(size: int, k: int, group, repeats: int) -> tuple[float, float]:
+    """(seconds, this rank's CPU seconds) of one all-gather of `size` bytes (the whole array)
+    over a group of `k` ranks."""
+    import torch
+    import torch.distributed as dist
+
+    n = size // 4 // k
+    shard, whole = torch.ones(n), torch.empty(n * k)
+    return _time(lambda: dist.all_gather_into_tensor(whole, shard, group=group), repeats)
+
+
+def _reduce_cpu(size: int, world: int) -> float:
+    """This rank's CPU seconds per byte it sends in an all-reduce of `size` bytes over all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    x = torch.ones(size // 4)
+    _, cpu = _time(lambda: dist.all_reduce(x), NIC_REPEATS, REDUCE_ROUNDS)
+    return cpu / (2 * (world - 1) / world * size)
+
+
+def _mean_over_ranks(v: float, world: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([v], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item()) / world
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    out = (argv or sys.argv[1:])[0]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    k = int(os.environ["LOCAL_WORLD_SIZE"])
+    groups = [dist.new_group(list(range(n * k, (n + 1) * k))) for n in range(world // k)]
+    mine = groups[rank // k]
+    local = [_gather_time(size, k, mine, REPEATS) for size in SIZES]
+    times = [t for t, _ in local]
+    ring_cpu = [_gather_time(size, world, None, NIC_REPEATS) for size in NIC_SIZES] if world > k else []
+    ring = [t for t, _ in ring_cpu]
+    # CPU per byte a rank sends: the largest all-gather over every rank, and an all-reduce
+    n, (_, gather_cpu) = (world, ring_cpu[-1]) if ring_cpu else (k, local[-1])
+    size = NIC_SIZES[-1] if ring_cpu else SIZES[-1]
+    gather_cpu = _mean_over_ranks(gather_cpu / ((n - 1) / n * size), world)
+    reduce_cpu = _mean_over_ranks(_reduce_cpu(REDUCE_SIZE, world), world)
+    if rank == 0:
+        bw, alpha = fit(k, (SIZES[0], SIZES[1]), (times[0], times[1]))
+        doc = {"ranks_per_node": k, "sizes": list(SIZES), "times_s": times}
+        doc |= {"loopback_Bps": bw, "loopback_latency_s": alpha}
+        doc |= {"gather_cpu_s_per_B": gather_cpu, "reduce_cpu_s_per_B": reduce_cpu, "reduce_size": REDUCE_SIZE}
+        if ring:
+            nic_bw, nic_alpha = fit(world, (NIC_SIZES[0], NIC_SIZES[1]), (ring[0], ring[1]))
+            doc |= {"ring_sizes": list(NIC_SIZES), "ring_times_s": ring}
+            doc |= {"nic_ring_Bps": nic_bw, "nic_ring_latency_s": nic_alpha}
+        atomic_write(out, json.dumps(doc))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    from shardsim.runtime.processes import follow_launcher
+
+    follow_launcher()  # under `shardsim profile`: end with it
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""What each rank tells the launcher, through small files in the run folder.
+
+`shardsim run` sets ``SHARDSIM_RUN_DIR``; each rank writes ``rank<r>.start`` (pid and start time), keeps
+``rank<r>.step`` current (one pwrite of a few bytes per step) and, when it ends, writes
+``rank<r>.json`` (ok, or the error). Without the variable (plain torchrun, Slurm) nothing is
+written. When a job fails, the launcher names the rank that crashed, died or hung from these.
+
+``SHARDSIM_FAULT=kind@rank:step`` (kind: raise | kill | hang | stop | exit) injects a fault at
+the start of that step, for testing the fault handling: `hang` sleeps for ever, `stop` stops
+the process (SIGSTOP: it ignores SIGTERM too, as a rank stuck in the kernel would).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from shardsim.core.files import atomic_write
+from shardsim.runtime.processes import ProcessRef
+
+TIMEOUT_MARKERS = ("timed out", "timeout", "deadline")
+PEER_MARKERS = ("connection closed", "connection reset", "broken pipe", "closed by peer", "peer", "socket closed")
+
+
+def classify(message: str) -> str:
+    """timeout (this rank waited too long for a peer) | peer (a peer went away) | error."""
+    low = message.lower()
+    if any(m in low for m in TIMEOUT_MARKERS):
+        return "timeout"
+    if any(m in low for m in PEER_MARKERS):
+        return "peer"
+    return "error"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    atomic_write(path, json.dumps(data), durable=False)  # read by the launcher while the job runs
+
+
+class RankStatus:
+    def __init__(self, run_dir: str | None, rank: int):
+        self.rank = rank
+        self.dir = Path(run_dir) if run_dir else None
+        self.step_no = -1
+        self.failure: BaseException | None = None  # reported: `finished` then leaves the report as it is
+        self._fd = None
+        if self.dir is not None:
+            me = ProcessRef.of(os.getpid())
+            start = {"rank": rank, "pid": os.getpid(), "start": me.start if me else None, "time": time.time()}
+            _write_json(self.dir / f"rank{rank}.start", start)
+            self._fd = os.open(self.dir / f"rank{rank}.step", os.O_WRONLY | os.O_CREAT, 0o644)
+
+    def step(self, i: int) -> None:
+        self.step_no = i
+        if self._fd is not None:
+            os.pwrite(self._fd, b"%-12d" % i, 0)
+
+    def finished(self) -> None:
+        if self.dir is not None and self.failure is None:
+            _write_json(self.dir / f"rank{self.rank}.json", {"rank": self.rank, "status": "ok", "time": time.time()})
+
+    def failed(self, exc: BaseException) -> None:
+        self.failure = exc
+        if self.dir is None:
+            return
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        data = {
+            "rank": self.rank,
+            "status": classify(msg),
+            "type": type(exc).__name__,
+            "message": msg[:500],
+            "step": self.step_no,
+            "time": time.time(),
+        }
+        try:
+            _write_json(self.dir / f"rank{self.rank}.json", data)
+        except OSError:
+            pass
+
+
+class Fault:
+    """A fault to inject (testing): ``kind@rank:step``."""
+
+    def __init__(self, spec: str | None, rank: int):
+        self.at: int | None = None
+        self.kind = ""
+        self.rank = rank
+        if not spec:
+            return
+        kind, _, where = spec.partition("@")
+        r, _, s = where.partition(":")
+        if int(r) == rank:
+            self.kind, self.at = kind, int(s or 0)
+
+    def check(self, step: int) -> None:
+        if self.at != step:
+            return
+        if self.kind == "raise":
+            raise RuntimeError(f"injected fault at step {step}")
+        if self.kind == "exit":
+            os._exit(3)
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "hang":
+            while True:
+                time.sleep(3600)
+        if self.kind == "stop":
+            print(
+                f"shardsim: rank {self.rank} stops itself at step {step} (SHARDSIM_FAULT)", file=sys.stderr, flush=True
+            )
+            os.kill(os.getpid(), signal.SIGSTOP)

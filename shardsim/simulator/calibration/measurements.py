@@ -1,0 +1,357 @@
+"""Measured runs to calibrate against, each a checked configuration with what it measured.
+
+Three sources, each row becoming one `Measurement`:
+- a CSV of measurements: a workload (``workload``: a library name, a model YAML or config.json;
+  or the shape itself: ``family, hidden, layers, heads, kv_heads, ffn, vocab, seq_len,
+  tied_embeddings, positions``), any configuration fields (``nodes`` or ``gpus``, ``strategy``,
+  ``batch_per_device``, ``grad_accum``, ``precision``, ``checkpointing``, ``reduce_dtype``, ...),
+  and the measurement: ``tokens_per_s_per_gpu`` or ``step_time_s``. The runtime's ``runs.csv``
+  is one (its ``kind`` column is the strategy). A torn or ragged file is refused
+  (`simulator.csvfile`). llm-foundry's benchmark columns are read too
+  (`LLM_FOUNDRY`): ``d_model, n_heads, n_layers, expansion_ratio, vocab_size, seq_len, gpus,
+  microbatch, grad_accum, activation_checkpointing, sharding_strategy, mp_mode``, an MPT model
+  (learned positions, tied embeddings) unless a ``family`` column says otherwise; a
+  ``num_params`` column is checked against the model's count (within `PARAMS_TOLERANCE`).
+- the runtime's run JSON files (a file, or a folder of them): read by the keys `RunRecord`
+  documents (``config``: `RunConfig.to_dict()`, ``world``, ``step_time_s``), without importing
+  the runtime (the simulator never does).
+The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) set its nodes: that
+many over the topology's devices per node, which must divide it (a run's ``nodes`` is only the
+flag it was given, empty without one). Every row is predicted on the topology given to
+`calibrate`, without a profile. A bad row is one ConfigError naming the file's line (or the
+record) and the column.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from shardsim.config import SETTINGS, RunConfig, build_config, resolve
+from shardsim.core.csvfile import CSV_BYTES, read_table
+from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import read_text
+from shardsim.simulator.hardware.topology import InstanceType
+from shardsim.simulator.predict import StepPrediction
+from shardsim.simulator.strategies.kinds import FSDP_SHARDING, ZERO2D
+from shardsim.simulator.workload.arch import SHAPE_FIELDS
+from shardsim.simulator.workload.describe import ARCH_FIELDS
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload
+
+METRICS = ("tokens_per_s_per_gpu", "step_time_s")
+# what a measurement may be: a training step of a microsecond to eleven days, a thousandth of a
+# token to a billion tokens a second per device (beyond: other units, or not a measurement)
+METRIC_BOUNDS = {"tokens_per_s_per_gpu": (1e-3, 1e9), "step_time_s": (1e-6, 1e6)}
+RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
+PARAMS_TOLERANCE = 0.01  # a num_params column may differ this much from the model's count
+# llm-foundry's benchmark columns → the schema's fields
+LLM_FOUNDRY = {
+    "d_model": "hidden",
+    "n_heads": "heads",
+    "n_layers": "layers",
+    "vocab_size": "vocab",
+    "microbatch": "batch_per_device",
+}
+# PyTorch FSDP's sharding strategies a benchmark row may name (HYBRID_SHARD: within a node)
+SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+KINDS = {s.name: s.kind for s in SETTINGS} | {"tied_embeddings": bool, "family": str, "positions": str}
+# every column a CSV row is read by, and columns of llm-foundry's tables kept as notes: another
+# column is a note too, unless it is a near miss of one read (a misspelt column is refused)
+READ_COLUMNS = (
+    *KINDS,
+    "kind",
+    *RANKS,
+    *METRICS,
+    *LLM_FOUNDRY,
+    "expansion_ratio",
+    "activation_checkpointing",
+    "activation_cpu_offload",
+    "gpus_per_node",
+    "sharding_strategy",
+    "mp_mode",
+    "num_params",
+)
+NEAR_COLUMN = 0.85  # difflib's ratio above which an unread column is taken as a misspelt read one
+NOTE_COLUMNS = ("model", "gpu", "global_batch", "tokens_per_s", "interconnect_gbps_per_node", "mfu_pct", "hfu_pct")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured run: where it came from, its configuration on the calibration's topology,
+    its workload and what it measured (`metric`)."""
+
+    label: str
+    cfg: RunConfig
+    workload: Workload
+    nodes: int
+    metric: str  # tokens_per_s_per_gpu | step_time_s
+    measured: float
+    info: dict[str, Any] = field(default_factory=dict)  # columns to report the row by
+
+    def ratio(self, pred: StepPrediction) -> float:
+        """Predicted over measured throughput (> 1: the model is too fast)."""
+        if self.metric == "step_time_s":
+            return self.measured / pred.step_time_s
+        return pred.samples_per_s * self.workload.tokens_per_sample / pred.world / self.measured
+
+
+def _cell(text: str, kind: type, where: str, column: str) -> Any:
+    if kind is int:
+        with contextlib.suppress(ValueError):
+            return int(text)  # exactly, however long
+        try:
+            value = float(text)  # 2.0, 1e3
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value.is_integer()):
+            raise ConfigError(f"expected an integer, got {text!r}", where=where, field=column)
+        return int(value)
+    if kind is bool:
+        low = text.strip().lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"expected true or false, got {text!r}", where=where, field=column)
+    if kind is float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"expected a number, got {text!r}", where=where, field=column) from None
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"expected a finite number > 0, got {text!r}", where=where, field=column)
+        return value
+    return text.strip()
+
+
+def _llm_foundry(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[str, Any], dict[str, str]]:
+    """The schema's values of an llm-foundry row, and which column each came from."""
+    values: dict[str, Any] = {"family": "mpt", "positions": "learned", "tied_embeddings": True}
+    cols: dict[str, str] = {}
+    for col, name in LLM_FOUNDRY.items():
+        if row.get(col, "").strip():
+            values[name], cols[name] = _cell(row[col], int, where, col), col
+    if row.get("expansion_ratio", "").strip() and "hidden" in values:
+        ffn = _cell(row["expansion_ratio"], float, where, "expansion_ratio") * values["hidden"]
+        if not float(ffn).is_integer():
+            raise ConfigError(
+                f"expansion_ratio × d_model = {ffn:g} is not an integer", where=where, field="expansion_ratio"
+            )
+        values["ffn"], cols["ffn"] = int(ffn), "expansion_ratio"
+    if row.get("activation_checkpointing", "").strip():
+        full = _cell(row["activation_checkpointing"], bool, where, "activation_checkpointing")
+        values["checkpointing"], cols["checkpointing"] = ("full" if full else "none"), "activation_checkpointing"
+    if row.get("activation_cpu_offload", "").strip() and _cell(
+        row["activation_cpu_offload"], bool, where, "activation_cpu_offload"
+    ):
+        raise ConfigError(
+            "activations offloaded to the CPU are not modelled", where=where, field="activation_cpu_offload"
+        )
+    per_node = inst.device.count
+    if row.get("gpus_per_node", "").strip():
+        given = _cell(row["gpus_per_node"], int, where, "gpus_per_node")
+        if given != per_node:
+            why = f"{given} GPUs per node; topology {inst.name} has {per_node}"
+            raise ConfigError(why, where=where, field="gpus_per_node")
+    text = row.get("sharding_strategy", "").strip()
+    if text:
+        if text not in SHARDING:
+            raise ConfigError(
+                f"expected one of {', '.join(SHARDING)}, got {text!r}", where=where, field="sharding_strategy"
+            )
+        kind, reshard = FSDP_SHARDING[text]
+        values |= {"strategy": kind} | ({} if reshard else {"reshard_after_forward": False})
+        if kind == ZERO2D.name:
+            values["degree"] = per_node
+        cols |= {"strategy": "sharding_strategy", "degree": "sharding_strategy"}
+    precision = row.get("precision", "").strip().removeprefix("amp_")
+    mode = row.get("mp_mode", "").strip()
+    if mode == "FULL":
+        precision = "fp32"
+    if precision:
+        values["precision"], cols["precision"] = precision, "precision"
+    if mode:  # Composer: PURE reduces in the parameters' dtype, DEFAULT in fp32
+        if mode not in ("PURE", "DEFAULT", "FULL"):
+            raise ConfigError(f"expected one of PURE, DEFAULT, FULL, got {mode!r}", where=where, field="mp_mode")
+        values["reduce_dtype"], cols["reduce_dtype"] = ("fp32" if mode != "PURE" else precision or "bf16"), "mp_mode"
+    return values, cols
+
+
+def _values(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[str, Any], dict[str, str]]:
+    """The schema's values a CSV row gives (any dialect), and the column each came from."""
+    values, cols = _llm_foundry(row, where, inst) if "d_model" in row else ({}, {})
+    for col, text in row.items():
+        if not text.strip():
+            continue
+        name = "strategy" if col == "kind" else col  # runs.csv: `kind` is the strategy, `strategy` its label
+        if col == "strategy" and "kind" in row:
+            continue
+        if name in KINDS and name not in cols:
+            kind = KINDS[name]
+            if name == "checkpointing" and text.strip().lower() in ("true", "false"):
+                kind = bool
+            values[name], cols[name] = _cell(text, kind, where, col), col
+    for col in RANKS:
+        if row.get(col, "").strip():
+            values["nodes"], cols["nodes"] = _nodes(_cell(row[col], int, where, col), inst, where, col), col
+    return values, cols
+
+
+def _nodes(ranks: int, inst: InstanceType, where: str, column: str) -> int:
+    """The nodes of `inst` that `ranks` devices fill (ConfigError naming `column` when they do not)."""
+    per = inst.device.count
+    if ranks < 1 or ranks % per:
+        what = f"{ranks} devices do not fill whole nodes of {inst.name} ({per} devices each)"
+        raise ConfigError(what, where=where, field=column)
+    return ranks // per
+
+
+def _measurement(
+    values: dict[str, Any],
+    cols: dict[str, str],
+    where: str,
+    topology: str,
+    inst: InstanceType,
+    metric: tuple[str, float],
+) -> Measurement:
+    """A checked Measurement of schema values; errors name the column a value came from."""
+    given = values.get("topology")
+    if given is not None and given not in (topology, inst.name, inst.path):
+        raise ConfigError(
+            f"measured on {given}; calibrating {topology}", where=where, field=cols.get("topology", "topology")
+        )
+    shape = {k: values.pop(k) for k in list(values) if k in ARCH_FIELDS and k not in SHAPE_FIELDS}
+    if "family" in shape:  # described by its shape: an inline model
+        shape |= {k: values.pop(k) for k in SHAPE_FIELDS if k in values}
+        values["workload"] = shape
+    elif shape:
+        key = next(iter(shape))
+        raise ConfigError(
+            "applies to a model given by its family (add a family column)", where=where, field=cols.get(key, key)
+        )
+    values |= {"topology": topology, "profile": None, "calibration": None}
+    values.setdefault("nodes", 1)
+    try:
+        cfg = build_config(values, where)
+        w = load_workload(cfg.workload, cfg.shape, where)
+        resolve(cfg, cfg.nodes * inst.device.count, len(w.layers) or len(w.blocks), tied_embeddings=w.tied_embeddings)
+    except ConfigError as err:
+        name = (err.field or "").removeprefix("workload.")
+        raise ConfigError(err.message, where=where, field=cols.get(name, err.field)) from None
+    if cfg.precision not in inst.device.peak_tflops:
+        raise ConfigError(
+            f"{inst.device.model} has no {cfg.precision} peak", where=where, field=cols.get("precision", "precision")
+        )
+    info = {"model": w.name, "seq_len": w.tokens_per_sample, "gpus": cfg.nodes * inst.device.count}
+    info |= {"microbatch": cfg.batch_per_device, "grad_accum": cfg.grad_accum, "checkpointing": cfg.checkpointing}
+    return Measurement(where, cfg, w, int(cfg.nodes or 1), metric[0], metric[1], info)
+
+
+def _metric(row: dict[str, Any], where: str) -> tuple[str, float]:
+    """The row's measurement, within `METRIC_BOUNDS`."""
+    for m in METRICS:
+        text = row.get(m)
+        if text is not None and str(text).strip():
+            lo, hi = METRIC_BOUNDS[m]
+            try:
+                value = float(str(text))
+            except ValueError:
+                value = math.nan
+            if not lo <= value <= hi:
+                raise ConfigError(f"expected a finite number from {lo:g} to {hi:g}, got {text!r}", where=where, field=m)
+            return m, value
+    raise ConfigError(f"no measurement; expected {' or '.join(METRICS)}", where=where, field=METRICS[0])
+
+
+def _check_columns(columns: list[str], where: str) -> None:
+    """Refuse a column that is not read but is a near miss of one that is (and that the header lacks):
+    closer than `NEAR_COLUMN` (``micrbatch``, not ``notes`` beside ``nodes``)."""
+    missing = [c for c in READ_COLUMNS if c not in columns]
+    for col in columns:
+        if col not in READ_COLUMNS and col not in NOTE_COLUMNS:
+            near = difflib.get_close_matches(col, missing, n=1, cutoff=NEAR_COLUMN)
+            if near:
+                raise ConfigError(f"unknown column; did you mean {near[0]!r}?", where=where, field=col)
+
+
+def read_csv(path: Path, topology: str, inst: InstanceType) -> list[Measurement]:
+    """Every row of a CSV of measurements (`simulator.csvfile`: a torn or ragged file is refused,
+    naming its line); a bad row is a ConfigError naming its line and column."""
+    out: list[Measurement] = []
+    table = read_table(path)
+    _check_columns(table.columns, f"{path} line 1")
+    for row in table.rows:
+        where = f"{path} line {row.line}"
+        cells = row.cells
+        metric = _metric(cells, where)
+        values, cols = _values(cells, where, inst)
+        if not ({"workload", "family"} & set(values)) and "d_model" not in cells:
+            raise ConfigError("no model; expected a workload or a family column", where=where, field="workload")
+        m = _measurement(values, cols, where, topology, inst, metric)
+        text = cells.get("num_params", "").strip()
+        if text:
+            counted = _cell(text, int, where, "num_params")
+            if abs(m.workload.params / counted - 1) > PARAMS_TOLERANCE:
+                why = f"{counted:,} parameters; the model described has {m.workload.params:,}"
+                raise ConfigError(why, where=where, field="num_params")
+        info = {k: cells[k] for k in ("model",) if cells.get(k)}
+        out.append(replace(m, info=m.info | info))
+    return out
+
+
+def _flatten(config: dict[str, Any]) -> dict[str, Any]:
+    """A run record's `config` (RunConfig.to_dict()) as flat schema values."""
+    values = {k: v for k, v in config.items() if k not in ("strategy", "shape")}
+    strat = config.get("strategy")
+    if isinstance(strat, dict):
+        values |= {("strategy" if k == "kind" else k): v for k, v in strat.items()}
+    values |= config.get("shape") or {}
+    return values
+
+
+def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
+    where = str(path)
+    try:
+        data = json.loads(read_text(path, limit=CSV_BYTES))
+    except ValueError as exc:
+        raise ConfigError(f"not a readable run record: {exc}", where=where) from None
+    if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
+        raise ConfigError("not a run record (no config mapping)", where=where, field="config")
+    metric = _metric(data, where)
+    values = _flatten(data["config"])
+    world = data.get("world")
+    if not isinstance(world, int) or isinstance(world, bool):
+        raise ConfigError(f"expected a whole number of ranks, got {world!r}", where=where, field="world")
+    values["nodes"] = _nodes(world, inst, where, "world")
+    return _measurement(values, {"nodes": "world"}, where, topology, inst, metric)
+
+
+def read_measurements(source: str | Path, topology: str, inst: InstanceType) -> list[Measurement]:
+    """Every measurement of `source`: a CSV file, a run JSON file, or a folder of run JSON files
+    (else its runs.csv)."""
+    path = Path(source)
+    if path.is_dir():
+        runs = sorted(p for p in path.glob("*.json"))
+        if runs:
+            out = [read_run_json(p, topology, inst) for p in runs]
+        elif (path / "runs.csv").is_file():
+            out = read_csv(path / "runs.csv", topology, inst)
+        else:
+            raise ConfigError("no run JSON files and no runs.csv", where=str(path))
+    elif path.suffix == ".json":
+        out = [read_run_json(path, topology, inst)]
+    elif path.is_file():
+        out = read_csv(path, topology, inst)
+    elif path.exists():
+        raise ConfigError("not a file or a folder (a device? a pipe?)", where=str(path))
+    else:
+        raise ConfigError("no such file or folder", where=str(path))
+    if not out:
+        raise ConfigError("no measurements", where=str(path))
+    return out

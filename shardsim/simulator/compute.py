@@ -1,0 +1,168 @@
+"""Compute time of blocks on a device: roofline-style, per operation kind.
+
+time = matmul FLOPs / (peak[precision] × matmul_efficiency[precision])
+     + memory-bound bytes / (memory bandwidth × memory_efficiency)
+The two terms add (no overlap between GEMMs and elementwise kernels): a named
+simplification. A measured profile (`shardsim profile`) replaces both when given.
+
+On a GPU whose topology file gives kernel-level figures (`device.kernels`), a block of a
+model described by an `Arch` is costed from its kernels instead (`simulator.gpu_kernels`:
+GEMMs at their shapes, fused attention, memory-bound kernels, the eager per-kernel floor);
+the roofline stays for CPUs and for models given by import path (no `Arch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardsim.core.errors import ConfigError
+from shardsim.simulator import gpu_kernels as gk
+from shardsim.simulator.hardware.profile import Profile
+from shardsim.simulator.hardware.topology import DeviceSpec
+from shardsim.simulator.workload.model import Arch, Block
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
+ADAM_BYTES_PER_PARAM = 7 * 4  # fp32 Adam: read param, grad, m, v; write param, m, v (foreach kernels)
+# Adam's implementations (torch.optim.Adam foreach=True | fused=True | foreach=False) in time. The
+# roofline charges foreach and fused the same minimal traffic (ADAM_BYTES_PER_PARAM; foreach's
+# extra passes over its temporaries are not counted: an assumption); per-parameter adds, per
+# parameter tensor, one launch per elementwise op of torch's _single_tensor_adam.
+ADAM_OPS_PER_TENSOR = 10  # lerp, mul, addcmul, sqrt, div, add, addcdiv, step +1, two bias corrections
+KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    fwd_s: float  # per microbatch
+    bwd_s: float  # per microbatch, without recompute
+    fwd_mem_s: float = 0.0  # the memory-bound part of fwd_s (what op-level selective checkpointing recomputes)
+
+
+@dataclass(frozen=True)
+class FsdpCpu:
+    """FSDP2's own work on a rank's compute stream, per parameter of a unit: per all-gather
+    (copying the shard in and the gathered unit out, the unshard hooks), and per
+    reduce-scatter (copying the unsharded gradients in, the shard out, the post-backward hooks)."""
+
+    gather_s_per_param: float = 0.0
+    reduce_s_per_param: float = 0.0
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    device: DeviceSpec
+    precision: str
+    profile: Profile | None = None  # measured block and optimizer times replace the roofline
+    optimizer_impl: str = "foreach"  # foreach | fused | per-parameter
+    arch: Arch | None = None  # the model's shape: with a GPU's kernel figures, blocks are costed from kernels
+    # Kernels each block launches per pass beyond its own (forward, backward), in the model from
+    # kernels: e.g. autocast's casts of fp32 parameters, or a timing harness's ops.
+    extra_kernels: tuple[int, int] = (0, 0)
+    sync_ranks: int = 1  # ranks that wait on each other every step (the slowest sets the pace)
+    reduce_dtype: str | None = None  # FSDP's reduce-scatter dtype (None: the training precision)
+
+    def __post_init__(self) -> None:
+        if not self.device.supports(self.precision):
+            have = ", ".join(self.device.peak_tflops)
+            raise ConfigError(
+                f"{self.device.model} has no {self.precision} support (peak_tflops lists {have})", field="precision"
+            )
+
+    @property
+    def flops_per_s(self) -> float:
+        d = self.device
+        return d.peak_tflops[self.precision] * 1e12 * d.matmul_efficiency[self.precision]
+
+    @property
+    def mem_bytes_per_s(self) -> float:
+        return self.device.memory_bandwidth_GBps * 1e9 * self.device.memory_efficiency
+
+    def block(self, b: Block, batch: int) -> BlockCost:
+        esize = DTYPE_BYTES[self.precision]
+        mem = b.fwd_mem_elems * batch * esize / self.mem_bytes_per_s
+        measured = self.profile.block_time(b.name, batch) if self.profile else None
+        if measured is not None:  # its memory-bound part from the roofline, at most the measured forward
+            return BlockCost(measured[0], measured[1], min(mem, measured[0]))
+        kernels = self._kernels(b, batch)
+        if kernels is not None:
+            return self._from_kernels(kernels, mem)
+        fwd = b.fwd_flops * batch / self.flops_per_s + mem
+        bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
+        return BlockCost(fwd, bwd, mem)
+
+    def _kernels(self, b: Block, batch: int) -> gk.BlockKernels | None:
+        if self.device.kind != "gpu" or self.device.kernels is None or self.arch is None:
+            return None
+        return gk.block_kernels(self.arch, b, batch)
+
+    def _from_kernels(self, k: gk.BlockKernels, mem: float) -> BlockCost:
+        """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound
+        forward time (the same traffic as the roofline's, at the achieved HBM bandwidth)."""
+        spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
+        assert spec is not None
+        # a training step's GEMMs and attention run at the device's training fractions of the
+        # kernel benchmarks (`KernelSpec.gemm_training_fraction`, `attn_training_fraction`)
+        rate = self.flops_per_s * spec.gemm_training_fraction
+        fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
+        bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
+        if k.attention is not None:
+            # the attention figures are the half-precision tensor path's; fp32 runs at its own peak's share
+            scale = self.peak_flops / (max(self.device.peak_tflops.values()) * 1e12) * spec.attn_training_fraction
+            fwd_k.append(gk.attention_time(spec, k.attention, bwd=False, scale=scale))
+            bwd_k.append(gk.attention_time(spec, k.attention, bwd=True, scale=scale))
+        mem_bytes = mem * bw
+        ef, eb = self.extra_kernels
+        slowest = gk.slowest_of(self.sync_ranks, spec.rank_time_cv)
+        fwd = gk.pass_time(fwd_k, mem_bytes, k.fwd_other_kernels + ef, spec, bw) * slowest
+        bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw) * slowest
+        floor = spec.kernel_floor_us * 1e-6
+        return BlockCost(fwd, bwd, min(fwd, max(mem, k.fwd_other_kernels * floor)))
+
+    def optimizer(self, local_params: float, tensors: int = 0) -> float:
+        """Adam step over the parameters this rank owns (memory-bound), held in `tensors`
+        parameter tensors (what per-parameter Adam launches its ops for)."""
+        if self.profile and self.profile.optimizer_per_param_s is not None:
+            return self.profile.optimizer_per_param_s * local_params
+        t = local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
+        if self.optimizer_impl == "per-parameter":
+            t += tensors * ADAM_OPS_PER_TENSOR * KERNEL_LAUNCH_S
+        return t
+
+    def sharded_optimizer_overhead(self) -> float:
+        """What an optimizer step on FSDP2's sharded (DTensor) parameters costs on top: the
+        profile's measured figure (dispatch per parameter tensor, whatever the shard size);
+        0 without one (the roofline has no per-op cost: an assumption)."""
+        if self.profile and self.profile.sharded_optimizer_overhead_s is not None:
+            return self.profile.sharded_optimizer_overhead_s
+        return 0.0
+
+    def fsdp_cpu(self, params: float, layer_params: float) -> FsdpCpu:
+        """FSDP2's own cost per unit parameter for a model of `params` parameters whose blocks
+        (the units resharded after forward) hold `layer_params`, from the profile's measured
+        whole-model overheads: a forward all-gathers every unit once, so it sets the cost per
+        gathered parameter; a backward all-gathers the blocks again and reduce-scatters every
+        unit, so what is left of it over the gathers sets the cost per reduced parameter
+        (at least 0). Zero without a measured figure: an assumption (on a GPU these copies run
+        on the device's streams, beside the blocks' kernels)."""
+        fo = self.profile.fsdp_overhead_s if self.profile else None
+        if fo is None and self.device.kind == "gpu" and self.device.kernels is not None:
+            return self._fsdp_copies()
+        if fo is None or params <= 0:
+            return FsdpCpu()
+        gather = fo[0] / params
+        return FsdpCpu(gather, max(0.0, fo[1] - gather * layer_params) / params)
+
+    def _fsdp_copies(self) -> FsdpCpu:
+        """FSDP's copies on a GPU at the achieved HBM bandwidth, per parameter of a unit: after an
+        all-gather the gathered buffer is copied out into the parameters (read + write); before
+        a reduce-scatter the unsharded gradients are copied in (read in the training precision,
+        written in the reduce dtype). The copies of the 1/N shard (copy-in of a gather, copy-out
+        of a reduce-scatter) are left out: small at scale (a named simplification)."""
+        pb = DTYPE_BYTES[self.precision]
+        rb = DTYPE_BYTES[self.reduce_dtype or self.precision]
+        return FsdpCpu(2 * pb / self.mem_bytes_per_s, (pb + rb) / self.mem_bytes_per_s)
+
+    @property
+    def peak_flops(self) -> float:
+        return self.device.peak_tflops[self.precision] * 1e12

@@ -1,0 +1,339 @@
+"""Instance types and clusters, read from YAML files under ``topologies/``.
+
+A topology file describes one node (instance type): its devices, the intra-node fabric,
+its NICs, its host and its price. A cluster is an instance type times a node count.
+Each mapping of the file holds only the keys read from it: any other is refused (a misspelt key
+would otherwise leave a figure at its default), with the nearest known key as a suggestion.
+
+The training figures fitted to the calibration set, the same on every GPU, live once, in
+``topologies/fitted/training.yaml`` (written by ``experiments/calibration/fit_defaults.py``): a
+``kernels`` mapping reads them with ``training_figures: fitted``, and a figure it gives itself
+replaces the fitted one. Without that key its missing training figures are `KernelSpec`'s defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import Fields, load_yaml, suggest
+from shardsim.data import TOPOLOGIES
+from shardsim.simulator.scale import MAX_WORLD
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
+MAX_NICS = 64  # NICs of one node (p5.48xlarge has 32): a cluster's links grow with nodes x NICs
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Kernel-level figures of one GPU (the `kernels` mapping of a device in a topology file)."""
+
+    sms: int  # streaming multiprocessors
+    tile_m: int  # the large GEMM tile cuBLAS uses on this device (outputs per CTA, m × n)
+    tile_n: int
+    attn_fwd_tflops: float  # fused attention forward at long sequences, head dim 128
+    attn_bwd_tflops: float  # fused attention backward at long sequences, head dim 128
+    attn_fwd_half_seq: float  # key-loop length at which forward reaches half its rate
+    attn_bwd_half_seq: float
+    attn_small_hdim_factor: float  # rate at head dim <= 64 over that at 128
+    kernel_floor_us: float  # eager PyTorch: launch + dispatch per kernel on the host
+    # What a training step sustains of the kernel benchmarks above (clocks under sustained power,
+    # SMs and HBM shared with overlapped NCCL kernels): a factor on the GEMM rate and one on the
+    # fused-attention rates; 1 = the benchmarks as they are.
+    gemm_training_fraction: float = 1.0
+    attn_training_fraction: float = 1.0
+    rank_time_cv: float = 0.0  # rank-to-rank variation of compute time (stragglers: the slowest sets the pace)
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator (or a CPU socket share standing in for one)."""
+
+    model: str
+    count: int
+    memory_gib: float
+    peak_tflops: dict[str, float]  # dense peak per precision; a missing key = unsupported
+    matmul_efficiency: dict[str, float]  # achieved / peak on large GEMMs, per precision
+    memory_bandwidth_GBps: float
+    memory_efficiency: float  # achieved / peak on streaming (memory-bound) kernels
+    kind: str = "gpu"
+    kernels: KernelSpec | None = None  # kernel-level figures (GPUs): the compute model from kernels
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.peak_tflops
+
+    def backend_refusal(self, backend: str) -> str | None:
+        """Why `backend` cannot run on this device (nccl on CPUs), or None."""
+        if backend == "nccl" and self.kind == "cpu":
+            return "nccl needs GPUs; this topology's devices are CPUs (use --backend gloo)"
+        return None
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """Intra-node links: each device has a port (tx and rx) to the fabric."""
+
+    kind: str
+    port_GBps: float  # per device, per direction (spec sheet)
+    efficiency: float  # achieved / spec for bulk collective traffic
+    latency_us: float
+    shared_GBps: float | None = None  # a node-wide shared resource (PCIe host bridge)
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    """Inter-node network interfaces of one node."""
+
+    count: int
+    rate_gbps: float  # per NIC, per direction
+    efficiency: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    cores: int
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class EmulationSpec:
+    """How a topology is emulated on this machine (network namespaces + tc)."""
+
+    nodes: int
+    subnet: str
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    description: str
+    device: DeviceSpec
+    fabric: FabricSpec
+    nic: NicSpec
+    host: HostSpec
+    price_per_hour_usd: float | None
+    path: str
+    emulated: EmulationSpec | None = None
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An instance type times a node count; ranks are numbered node-major."""
+
+    instance: InstanceType
+    nodes: int
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.instance.device.count
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.devices_per_node
+
+    @property
+    def price_per_hour_usd(self) -> float | None:
+        p = self.instance.price_per_hour_usd
+        return None if p is None else p * self.nodes
+
+    def describe(self) -> str:
+        return f"{self.nodes} x {self.instance.name} ({self.world} x {self.instance.device.model})"
+
+
+# The training figures of `KernelSpec` and their bounds: (> 0 rather than >= 0, maximum)
+TRAINING_BOUNDS = {
+    "gemm_training_fraction": (True, 1.0),
+    "attn_training_fraction": (True, 1.0),
+    "rank_time_cv": (False, 0.5),
+}
+TRAINING_FIGURES = tuple(TRAINING_BOUNDS)
+FITTED = "fitted"  # `kernels.training_figures: fitted` reads the TRAINING_FIGURES of FITTED_FILE
+FITTED_FILE = "fitted/training.yaml"  # under the shipped topologies' folder
+
+# The keys each mapping of a topology file may hold (any other is refused, with the nearest named)
+INSTANCE_KEYS = ("name", "description", "price_per_hour_usd", "device", "fabric", "nic", "host", "emulated")
+DEVICE_KEYS = tuple(DeviceSpec.__dataclass_fields__)
+KERNEL_KEYS = (*KernelSpec.__dataclass_fields__, "training_figures")
+FABRIC_KEYS = tuple(FabricSpec.__dataclass_fields__)
+NIC_KEYS = tuple(NicSpec.__dataclass_fields__)
+HOST_KEYS = tuple(HostSpec.__dataclass_fields__)
+EMULATION_KEYS = tuple(EmulationSpec.__dataclass_fields__)
+
+
+def _figures(f: Fields, keys: list[str], sources: dict[str, str]) -> None:
+    for key in keys:
+        src = f.source(key)
+        if src:
+            sources[f"{f.prefix}{key}"] = src
+
+
+def _training(f: Fields, defaults: dict[str, float] | None) -> dict[str, float]:
+    """The training figures of mapping `f`, each one it lacks from `defaults` (None: all required)."""
+    return {
+        name: f.number(
+            name,
+            default=None if defaults is None else defaults[name],
+            required=defaults is None,
+            strict=strict,
+            maximum=maximum,
+        )
+        for name, (strict, maximum) in TRAINING_BOUNDS.items()
+    }
+
+
+@functools.cache
+def _fitted_file() -> Fields:
+    where = f"topologies/{FITTED_FILE}"
+    return Fields(load_yaml(builtin_topology_dir() / FITTED_FILE), where).closed(TRAINING_FIGURES)
+
+
+def fitted_training_figures() -> tuple[dict[str, float], dict[str, str]]:
+    """The shipped fitted training figures (`FITTED_FILE`) and their sources."""
+    f = _fitted_file()
+    return _training(f, None), {n: src for n in TRAINING_FIGURES if (src := f.source(n))}
+
+
+def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
+    if k is None:
+        return None
+    k.closed(KERNEL_KEYS)
+    if k.text("training_figures", default="", choices=(FITTED,)):
+        defaults, fitted_sources = fitted_training_figures()
+        sources |= {f"{k.prefix}{n}": src for n, src in fitted_sources.items() if k.raw(n) is None}
+    else:
+        defaults = {n: KernelSpec.__dataclass_fields__[n].default for n in TRAINING_FIGURES}
+    spec = KernelSpec(
+        sms=k.integer("sms"),
+        tile_m=k.integer("tile_m"),
+        tile_n=k.integer("tile_n"),
+        attn_fwd_tflops=k.number("attn_fwd_tflops"),
+        attn_bwd_tflops=k.number("attn_bwd_tflops"),
+        attn_fwd_half_seq=k.number("attn_fwd_half_seq", minimum=0.0, strict=False),
+        attn_bwd_half_seq=k.number("attn_bwd_half_seq", minimum=0.0, strict=False),
+        attn_small_hdim_factor=k.number("attn_small_hdim_factor", maximum=1.0),
+        kernel_floor_us=k.number("kernel_floor_us", minimum=0.0, strict=False),
+        **_training(k, defaults),
+    )
+    _figures(k, [n for n in KernelSpec.__dataclass_fields__ if k.raw(n) is not None], sources)
+    return spec
+
+
+def parse_instance(data: dict, where: str) -> InstanceType:
+    """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
+    top = Fields(data, where).closed(INSTANCE_KEYS)
+    sources: dict[str, str] = {}
+    name = top.text("name")
+
+    dev = top.sub("device").closed(DEVICE_KEYS)
+    peak = dev.sub("peak_tflops").closed(PRECISIONS)
+    peaks: dict[str, float] = {}
+    for prec in PRECISIONS:
+        if peak.has(prec):
+            peaks[prec] = peak.number(prec)
+    _figures(peak, list(PRECISIONS), sources)
+    if not peaks:
+        raise ConfigError("expected at least one of fp32, fp16, bf16", where=where, field="device.peak_tflops")
+    eff = dev.sub("matmul_efficiency").closed(PRECISIONS)
+    effs = {p: eff.number(p, maximum=1.0) for p in peaks}
+    _figures(eff, list(PRECISIONS), sources)
+    device = DeviceSpec(
+        model=dev.text("model"),
+        count=dev.integer("count", maximum=MAX_WORLD),
+        memory_gib=dev.number("memory_gib"),
+        peak_tflops=peaks,
+        matmul_efficiency=effs,
+        memory_bandwidth_GBps=dev.number("memory_bandwidth_GBps"),
+        memory_efficiency=dev.number("memory_efficiency", maximum=1.0),
+        kind=dev.text("kind", default="gpu", choices=("gpu", "cpu")),
+        kernels=_kernels(dev.sub("kernels", required=False), sources),
+    )
+    _figures(dev, ["count", "memory_gib", "memory_bandwidth_GBps", "memory_efficiency"], sources)
+
+    fab = top.sub("fabric").closed(FABRIC_KEYS)
+    fabric = FabricSpec(
+        kind=fab.text("kind", choices=FABRICS),
+        port_GBps=fab.number("port_GBps"),
+        efficiency=fab.number("efficiency", maximum=1.0),
+        latency_us=fab.number("latency_us", minimum=0.0, strict=False),
+        shared_GBps=fab.number("shared_GBps", required=False),
+    )
+    _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps"], sources)
+
+    nic_f = top.sub("nic").closed(NIC_KEYS)
+    nic = NicSpec(
+        count=nic_f.integer("count", maximum=MAX_NICS),
+        rate_gbps=nic_f.number("rate_gbps"),
+        efficiency=nic_f.number("efficiency", maximum=1.0),
+        latency_us=nic_f.number("latency_us", minimum=0.0, strict=False),
+    )
+    _figures(nic_f, ["count", "rate_gbps", "efficiency", "latency_us"], sources)
+
+    host_f = top.sub("host").closed(HOST_KEYS)
+    host = HostSpec(cores=host_f.integer("cores"), memory_gib=host_f.number("memory_gib"))
+    _figures(host_f, ["cores", "memory_gib"], sources)
+
+    price = top.number("price_per_hour_usd", required=False)
+    _figures(top, ["price_per_hour_usd"], sources)
+
+    emulated = None
+    emu = top.sub("emulated", required=False)
+    if emu is not None:
+        emu.closed(EMULATION_KEYS)
+        emulated = EmulationSpec(
+            nodes=emu.integer("nodes", maximum=MAX_WORLD), subnet=emu.text("subnet", default="10.213.0.0/24")
+        )
+
+    return InstanceType(
+        name=name,
+        description=top.text("description", default=""),
+        device=device,
+        fabric=fabric,
+        nic=nic,
+        host=host,
+        price_per_hour_usd=price,
+        path=where,
+        emulated=emulated,
+        sources=sources,
+    )
+
+
+def builtin_topology_dir() -> Path:
+    """The folder of shipped topology files (works from a checkout and from a wheel)."""
+    return TOPOLOGIES
+
+
+def builtin_topologies() -> list[str]:
+    return sorted(p.stem for p in builtin_topology_dir().glob("*.yaml"))
+
+
+def load_instance(name_or_path: str) -> InstanceType:
+    """Find a topology by shipped name (``p4d.24xlarge``) or by a path to a YAML file."""
+    path = Path(name_or_path)
+    looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path
+    if looks_like_path:
+        if not path.exists():  # a device or a pipe is read as any file is: bounded
+            raise ConfigError(f"topology file not found: {name_or_path}")
+    else:
+        path = builtin_topology_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            known = suggest(name_or_path, builtin_topologies())
+            raise ConfigError(f"unknown topology {name_or_path!r}; {known} (or give a path to a YAML file)")
+    return parse_instance(load_yaml(path), str(path) if looks_like_path else f"topologies/{path.name}")
+
+
+def make_cluster(topology: str | InstanceType, nodes: int | None = None) -> Cluster:
+    """A cluster of `nodes` instances; emulated topologies default to their own node count."""
+    inst = load_instance(topology) if isinstance(topology, str) else topology
+    if nodes is None:
+        nodes = inst.emulated.nodes if inst.emulated else 1
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"expected a node count >= 1, got {nodes!r}", field="nodes")
+    return Cluster(inst, nodes)

@@ -1,0 +1,121 @@
+"""Memory per rank as the caching allocator's peak sees it: model states, gathered units,
+activations, pipeline in-flight microbatches, and the optimizer step's temporaries.
+
+The peak is the larger of two moments (a named choice): the end of the forward / the
+backward, where gathered units and saved activations are alive, and the optimizer step, where
+they are freed and the step's own temporaries are alive. Model states (parameters, gradients,
+Adam's moments) and the runtime overhead are alive at both."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from shardsim.config import Resolved, RunConfig
+from shardsim.core.units import GIB
+from shardsim.simulator.checkpointing import Checkpointing
+from shardsim.simulator.compute import DTYPE_BYTES
+from shardsim.simulator.hardware.topology import DeviceSpec
+from shardsim.simulator.plan import RankClass
+from shardsim.simulator.workload.model import Block
+
+GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
+# torch.optim.Adam(foreach=True), the default on CUDA, materializes sqrt(exp_avg_sq) for all of a
+# rank's parameters at once during step(): one fp32 temporary the size of the local parameters.
+# fused=True and the per-parameter loop keep none the size of the parameters.
+ADAM_STEP_TEMPORARIES = {"foreach": 1.0, "fused": 0.0, "per-parameter": 0.0}
+# PyTorch's caching allocator reserves more than it hands out (large blocks rounded up to 2 MiB,
+# cached segments split and kept): a GPU needs the peak of allocated memory plus this share of it
+# (assumption, named; not measured here: the committed runs record the allocated peak only).
+ALLOCATOR_RESERVE = 0.05
+FSDP_GATHERED_LAYERS = 2  # current + prefetched layer unsharded at once (FSDP2 limits in-flight all-gathers)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    params_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    gathered_gib: float
+    activations_gib: float
+    overhead_gib: float
+    step_temporaries_gib: float = 0.0  # alive only during the optimizer step
+    reserve: float = 0.0  # the allocator's reserve over the peak (ALLOCATOR_RESERVE on GPUs)
+
+    @property
+    def total_gib(self) -> float:
+        states = self.params_gib + self.grads_gib + self.optimizer_gib + self.overhead_gib
+        return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib)
+
+    @property
+    def reserved_gib(self) -> float:
+        """What the device must hold: the allocated peak with the allocator's reserve, plus the runtime overhead."""
+        return (self.total_gib - self.overhead_gib) * (1 + self.reserve) + self.overhead_gib
+
+    def to_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        del d["reserve"]
+        d["total_gib"] = self.total_gib
+        d["reserved_gib"] = self.reserved_gib
+        return d
+
+
+def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
+    """Microbatches whose activations a stage holds at its peak (GPipe all; 1F1B P - s)."""
+    if not cfg.strategy.spec.is_pipeline:
+        return 1
+    if cfg.strategy.schedule == "gpipe":
+        return res.microbatches
+    return min(res.pp - stage, res.microbatches)
+
+
+def pipelined_unsharded(rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+    """Bytes a sharded pipeline stage holds unsharded from its first backward to the end
+    of the step: pipelining's set_reshard_after_backward(False) keeps every unit unsharded,
+    and with set_requires_gradient_sync(False) each accumulates its unsharded gradient
+    until perform_reduce_grad. Parameters in the param dtype, gradients in the reduce dtype
+    (FSDP2 upcasts an accumulated gradient to it)."""
+    return sum(p for _, p in rc.units) * (param_bytes + grad_bytes)
+
+
+def rank_memory(
+    cfg: RunConfig,
+    res: Resolved,
+    rc: RankClass,
+    blocks: list[Block],
+    stage: int,
+    device: DeviceSpec,
+    ckpt: Checkpointing,
+) -> MemoryBreakdown:
+    """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`)."""
+    pb = DTYPE_BYTES[cfg.precision]
+    rb = DTYPE_BYTES[cfg.grad_dtype]
+    local = rc.local_params
+    fsdp = res.shard > 1
+    # DistributedDataParallel wraps the model (even over one rank): its buckets hold a second copy
+    ddp_like = not fsdp and (res.replicas > 1 or cfg.strategy.spec.replicates)
+    params = local * 4  # fp32 master parameters (sharded under FSDP2)
+    # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
+    grads = local * 4 * (2 if ddp_like else 1)
+    optim = local * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
+    temporaries = local * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
+    gathered = 0.0
+    if fsdp and cfg.strategy.spec.is_pipeline:
+        gathered = pipelined_unsharded(rc, pb, rb)
+    elif fsdp:
+        root = next((p for n, p in rc.units if n == "root"), 0.0)
+        layer_sizes = sorted((p for n, p in rc.units if n != "root"), reverse=True)
+        # ZeRO-2 (reshard_after_forward=False): every layer stays gathered from its forward to its backward
+        top = sum(layer_sizes[: None if not cfg.strategy.reshard_after_forward else FSDP_GATHERED_LAYERS])
+        # unsharded params of the root and the gathered layers, plus one layer's unsharded
+        # gradient before its reduce-scatter (and, when the reduce dtype differs, the
+        # reduce-scatter's input, the gradient cast to it)
+        grad = (layer_sizes[0] if layer_sizes else 0.0) * (pb + (rb if rb != pb else 0))
+        gathered = (root + top) * pb + grad
+    elif pb != 4:
+        gathered = rc.params * pb  # autocast keeps low-precision weight copies
+    acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * in_flight(cfg, res, stage)
+    gpu = device.kind == "gpu"
+    overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
+    g = 1 / GIB
+    reserve = ALLOCATOR_RESERVE if gpu else 0.0
+    return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g, reserve)

@@ -1,0 +1,183 @@
+"""One step prediction: config → plan → simulated timeline → StepPrediction."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shardsim.config import Resolved, RunConfig, resolve
+from shardsim.core.errors import ConfigError
+from shardsim.simulator.calibration.apply import calibrated
+from shardsim.simulator.checkpointing import checkpointing_of
+from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.engine import Span, simulate
+from shardsim.simulator.hardware.profile import Profile, load_profile
+from shardsim.simulator.hardware.topology import Cluster, make_cluster
+from shardsim.simulator.memory import MemoryBreakdown, rank_memory
+from shardsim.simulator.network.links import links_for
+from shardsim.simulator.plan import Plan
+from shardsim.simulator.scale import check_scale
+from shardsim.simulator.strategies.build import build_plan
+from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload, stage_ranges
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One step's prediction. `tflops_per_device` and `mfu` count model FLOPs: the workload's
+    forward and backward per sample (recomputation under checkpointing not counted), attention
+    as the fused kernels do the work: half the s*s products for causal models, all of them for
+    bidirectional ones (`workload.families`). `params` is the model's parameter count."""
+
+    config: dict
+    cluster: str
+    strategy: str
+    world: int
+    global_batch: int
+    step_time_s: float
+    samples_per_s: float
+    breakdown: dict[str, float]
+    tflops_per_device: float
+    mfu: float
+    memory_per_rank_gib: float
+    device_memory_gib: float
+    fits: bool
+    fit_reason: str
+    memory: dict[str, float]
+    collectives: dict[str, int]
+    cost_per_hour_usd: float | None
+    params: int = 0
+    spans: list[Span] = field(default_factory=list, repr=False, compare=False)
+    class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("spans")
+        d.pop("class_labels")
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def _critical_breakdown(p: Plan, spans: list[Span], rc: int) -> dict[str, float]:
+    mine = [s for s in spans if s.rank_class == rc]
+    end = max(s.end for s in mine)
+    compute = [(s.start, s.end) for s in mine if s.kind == "compute"]
+    opt = [(s.start, s.end) for s in mine if s.kind == "optimizer"]
+    comm = [(s.start, s.end) for s in spans if s.kind == "comm" and (s.rank_class == rc or p.ops[s.op].peer == rc)]
+    busy = union(compute + opt)
+    idle = subtract([(0.0, end)], busy)
+    exposed = length(idle) - length(subtract(idle, comm))
+    return {
+        "compute_s": float(length(compute)),
+        "exposed_comm_s": float(exposed),
+        "bubble_s": float(length(idle) - exposed),
+        "optimizer_s": float(length(subtract(opt, compute))),
+        "comm_total_s": float(length(comm)),
+    }
+
+
+def predict(
+    cfg: RunConfig,
+    *,
+    algo: str = "auto",
+    workload: Workload | None = None,
+    cluster: Cluster | None = None,
+    profile: Profile | None = None,
+) -> StepPrediction:
+    """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`; `profile`
+    (already loaded) takes the place of the file `cfg.profile` names."""
+    cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
+    w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
+    n_layers = len(w.layers) or len(w.blocks)
+    cfg, res = resolve(cfg, cluster.world, n_layers, tied_embeddings=w.tied_embeddings)
+    check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
+    if refusal := cluster.instance.device.backend_refusal(cfg.backend):
+        raise ConfigError(refusal, field="backend")
+    if profile is None and cfg.profile:
+        profile = load_profile(cfg.profile, w.name)
+    if profile:
+        cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
+    if cfg.calibration:
+        cluster = calibrated(cluster, cfg.calibration)  # fitted figures over the topology's
+    cm = ComputeModel(
+        cluster.instance.device,
+        cfg.precision,
+        profile,
+        cfg.optimizer_impl,
+        w.arch,
+        sync_ranks=cluster.world,
+        reduce_dtype=cfg.grad_dtype,
+    )
+    plan = build_plan(cfg, res, w, cm)
+    g = links_for(cluster)
+    # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
+    shared = cluster.instance.host.cores if cluster.instance.emulated else None
+    comm_cpu = None
+    if shared is not None and profile:
+        shared = profile.cores_for(cluster.world, shared)
+        comm_cpu = profile.comm_cpu(cluster)
+    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu)
+    return _summarize(cfg, res, w, cluster, cm, plan, spans)
+
+
+def _summarize(
+    cfg, res: Resolved, w: Workload, cluster: Cluster, cm: ComputeModel, plan: Plan, spans
+) -> StepPrediction:
+    ends = {}
+    for s in spans:
+        ends[s.rank_class] = max(ends.get(s.rank_class, 0.0), s.end)
+    critical = max(ends, key=lambda rc: ends[rc])
+    step = ends[critical]
+    bd = _critical_breakdown(plan, spans, critical)
+    samples = res.global_batch
+    flops = w.train_flops * samples  # model FLOPs (recompute not counted), the MFU convention
+    tflops = flops / step / res.world / 1e12 if step > 0 else 0.0
+    dev = cluster.instance.device
+    # memory: the worst rank class
+    layers = [b for b in w.blocks if b.kind == "layer"]
+    ckpt = checkpointing_of(cfg, layers)
+    mems: list[MemoryBreakdown] = []
+    if cfg.strategy.spec.is_pipeline:
+        embed = [b for b in w.blocks if b.kind == "embed"]
+        head = [b for b in w.blocks if b.kind == "head"]
+        for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp)):
+            blocks = (embed if s == 0 else []) + layers[a:b] + (head if s == res.pp - 1 else [])
+            mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev, ckpt))
+    else:
+        mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev, ckpt))
+    worst = max(mems, key=lambda m: m.reserved_gib)
+    fits = worst.reserved_gib <= dev.memory_gib
+    reason = "" if fits else f"needs {worst.reserved_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
+    counts = Counter(op.coll for op in plan.ops if op.kind == "comm")
+    price = cluster.price_per_hour_usd
+    return StepPrediction(
+        config=cfg.to_dict(),
+        cluster=cluster.describe(),
+        strategy=cfg.strategy.label(),
+        world=res.world,
+        global_batch=samples,
+        step_time_s=step,
+        samples_per_s=samples / step if step > 0 else float("inf"),
+        breakdown=bd,
+        tflops_per_device=tflops,
+        mfu=tflops * 1e12 / cm.peak_flops,
+        memory_per_rank_gib=worst.reserved_gib,
+        device_memory_gib=dev.memory_gib,
+        fits=fits,
+        fit_reason=reason,
+        memory=worst.to_dict(),
+        collectives=dict(counts),
+        cost_per_hour_usd=price,
+        params=w.params,
+        spans=spans,
+        class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes],
+    )
+
+
+def save_trace(pred: StepPrediction, path: str | Path) -> None:
+    write_chrome_trace(path, pred.spans, pred.class_labels, {"prediction": pred.to_dict()})

@@ -1,0 +1,27 @@
+"""The plan of one training step, built by the strategy's kind (`kinds.STRATEGIES`)."""
+
+from __future__ import annotations
+
+from shardsim.config import Resolved, RunConfig
+from shardsim.simulator.checkpointing import checkpointing_of
+from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.plan import Plan
+from shardsim.simulator.strategies.steps import BlockTimes
+from shardsim.simulator.workload.model import Workload
+
+
+def overlaps(cfg: RunConfig, res: Resolved) -> bool:
+    """Does communication overlap compute? NCCL runs on its own CUDA streams; on CPU with
+    gloo the kind decides (FSDP2 has no streams; DDP's reducer runs gloo asynchronously)."""
+    return cfg.backend == "nccl" or cfg.strategy.spec.overlaps(res)
+
+
+def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
+    """The plan of one training step of `cfg`'s strategy."""
+    layer_params = sum(b.params for b in w.layers)
+    p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
+    cm = BlockTimes(cm, checkpointing_of(cfg, w.layers))  # type: ignore[assignment]
+    with paused_gc():
+        cfg.strategy.spec.plan(p, cm, cfg, res, w)
+    return p

@@ -1,0 +1,213 @@
+"""FSDP2 (strategies zero and zero2d, and the sharded stages of a pipeline): fully_shard with
+one unit per layer plus the root (embedding + head); ZeRO-2 (reshard_after_forward=False)
+keeps each layer gathered from its forward to its backward, which then gathers nothing.
+Gradients are reduced in the reduce dtype (MixedPrecisionPolicy.reduce_dtype), parameters
+gathered in the param dtype.
+
+Per micro-step: all-gather the root (kept through forward: FSDP2 does not reshard the root
+after forward), per layer all-gather → forward (the next layer's all-gather is issued as soon
+as the one before it is, at most FSDP_PREFETCH_LIMIT gathered layers ahead: implicit prefetch);
+in backward all-gather again (explicit prefetch of the next layer) → backward → reduce-scatter;
+for ZeRO-2D an all-reduce of the gradient shard across the replica group after each
+reduce-scatter, only on the last micro-step (set_requires_all_reduce). FSDP2's own work
+(copy-out after an all-gather, copy-in before a reduce-scatter) runs on the compute stream at
+`Plan.fsdp`'s cost per parameter. Which units are unsharded is tracked (`Residency`), so that
+a pipeline's stages, which keep them unsharded after backward, gather each unit once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardsim.config import Resolved, RunConfig
+from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.plan import Dep, Plan
+from shardsim.simulator.strategies.steps import ROOT, Piece, compute_op, data_parallel_plan, run_through, split_blocks
+from shardsim.simulator.workload.model import Workload
+
+FSDP_PREFETCH_LIMIT = 2  # gathered layers allowed ahead of compute in forward (assumption)
+
+
+@dataclass
+class Residency:
+    """Which FSDP2 units of a rank class are unsharded now (FSDPParamGroup.is_unsharded).
+
+    `unshard` all-gathers only a sharded unit (a no-op otherwise); a block reshards after
+    forward (reshard_after_forward=True; False is ZeRO-2: it stays gathered for its backward),
+    the root does not. After backward every unit reshards, unless pipelining set
+    set_reshard_after_backward(False): then units stay unsharded until perform_reduce_grad."""
+
+    reshard_after_backward: bool = True
+    reshard_after_forward: bool = True
+    unsharded: set[str] = field(default_factory=set)
+
+    def unshard(self, unit: str) -> bool:
+        """FSDPParamGroup.unshard: True when it issues an all-gather."""
+        if unit in self.unsharded:
+            return False
+        self.unsharded.add(unit)
+        return True
+
+    def post_forward(self, unit: str) -> None:
+        """FSDPParamGroup.post_forward of a block: reshard (even when a backward left it
+        unsharded), unless it was sharded with reshard_after_forward=False."""
+        if self.reshard_after_forward:
+            self.unsharded.discard(unit)
+
+    def post_backward(self) -> None:
+        """The end of a backward pass: reshard everything unless resharding after backward is off."""
+        if self.reshard_after_backward:
+            self.unsharded.clear()
+
+    def reshard_all(self) -> None:
+        """perform_reduce_grad: post_backward with set_reshard_after_backward(True)."""
+        self.unsharded.clear()
+
+
+@dataclass
+class FsdpPiece(Piece):
+    """A piece FSDP2 shards over `shard`, with its units' residency."""
+
+    shard: GroupLayout  # FSDP2's shard groups
+    residency: Residency = field(default_factory=Residency)
+
+
+def fsdp_forward(
+    p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: FsdpPiece, after: Dep, tag: str
+) -> Dep:
+    """FSDP2 forward of a piece (all-gathers of the units `pc.residency` holds sharded).
+    Returns the last compute op."""
+    pbytes = DTYPE_BYTES[cfg.precision]  # MixedPrecisionPolicy.param_dtype
+    sh, res = pc.shard, pc.residency
+    if ROOT in res.unsharded and all(b.name in res.unsharded for b in pc.layers):
+        for b in pc.layers:  # nothing to gather: nothing waits between the blocks (see run_through)
+            res.post_forward(b.name)
+        return run_through(p, rc, f"F{tag}", after, [cm.block(b, mb).fwd_s for b in pc.blocks], "fwd")
+    ag_root = None
+    prev = after
+    if res.unshard(ROOT):
+        ag_root = p.comm(rc, "ag", "all_gather", sh, pc.root_params * pbytes, f"AG root{tag}", [after], "fwd")
+        out = p.fsdp.gather_s_per_param * pc.root_params
+        prev = _fsdp_work(p, rc, f"copy-out root{tag}", [ag_root, prev], out, "fwd")
+    for b in pc.embed:
+        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
+    fwd_ids: list[int] = []
+    for i, b in enumerate(pc.layers):
+        ag = None
+        own = 0.0
+        if res.unshard(b.name):
+            gate = fwd_ids[i - FSDP_PREFETCH_LIMIT] if i >= FSDP_PREFETCH_LIMIT else after
+            ag = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG {b.name}{tag}", [gate, ag_root], "fwd")
+            own = p.fsdp.gather_s_per_param * b.params
+        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag, prev], own + cm.block(b, mb).fwd_s, "fwd")
+        res.post_forward(b.name)
+        fwd_ids.append(prev)
+    for b in pc.head:
+        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
+    return prev
+
+
+def _fsdp_work(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str) -> Dep:
+    """FSDP2's own work on the compute stream (Plan.fsdp) as an op of its own, when it costs
+    anything; else the last of `deps` (what the next op waits on either way)."""
+    if dur > 0:
+        return compute_op(p, rc, name, deps, dur, phase)
+    return deps[-1]
+
+
+def fsdp_backward(
+    p: Plan,
+    rc: int,
+    cm: ComputeModel,
+    cfg: RunConfig,
+    mb: int,
+    pc: FsdpPiece,
+    after: Dep,
+    sync: bool,
+    tag: str,
+    reduce: bool = True,
+) -> tuple[Dep, list[int | None]]:
+    """Backward of a piece, with FSDP2's all-gathers (of units `pc.residency` holds sharded)
+    and gradient collectives.
+
+    `sync` False skips the all-reduce of gradient shards across replicas
+    (set_requires_all_reduce(False)); `reduce` False also skips the reduce-scatter
+    (set_requires_gradient_sync(False), as pipelining does in every microbatch backward).
+    Returns (last compute op, gradient collective ops)."""
+    pbytes, gbytes = DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
+    sh, rep = pc.shard, pc.replica
+    prev = after
+    for b in pc.head:
+        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
+    # the all-gather of layer i is issued when backward of layer i+1 starts (FSDP2's
+    # explicit backward prefetch of one unit); the last layer's when backward starts.
+    L = len(pc.layers)
+    pre: dict[int, Dep] = {L - 1: prev}  # the compute op just before B(i)
+    syncs: list[int | None] = []
+    for i in range(L - 1, -1, -1):
+        b = pc.layers[i]
+        c = cm.block(b, mb)
+        agb = None
+        dur = c.bwd_s + cm.recompute_s(b, mb)
+        if pc.residency.unshard(b.name):
+            gate = after if i == L - 1 else pre[i + 1]
+            agb = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG' {b.name}{tag}", [gate], "bwd")
+            dur += p.fsdp.gather_s_per_param * b.params
+        if reduce:
+            dur += p.fsdp.reduce_s_per_param * b.params  # copy-in before its reduce-scatter
+        prev = compute_op(p, rc, f"B {b.name}{tag}", [agb, prev], dur, "bwd")
+        pre[i - 1] = prev
+        if reduce:
+            rs = p.comm(rc, "rs", "reduce_scatter", sh, b.params * gbytes, f"RS {b.name}{tag}", [prev], "sync")
+            syncs.append(rs)
+            if sync and rep is not None:
+                shard_bytes = b.params * gbytes / sh.size
+                syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {b.name}{tag}", [rs, prev], "sync"))
+    for b in pc.embed:
+        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
+    if reduce and pc.root_params:
+        prev = _fsdp_work(p, rc, f"copy-in root{tag}", [prev], p.fsdp.reduce_s_per_param * pc.root_params, "bwd")
+        rs = p.comm(rc, "rs", "reduce_scatter", sh, pc.root_params * gbytes, f"RS root{tag}", [prev], "sync")
+        syncs.append(rs)
+        if sync and rep is not None:
+            nb = pc.root_params * gbytes / sh.size
+            syncs.append(p.comm(rc, "ar", "all_reduce", rep, nb, f"AR root{tag}", [rs, prev], "sync"))
+    pc.residency.post_backward()
+    return prev, syncs
+
+
+def fsdp_reduce_grad(
+    p: Plan, rc: int, cfg: RunConfig, pc: FsdpPiece, after: Dep, sync: bool, tag: str
+) -> list[int | None]:
+    """PipelineStage.perform_reduce_grad: post_backward of every FSDP2 unit in FSDPState
+    order (root, then the blocks): reduce-scatter of its accumulated unsharded gradient,
+    with `sync` the all-reduce of the shard across replicas; then every unit reshards.
+    Returns the gradient collective ops."""
+    gbytes = DTYPE_BYTES[cfg.grad_dtype]
+    sh, rep = pc.shard, pc.replica
+    syncs: list[int | None] = []
+    units = [(ROOT, pc.root_params)] + [(b.name, b.params) for b in pc.layers]
+    for name, params in units:
+        if params <= 0:
+            continue
+        after = _fsdp_work(p, rc, f"copy-in {name}{tag}", [after], p.fsdp.reduce_s_per_param * params, "sync")
+        rs = p.comm(rc, "rs", "reduce_scatter", sh, params * gbytes, f"RS {name}{tag}", [after], "sync")
+        syncs.append(rs)
+        if sync and rep is not None and rs is not None:
+            shard_bytes = params * gbytes / sh.size
+            syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {name}{tag}", [rs], "sync"))
+    pc.residency.reshard_all()
+    return syncs
+
+
+def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+    """Strategies zero and zero2d: every rank runs the whole model, sharded over groups of
+    `res.shard` ranks; with several groups (ZeRO-2D) each gradient shard is all-reduced across
+    the replica groups. Either as ZeRO-3 or, without resharding after forward, ZeRO-2."""
+    embed, layers, head = split_blocks(w)
+    world, d = res.world, res.shard
+    replica = GroupLayout(0, world, world // d, strided=True) if world > d else None
+    residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
+    piece = FsdpPiece(embed, layers, head, GroupLayout(0, world, d), replica, residency)
+    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward)

@@ -1,0 +1,239 @@
+"""Pipeline parallelism (torch.distributed.pipelining): stage-major ranks (stage s = ranks
+[s·R, (s+1)·R)), consecutive layers per stage (`stage_ranges`), GPipe or 1F1B order of
+microbatches (`schedule_order`), activations and gradients sent point to point (isend, waited
+on where the schedule waits: `send_waits`; with a rendezvous backend a send starts only once
+the receiving stage posts its recv, right after its previous op, and a small one frees its
+sender then: `RENDEZVOUS_BACKENDS`, `BUFFERED_SEND_BYTES`).
+
+The R replicas of a stage run DDP, or FSDP2 when sharded (degree d > 1). DDP stages all-reduce
+their buckets during the last microbatch's backward, which returns (and sends its input
+gradient) only once they are done. A sharded stage runs every microbatch backward with
+set_reshard_after_backward(False) and set_requires_gradient_sync(False): a unit all-gathers
+only when it is sharded (`Residency`), stays unsharded after backward, and reduce-scatters once
+per schedule step in perform_reduce_grad (+ the replica all-reduce at the accumulation boundary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardsim.config import Resolved, RunConfig
+from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.plan import Dep, Plan, RankClass, _ids, _join, moves
+from shardsim.simulator.strategies.ddp import ddp_backward, ddp_forward
+from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
+from shardsim.simulator.strategies.steps import Piece, optimizer_step, split_blocks
+from shardsim.simulator.workload.model import Workload, stage_ranges
+
+# Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
+# TCP transport is a rendezvous: measured in emu-2x2, a 64 KiB or 512 KiB isend whose recv is
+# posted 0.3 s late completes 0.30 s after it was posted, and the recv then still takes the
+# whole transfer (2.2 ms, 23 ms at 23 MB/s). A pipeline stage posts its recv right before the
+# op that needs it, so a GPipe stage that runs ahead does not receive ahead.
+# NCCL is left as eager (its sends fill the receiver's preallocated buffers): an assumption.
+RENDEZVOUS_BACKENDS = frozenset({"gloo"})
+# A gloo isend the kernel's socket buffers take whole ends for its sender at the rendezvous;
+# a bigger one when its bytes are delivered (an approximation: measured in emu-2x2, a 512 KiB
+# isend whose recv was posted ended 1 ms later, its delivery 22 ms later; a 2 MiB and an 8 MiB
+# one ended 35 and 52 ms before their delivery, about 0.8-1.2 MB still in flight).
+BUFFERED_SEND_BYTES = 512 * 1024
+
+
+def schedule_order(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
+    """Order of forward/backward microbatches on one stage (ScheduleGPipe / Schedule1F1B)."""
+    if kind == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(pp - stage - 1, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    order += [("B", i) for i in range(m - warm, m)]
+    return order
+
+
+def send_waits(kind: str, stage: int, pp: int, m: int) -> list[list[int]]:
+    """For each op of `schedule_order`, the earlier ops whose isend it waits for before it
+    computes. ScheduleGPipe waits for every forward send before the first backward
+    (fwd_sends_to_wait); Schedule1F1B waits for a send after the next op's compute in
+    warm-up and cool-down, and in its steady phase fires each send with the next receive
+    and waits for both. Every send is waited for before perform_reduce_grad (`_Pipeline`)."""
+    n = 2 * m
+    if kind == "gpipe":
+        return [list(range(m)) if j == m else [] for j in range(n)]
+    warm = min(m, pp - stage)  # Schedule1F1B's warmup_chunks
+    steady = range(warm, warm + 2 * (m - warm) + 1)  # its 1B1F loop: B0, F, B, ..., F, B
+    return [([j - 2] if j >= 2 else []) + ([j - 1] if j in steady else []) for j in range(n)]
+
+
+def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
+    """One piece and rank class per stage. A sharded stage (FSDP2 over its replicas) keeps
+    units unsharded after backward (pipelining's set_reshard_after_backward(False))."""
+    embed, layers, head = split_blocks(w)
+    P, R, d = res.pp, res.world // res.pp, res.shard
+    pieces: list[Piece] = []
+    for s, (a, b) in enumerate(stage_ranges(len(layers), P)):
+        blocks = (embed if s == 0 else [], layers[a:b], head if s == P - 1 else [])
+        if d > 1:
+            replica = GroupLayout(s * R, R, R // d, strided=True) if R > d else None
+            residency = Residency(reshard_after_backward=False)
+            pc: Piece = FsdpPiece(*blocks, GroupLayout(s * R, R, d), replica, residency)
+        else:
+            pc = Piece(*blocks, None, GroupLayout(s * R, R, R) if R > 1 else None)
+        pieces.append(pc)
+        params = sum(x.params for x in pc.blocks)
+        p.classes.append(RankClass(f"stage {s}", s * R, R, float(params), params / d, pc.units))
+    return pieces
+
+
+@dataclass
+class _StageRun:
+    """One stage's progress through a schedule step: its ops and the isend of each op done."""
+
+    order: list[tuple[str, int]]
+    waits: list[list[int]]
+    sends: list[int | None] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Isend:
+    """A pipeline's point-to-point send: `post`, the op that starts it once both sides have
+    posted (rendezvous backends only); `sender_done`, what the sender's waits end with;
+    `delivered`, the transfer the receiver's op waits for. None: nothing to wait for."""
+
+    post: int | None
+    sender_done: int | None
+    delivered: int | None
+
+
+NO_SEND = Isend(None, None, None)
+
+
+@dataclass
+class _Pipeline:
+    """Emits the schedule steps of a pipeline (torch.distributed.pipelining), stage by stage
+    in an order that respects the dependencies between stages."""
+
+    p: Plan
+    cm: ComputeModel
+    cfg: RunConfig
+    res: Resolved
+    pieces: list[Piece]
+    prev: list[Dep]  # what each stage's next op on its compute stream waits for
+    syncs: list[list[int | None]]  # each stage's gradient collectives (the optimizer waits for them)
+
+    @property
+    def rendezvous(self) -> bool:
+        return self.cfg.backend in RENDEZVOUS_BACKENDS
+
+    def step(self, k: int) -> None:
+        """Schedule step `k` of the gradient accumulation (one schedule.step call)."""
+        P, M, kind = self.res.pp, self.res.microbatches, self.cfg.strategy.schedule
+        runs = [_StageRun(schedule_order(kind, s, P, M), send_waits(kind, s, P, M)) for s in range(P)]
+        sent: dict[tuple[str, int, int], Isend] = {}  # (F|B, stage, microbatch) -> its isend
+        remaining = 2 * M * P
+        while remaining:
+            progressed = 0
+            for s, run in enumerate(runs):
+                while len(run.sends) < len(run.order):
+                    kind_, m = run.order[len(run.sends)]
+                    need = ("F", s - 1, m) if kind_ == "F" else ("B", s + 1, m)
+                    if 0 <= need[1] < P and need not in sent:
+                        break
+                    waits = [run.sends[j] for j in run.waits[len(run.sends)]]
+                    got = sent.get(need, NO_SEND)
+                    if got.post is not None:
+                        # this stage posts the recv once its previous op is done (in the batch it
+                        # then waits on, with its own sends): the peer's bytes move from then on
+                        self.p.ops[got.post].deps += _ids([self.prev[s]])
+                    start = _join(self.prev[s], got.delivered, *waits)
+                    self.prev[s], sent[(kind_, s, m)] = self._op(s, kind_, m, start, k)
+                    run.sends.append(sent[(kind_, s, m)].sender_done)
+                    progressed += 1
+            if not progressed:
+                raise RuntimeError("pipeline schedule deadlocked (a bug in schedule_order)")
+            remaining -= progressed
+        for s, run in enumerate(runs):
+            self._reduce_grad(s, run, k)
+
+    def _op(self, s: int, kind: str, m: int, start: Dep, k: int) -> tuple[Dep, Isend]:
+        """F or B of microbatch m on stage s, then the isend of its output (activation to the
+        next stage, input gradient to the previous). Returns (what the op's end waits for, the isend)."""
+        p, cfg, res, pc = self.p, self.cfg, self.res, self.pieces[s]
+        P, R, K, M, mb = res.pp, res.world // res.pp, cfg.grad_accum, res.microbatches, res.microbatch_size
+        tag = f" s{s} m{m}" + (f" [{k}]" if K > 1 else "")
+        ebytes = DTYPE_BYTES[cfg.precision]
+        if kind == "F":
+            forward = fsdp_forward if isinstance(pc, FsdpPiece) else ddp_forward
+            out = forward(p, s, self.cm, cfg, mb, pc, start, tag)
+            if s == P - 1:
+                return out, NO_SEND
+            lay = GroupLayout(s * R, 2 * R, 2, strided=True)
+            return out, self._isend(s, "p2p_fwd", lay, pc.blocks[-1].out_elems * mb * ebytes, f"act{tag}", out, s + 1)
+        # DDP syncs in the last microbatch's backward (last_backward) of the accumulation boundary;
+        # FSDP2 never reduces in a microbatch backward (set_requires_gradient_sync(False))
+        last = m == M - 1 and k == K - 1
+        if isinstance(pc, FsdpPiece):
+            op, syncs = fsdp_backward(p, s, self.cm, cfg, mb, pc, start, sync=last, tag=tag, reduce=False)
+        else:
+            op, syncs = ddp_backward(p, s, self.cm, cfg, mb, pc, start, sync=last, tag=tag)
+        self.syncs[s] += syncs
+        # DDP's backward() returns only once its buckets are all-reduced (the reducer's
+        # finalize_backward waits for them; on a GPU its stream does), so this stage's
+        # input-gradient send and its next op come after its gradient sync: the stages'
+        # syncs run one after another, each behind the previous stage's last backward
+        out = _join(op, *syncs)
+        if s == 0:
+            return out, NO_SEND
+        nbytes = pc.blocks[0].in_elems * mb * ebytes if pc.layers else 0.0
+        lay = GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True)
+        return out, self._isend(s, "p2p_bwd", lay, nbytes, f"grad{tag}", out, s - 1)
+
+    def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: Dep, peer: int) -> Isend:
+        """The isend of `what` to stage `peer` once op `after` is done. With a rendezvous
+        backend, a zero-length "post" op comes first (the recv's posting is added to its
+        dependencies when the receiver's schedule gets there), and the sender's wait ends at
+        the rendezvous when the message fits the sockets' buffers."""
+        if not self.rendezvous:
+            op = _send(self.p, s, stream, lay, nbytes, f"send {what}", after, peer)
+            return Isend(None, op, op)
+        if not moves(lay, nbytes):
+            return NO_SEND  # no op to post either
+        post = self.p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p")
+        op = _send(self.p, s, stream, lay, nbytes, f"send {what}", post, peer)
+        return Isend(post, post if nbytes <= BUFFERED_SEND_BYTES else op, op)
+
+    def _reduce_grad(self, s: int, run: _StageRun, k: int) -> None:
+        """The end of a stage's schedule step: wait for its isends, then perform_reduce_grad
+        (of a sharded stage); the next step's compute waits for the reductions (FSDP2's
+        finalize_backward)."""
+        K, pc = self.cfg.grad_accum, self.pieces[s]
+        end = _join(self.prev[s], *run.sends)
+        tag = f" s{s}" + (f" [{k}]" if K > 1 else "")
+        rg: list[int | None] = []
+        if isinstance(pc, FsdpPiece):
+            rg = fsdp_reduce_grad(self.p, s, self.cfg, pc, end, sync=k == K - 1, tag=tag)
+        self.syncs[s] += rg
+        self.prev[s] = _join(end, *rg)
+
+
+def _send(
+    p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: Dep, peer: int
+) -> int | None:
+    """A point-to-point isend to rank class `peer` (None when there is nothing to send)."""
+    op = p.comm(rc, stream, "send_recv", lay, nbytes, name, [after], "p2p")
+    if op is not None:
+        p.ops[op].peer = peer
+    return op
+
+
+def pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+    """Strategy pipeline: one rank class per stage, `cfg.grad_accum` schedule steps, then each
+    stage's optimizer step."""
+    pieces = _stage_pieces(p, res, w)
+    P = res.pp
+    pipe = _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)])
+    for k in range(cfg.grad_accum):
+        pipe.step(k)
+    for s in range(P):
+        optimizer_step(p, s, cm, pieces[s], w.params, [pipe.prev[s], *pipe.syncs[s]])

@@ -1,0 +1,131 @@
+"""What every strategy's program is made of: the piece of the model a rank class runs, its
+compute ops, the optimizer step, and the micro-steps of a data-parallel plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shardsim.config import Resolved, RunConfig
+from shardsim.simulator.checkpointing import Checkpointing
+from shardsim.simulator.compute import BlockCost, ComputeModel
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.plan import Dep, Plan, RankClass
+from shardsim.simulator.workload.model import Block, Workload
+
+ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
+# Parameter tensors per unit, for what per-parameter Adam launches: a transformer layer with
+# biases holds 12 (4 linear weights and biases, 2 LayerNorms); the block structure does not say (assumption).
+PARAM_TENSORS_PER_UNIT = 12
+
+
+def split_blocks(w: Workload) -> tuple[list[Block], list[Block], list[Block]]:
+    """The workload's embedding, layer and head blocks."""
+    embed = [b for b in w.blocks if b.kind == "embed"]
+    layers = [b for b in w.blocks if b.kind == "layer"]
+    head = [b for b in w.blocks if b.kind == "head"]
+    return embed, layers, head
+
+
+@dataclass
+class Piece:
+    """The blocks one rank class runs (the whole model, or one pipeline stage), with the
+    collectives that gather and sync its parameters."""
+
+    embed: list[Block]
+    layers: list[Block]
+    head: list[Block]
+    shard: GroupLayout | None  # FSDP shard groups; None = replicated (DDP or no data parallel)
+    replica: GroupLayout | None  # groups that all-reduce gradients (HSDP / DDP)
+
+    @property
+    def root_params(self) -> float:
+        return sum(b.params for b in self.embed + self.head)
+
+    @property
+    def blocks(self) -> list[Block]:
+        return self.embed + self.layers + self.head
+
+    @property
+    def units(self) -> tuple[tuple[str, float], ...]:
+        """(name, params) of its units: the root (when it has embedding or head), then each layer."""
+        units = tuple((b.name, float(b.params)) for b in self.layers)
+        if self.root_params:
+            units = ((ROOT, float(self.root_params)),) + units
+        return units
+
+
+def compute_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str) -> int:
+    """A compute op of `dur` seconds on the compute stream of rank class `rc`."""
+    return p.add(rc, "compute", "compute", name, deps, duration=dur, phase=phase)
+
+
+def run_through(p: Plan, rc: int, name: str, after: Dep, durations: list[float], phase: str) -> int:
+    """Blocks that run back to back on one compute stream, with no op waiting on any but the
+    last, as one compute op of their summed duration: exact (a chain of ops on one stream
+    ends when its sum has elapsed, with or without shared cores), and it keeps the plans of
+    long pipelines small. The trace shows one span per microbatch's pass instead of one per block."""
+    return compute_op(p, rc, f"{name} ({len(durations)} blocks)", [after], sum(durations), phase)
+
+
+def optimizer_step(p: Plan, rc: int, cm: ComputeModel, pc: Piece, model_params: float, deps: list[Dep]) -> int:
+    """Adam over the parameters rank class `rc` owns. When its piece is sharded (FSDP2's
+    DTensors), its share of the model's parameters times the measured sharded overhead is
+    added (an approximation: the overhead goes with the number of parameter tensors, taken
+    here as with their size)."""
+    rcl = p.classes[rc]
+    share = rcl.params / model_params if pc.shard is not None else 0.0
+    tensors = PARAM_TENSORS_PER_UNIT * len(rcl.units)
+    dur = cm.optimizer(rcl.local_params, tensors) + share * cm.sharded_optimizer_overhead()
+    return p.add(rc, "compute", "optimizer", "optimizer step", deps, duration=dur, phase="opt")
+
+
+def data_parallel_plan(
+    p: Plan,
+    cm: ComputeModel,
+    cfg: RunConfig,
+    res: Resolved,
+    w: Workload,
+    piece: Piece,
+    forward: Callable[..., Dep],
+    backward: Callable[..., tuple[Dep, list[int | None]]],
+) -> None:
+    """One rank class of every rank running the whole model: `cfg.grad_accum` micro-steps of
+    `forward` and `backward` (gradients synced on the last), then the optimizer step."""
+    p.classes.append(RankClass("all ranks", 0, res.world, float(w.params), w.params / res.shard, piece.units))
+    prev: Dep = None
+    syncs: list[int | None] = []
+    K = cfg.grad_accum
+    for k in range(K):
+        tag = f" [{k}]" if K > 1 else ""
+        prev = forward(p, 0, cm, cfg, res.microbatch_size, piece, prev, tag)
+        prev, s = backward(p, 0, cm, cfg, res.microbatch_size, piece, prev, sync=(k == K - 1), tag=tag)
+        syncs += s
+    optimizer_step(p, 0, cm, piece, w.params, [prev, *syncs])
+
+
+@dataclass
+class BlockTimes:
+    """A ComputeModel whose block times are computed once per (block, batch): a plan asks for
+    every block once per microbatch; with the configuration's checkpointing, what each block's
+    backward recomputes."""
+
+    cm: ComputeModel
+    ckpt: Checkpointing = field(default_factory=lambda: Checkpointing(frozenset()))
+    _memo: dict[tuple[int, int], BlockCost] = field(default_factory=dict)
+
+    def recompute_s(self, b: Block, batch: int) -> float:
+        """Seconds of forward that backward of `b` runs again (activation checkpointing)."""
+        return self.ckpt.recompute_s(b, self.block(b, batch))
+
+    def block(self, b: Block, batch: int) -> BlockCost:
+        key = (id(b), batch)  # the workload keeps its blocks alive while the plan is built
+        if key not in self._memo:
+            self._memo[key] = self.cm.block(b, batch)
+        return self._memo[key]
+
+    def optimizer(self, local_params: float, tensors: int = 0) -> float:
+        return self.cm.optimizer(local_params, tensors)
+
+    def sharded_optimizer_overhead(self) -> float:
+        return self.cm.sharded_optimizer_overhead()

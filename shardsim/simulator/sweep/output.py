@@ -1,0 +1,161 @@
+"""The files of a sweep: its table (CSV and Parquet) and its recommendation (JSON), written
+atomically into an output folder checked before any prediction runs.
+
+One folder holds one sweep. `sweep_folder` holds it for the whole sweep (a lock file,
+`LOCK`, naming the holder): a second sweep into it is refused at once, before any prediction,
+naming the first. `publish` makes the new files in a staging folder inside it, then removes the
+files the earlier sweep's `MANIFEST` lists, moves the new ones in and writes the manifest: what
+this sweep wrote and the command that wrote it. Files the manifest does not list are left as
+they are; a sweep that fails before publishing leaves the earlier one's files whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shardsim.core.errors import ConfigError, CorruptFile, WriteError
+from shardsim.core.files import atomic_path, atomic_write, install
+from shardsim.core.lockfile import Busy, held
+from shardsim.core.yamlio import read_text
+from shardsim.simulator.sweep.rows import native
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def check_output_dir(out: str | Path) -> Path:
+    """Make sure `out` is a writable folder before any prediction runs (ConfigError otherwise)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output folder {out} is a file, not a folder", field="--out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".shardsim-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to output folder {out}: {exc.strerror or exc}", field="--out") from None
+    return path
+
+
+MANIFEST = "manifest.json"
+LOCK = ".shardsim-sweep.lock"
+STAGING = ".shardsim-sweep-new-"  # the prefix of the folder the files are made in before they are moved in
+
+
+@contextlib.contextmanager
+def sweep_folder(out: str | Path, command: str) -> Iterator[Path]:
+    """`out` checked (`check_output_dir`) and held for the block by this process, running
+    `command`; ConfigError naming the holder when another sweep holds it."""
+    path = check_output_dir(out)
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    hold = contextlib.ExitStack()
+    try:
+        hold.enter_context(held(path / LOCK, f"pid {os.getpid()} ({command}) since {since}"))
+    except Busy as exc:
+        who = f"another sweep, {exc.holder}" if exc.holder else "another sweep"
+        raise ConfigError(
+            f"{out} is being written by {who}; wait for it to end or choose another --out", field="--out"
+        ) from None
+    with hold:
+        yield path
+
+
+def earlier_files(out: Path) -> list[str]:
+    """The files the manifest in `out` lists (none without one); CorruptFile naming it when it
+    is not a manifest or lists anything but a file name of the folder."""
+    path = out / MANIFEST
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(read_text(path))  # bounded: a folder, a device or a huge file is named at once
+    except ConfigError as exc:
+        raise CorruptFile(f"not a sweep manifest ({exc.message}); move it aside", where=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise CorruptFile(f"not a sweep manifest ({exc}); move it aside", where=str(path)) from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise CorruptFile("not a sweep manifest: no list of files; move it aside", where=str(path))
+    for name in files:
+        if not isinstance(name, str) or name != Path(name).name or name.startswith(".") or name == MANIFEST:
+            raise CorruptFile(f"{name!r} is not a file of this folder; move it aside", where=str(path), field="files")
+    return [*files, out / MANIFEST]
+
+
+def publish(out: Path, command: str, make: Callable[[Path], list[Path]]) -> list[Path]:
+    """This sweep's files in `out` (which `sweep_folder` holds): `make` writes them into a
+    staging folder it is given; then the files of `out`'s earlier manifest that this sweep does
+    not write are removed, the new ones installed (as `files.atomic_path` writes: a link's target,
+    a device written through) and the manifest written. Returns their paths in `out`, the
+    manifest's last. A write that fails raises `WriteError` naming what was installed and what
+    not; the manifest then lists what was."""
+    earlier = earlier_files(out)  # a bad manifest is named before anything is made
+    for stale in out.glob(f"{STAGING}*"):  # left by a sweep killed while making its files
+        shutil.rmtree(stale, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(dir=out, prefix=STAGING))
+    files: list[Path] = []
+    try:
+        try:
+            made = make(stage)
+        except WriteError as exc:  # nothing of this sweep is in `out`: the earlier files are whole
+            raise WriteError(exc.errno, exc.strerror, str(out / Path(exc.filename).name), (), ("any file",)) from exc
+        names = {p.name for p in made}
+        for name in earlier:
+            if name not in names:
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                    (out / name).unlink()
+        for i, p in enumerate(made):
+            try:
+                install(p, out / p.name)
+            except WriteError as exc:
+                raise exc.naming([f.name for f in files], [q.name for q in made[i + 1 :]]) from exc
+            files.append(out / p.name)
+    except BaseException:
+        if files:  # the manifest lists what this sweep did install
+            with contextlib.suppress(OSError):
+                _write_manifest(out, command, files)
+        raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    _write_manifest(out, command, files)
+    return [*files, out / MANIFEST]
+
+
+def _write_manifest(out: Path, command: str, files: list[Path]) -> None:
+    manifest = {
+        "command": command,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": [p.name for p in files],
+    }
+    atomic_write(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
+
+def write_tables(df: pd.DataFrame, out: str | Path, stem: str = "sweep") -> list[Path]:
+    """All rows to CSV and Parquet."""
+    out = Path(out)
+    csv, parquet = out / f"{stem}.csv", out / f"{stem}.parquet"
+    with atomic_path(csv) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    with atomic_path(parquet) as tmp:
+        df.to_parquet(tmp, index=False)
+    return [csv, parquet]
+
+
+def write_recommendation(rec: dict[str, Any], out: str | Path, name: str = "recommended.json") -> Path:
+    """`recommend()`'s answer as indented JSON."""
+    path = Path(out) / name
+    atomic_write(path, json.dumps(rec, indent=2) + "\n")
+    return path
+
+
+def to_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts (NaN → None, numpy scalars → Python)."""
+    return [{k: native(v) for k, v in r.items()} for r in df.to_dict(orient="records")]

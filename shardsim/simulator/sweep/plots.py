@@ -1,0 +1,282 @@
+"""Plots of a sweep (matplotlib Figure objects, PNG rendered by Agg, and SVG): two files per figure.
+
+- breakdown: step time per sharded data-parallel degree (and the best pipeline of each
+  degree) as stacked bars of compute, exposed communication, bubble and optimizer;
+- memory: memory per rank, stacked by kind, against the device's memory;
+- throughput_cost: samples/s and cost per million samples of the leading configurations;
+- scaling (sweeps over several cluster sizes): samples/s vs GPUs per configuration with
+  the ideal (linear) line, and the scaling efficiency.
+A configuration that does not fit is drawn hatched and marked, never as a plain bar.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+
+# Figures are built with matplotlib.figure.Figure, never pyplot: no display, no global figure
+# state, and savefig renders PNG with Agg (and SVG with the svg backend) whatever backend the
+# calling process has selected.
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+from shardsim.core.files import atomic_path
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+
+BREAKDOWN = (
+    ("compute_s", "compute", "#4C72B0"),
+    ("exposed_comm_s", "exposed comm", "#DD8452"),
+    ("bubble_s", "pipeline bubble", "#8C8C8C"),
+    ("optimizer_s", "optimizer", "#55A868"),
+)
+MEMORY = (
+    ("mem_params_gib", "params", "#4C72B0"),
+    ("mem_grads_gib", "grads", "#DD8452"),
+    ("mem_optimizer_gib", "optimizer", "#55A868"),
+    ("mem_gathered_gib", "gathered / low-precision copies", "#C44E52"),
+    ("mem_activations_gib", "activations", "#8172B3"),
+    ("mem_overhead_gib", "runtime overhead", "#937860"),
+)
+KIND_COLORS = {k: v.color for k, v in KINDS.items()}
+PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
+MAX_BARS = 30
+
+
+def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
+    paths = []
+    for ext in ("png", "svg"):
+        p = out / f"{stem}.{ext}"
+        # no date and fixed ids in the SVG: the same sweep gives the same file
+        meta = {"Date": None} if ext == "svg" else {}
+        with matplotlib.rc_context({"svg.hashsalt": "shardsim"}), atomic_path(p) as tmp:
+            fig.savefig(tmp, format=ext, dpi=110, metadata=meta)  # constrained layout already fits the labels
+        paths.append(p)
+        fig.set_layout_engine("none")  # laid out by the first save: the second keeps its positions
+    return paths
+
+
+def _clusters(df: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:
+    return [(k, g) for k, g in df.groupby(["topology", "nodes"], sort=False)]
+
+
+def _cluster_title(top: str, nodes: int, g: pd.DataFrame) -> str:
+    return f"{int(nodes)} x {top} ({int(g['world'].iloc[0])} x {g['device'].iloc[0]})"
+
+
+def short_label(r: pd.Series) -> str:
+    return _strategy_label(r) + _settings_of(r["config"])
+
+
+def _strategy_label(r: pd.Series) -> str:
+    return KINDS[r["strategy"]].plot_label(int(r["degree"]), int(r["pp"]), int(r["microbatches"]), r["schedule"])
+
+
+def _settings_of(config: str) -> str:
+    """ " ZeRO-2, ckpt off": what a configuration's label says beyond its strategy's kind and degrees."""
+    zero2 = " ZeRO-2" if "(ZeRO-2)" in config else ""
+    return zero2 + (", " + config.split(", ", 1)[1] if ", " in config else "")
+
+
+def representative_rows(g: pd.DataFrame) -> pd.DataFrame:
+    """The bars of one cluster: every ddp/zero/zero2d row by degree, then the best pipeline
+    (fitting first, by samples/s) of each pipeline degree."""
+    dp = g[~g["strategy"].isin(PIPELINES)].sort_values("degree", kind="mergesort")
+    pipe = g[g["strategy"].isin(PIPELINES)]
+    best = []
+    for _, pg in pipe.groupby("pp", sort=True):
+        best.append(pg.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort").iloc[:1])
+    return pd.concat([dp, *best]) if best else dp
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(n, 3)
+    return math.ceil(n / cols), cols
+
+
+def _bars(ax, rows: pd.DataFrame, parts, ylabel: str, limit: float | None = None) -> None:
+    """Stacked bars; a configuration that does not fit is hatched and its label ends in ✗ (red)."""
+    x = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    fits = rows["fits"].tolist()
+    for col, label, color in parts:
+        vals = rows[col].astype(float).tolist()
+        ax.bar(
+            x,
+            vals,
+            bottom=bottom,
+            color=color,
+            label=label,
+            edgecolor="black",
+            linewidth=0.4,
+            hatch=["" if f else "//" for f in fits],
+        )
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    if limit is not None:
+        ax.axhline(limit, color="black", linestyle="--", linewidth=1.0, label="device memory")
+    ax.set_xticks(x)
+    labels = [short_label(r) + ("" if r["fits"] else " ✗") for _, r in rows.iterrows()]
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+    for tick, f in zip(ax.get_xticklabels(), fits, strict=True):
+        if not f:
+            tick.set_color("#B00000")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _legend(fig: Figure, parts, any_unfit: bool, limit: bool = False) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=color, edgecolor="black", linewidth=0.4, label=label) for _, label, color in parts]
+    if limit:
+        handles.append(Line2D([], [], color="black", linestyle="--", label="device memory"))
+    if any_unfit:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="✗ does not fit in memory"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+
+
+def plot_breakdown(df: pd.DataFrame, out: Path, stem: str = "breakdown") -> list[Path]:
+    clusters = _clusters(df)
+    rows, cols = _grid(len(clusters))
+    fig = Figure(figsize=(max(7.0, 5.2 * cols), 4.4 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, ((top, nodes), g) in zip(axes.flat, clusters, strict=False):
+        _bars(ax, representative_rows(g), BREAKDOWN, "step time (s)")
+        ax.set_title(_cluster_title(top, nodes, g), fontsize=9)
+    for ax in list(axes.flat)[len(clusters) :]:
+        ax.set_visible(False)
+    _legend(fig, BREAKDOWN, not df["fits"].all())
+    fig.suptitle(f"{df['workload'].iloc[0]}: step time by sharded degree (and the best pipeline per pp)", fontsize=10)
+    return _save(fig, out, stem)
+
+
+def plot_memory(df: pd.DataFrame, out: Path, stem: str = "memory") -> list[Path]:
+    clusters = _clusters(df)
+    rows, cols = _grid(len(clusters))
+    fig = Figure(figsize=(max(7.0, 5.2 * cols), 4.4 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, ((top, nodes), g) in zip(axes.flat, clusters, strict=False):
+        _bars(ax, representative_rows(g), MEMORY, "memory per rank (GiB)", float(g["device_memory_gib"].iloc[0]))
+        ax.set_title(_cluster_title(top, nodes, g), fontsize=9)
+    for ax in list(axes.flat)[len(clusters) :]:
+        ax.set_visible(False)
+    _legend(fig, MEMORY, not df["fits"].all(), limit=True)
+    fig.suptitle(f"{df['workload'].iloc[0]}: memory per rank vs device memory", fontsize=10)
+    return _save(fig, out, stem)
+
+
+def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_cost") -> list[Path]:
+    multi = df.groupby(["topology", "nodes"]).ngroups > 1
+    ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
+    # every ddp/zero/zero2d row, then the leading pipelines, up to MAX_BARS bars
+    dp = ranked[~ranked["strategy"].isin(PIPELINES)].head(MAX_BARS)
+    pipe = ranked[ranked["strategy"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
+    top = ranked.loc[ranked.index.isin(dp.index) | ranked.index.isin(pipe.index)]
+    top = top.iloc[::-1]  # best at the top of a horizontal bar chart
+    labels = [(f"{int(r['nodes'])}x{r['topology']}  " if multi else "") + short_label(r) for _, r in top.iterrows()]
+    y = list(range(len(top)))
+    fig = Figure(figsize=(12, 0.28 * len(top) + 1.6), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2, sharey=True)
+    colors = [KIND_COLORS.get(k, "gray") for k in top["strategy"]]
+    hatches = [None if f else "//" for f in top["fits"]]
+    for yi, v, c, h in zip(y, top["samples_per_s"], colors, hatches, strict=True):
+        ax1.barh(yi, v, color=c, hatch=h, edgecolor="#B00000" if h else "black", linewidth=0.4)
+    ax1.set_yticks(y)
+    ax1.set_yticklabels(labels, fontsize=7)
+    ax1.set_xlabel("samples/s")
+    ax1.grid(axis="x", alpha=0.3)
+    cost = top["cost_per_million_samples_usd"]
+    if cost.notna().any():
+        for yi, v, c, h in zip(y, cost, colors, hatches, strict=True):
+            if pd.notna(v):
+                ax2.barh(yi, v, color=c, hatch=h, edgecolor="#B00000" if h else "black", linewidth=0.4)
+            else:
+                ax2.text(0, yi, " unknown (no price)", va="center", fontsize=7)
+        ax2.set_xlabel("USD per million samples (on-demand price)")
+    else:
+        ax2.text(0.5, 0.5, "cost unknown: the topology has no price", ha="center", va="center", transform=ax2.transAxes)
+        ax2.set_xticks([])
+    ax2.grid(axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    kinds = [k for k in KIND_COLORS if k in set(top["strategy"])]
+    handles = [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
+    if not top["fits"].all():
+        handles.append(Patch(facecolor="white", hatch="//", edgecolor="#B00000", label="does not fit"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8)
+    fig.suptitle(f"{df['workload'].iloc[0]}: throughput and cost of the leading configurations", fontsize=10)
+    return _save(fig, out, stem)
+
+
+def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
+    """Configurations of one topology present at two or more sizes: every ddp/zero/zero2d one,
+    then the pipelines with the highest samples/s, up to `limit` lines."""
+    counts = g.groupby("config", sort=False)["world"].nunique()
+    multi = [c for c in counts.index if counts[c] > 1]
+    first = g.drop_duplicates("config").set_index("config")
+    pipelines = [c for c in multi if first.loc[c, "strategy"] in PIPELINES]
+    dp = sorted(
+        (c for c in multi if c not in pipelines),
+        key=lambda c: (KINDS[first.loc[c, "strategy"]].plot_order, int(first.loc[c, "degree"])),
+    )
+    pipe = (
+        g[g["config"].isin(pipelines)]
+        .groupby("config", sort=False)["samples_per_s"]
+        .max()
+        .sort_values(ascending=False, kind="mergesort")
+    )
+    return (dp + list(pipe.index))[:limit] if len(dp) < limit else dp
+
+
+def plot_scaling(df: pd.DataFrame, out: Path, stem: str = "scaling") -> list[Path]:
+    tops = list(dict.fromkeys(df["topology"]))
+    fig = Figure(figsize=(5.6 * len(tops), 8.0), layout="constrained")
+    axes = fig.subplots(2, len(tops), squeeze=False)
+    mode = df["scaling_mode"].iloc[0] if "scaling_mode" in df else "weak"
+    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+    for j, top in enumerate(tops):
+        g = df[df["topology"] == top]
+        ax, ax_eff = axes[0, j], axes[1, j]
+        for i, cfg in enumerate(scaling_configs(g)):
+            s = g[g["config"] == cfg].sort_values("world", kind="mergesort")
+            color = palette[i % len(palette)]
+            ax.plot(s["world"], s["samples_per_s"], "-", color=color, label=cfg, linewidth=1.4)
+            ok, bad = s[s["fits"]], s[~s["fits"]]
+            ax.plot(ok["world"], ok["samples_per_s"], "o", color=color)
+            ax.plot(bad["world"], bad["samples_per_s"], "o", mfc="white", color=color)
+            ax.plot(s["world"], s["ideal_samples_per_s"], ":", color=color, linewidth=1.0)
+            ax_eff.plot(s["world"], s["scaling_efficiency"], "-", color=color, label=cfg)
+            ax_eff.plot(ok["world"], ok["scaling_efficiency"], "o", color=color, markersize=4)
+            ax_eff.plot(bad["world"], bad["scaling_efficiency"], "o", mfc="white", color=color, markersize=4)
+        ax.plot([], [], ":", color="black", label="ideal (linear from the smallest size)")
+        ax.plot([], [], "o", mfc="white", color="black", linestyle="none", label="does not fit in memory")
+        worlds = sorted(int(w) for w in g["world"].unique())
+        for a in (ax, ax_eff):
+            a.set_xscale("log", base=2)
+            a.set_xticks(worlds, [str(w) for w in worlds])
+            a.minorticks_off()
+            a.set_xlabel("GPUs")
+            a.grid(alpha=0.3)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel("samples/s")
+        ax.set_title(f"{top} ({g['workload'].iloc[0]}, {g['precision'].iloc[0]})", fontsize=9)
+        ax.legend(fontsize=7)
+        ax_eff.set_ylabel(f"{mode} scaling efficiency")
+        ax_eff.set_ylim(0, 1.1)
+    fig.suptitle(f"{mode} scaling: samples/s vs GPUs per configuration", fontsize=10)
+    return _save(fig, out, stem)
+
+
+def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:
+    """Every plot that applies to this sweep; returns the files written."""
+    out = Path(out)
+    paths = plot_breakdown(df, out) + plot_memory(df, out) + plot_throughput_cost(df, out)
+    if "scaling_efficiency" in df and df.groupby("topology")["world"].nunique().max() > 1:
+        paths += plot_scaling(df, out)
+    return paths

@@ -1,0 +1,268 @@
+"""A sweep on the terminal: the ranked tables and the recommendation, as rich renders them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, RunConfig
+from shardsim.core.console import console
+from shardsim.core.tables import Column, Grid, fitted, layout, show
+from shardsim.core.units import GIB, format_bytes, format_seconds
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.simulator.workload.load import spec_name
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _fmt_cost(v) -> str:
+    import pandas as pd
+
+    return "unknown" if v is None or pd.isna(v) else f"${v:,.2f}"
+
+
+def _mem_cell(r) -> str:
+    size = format_bytes(r["memory_per_rank_gib"] * GIB)
+    if r["fits"]:
+        return size
+    return f"[red]{size} > {format_bytes(r['device_memory_gib'] * GIB)} ✗[/red]"
+
+
+BREAKDOWN = {"compute_s": "compute", "exposed_comm_s": "exp. comm", "bubble_s": "bubble", "optimizer_s": "optim."}
+LEFT_OUT = "the breakdown columns (compute, exposed comm, bubble, optimizer)"
+
+
+def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True) -> tuple[Grid, int]:
+    """The ranked rows (and how many were left below `top`); `breakdown` False leaves out the four
+    columns of where the step goes."""
+    cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
+    figures = ["step", "samples/s", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", "$/M samples"]
+    g = Grid(title, cols + [Column(name, figure=True) for name in figures])
+    shown = df if top <= 0 else df.head(top)
+    for i, (_, r) in enumerate(shown.iterrows(), start=1):
+        cells = [str(int(r["rank"])) if not with_cluster else str(i)]
+        if with_cluster:
+            cells.append(f"{int(r['nodes'])} x {r['topology']}")
+        cells += [r["config"], format_seconds(r["step_time_s"]), f"{r['samples_per_s']:.1f}"]
+        if breakdown:
+            cells += [format_seconds(r[k]) for k in BREAKDOWN]
+        cells += [_mem_cell(r), _fmt_cost(r["cost_per_million_samples_usd"])]
+        g.add(*cells, style=None if r["fits"] else "dim")
+    return g, len(df) - len(shown)
+
+
+def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool):
+    """The ranked table as it fits the console's width, with its breakdown columns where they fit
+    (`wide`: always); how many rows were left below `top`; and the note that says what was left
+    out and how to see it (None when nothing was)."""
+    g, more = _ranked_grid(df, title, top, with_cluster)
+    t = fitted(out, g, wide)
+    if t is not None:
+        return t, more, None
+    g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False)
+    note = f"{LEFT_OUT} left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
+    return layout(out, g), more, note
+
+
+TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
+
+
+def versus(margin: float, other: str) -> str:
+    """``1.2% faster than X``, or below `TIE` ``tied (within 0.1%) with X``: one rule for every margin printed."""
+    if margin < TIE:
+        return f"tied (within {TIE * 100:g}%) with {other}"
+    return f"{margin * 100:.1f}% faster than {other}"
+
+
+def _describe(s: dict | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s['config']} ({format_seconds(s['step_time_s'])}/step, {s['samples_per_s']:.1f} samples/s)"
+
+
+def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
+    if rec["best"] is None:
+        return [f"[bold red]No recommendation:[/bold red] {rec['reason']}"]
+    where = ""
+    if multi:
+        b = rec["best"]
+        where = f" on {b['nodes']} x {b['topology']}"
+    lines = []
+    sdp = rec["sdp"]
+    if sdp is not None:
+        sdp_where = f" on {sdp['nodes']} x {sdp['topology']}" if multi else ""
+        line = (
+            f"[bold]Recommended sharded_data_parallel_degree: {rec['sharded_data_parallel_degree']}[/bold]"
+            f" = {_describe(sdp)}{sdp_where}"
+        )
+        if rec["sdp_runner_up"] is not None:
+            line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["config"])
+            if rec["sdp_runner_up"]["nodes"] != sdp["nodes"] and multi:
+                line += f" on {rec['sdp_runner_up']['nodes']} x {rec['sdp_runner_up']['topology']}"
+        lines.append(line)
+    else:
+        lines.append("No ddp/zero/zero2d configuration fits in memory; only pipelines do.")
+    line = f"[bold]Best configuration overall:[/bold] {_describe(rec['best'])}{where}"
+    if rec["runner_up"] is not None:
+        ru = rec["runner_up"]
+        ru_where = f" on {ru['nodes']} x {ru['topology']}" if multi else ""
+        line += "; " + versus(rec["margin"], f"the runner-up, {ru['config']}{ru_where}")
+    else:
+        line += "; it is the only configuration that fits"
+    lines.append(line)
+    if KINDS[rec["best"]["strategy"]].is_pipeline and rec.get("margin_over_sdp") is not None:
+        than = f"the best sharded data parallel configuration ({rec['sdp']['config']})"
+        lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
+    if multi and rec.get("cheapest"):
+        c = rec["cheapest"]
+        lines.append(
+            f"[bold]Cheapest per sample:[/bold] {c['config']} on {c['nodes']} x {c['topology']}, "
+            f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"
+        )
+    return lines
+
+
+def _cluster_grid(df, rec) -> Grid:
+    figures = ("step", "samples/s", "scaling eff.", "$/M samples", "sdp degree")
+    cols = [Column("cluster"), Column("GPUs", figure=True), Column("best")]
+    g = Grid("Per cluster", cols + [Column(name, figure=True) for name in figures])
+    for c in rec["clusters"]:
+        b = c["best"]
+        if b is None:
+            g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", "", "", "", "", "")
+            continue
+        row = df[(df["topology"] == c["topology"]) & (df["nodes"] == c["nodes"]) & (df["config"] == b["config"])]
+        eff = row["scaling_efficiency"].iloc[0] if "scaling_efficiency" in row and len(row) else float("nan")
+        g.add(
+            f"{c['nodes']} x {c['topology']}",
+            str(c["world"]),
+            b["config"],
+            format_seconds(b["step_time_s"]),
+            f"{b['samples_per_s']:.1f}",
+            "-" if eff != eff else f"{eff * 100:.0f}%",
+            _fmt_cost(b["cost_per_million_samples_usd"]),
+            "-" if c["sharded_data_parallel_degree"] is None else str(c["sharded_data_parallel_degree"]),
+        )
+    return g
+
+
+def _efficiency_grids(df) -> list[Grid]:
+    """Scaling efficiency of the ddp/zero/zero2d configurations (and the best pipelines), per GPU count."""
+    from shardsim.simulator.sweep.plots import scaling_configs
+
+    tables = []
+    for top, g in df.groupby("topology", sort=False):
+        worlds = sorted(g["world"].unique())
+        if len(worlds) < 2:
+            continue
+        mode = g["scaling_mode"].iloc[0]
+        title = f"{mode.capitalize()} scaling efficiency on {top} (vs {int(worlds[0])} GPUs; ✗ = does not fit)"
+        t = Grid(title, [Column("configuration"), *(Column(f"{int(w)}", figure=True) for w in worlds)])
+        for cfg in scaling_configs(g):
+            cells = []
+            for w in worlds:
+                r = g[(g["config"] == cfg) & (g["world"] == w)]
+                if r.empty:
+                    cells.append("")
+                else:
+                    r = r.iloc[0]
+                    cells.append(f"{r['scaling_efficiency'] * 100:.0f}%" + ("" if r["fits"] else " ✗"))
+            t.add(cfg, *cells)
+        tables.append(t)
+    return tables
+
+
+def _settings_listed(df) -> str:
+    """ "ZeRO-3/ZeRO-2; checkpointing off/selective op; ...": the values of each setting in the
+    rows, where the sweep listed settings ("" where it did not)."""
+    if "checkpointing" not in df:
+        return ""
+    parts = []
+    raf = sorted(df["reshard_after_forward"].dropna().unique(), reverse=True)
+    if len(raf) > 1:
+        parts.append("/".join("ZeRO-3" if v else "ZeRO-2" for v in raf))
+    pairs = sorted(
+        set(zip(df["checkpointing"], df["selective_ac_option"].fillna(""), strict=True)),
+        key=lambda p: (CHECKPOINTING.index(p[0]), p[1]),
+    )
+    ckpt = [RunConfig(checkpointing=c, selective_ac_option=o).checkpointing_label() for c, o in pairs]
+    for name, values in (
+        ("checkpointing", ckpt),
+        ("reduce", sorted(df["reduce_dtype"].unique(), key=PRECISIONS.index)),
+        ("adam", sorted(df["optimizer_impl"].unique(), key=OPTIMIZER_IMPLS.index)),
+    ):
+        if len(values) > 1:
+            parts.append(f"{name} " + "/".join(values))
+    return "; ".join(parts)
+
+
+def print_report(
+    df: pd.DataFrame,
+    rec: dict[str, Any],
+    base: RunConfig,
+    *,
+    global_batch: int | None,
+    top: int,
+    skipped: list[str],
+    files: list[str],
+    out_dir: str | None,
+    wide: bool = False,
+) -> None:
+    """The sweep on the terminal: the ranked table (per cluster and scaling efficiency when the
+    sweep spans several), what does not fit, what was skipped, the recommendation and the files
+    written. Rich markup, laid out for `console.output_width()`: a table too wide for it leaves
+    out its breakdown columns and says so (`wide`: every column, whatever the width)."""
+    out = console(wide=wide)
+    clusters = list(df.groupby(["topology", "nodes"], sort=False))
+    multi = len(clusters) > 1
+    head = (
+        f"{spec_name(base.workload)}, batch {base.batch_per_device}/device"
+        if global_batch is None
+        else f"{spec_name(base.workload)}, global batch {global_batch} (strong scaling)"
+    )
+    head += f", {base.precision}, checkpointing {base.checkpointing_label()}"
+    if base.reduce_dtype is not None:
+        head += f", reduce {base.grad_dtype}"
+    if base.optimizer_impl != RunConfig.optimizer_impl:
+        head += f", {base.optimizer} {base.optimizer_impl}"
+    head += f", {base.backend}"
+    listed = _settings_listed(df)
+    if listed:
+        out.print(f"Settings listed (a configuration names those that differ from the base's): {listed}")
+    if multi:
+        out.print(f"Sweep of {len(df)} configurations over {len(clusters)} clusters: {head}")
+        for g in (_cluster_grid(df, rec), *_efficiency_grids(df)):
+            show(out, layout(out, g, wide))
+        ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
+        title = "Leading configurations (all clusters, by samples/s)"
+        table, more, left_out = _ranked_table(out, ranked, title, top, True, wide)
+        show(out, table)
+    else:
+        (topology, nodes), g = clusters[0]
+        title = f"{int(nodes)} x {topology} ({int(g['world'].iloc[0])} x {g['device'].iloc[0]}): {head}"
+        table, more, left_out = _ranked_table(out, g, title, top, False, wide)
+        show(out, table)
+    if left_out:
+        out.print(left_out)
+    if more:
+        out.print(f"… {more} more rows" + (" in the CSV" if files else " (--top 0 shows all, --out DIR saves them)"))
+    unfit = df[~df["fits"]]
+    if len(unfit):
+        line = f"{len(unfit)} of {len(df)} configurations do not fit in memory (marked ✗; never recommended)"
+        if more:  # some of them may be below the table's cut: name the leading ones
+            names = [
+                f"{r['config']}"
+                + (f" on {int(r['nodes'])} x {r['topology']}" if multi else "")
+                + f" ({format_bytes(r['memory_per_rank_gib'] * GIB)})"
+                for _, r in unfit.sort_values("samples_per_s", ascending=False, kind="mergesort").head(3).iterrows()
+            ]
+            line += ": " + ", ".join(names) + (", …" if len(unfit) > 3 else ".")
+        else:
+            line += "."
+        out.print(line)
+    for line in skipped:
+        out.print(f"[yellow]skipped[/yellow] {line}")
+    for line in _recommendation_lines(rec, multi):
+        out.print(line)
+    if files:
+        out.print(f"Wrote {len(files)} files to {out_dir}: " + ", ".join(sorted({f.rsplit("/", 1)[-1] for f in files})))

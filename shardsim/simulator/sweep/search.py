@@ -1,0 +1,80 @@
+"""The sweep end to end: every valid configuration of one scenario (or several clusters),
+enumerated, predicted (in parallel when it pays) and ranked, as one pandas table.
+
+Determinism: the same rows in the same order whatever the number of workers (enumeration
+order, then a stable sort by rank); no timing goes into a row. `recommend(df)` then names the
+`sharded_data_parallel_degree` and the configuration to use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from shardsim.config import RunConfig
+from shardsim.core.errors import ConfigError
+from shardsim.simulator.sweep.execute import estimated_seconds, predict_all
+from shardsim.simulator.sweep.ranking import rank, scaling
+from shardsim.simulator.sweep.rows import columns
+from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload
+
+if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
+    import pandas as pd
+
+
+def sweep(
+    base: RunConfig | None = None,
+    space: SweepSpace | None = None,
+    *,
+    workload: Workload | None = None,
+    algo: str = "auto",
+    workers: int | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+    skipped: list[str] | None = None,
+    dropped: dict[str, int] | None = None,
+    confirm: Callable[[int, float], None] | None = None,
+) -> pd.DataFrame:
+    """Predict every valid configuration of `space` around `base` (default: the seed scenario).
+
+    Returns one row per configuration (columns `columns()`: `COLUMNS`, with `SETTING_COLUMNS`
+    when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans several
+    cluster sizes), ranked within each cluster. Raises ConfigError when
+    the space is empty; `skipped` (a list) receives one line per dropped cluster. `confirm(n,
+    seconds)` is called with the number of configurations and the estimated time before any is
+    predicted (it raises to stop the sweep)."""
+    base = base or RunConfig()
+    space = space or SweepSpace()
+    w = workload or load_workload(base.workload, base.shape, base.source)
+    if base.profile:
+        from shardsim.simulator.hardware.profile import load_profile
+
+        load_profile(base.profile, w.name)  # a bad profile fails once, here, not in every worker
+    en = enumerate_configs(base, space, w)
+    if skipped is not None:
+        skipped.extend(en.skipped)
+    if dropped is not None:
+        dropped.update(en.dropped)
+    if not en.candidates:
+        more = len(en.skipped) - 3
+        why = "; ".join(en.skipped[:3]) + (f"; and {more} more clusters" if more > 0 else "")
+        raise ConfigError(f"empty sweep space, no valid configuration in the requested space: {why}")
+    if confirm is not None:
+        confirm(len(en.candidates), estimated_seconds(en.candidates, workers))
+    rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
+    pd = _import_pandas()
+    cols = columns(space.spans_settings)
+    df = rank(pd.DataFrame(rows, columns=[c for c in cols if c != "rank"]))
+    df = df[list(cols)]
+    if df.groupby("topology")["world"].nunique().max() > 1:
+        df = scaling(df, "strong" if space.global_batch is not None else "weak")
+    return df
+
+
+def _import_pandas():
+    """pandas (a good part of a sweep's start-up), imported once the workers are predicting:
+    the pool forks smaller processes, and this one imports it while it waits for them."""
+    import pandas
+
+    return pandas

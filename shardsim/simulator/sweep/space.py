@@ -1,0 +1,335 @@
+"""The space a sweep searches: which configurations to try, and their enumeration.
+
+`enumerate_configs(base, space)` lists the strategies each cluster admits — ddp, zero, zero2d
+at every degree that divides the world, pipelines at every valid degree × microbatch count ×
+schedule, alone or with sharded stages — and keeps those `resolve()` accepts, in a fixed order,
+each with a rough cost estimate for scheduling the predictions. The settings (ZeRO-2,
+checkpointing, reduce dtype, Adam's implementation) are the base configuration's unless the
+space lists several: then every strategy is tried with every combination, and its label names
+the settings that differ from the base's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shardsim.config import (
+    CHECKPOINTING,
+    OPTIMIZER_IMPLS,
+    PRECISIONS,
+    SAC_OP,
+    SCHEDULES,
+    STRATEGIES,
+    RunConfig,
+    Strategy,
+    resolve,
+)
+from shardsim.config.resolve import TIED_PIPELINE
+from shardsim.core.errors import ConfigError
+from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.simulator.strategies.kinds import StrategyKind
+from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.model import Workload
+
+
+@dataclass(frozen=True)
+class SweepSpace:
+    """Which configurations to try. None means "all valid" for that axis.
+
+    strategies: kinds to include (ddp, zero, zero2d, pipeline).
+    degrees: shard degrees where a kind has a choice — zero2d's partition group size and a
+      pipeline stage's shard degree (1 = unsharded stages). ddp (1) and zero (the world)
+      have no choice and are kept whenever their kind is selected.
+    pp: pipeline degrees; default every divisor of the world from 2 up to the layer count.
+    microbatches: default pp, 2·pp, 4·pp where they divide the per-replica batch; given
+      explicitly, every listed count that divides it.
+    schedules: pipeline schedules (gpipe, 1f1b).
+    topologies / nodes: the clusters (product of both); None = the base config's.
+    global_batch: strong scaling — batch_per_device = global_batch / (world × grad_accum),
+      clusters where it does not divide are skipped. None = weak scaling (fixed batch per device).
+
+    The settings, None = the base configuration's only (opt-in lists, each a dimension more):
+    reshard_after_forward: for zero and zero2d (False: ZeRO-2); other kinds keep True.
+    checkpointing: none | full | selective; selective_ac_options: "op" or k (every k-th
+      block) for its selective rows.
+    reduce_dtypes: gradient reduction dtypes of the sharded rows (unsharded ones reduce fp32).
+    optimizer_impls: Adam's foreach | fused | per-parameter.
+    """
+
+    strategies: tuple[str, ...] = STRATEGIES
+    degrees: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    microbatches: tuple[int, ...] | None = None
+    schedules: tuple[str, ...] = SCHEDULES
+    topologies: tuple[str | InstanceType, ...] | None = None
+    nodes: tuple[int | None, ...] | None = None
+    global_batch: int | None = None
+    reshard_after_forward: tuple[bool, ...] | None = None
+    checkpointing: tuple[str, ...] | None = None
+    selective_ac_options: tuple[str, ...] | None = None
+    reduce_dtypes: tuple[str, ...] | None = None
+    optimizer_impls: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for k in self.strategies:
+            if k not in STRATEGIES:
+                raise ConfigError(
+                    f"unknown strategy {k!r}; expected some of {', '.join(STRATEGIES)}", field="strategies"
+                )
+        for s in self.schedules:
+            if s not in SCHEDULES:
+                raise ConfigError(f"unknown schedule {s!r}; expected some of {', '.join(SCHEDULES)}", field="schedules")
+        for name in ("degrees", "pp", "microbatches", "nodes"):
+            for v in getattr(self, name) or ():
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                    raise ConfigError(f"expected integers >= 1, got {v!r}", field=name)
+        if self.global_batch is not None and (isinstance(self.global_batch, bool) or self.global_batch < 1):
+            raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
+        for name in ("strategies", "schedules", "topologies", "nodes", *SETTING_AXES):
+            if getattr(self, name) is not None and not getattr(self, name):
+                raise ConfigError("empty list", field=name)
+        for v in self.reshard_after_forward or ():
+            if not isinstance(v, bool):
+                raise ConfigError(f"expected true or false, got {v!r}", field="reshard_after_forward")
+        for name, choices in (
+            ("checkpointing", CHECKPOINTING),
+            ("reduce_dtypes", PRECISIONS),
+            ("optimizer_impls", OPTIMIZER_IMPLS),
+        ):
+            for v in getattr(self, name) or ():
+                if v not in choices:
+                    raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(choices)}", field=name)
+        if self.selective_ac_options is not None:
+            options = tuple(str(v).strip() for v in self.selective_ac_options)
+            for v, text in zip(self.selective_ac_options, options, strict=True):
+                if isinstance(v, bool) or not (text == SAC_OP or (text.isdigit() and int(text) >= 1)):
+                    why = f"expected op or an integer k >= 1 (every k-th layer), got {v!r}"
+                    raise ConfigError(why, field="selective_ac_options")
+            object.__setattr__(self, "selective_ac_options", options)  # "2" and 2 are the same option
+
+    @property
+    def spans_settings(self) -> bool:
+        """Whether the space lists any setting (then rows carry `SETTING_COLUMNS`)."""
+        return any(getattr(self, name) is not None for name in SETTING_AXES)
+
+
+SETTING_AXES = ("reshard_after_forward", "checkpointing", "selective_ac_options", "reduce_dtypes", "optimizer_impls")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to predict: a checked RunConfig on a known cluster."""
+
+    index: int  # enumeration order (the deterministic tie-break)
+    cfg: RunConfig  # normalized by resolve()
+    cluster: Cluster
+    cost_estimate: float  # relative cost of predicting it (for scheduling work on the pool)
+    label: str  # the row's configuration: the strategy's label, and the settings that differ from the base's
+
+
+@dataclass
+class Enumeration:
+    """The candidates in enumeration order, and what was dropped on the way: whole clusters or
+    axes (`skipped`, a line each, with the reasons of a cluster where nothing was valid) and single
+    configurations of the clusters kept (`dropped`, how many for each reason, in the order first met)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one line per cluster or axis value dropped
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> configurations dropped for it
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def default_microbatches(pp: int, batch_per_device: int) -> list[int]:
+    """pp, 2·pp, 4·pp microbatches where they divide the per-replica batch (batch_per_device × pp).
+
+    Fewer than pp microbatches leave stages idle by construction; more than 4·pp buy a
+    bubble under (pp-1)/(5·pp-1) at the price of tiny microbatches and, for sharded stages,
+    one all-gather of every unit per microbatch — pass --microbatches to go further."""
+    per_replica = batch_per_device * pp
+    return [m for m in (pp, 2 * pp, 4 * pp) if per_replica % m == 0]
+
+
+SETUP_COST = 1600  # cost units (~ plan ops) of a prediction's set-up: block times, memory, the summary
+WORLD_COST = 0.5  # cost units per device: planning the collectives over the cluster's links (cached per layout)
+
+
+def _cost_estimate(cfg: RunConfig, n_layers: int, world: int) -> float:
+    """Relative cost of one prediction, for load balancing and the estimate of the time left
+    only: the plan's ops (`scale.plan_ops_estimate`), a set-up, and the cluster's links. Fitted
+    to the timings of sweeps of 32 to 4,096 devices: the time left they give is within a
+    quarter or so of the real one from a tenth of the way on."""
+    return float(plan_ops_estimate(cfg, n_layers) + SETUP_COST + WORLD_COST * world)
+
+
+def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceType, int | None]]:
+    tops = space.topologies or (base.topology,)
+    nodes = space.nodes or (base.nodes,)
+    return [(t, n) for t in tops for n in nodes]
+
+
+def _kinds(space: SweepSpace) -> list[StrategyKind]:
+    """The space's kinds, in the registry's order."""
+    return [k for name, k in KINDS.items() if name in space.strategies]
+
+
+def _strategies_for(
+    world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
+) -> Iterable[Strategy]:
+    for kind in _kinds(space):
+        yield from kind.sweep(world, n_layers, batch_per_device, space, reshard)
+
+
+def strategies_count(
+    world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
+) -> int:
+    """How many strategies `_strategies_for` yields, counted without making them."""
+    return sum(kind.sweep_count(world, n_layers, batch_per_device, space, reshard) for kind in _kinds(space))
+
+
+def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
+    """The RunConfig fields of every combination of the listed settings, in the order listed
+    (the base's value where a setting is not listed); a selective option only with selective
+    checkpointing, and a reduce dtype equal to the precision as None (what it means)."""
+    options = space.selective_ac_options or (base.selective_ac_option,)
+    reduce = space.reduce_dtypes or (base.reduce_dtype,)
+    if space.reduce_dtypes is not None:
+        reduce = tuple(dict.fromkeys(None if r == base.precision else r for r in reduce))
+    return [
+        {"checkpointing": ck, "selective_ac_option": opt, "reduce_dtype": rd, "optimizer_impl": impl}
+        for ck in space.checkpointing or (base.checkpointing,)
+        for opt in (options if ck == "selective" else (base.selective_ac_option,))
+        for rd in reduce
+        for impl in space.optimizer_impls or (base.optimizer_impl,)
+    ]
+
+
+def settings_key(cfg: RunConfig, shard: int) -> tuple:
+    """The settings that change a prediction: a selective option only with selective
+    checkpointing, the reduce dtype only where parameters are sharded (DDP reduces fp32)."""
+    option = cfg.selective_ac_option if cfg.checkpointing == "selective" else None
+    return cfg.checkpointing, option, cfg.grad_dtype if shard > 1 else "fp32", cfg.optimizer, cfg.optimizer_impl
+
+
+def settings_suffix(cfg: RunConfig, shard: int, base: RunConfig) -> str:
+    """ ", ckpt selective op, reduce fp32, adam fused": the settings of `cfg` that differ from
+    the base's ("" when none do; ZeRO-2 is in the strategy's own label)."""
+    ck, option, reduce, optimizer, impl = settings_key(cfg, shard)
+    base_ck, base_option, base_reduce, _, base_impl = settings_key(base, 2)
+    parts = []
+    if (ck, option) != (base_ck, base_option):
+        parts.append(f"ckpt {cfg.checkpointing_label()}")
+    if shard > 1 and reduce != base_reduce:
+        parts.append(f"reduce {reduce}")
+    if impl != base_impl:
+        parts.append(f"{optimizer} {impl}")
+    return "".join(", " + p for p in parts)
+
+
+def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
+    """Why a whole cluster is out (the checks predict() makes beyond resolve), or None."""
+    too_big = world_refusal(cluster.world)
+    if too_big:
+        return too_big
+    dev = cluster.instance.device
+    if not dev.supports(cfg.precision):
+        return f"{dev.model} has no {cfg.precision} support (peak_tflops lists {', '.join(dev.peak_tflops)})"
+    return dev.backend_refusal(cfg.backend)
+
+
+def _cluster_base(
+    base: RunConfig, space: SweepSpace, topology: str | InstanceType, nodes: int | None
+) -> tuple[str, Cluster, RunConfig, str | None]:
+    """A cluster of the space: its name, the base configuration on it, and why it is skipped (or None)."""
+    cluster = make_cluster(topology, nodes)
+    name = f"{cluster.nodes} x {cluster.instance.name}"
+    cfg0 = replace(base, topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
+    cfg0 = replace(cfg0, nodes=cluster.nodes)
+    if space.global_batch is not None:
+        per = cluster.world * base.grad_accum
+        if space.global_batch % per:
+            why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
+                f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else ""
+            )
+            return name, cluster, cfg0, why
+        cfg0 = replace(cfg0, batch_per_device=space.global_batch // per)
+    return name, cluster, cfg0, _check_cluster(cfg0, cluster)
+
+
+def enumerate_configs(
+    base: RunConfig, space: SweepSpace | None = None, workload: Workload | None = None
+) -> Enumeration:
+    """Every configuration of `space` that resolve() accepts, in a fixed order: clusters in the
+    order given (topology, then nodes), then ddp, zero, zero2d by degree (ZeRO-3 before ZeRO-2
+    where listed so), pipelines by pp, shard degree, microbatches, schedule; each strategy with
+    every combination of the listed settings (checkpointing, selective option, reduce dtype,
+    Adam's implementation, in that nesting). Duplicates after normalization are dropped. A
+    requested space of more than `MAX_SWEEP_SPACE` configurations, valid or not, is refused
+    (ConfigError) before any is checked."""
+    space = space or SweepSpace()
+    w = workload or load_workload(base.workload, base.shape, base.source)
+    n_layers = len(w.layers) or len(w.blocks)
+    tied = w.tied_embeddings
+    out = Enumeration()
+    if tied and any(k.is_pipeline for k in _kinds(space)):
+        out.skipped.append(f"pipelines: {TIED_PIPELINE} is not supported")
+    seen: set[tuple] = set()
+    if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):
+        raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
+    reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
+    variants = _settings_variants(base, space) if space.spans_settings else [{}]
+    clusters = [_cluster_base(base, space, topology, nodes) for topology, nodes in _clusters(base, space)]
+    requested = len(variants) * sum(
+        strategies_count(cluster.world, n_layers, cfg0.batch_per_device, space, reshard)
+        for _, cluster, cfg0, why in clusters
+        if not why
+    )
+    if requested > MAX_SWEEP_SPACE:
+        raise ConfigError(
+            f"the requested space holds {requested:,} configurations, beyond the sweep's bound of "
+            f"{MAX_SWEEP_SPACE:,}; narrow it (--strategies, --degrees, --pp, --microbatches, fewer clusters or "
+            "settings)"
+        )
+    for name, cluster, cfg0, why in clusters:
+        if why:
+            out.skipped.append(f"{name}: {why}")
+            continue
+        before = len(out.candidates)
+        here: Counter[str] = Counter()  # this cluster's dropped configurations, by reason
+        for strat in _strategies_for(cluster.world, n_layers, cfg0.batch_per_device, space, reshard):
+            for settings in variants:
+                try:
+                    cfg, res = resolve(
+                        replace(cfg0, strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
+                    )
+                except ConfigError as exc:
+                    here[exc.message] += 1
+                    continue
+                too_big = plan_refusal(cfg, n_layers)
+                if too_big:
+                    here[too_big.message] += 1
+                    continue
+                key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
+                if settings:
+                    key += settings_key(cfg, res.shard)
+                if key in seen:
+                    continue
+                seen.add(key)
+                label = cfg.strategy.label() + (settings_suffix(cfg, res.shard, base) if settings else "")
+                cost = _cost_estimate(cfg, n_layers, cluster.world)
+                out.candidates.append(Candidate(len(out.candidates), cfg, cluster, cost, label))
+        if len(out.candidates) == before:  # the whole cluster is out: one line with the reasons
+            reasons = "; ".join(f"{why} ({n} configuration{'s' if n > 1 else ''})" for why, n in here.items())
+            nothing = f"the requested strategies have no configuration on {cluster.world} devices"
+            out.skipped.append(f"{name}: {reasons or nothing}")
+        else:  # (tied pipelines have their line in `skipped` already)
+            out.dropped.update({why: n for why, n in here.items() if not why.startswith(TIED_PIPELINE)})
+    return out

@@ -1,0 +1,53 @@
+"""A model described without Python: a mapping of shape fields (inline in a run configuration,
+or a model YAML file such as those of the library) read into a checked `Arch`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import Fields, load_yaml
+from shardsim.simulator.workload.arch import FAMILIES, Arch, check_arch, check_used
+
+ARCH_FIELDS = tuple(f.name for f in fields(Arch))
+# Keys a model file may hold besides the shape: its name, where its shape comes from, and its
+# published parameter count ({value, source}).
+INFO_KEYS = ("name", "source", "params", "description")
+
+
+def arch_from_mapping(data: Mapping[str, Any], where: str | None, prefix: str = "") -> Arch:
+    """The `Arch` a mapping describes; ConfigError naming the field (with `prefix`) and `where`: a key
+    that is neither a field nor an `INFO_KEYS` one is refused, and so is a field the family does not
+    use given a value other than its default (as `Arch` written out whole holds)."""
+    f = Fields(dict(data), where or "", prefix).closed((*ARCH_FIELDS, *INFO_KEYS))
+    if f.has("params"):
+        f.number("params")  # the published count: a figure, finite, as every figure is
+    family = f.text("family", choices=FAMILIES)
+    base = Arch(family, hidden=1, layers=1)
+    check_used(family, (k for k in ARCH_FIELDS[1:] if f.has(k) and f.raw(k) != getattr(base, k)), where, prefix)
+    values: dict[str, Any] = {"family": family}
+    for name in ARCH_FIELDS[1:]:
+        default = getattr(base, name)
+        if name in ("hidden", "layers"):
+            values[name] = f.integer(name)
+        elif isinstance(default, bool):
+            values[name] = f.boolean(name, default=default)
+        elif isinstance(default, str):
+            values[name] = f.text(name, default=default)
+        else:
+            values[name] = f.integer(name, default=default, minimum=0)
+    try:
+        return check_arch(Arch(**values), where)
+    except ConfigError as err:
+        if prefix and err.field:
+            raise ConfigError(err.message, where=err.where, field=prefix + err.field) from None
+        raise
+
+
+def read_model_file(path: str | Path) -> tuple[Arch, dict[str, Any]]:
+    """A model YAML file: its `Arch` and its other keys (name, source, params)."""
+    data = load_yaml(Path(path))
+    return arch_from_mapping(data, str(path)), {k: data[k] for k in INFO_KEYS if k in data}

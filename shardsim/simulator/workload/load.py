@@ -1,0 +1,60 @@
+"""A workload from its description: a library name, a model YAML file, a Hugging Face
+``config.json``, an inline `Arch`, or ``pkg.module:build_fn`` (measured on the meta device);
+shape fields given as flags (`Shape`) apply over any description but the last."""
+
+from __future__ import annotations
+
+from shardsim.core.errors import ConfigError
+from shardsim.core.torch_required import require_torch
+from shardsim.core.yamlio import suggest
+from shardsim.simulator.workload.arch import Arch, Shape
+from shardsim.simulator.workload.describe import read_model_file
+from shardsim.simulator.workload.families import from_arch
+from shardsim.simulator.workload.hf_config import read_hf_config
+from shardsim.simulator.workload.library import PRESETS
+from shardsim.simulator.workload.model import Workload
+
+WorkloadSpec = str | Arch  # what `RunConfig.workload` holds
+NO_SHAPE = Shape()
+
+
+def spec_name(spec: WorkloadSpec) -> str:
+    return spec.label() if isinstance(spec, Arch) else spec
+
+
+def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None = None) -> tuple[str, Arch | None]:
+    """The name and `Arch` of a description; None for an import path (a model built by Python)."""
+    if isinstance(spec, Arch):
+        name, arch = spec.label(), spec
+    elif spec in PRESETS:
+        name, arch = spec, PRESETS[spec]
+    elif spec.endswith((".yaml", ".yml")):
+        name, arch = spec, read_model_file(spec)[0]
+    elif spec.endswith(".json"):
+        name, arch = spec, read_hf_config(spec)
+    elif ":" in spec:
+        if shape.given():
+            field = next(iter(shape.given()))
+            raise ConfigError(f"applies to described models, not to the import path {spec!r}", where=where, field=field)
+        return spec, None
+    else:
+        others = "(or a model .yaml, a config.json, pkg.module:build_fn)"
+        raise ConfigError(
+            f"unknown workload {spec!r}; {suggest(spec, PRESETS)} {others}", where=where, field="workload"
+        )
+    shaped = shape.apply(arch, where)
+    changed = [f"{k}={v}" for k, v in shape.given().items() if getattr(arch, k) != v]
+    if changed and not isinstance(spec, Arch):
+        name = f"{name} {' '.join(changed)}"
+    return (shaped.label() if isinstance(spec, Arch) else name), shaped
+
+
+def load_workload(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None = None) -> Workload:
+    """The workload a description names: costed analytically, or measured on the meta device."""
+    name, arch = resolve_arch(spec, shape, where)
+    if arch is not None:
+        return from_arch(name, arch)
+    require_torch(f"the workload {name!r} (a model built by Python)")
+    from shardsim.simulator.workload.measure import measure_import_path  # imports torch, only here
+
+    return measure_import_path(name)

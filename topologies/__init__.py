@@ -1,1 +1,0 @@
-"""Shipped instance-type descriptions (YAML). Loaded by name via simulator.topology."""
