@@ -61,7 +61,7 @@ def load_config(
     return load(path, _merged(overrides or {}, settings))
 
 
-def config_of(config: Any = None, settings: Mapping[str, Any] | None = None) -> RunConfig:
+def _config_of(config: Any = None, settings: Mapping[str, Any] | None = None) -> RunConfig:
     """The `RunConfig` that `config` (a RunConfig, a file path, a mapping of settings or None: the
     seed scenario) and keyword `settings` describe. Settings beside a RunConfig are refused: it
     is complete, and a value beside it could only repeat or contradict it."""
@@ -115,7 +115,7 @@ def predict(
     from shardsim.simulator.predict import predict as simulate
     from shardsim.simulator.predict import save_trace
 
-    cfg = config_of(config, settings)
+    cfg = _config_of(config, settings)
     algo = _algo(algo)
     if trace is not None:
         check_output_file(str(trace), "trace")
@@ -170,7 +170,7 @@ def sweep(
     called as ``progress(done, total, share_of_work_done)``."""
     from shardsim.simulator.sweep.search import sweep as run
 
-    base = config_of(config)
+    base = _config_of(config)
     sp = _space(space, axes)
     algo = _algo(algo)
     workers = _count(workers, "workers")
@@ -209,6 +209,8 @@ def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
     for col in needed:
         if col not in table.columns:
             raise ConfigError("the table lacks this column of a sweep's table", field=col)
+    if table.empty:
+        raise ConfigError("no rows: nothing to recommend", field="table")
     return rec(table)
 
 

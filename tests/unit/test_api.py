@@ -151,6 +151,7 @@ def test_recommend_refuses_what_is_not_a_sweeps_table() -> None:
     table = shardsim.sweep(TINY, strategies=["ddp", "zero"], workers=1).table
     _refused(lambda: shardsim.recommend(table.to_dict()), "table")
     _refused(lambda: shardsim.recommend(table.drop(columns=["fits"])), "fits")
+    _refused(lambda: shardsim.recommend(table[table["strategy"] == "pipeline"]), "table")
     assert shardsim.recommend(table[table["strategy"] == "zero"]).best["strategy"] == "zero"
 
 

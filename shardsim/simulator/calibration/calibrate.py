@@ -39,7 +39,7 @@ def errors(ratio: np.ndarray) -> dict[str, float]:
     return {"mae_pct": float(np.abs(e).mean()), "signed_pct": float(e.mean()), "max_pct": float(np.abs(e).max())}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays have no truth value: results compare by identity
 class CalibrationResult:
     """A fit and how well it does.
 

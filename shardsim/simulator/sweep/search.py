@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_p
     import pandas as pd
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a table has no truth value: results compare by identity
 class SweepResult:
     """What a sweep found.
 
