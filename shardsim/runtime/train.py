@@ -30,11 +30,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shardsim.config import RunConfig, add_config_arguments, config_from_args, resolve
+from shardsim.config.key import KEY_FIELDS, result_key
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count, Real
 from shardsim.runtime import processes
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
+from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -325,6 +327,8 @@ def run(ns: argparse.Namespace, status) -> int:
             return _every_rank(values, n, rank, world, device)
 
         mem = every_rank([peak], 1)[:, 0]
+        # the caching allocator's peak (a GPU's; CPU memory has no such allocator)
+        reserved = every_rank([torch.cuda.max_memory_reserved(device) / 2**30], 1)[:, 0] if use_cuda else None
         cpu_all = every_rank(cpu_times[ns.warmup :], ns.steps)  # every rank's CPU per step
         probe_all = every_rank(probes[ns.warmup :] or None, ns.steps)
         measured_steal = steals[ns.warmup :]
@@ -346,16 +350,16 @@ def run(ns: argparse.Namespace, status) -> int:
             stats = step_time_stats(measured)
             step_losses = [float(v) for v in local.cpu()]
             mem_list = [float(v) for v in mem.cpu()]
+            nproc_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            device_name = torch.cuda.get_device_name(device) if use_cuda else "cpu"
+            topology = make_cluster(job.cfg.topology, job.cfg.nodes).instance.name
+            key = result_key(job.cfg, topology=topology, nodes=world // nproc_per_node, world=world, device=device_name)
             record = RunRecord(
                 run_id=ns.run_id or default_run_id(job.cfg),
                 finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
                 config={**job.cfg.to_dict(), "backend": backend},  # what ran: gloo on CPU whatever was asked
-                workload=spec_name(job.cfg.workload),
-                topology=job.cfg.topology,
-                nodes=job.cfg.nodes,
-                strategy=job.cfg.strategy.label(),
-                world=world,
-                nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                **{name: getattr(key, name) for name in KEY_FIELDS},
+                nproc_per_node=nproc_per_node,
                 global_batch=job.res.global_batch,
                 steps=ns.steps,
                 warmup=ns.warmup,
@@ -371,10 +375,10 @@ def run(ns: argparse.Namespace, status) -> int:
                 host_steal_cores=float(steal_cores.mean()) if has_steal else None,
                 host_steal_share=float(steal_share.mean()) if has_steal else None,
                 samples_per_s=job.res.global_batch / stats["step_time_s"],
-                memory_per_rank_gib=max(mem_list),
-                memory_by_rank_gib=mem_list,
+                memory_allocated_gib=max(mem_list),
+                memory_reserved_gib=None if reserved is None else float(reserved.max()),
+                memory_allocated_by_rank_gib=mem_list,
                 memory_measure="cuda_max_memory_allocated" if use_cuda else "cpu_peak_rss",
-                device=torch.cuda.get_device_name(device) if use_cuda else "cpu",
                 backend=backend,
                 threads_per_rank=None if use_cuda else torch.get_num_threads(),
                 losses=step_losses,
@@ -420,11 +424,12 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
     from shardsim.core.units import format_seconds
 
     lines = [
-        f"{r.workload}: {r.strategy} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
+        f"{r.workload}: {r.label} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
         f"  step time   {format_seconds(r.step_time_s)} median of {r.steps} "
         f"(min {format_seconds(r.step_time_min_s)}, max {format_seconds(r.step_time_max_s)}), "
         f"{r.samples_per_s:.1f} samples/s",
-        f"  memory      {r.memory_per_rank_gib:.3f} GiB per rank ({r.memory_measure})",
+        f"  memory      {r.memory_allocated_gib:.3f} GiB per rank ({r.memory_measure})"
+        + ("" if r.memory_reserved_gib is None else f", {r.memory_reserved_gib:.3f} GiB reserved"),
         f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",
     ]
     if r.host_probe_s:

@@ -20,7 +20,7 @@ from shardsim.core.errors import WriteError
 from shardsim.runtime import data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
-from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
+from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, upgrade_record, write_run
 from shardsim.runtime.status import Fault, RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.train import build_parser
@@ -160,7 +160,7 @@ def test_results_are_written_atomically_and_appended(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / CSV_NAME)))
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [r["run_id"] for r in rows] == ["a", "b"] and rows[1]["step_time_s"] == "0.7"
-    assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["kind"] == "zero"
+    assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["strategy_kind"] == "zero"
     assert rows[0]["backend"] == "gloo" and rows[0]["workload"] == "w"  # what ran, not what was asked
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
@@ -185,13 +185,17 @@ def test_a_row_says_the_checkpointing_mode_and_the_selective_option(tmp_path):
 
 def test_committed_run_files_load_as_records(tmp_path):
     """Every run file under experiments/ loads, field for key (older ones lack the host
-    readings: None); a file that is not a record is a ValueError."""
+    readings: None; those written before the result key are read in its form, each value
+    where the key puts it); a file that is not a record is a ValueError."""
     docs = {p: json.loads(p.read_text()) for p in sorted(ROOT.glob("experiments/**/*.json"))}
     runs = {p: d for p, d in docs.items() if isinstance(d, dict) and d.get("source") == "measured"}
     assert runs
     for p, doc in runs.items():
-        got = load_run(p).to_dict()
-        assert {k: got[k] for k in doc} == doc and all(got[k] is None for k in set(got) - set(doc)), p
+        got, want = load_run(p).to_dict(), upgrade_record(doc)
+        assert {k: got[k] for k in want} == want and all(got[k] is None for k in set(got) - set(want)), p
+        if "label" not in doc:  # before the key: the label was `strategy`, the allocated peak `memory_per_rank_gib`
+            assert (got["label"], got["memory_allocated_gib"]) == (doc["strategy"], doc["memory_per_rank_gib"])
+            assert got["strategy"]["kind"] == doc["config"]["strategy"]["kind"] and got["world"] == doc["world"]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(next(iter(runs.values())) | {"nope": 1}))
     with pytest.raises(ValueError, match="unknown key 'nope'"):

@@ -1,0 +1,156 @@
+"""Every output carries the one result key (docs/results.md) under the same names and types:
+`predict --json`, a sweep's rows (JSON and CSV), a validation's rows (JSON and CSV), a run
+record and runs.csv; and docs/results.md lists exactly the key's fields."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from shardsim.cli import main
+from shardsim.config.key import KEY_COLUMNS, KEY_FIELDS, STRATEGY_FIELDS, flatten
+from shardsim.runtime.records import CSV_NAME, load_run, write_run
+from shardsim.runtime.validation import load_matrix, rebuild_rows
+from shardsim.runtime.validation.report import save, summarize
+from shardsim.runtime.validation.resume import read_runs
+from shardsim.simulator.hardware.topology import make_cluster
+from tests.helpers import run_record
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "experiments" / "validation" / "runs"
+DOC = ROOT / "docs" / "results.md"
+TINY = ["--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "2"]
+KEY_TYPES = {"topology": str, "nodes": int, "world": int, "device": str, "workload": str, "label": str}
+STRATEGY_TYPES = {
+    "kind": (str,),
+    "degree": (int,),
+    "pp": (int,),
+    "microbatches": (int,),
+    "schedule": (str, type(None)),
+    "reshard_after_forward": (bool, type(None)),
+}
+
+
+def check_key(obj: dict, where: str) -> dict:
+    """`obj` carries the key, each field of its type, the strategy one object of exactly its
+    fields (ddp's degree 1, a schedule only with a pipeline); returns the key."""
+    assert set(KEY_FIELDS) <= set(obj), where
+    for name, kind in KEY_TYPES.items():
+        assert type(obj[name]) is kind, (where, name, obj[name])
+    s = obj["strategy"]
+    assert isinstance(s, dict) and list(s) == list(STRATEGY_FIELDS), (where, s)
+    for name, kinds in STRATEGY_TYPES.items():
+        assert type(s[name]) in kinds, (where, name, s[name])
+    assert s["degree"] >= 1 and (s["degree"] == 1 or s["kind"] != "ddp"), (where, s)
+    assert (s["schedule"] is None) == (s["kind"] != "pipeline"), (where, s)
+    assert obj["label"].startswith(s["kind"]), (where, obj["label"])
+    assert 1 <= obj["nodes"] <= obj["world"], where
+    return {k: obj[k] for k in KEY_FIELDS}
+
+
+def check_columns(header: list[str], where: str) -> None:
+    """A CSV header carries the key's columns, in order and together."""
+    at = header.index(KEY_COLUMNS[0])
+    assert tuple(header[at : at + len(KEY_COLUMNS)]) == KEY_COLUMNS, (where, header)
+    assert "strategy" not in header and "config" not in header, where
+
+
+def check_row(row: dict[str, str], key: dict, where: str) -> None:
+    """A CSV row's key cells are the JSON key's values as text (null: empty)."""
+    for name, value in flatten(key).items():
+        assert row[name] == ("" if value is None else str(value)), (where, name)
+
+
+def test_predict_json_carries_the_key(capsys):
+    assert main(["predict", *TINY, "--strategy", "pipeline", "--pp", "2", "--microbatches", "4", "--json"]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    key = check_key(pred, "predict --json")
+    assert list(pred)[: len(KEY_FIELDS)] == list(KEY_FIELDS)
+    assert key["strategy"] == {
+        "kind": "pipeline",
+        "degree": 1,
+        "pp": 2,
+        "microbatches": 4,
+        "schedule": "1f1b",
+        "reshard_after_forward": None,
+    }
+    assert (key["nodes"], key["world"], key["label"]) == (2, 8, "pipeline pp=2 m=4 1f1b")
+    mem = pred["memory_allocated_gib"], pred["memory_reserved_gib"], pred["memory_required_gib"]
+    assert 0 < mem[0] < mem[1] < mem[2]  # a GPU: the allocator's reserve, then the runtime overhead
+
+
+def test_a_sweep_and_a_prediction_of_one_configuration_carry_one_key(tmp_path, capsys):
+    strategies = ["--strategies", "ddp,zero,zero2d,pipeline", "--pp", "2", "--workers", "1", "--no-plots"]
+    assert main(["sweep", *TINY, *strategies, "--json", "--out", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["label"]: r for r in doc["rows"]}
+    keys = {label: check_key(r, f"sweep row {label}") for label, r in rows.items()}
+    assert {k["strategy"]["kind"] for k in keys.values()} == {"ddp", "zero", "zero2d", "pipeline"}
+    for name in ("best", "runner_up", "sdp", "cheapest"):
+        rec = doc["recommended"][name]
+        assert check_key(rec, f"recommended {name}") == keys[rec["label"]]
+    with open(tmp_path / "sweep.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        check_columns(list(reader.fieldnames or ()), "sweep.csv")
+        for row in reader:
+            check_row(row, keys[row["label"]], "sweep.csv")
+    assert main(["predict", *TINY, "--strategy", "zero2d", "--degree", "2", "--json"]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    assert check_key(pred, "predict --json") == keys["zero2d d=2"]
+    for name in ("memory_allocated_gib", "memory_reserved_gib", "memory_required_gib"):
+        assert pred[name] == rows["zero2d d=2"][name]
+
+
+def test_validate_rows_of_committed_runs_carry_the_key(tmp_path):
+    matrix = load_matrix(ROOT / "shardsim" / "data" / "matrices" / "default.yaml")
+    rows = rebuild_rows(matrix, read_runs(RUNS))
+    assert len(rows) > 1
+    save(tmp_path, matrix, rows, summarize(rows))
+    doc = json.loads((tmp_path / "validation.json").read_text())
+    keys = [check_key(r, f"validation row {r['label']}") for r in doc["rows"]]
+    assert {k["strategy"]["kind"] for k in keys} >= {"ddp", "zero", "zero2d", "pipeline"}
+    for r in doc["rows"]:
+        assert list(r)[: len(KEY_FIELDS)] == list(KEY_FIELDS)
+        assert r["measured_memory_allocated_gib"] > 0
+    with open(tmp_path / "validation.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        check_columns(list(reader.fieldnames or ()), "validation.csv")
+        for row, key in zip(reader, keys, strict=True):
+            check_row(row, key, "validation.csv")
+
+
+@pytest.mark.parametrize("path", sorted(RUNS.glob("*.json"))[:3], ids=lambda p: p.name)
+def test_committed_run_records_carry_the_key(path):
+    rec = load_run(path).to_dict()
+    key = check_key(rec, path.name)
+    cluster = make_cluster(key["topology"])
+    assert (key["nodes"], key["world"]) == (cluster.nodes, cluster.world)
+    assert rec["memory_allocated_gib"] == max(rec["memory_allocated_by_rank_gib"])
+    assert rec["memory_reserved_gib"] is None  # a CPU run: no caching allocator
+
+
+def test_a_written_run_record_and_its_runs_csv_row_carry_the_key(tmp_path):
+    written = write_run(run_record(run_id="a"), tmp_path)
+    key = check_key(json.loads(written.read_text()), "run record")
+    with open(tmp_path / CSV_NAME, newline="") as f:
+        reader = csv.DictReader(f)
+        header = list(reader.fieldnames or ())
+        check_columns(header, CSV_NAME)
+        assert header[:2] == ["run_id", "finished_at"] and header[2 : 2 + len(KEY_COLUMNS)] == list(KEY_COLUMNS)
+        check_row(next(reader), key, CSV_NAME)
+
+
+def _doc_table(heading: str) -> list[str]:
+    """The first column's names (in backticks) of the table under `heading` in docs/results.md."""
+    text = DOC.read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+
+
+def test_the_doc_lists_exactly_the_keys_fields():
+    assert _doc_table("The key") == list(KEY_FIELDS)
+    assert _doc_table("The strategy") == list(STRATEGY_FIELDS)
