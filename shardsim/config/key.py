@@ -121,10 +121,12 @@ def legacy_strategy(
 ) -> StrategyKey:
     """The key of a strategy as files written before `StrategyKey` spell it: its kind, label and
     world, and its loose fields (a degree None or empty where the kind implies it, a schedule
-    given to every kind). ZeRO-2 is read from the label, where it is named."""
+    given to every kind). ZeRO-2 is read from the label, where it is named. KeyError for a kind
+    the registry does not know."""
     from shardsim.config.schema import Strategy
 
-    KINDS[kind]  # a kind the registry knows (KeyError otherwise)
+    if kind not in KINDS:
+        raise KeyError(kind)
     s = Strategy(
         kind=kind,
         degree=None if degree in (None, "") else int(degree),

@@ -132,7 +132,7 @@ def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
         return data  # not a record of either form: named by the checks that follow
     out: dict[str, Any] = {}
     for k, v in old.items():
-        if k == "workload":
+        if k in ("nodes", "world", "device", "workload"):  # placed with the key, after topology
             continue
         if k == "memory_per_rank_gib":
             out |= {"memory_allocated_gib": v, "memory_reserved_gib": None}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardsim.cli import main
-from shardsim.config.key import KEY_COLUMNS, KEY_FIELDS, STRATEGY_FIELDS, flatten
+from shardsim.config.key import KEY_COLUMNS, KEY_FIELDS, STRATEGY_FIELDS, flatten, nest
 from shardsim.runtime.records import CSV_NAME, load_run, write_run
 from shardsim.runtime.validation import load_matrix, rebuild_rows
 from shardsim.runtime.validation.report import save, summarize
@@ -154,3 +154,40 @@ def _doc_table(heading: str) -> list[str]:
 def test_the_doc_lists_exactly_the_keys_fields():
     assert _doc_table("The key") == list(KEY_FIELDS)
     assert _doc_table("The strategy") == list(STRATEGY_FIELDS)
+
+
+def test_a_committed_prediction_written_before_the_key_reads_as_todays():
+    """The seed's committed prediction, read in today's form, is today's prediction of its file."""
+    from shardsim.config import load_config
+    from shardsim.simulator.predict import predict, upgrade_prediction
+
+    committed = json.loads((ROOT / "experiments" / "seed" / "zero2d-4.prediction.json").read_text())
+    assert "label" not in committed  # written before the key
+    today = json.loads(predict(load_config(ROOT / "experiments" / "seed" / "zero2d-4.yaml")).to_json())
+    upgraded = upgrade_prediction(committed)
+    assert upgraded.keys() == today.keys()
+    assert {k: upgraded[k] for k in KEY_FIELDS} == {k: today[k] for k in KEY_FIELDS}
+    for name in ("memory_allocated_gib", "memory_reserved_gib", "memory_required_gib", "step_time_s"):
+        assert upgraded[name] == pytest.approx(today[name], rel=1e-12), name
+    assert upgrade_prediction(today) == today
+
+
+def test_a_committed_sweep_table_written_before_the_key_reads_as_todays(tmp_path, capsys):
+    """A committed sweep.parquet, read in today's form, has today's columns and the key's values."""
+    import pandas as pd
+
+    from shardsim.simulator.sweep.rows import columns, native, upgrade_table
+
+    committed = pd.read_parquet(ROOT / "experiments" / "sweeps" / "seed" / "sweep.parquet")
+    assert "config" in committed and "label" not in committed  # written before the key
+    table = upgrade_table(committed)
+    assert tuple(table.columns) == columns(False)
+    for r in table.to_dict(orient="records"):
+        check_key(nest({k: native(r[k]) for k in KEY_COLUMNS}), r["label"])
+    assert main(["predict", "experiments/seed/zero2d-4.yaml", "--json"]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    row = table[table["label"] == "zero2d d=4"].iloc[0]
+    assert {c: native(row[c]) for c in KEY_COLUMNS} == flatten({k: pred[k] for k in KEY_FIELDS})
+    for name in ("memory_allocated_gib", "memory_reserved_gib", "memory_required_gib"):
+        assert row[name] == pytest.approx(pred[name], rel=1e-12), name
+    assert upgrade_table(table) is table
