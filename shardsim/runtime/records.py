@@ -322,7 +322,13 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     except CorruptFile as exc:
         what = f"{exc.message}; repair or remove that line, or move the file aside (each run appends a row to it)"
         raise CorruptFile(what, where=exc.where, field=exc.field) from None
-    rows = [upgrade_row(row.cells) for row in table.rows]
+    rows = []
+    for row in table.rows:
+        try:
+            rows.append(upgrade_row(row.cells))
+        except (KeyError, ValueError) as exc:  # a row of the older form whose strategy cannot be read
+            what = f"not a run's row: its strategy ({exc}); repair or remove that line, or move the file aside"
+            raise CorruptFile(what, where=f"{path} line {row.line}") from None
     columns = table.columns
     if rows and rows[0] is not table.rows[0].cells:  # written before the key: read in today's columns
         columns = list(rows[0])

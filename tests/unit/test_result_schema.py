@@ -191,3 +191,27 @@ def test_a_committed_sweep_table_written_before_the_key_reads_as_todays(tmp_path
     for name in ("memory_allocated_gib", "memory_reserved_gib", "memory_required_gib"):
         assert row[name] == pytest.approx(pred[name], rel=1e-12), name
     assert upgrade_table(table) is table
+
+
+def test_a_committed_runs_csv_written_before_the_key_reads_and_grows_in_todays_columns(tmp_path):
+    from shardsim.core.errors import CorruptFile
+    from shardsim.runtime.records import CSV_COLUMNS, read_runs_csv
+
+    committed = (RUNS / CSV_NAME).read_text()
+    assert committed.startswith("run_id,finished_at,workload,topology,nodes,strategy,kind,")  # before the key
+    (tmp_path / CSV_NAME).write_text(committed)
+    header, rows = read_runs_csv(tmp_path / CSV_NAME)
+    assert header == [c for c in CSV_COLUMNS if c in header]  # today's, less those that file lacks (std, ...)
+    check_columns(header, CSV_NAME)
+    for row in rows:
+        rec = load_run(RUNS / f"{row['run_id']}.json").to_dict()
+        check_row(row, {k: rec[k] for k in KEY_FIELDS}, CSV_NAME)
+    write_run(run_record(run_id="new"), tmp_path)
+    header, grown = read_runs_csv(tmp_path / CSV_NAME)
+    assert tuple(header) == CSV_COLUMNS and [r["run_id"] for r in grown] == [r["run_id"] for r in rows] + ["new"]
+    lines = committed.splitlines()
+    lines[2] = lines[2].replace(",zero,zero,", ",zero,zerox,", 1)
+    (tmp_path / CSV_NAME).write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorruptFile, match="not a run's row: its strategy") as err:
+        read_runs_csv(tmp_path / CSV_NAME)
+    assert err.value.where == f"{tmp_path / CSV_NAME} line 3"
