@@ -31,6 +31,7 @@ from shardsim.core.files import atomic_write
 from shardsim.simulator.sweep.output import check_output_dir, write_tables
 from shardsim.simulator.sweep.plots import plot_all
 from shardsim.simulator.sweep.recommendation import recommend
+from shardsim.simulator.sweep.rows import upgrade_table
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace
 
@@ -120,11 +121,11 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
         if sdp is not None:
             lines.append(
                 f"- Recommended `sharded_data_parallel_degree`: **{rec['sharded_data_parallel_degree']}** "
-                f"({sdp['config']} on {sdp['nodes']} x {sdp['topology']}, {sdp['step_time_s']:.3f} s/step)"
+                f"({sdp['label']} on {sdp['nodes']} x {sdp['topology']}, {sdp['step_time_s']:.3f} s/step)"
             )
-        margin = "" if rec["margin"] is None else f", {rec['margin'] * 100:.1f}% ahead of {rec['runner_up']['config']}"
+        margin = "" if rec["margin"] is None else f", {rec['margin'] * 100:.1f}% ahead of {rec['runner_up']['label']}"
         lines.append(
-            f"- Best overall: **{b['config']}** on {b['nodes']} x {b['topology']}: {b['step_time_s']:.3f} s/step, "
+            f"- Best overall: **{b['label']}** on {b['nodes']} x {b['topology']}: {b['step_time_s']:.3f} s/step, "
             f"{b['samples_per_s']:.1f} samples/s{margin}"
         )
     lines.append("")
@@ -132,13 +133,13 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
         lines += pivot_markdown(df)
     cols = (
         "rank",
-        "config",
+        "label",
         "step_time_s",
         "samples_per_s",
         "compute_s",
         "exposed_comm_s",
         "bubble_s",
-        "memory_per_rank_gib",
+        "memory_required_gib",
         "fits",
         "cost_per_million_samples_usd",
         "scaling_efficiency",
@@ -152,7 +153,7 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
         present = [c for c in cols if c in g]
         lines.append("| " + " | ".join(present) + " |")
         lines.append("|" + "---|" * len(present))
-        shown = g[(g["rank"] <= 15) | (g["strategy"] != "pipeline")]
+        shown = g[(g["rank"] <= 15) | (g["strategy_kind"] != "pipeline")]
         for _, r in shown.iterrows():
             cells = []
             for c in present:
@@ -161,7 +162,7 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
                     cells.append(_fmt(v, ".3f"))
                 elif c in ("samples_per_s", "cost_per_million_samples_usd"):
                     cells.append(_fmt(v, ".1f") or "unknown")
-                elif c == "memory_per_rank_gib":
+                elif c == "memory_required_gib":
                     cells.append(_fmt(v, ".2f"))
                 elif c == "scaling_efficiency":
                     cells.append(_fmt(v * 100, ".0f") + "%" if pd.notna(v) else "")
@@ -193,7 +194,7 @@ def pivot_markdown(df: pd.DataFrame) -> list[str]:
         for cfg in scaling_configs(g, limit=12):
             cells = []
             for w in worlds:
-                r = g[(g["config"] == cfg) & (g["world"] == w)]
+                r = g[(g["label"] == cfg) & (g["world"] == w)]
                 if r.empty:
                     cells.append("")
                     continue
@@ -210,7 +211,7 @@ def run_study(name: str, workers: int | None, replot: bool = False, root: Path =
     out = check_output_dir(root / name)
     t = time.perf_counter()
     if replot:  # tables as committed: summary and plots only (e.g. after a change to the plots)
-        df = pd.read_parquet(out / "sweep.parquet")
+        df = upgrade_table(pd.read_parquet(out / "sweep.parquet"))  # one written before the result key too
     else:
         df = pd.concat([sweep(p.base, p.space, workers=workers).table for p in parts], ignore_index=True)
         write_tables(df, out)
@@ -220,7 +221,7 @@ def run_study(name: str, workers: int | None, replot: bool = False, root: Path =
     atomic_write(out / "summary.md", summary_markdown(name, command, df, rec) + "\n")
     plot_all(df, out)
     b = rec["best"]
-    best = "nothing fits" if b is None else f"{b['config']} on {b['nodes']} x {b['topology']}"
+    best = "nothing fits" if b is None else f"{b['label']} on {b['nodes']} x {b['topology']}"
     print(
         f"{name}: {len(df)} configurations in {seconds:.1f} s; best {best}; "
         f"sharded_data_parallel_degree {rec['sharded_data_parallel_degree']}"

@@ -68,7 +68,7 @@ def table(csv: Path, folds: int) -> tuple[pd.DataFrame, F.Fit]:
         for k in MODELS:
             d[f"{k}_tok_s"] = ratio[k][i] * d["measured"]
             d[f"{k}_err_pct"] = (ratio[k][i] - 1) * 100
-        d |= {"memory_gib": p.memory_per_rank_gib, "fits": p.fits}
+        d |= {"memory_gib": p.memory_required_gib, "fits": p.fits}
         d |= {"compute_ms": p.breakdown["compute_s"] * 1e3, "exposed_comm_ms": p.breakdown["exposed_comm_s"] * 1e3}
         out.append(d)
     return pd.DataFrame(out), f

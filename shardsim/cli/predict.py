@@ -10,7 +10,6 @@ from shardsim.config.flags import add_algo_argument
 from shardsim.core.console import labelled, output_width
 from shardsim.core.files import check_output_file
 from shardsim.core.units import GIB, format_bytes, format_flops_rate, format_seconds
-from shardsim.simulator.workload.load import spec_name
 
 
 def gib(x: float) -> str:
@@ -42,7 +41,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         ("throughput", f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {pred.mfu * 100:.1f}%"),
         (
             "memory per rank",
-            f"{gib(pred.memory_per_rank_gib)} of {gib(pred.device_memory_gib)} ({fit}): "
+            f"{gib(pred.memory_required_gib)} of {gib(pred.device_memory_gib)} ({fit}): "
             + ", ".join(
                 f"{k} {gib(m[f'{k}_gib'])}" for k in ("params", "grads", "optimizer", "gathered", "activations")
             ),
@@ -51,7 +50,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     ]
     if ns.trace:
         lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
-    print(f"{spec_name(cfg.workload)} on {pred.cluster}, {pred.strategy}, global batch {pred.global_batch}")
+    print(f"{pred.workload} on {pred.cluster}, {pred.label}, global batch {pred.global_batch}")
     for label, text in lines:
         print(labelled(label, text, width))
     return 0

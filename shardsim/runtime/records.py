@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
+from shardsim.config.key import KEY_COLUMNS, KEY_FIELDS, StrategyKey, flatten, legacy_strategy
 from shardsim.config.schema import SAC_OP
 from shardsim.core.csvfile import read_table
 from shardsim.core.errors import CorruptFile, WriteError
@@ -61,22 +62,27 @@ def _lab_nested(data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class RunRecord:
-    """One run's measurements, in the JSON file's order. Named as `simulator.predict.StepPrediction`'s
-    fields where they mean the same: `config`, `strategy` (the label), `world`, `global_batch`,
-    `step_time_s` (here the median step), `samples_per_s`, `memory_per_rank_gib` (the worst
-    rank); every other field only a measurement has. The per-rank CPU times, which older files
-    lack, are None there. `lab` holds what only a run on CPU measures (`LabReadings`); a GPU
-    run's record has no `lab` key. Files that hold those readings as top-level keys load too."""
+    """One run's measurements, in the JSON file's order. It carries the key every result carries
+    (`config.key.ResultKey`, docs/results.md: `topology` to `label`; `device` the device that
+    ran) and is named as `simulator.predict.StepPrediction`'s fields where they mean the same:
+    `config`, `global_batch`, `step_time_s` (here the median step), `samples_per_s`,
+    `memory_allocated_gib` and `memory_reserved_gib` (the largest rank's peaks); every other
+    field only a measurement has. The per-rank CPU times and the host readings, which older
+    files lack, are None there; a file written before the key is read with `upgrade_record`.
+    `lab` holds what only a run on CPU measures (`LabReadings`); a GPU run's record has no `lab`
+    key. Files that hold those readings as top-level keys load too."""
 
     source: str = "measured"
     run_id: str
     finished_at: str  # ISO 8601, UTC, to the second
     config: dict[str, Any]  # the resolved configuration (RunConfig.to_dict())
-    workload: str
     topology: str
-    nodes: int | None
-    strategy: str  # the strategy's label
+    nodes: int  # nodes the ranks filled: world / nproc_per_node
     world: int
+    device: str  # the CUDA device's name, or cpu
+    workload: str
+    strategy: StrategyKey
+    label: str  # the strategy's label
     nproc_per_node: int
     global_batch: int
     steps: int  # measured steps
@@ -92,10 +98,11 @@ class RunRecord:
     step_cpu_times_by_rank_s: list[list[float]] | None = None  # every rank's, [rank][step]
     lab: LabReadings | None = None  # the emulated CPU lab's readings: CPU runs only
     samples_per_s: float
-    memory_per_rank_gib: float  # the largest rank's peak
-    memory_by_rank_gib: list[float]
-    memory_measure: str  # cuda_max_memory_allocated | cpu_peak_rss
-    device: str  # the CUDA device's name, or cpu
+    # the largest rank's peak: torch.cuda.max_memory_allocated on a GPU, the peak resident set on CPU
+    memory_allocated_gib: float
+    memory_reserved_gib: float | None  # the largest rank's torch.cuda.max_memory_reserved; None on CPU
+    memory_allocated_by_rank_gib: list[float]
+    memory_measure: str  # cuda_max_memory_allocated | cpu_peak_rss: what memory_allocated_gib is
     backend: str  # what ran (gloo on CPU whatever the configuration asks)
     losses: list[float]  # the global loss of every step, warm-up included
     loss_first: float
@@ -120,7 +127,7 @@ class RunRecord:
 
         from shardsim.core.documents import describe
 
-        data = _lab_nested(data)
+        data = _lab_nested(upgrade_record(data))
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -130,6 +137,38 @@ class RunRecord:
         except ValidationError as exc:
             field, words = describe(exc)
             raise ValueError(f"not a run record: field '{field}': {words}") from None
+
+
+def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's JSON object in the current form: a file written before the result key (its
+    `strategy` the label, `nodes` None without the flag, `memory_per_rank_gib` and
+    `memory_by_rank_gib` the allocated peaks, no reserved one) is read as this form states it;
+    anything else is returned as it is."""
+    if not isinstance(data.get("strategy"), str) or "label" in data:
+        return data
+    old = dict(data)
+    try:
+        label, world, s = old.pop("strategy"), old["world"], old["config"]["strategy"]
+        key = legacy_strategy(
+            s["kind"], label, world, s.get("degree"), s.get("pp"), s.get("microbatches"), s.get("schedule")
+        )
+        nodes = old["nodes"] if old.get("nodes") is not None else world // old["nproc_per_node"]
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return data  # not a record of either form: named by the checks that follow
+    out: dict[str, Any] = {}
+    for k, v in old.items():
+        if k in ("nodes", "world", "device", "workload"):  # placed with the key, after topology
+            continue
+        if k == "memory_per_rank_gib":
+            out |= {"memory_allocated_gib": v, "memory_reserved_gib": None}
+        elif k == "memory_by_rank_gib":
+            out["memory_allocated_by_rank_gib"] = v
+        else:
+            out[k] = v
+        if k == "topology":
+            out |= {"nodes": nodes, "world": world, "device": old.get("device"), "workload": old.get("workload")}
+            out |= {"strategy": asdict(key), "label": label}
+    return out
 
 
 @functools.cache
@@ -157,27 +196,29 @@ def step_time_stats(times: list[float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run's row of runs.csv: its columns are these fields, in this order."""
+    """One run's row of runs.csv: its columns are these fields, in this order (the key's as
+    `config.key.KEY_COLUMNS`: the strategy as `strategy_<field>` columns)."""
 
     run_id: str
     finished_at: str
-    workload: str
     topology: str
-    nodes: int | None
-    strategy: str
-    kind: str
-    degree: int | None
-    pp: int
-    microbatches: int
-    schedule: str
+    nodes: int
+    world: int
+    device: str
+    workload: str
+    strategy_kind: str
+    strategy_degree: int
+    strategy_pp: int
+    strategy_microbatches: int
+    strategy_schedule: str | None
+    strategy_reshard_after_forward: bool | None
+    label: str
     batch_per_device: int
     grad_accum: int
     precision: str
     checkpointing: bool | str  # True (full), False (none): the records' spelling; or "selective"
     selective_ac_option: str | None  # selective checkpointing's: op, or k (every k-th block); None otherwise
     backend: str
-    device: str
-    world: int
     global_batch: int
     steps: int
     warmup: int
@@ -187,7 +228,8 @@ class RunRow:
     step_time_iqr_s: float
     step_time_std_s: float
     samples_per_s: float
-    memory_per_rank_gib: float
+    memory_allocated_gib: float
+    memory_reserved_gib: float | None
     memory_measure: str
     loss_first: float
     loss_last: float
@@ -195,14 +237,11 @@ class RunRow:
 
     @classmethod
     def of(cls, r: RunRecord) -> RunRow:
-        cfg, s = r.config, r.config["strategy"]
+        cfg = r.config
+        key = flatten({name: getattr(r, name) for name in KEY_FIELDS} | {"strategy": asdict(r.strategy)})
         return cls(
+            **key,
             **{name: getattr(r, name) for name in _SHARED},
-            kind=s["kind"],
-            degree=s["degree"],
-            pp=s["pp"],
-            microbatches=s["microbatches"],
-            schedule=s["schedule"],
             batch_per_device=cfg["batch_per_device"],
             grad_accum=cfg["grad_accum"],
             precision=cfg["precision"],
@@ -224,9 +263,36 @@ def _selective_option(cfg: dict[str, Any]) -> str | None:
 
 CSV_COLUMNS = tuple(f.name for f in fields(RunRow))
 # each column's type as runs.csv spells it (checkpointing: True, False or selective); the std
-# column is empty in the rows of a file written before it existed
-CSV_TYPES = get_type_hints(RunRow) | {"checkpointing": bool | Literal["selective"], "step_time_std_s": float | None}
-_SHARED = tuple(n for n in CSV_COLUMNS if n != "step_times_s" and n in RunRecord.__dataclass_fields__)
+# column is empty in the rows of a file written before it existed, nodes in those of a file
+# written before the result key by a run without the flag
+CSV_TYPES = get_type_hints(RunRow) | {
+    "checkpointing": bool | Literal["selective"],
+    "step_time_std_s": float | None,
+    "nodes": int | None,
+}
+_SHARED = tuple(
+    n for n in CSV_COLUMNS if n not in ("step_times_s", *KEY_COLUMNS) and n in RunRecord.__dataclass_fields__
+)
+# the columns of a runs.csv written before the result key, in place of the key's
+_LEGACY_COLUMNS = ("strategy", "kind", "degree", "pp", "microbatches", "schedule", "memory_per_rank_gib")
+
+
+def upgrade_row(cells: dict[str, str]) -> dict[str, str]:
+    """A runs.csv row's cells in the current columns: a row written before the result key (the
+    label under `strategy`, the kind under `kind`, `degree` empty for ddp and zero, `nodes` empty
+    without the flag, the allocated peak as `memory_per_rank_gib`) as this form states it."""
+    if "kind" not in cells or "label" in cells:
+        return cells
+    world = int(cells["world"])
+    key = legacy_strategy(
+        cells["kind"], cells["strategy"], world, cells["degree"], cells["pp"], cells["microbatches"], cells["schedule"]
+    )
+    nodes = cells["nodes"] or (str(world // int(cells["nproc_per_node"])) if cells.get("nproc_per_node") else "")
+    new = {k: v for k, v in cells.items() if k not in _LEGACY_COLUMNS}
+    new |= {f"strategy_{k}": "" if v is None else str(v) for k, v in asdict(key).items()}
+    new |= {"nodes": nodes, "label": cells["strategy"], "memory_allocated_gib": cells["memory_per_rank_gib"]}
+    new.setdefault("memory_reserved_gib", "")
+    return {c: new.pop(c) for c in CSV_COLUMNS if c in new} | new
 
 
 def write_run(record: RunRecord, out_dir: str | Path) -> Path:
@@ -272,7 +338,8 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     a last line without its line end, a row with more or fewer cells than the header, a cell
     of `RunRow`'s columns that is not of its type; `simulator.csvfile`). A file without a
     column that newer files have (step_time_std_s) is read as it is; `write_run` adds the
-    column, empty in its older rows."""
+    column, empty in its older rows. The rows of a file written before the result key are read
+    in today's columns (`upgrade_row`), and `write_run` writes them so."""
     try:
         table = read_table(path, CSV_TYPES, required=("run_id",), error=CorruptFile)
     except IsADirectoryError as exc:
@@ -280,7 +347,17 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     except CorruptFile as exc:
         what = f"{exc.message}; repair or remove that line, or move the file aside (each run appends a row to it)"
         raise CorruptFile(what, where=exc.where, field=exc.field) from None
-    return table.columns, [row.cells for row in table.rows]
+    rows = []
+    for row in table.rows:
+        try:
+            rows.append(upgrade_row(row.cells))
+        except (KeyError, ValueError) as exc:  # a row of the older form whose strategy cannot be read
+            what = f"not a run's row: its strategy ({exc}); repair or remove that line, or move the file aside"
+            raise CorruptFile(what, where=f"{path} line {row.line}") from None
+    columns = table.columns
+    if rows and rows[0] is not table.rows[0].cells:  # written before the key: read in today's columns
+        columns = list(rows[0])
+    return columns, rows
 
 
 def check_runs_csv(folder: str | Path) -> None:

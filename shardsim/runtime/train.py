@@ -28,12 +28,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shardsim.config import RunConfig, add_config_arguments, config_from_args
+from shardsim.config.key import KEY_FIELDS, result_key
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count, Real
 from shardsim.runtime import processes
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
+from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -207,16 +209,16 @@ def _record(ns: argparse.Namespace, trainer: Trainer, measured: Measured) -> Run
     cfg, res, device = trainer.cfg, trainer.job.res, trainer.device
     stats = step_time_stats(measured.step_times_s)
     world = trainer.world
+    nproc_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    topology = make_cluster(cfg.topology, cfg.nodes).instance.name
+    key = result_key(cfg, topology=topology, nodes=world // nproc_per_node, world=world, device=device_name)
     return RunRecord(
         run_id=ns.run_id or default_run_id(cfg),
         finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
         config={**cfg.to_dict(), "backend": trainer.backend},  # what ran: gloo on CPU whatever was asked
-        workload=spec_name(cfg.workload),
-        topology=cfg.topology,
-        nodes=cfg.nodes,
-        strategy=cfg.strategy.label(),
-        world=world,
-        nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        **{name: getattr(key, name) for name in KEY_FIELDS},
+        nproc_per_node=nproc_per_node,
         global_batch=res.global_batch,
         steps=ns.steps,
         warmup=ns.warmup,
@@ -224,7 +226,6 @@ def _record(ns: argparse.Namespace, trainer: Trainer, measured: Measured) -> Run
         step_times_s=measured.step_times_s,
         warmup_times_s=measured.warmup_times_s,
         samples_per_s=res.global_batch / stats["step_time_s"],
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         backend=trainer.backend,
         losses=measured.losses,
         loss_first=measured.losses[0],
@@ -239,11 +240,12 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
     from shardsim.core.units import format_seconds
 
     lines = [
-        f"{r.workload}: {r.strategy} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
+        f"{r.workload}: {r.label} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
         f"  step time   {format_seconds(r.step_time_s)} median of {r.steps} "
         f"(min {format_seconds(r.step_time_min_s)}, max {format_seconds(r.step_time_max_s)}), "
         f"{r.samples_per_s:.1f} samples/s",
-        f"  memory      {r.memory_per_rank_gib:.3f} GiB per rank ({r.memory_measure})",
+        f"  memory      {r.memory_allocated_gib:.3f} GiB per rank ({r.memory_measure})"
+        + ("" if r.memory_reserved_gib is None else f", {r.memory_reserved_gib:.3f} GiB reserved"),
         f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",
     ]
     if r.lab is not None and r.lab.host_probe_s:

@@ -278,7 +278,8 @@ def reset_peak_memory(device) -> None:
 
 
 class PeakMemory(Observer):
-    """Every rank's peak memory over the steps (`peak_memory_gib`)."""
+    """Every rank's peak memory over the steps (`peak_memory_gib`), and on a GPU the caching
+    allocator's reserved peak."""
 
     def __init__(self, device):
         self.device = device
@@ -287,12 +288,20 @@ class PeakMemory(Observer):
         reset_peak_memory(self.device)
 
     def after_steps(self, trainer: Trainer) -> dict[str, Any]:
+        import torch
+
+        cuda = self.device.type == "cuda"
         peak = peak_memory_gib(self.device)
         by_rank = [float(v) for v in trainer.every_rank([peak], 1)[:, 0].cpu()]
+        # the caching allocator's peak (a GPU's; CPU memory has no such allocator)
+        reserved = None
+        if cuda:
+            reserved = float(trainer.every_rank([torch.cuda.max_memory_reserved(self.device) / 2**30], 1).max())
         return {
-            "memory_per_rank_gib": max(by_rank),
-            "memory_by_rank_gib": by_rank,
-            "memory_measure": "cuda_max_memory_allocated" if self.device.type == "cuda" else "cpu_peak_rss",
+            "memory_allocated_gib": max(by_rank),
+            "memory_reserved_gib": reserved,
+            "memory_allocated_by_rank_gib": by_rank,
+            "memory_measure": "cuda_max_memory_allocated" if cuda else "cpu_peak_rss",
         }
 
 

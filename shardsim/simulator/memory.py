@@ -42,20 +42,25 @@ class MemoryBreakdown:
     reserve: float = 0.0  # the allocator's reserve over the peak (ALLOCATOR_RESERVE on GPUs)
 
     @property
-    def total_gib(self) -> float:
+    def allocated_gib(self) -> float:
+        """The peak of memory in tensors (PyTorch's max_memory_allocated): every part but the runtime overhead."""
         states = self.params_gib + self.grads_gib + self.optimizer_gib + self.overhead_gib
-        return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib)
+        return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib) - self.overhead_gib
 
     @property
     def reserved_gib(self) -> float:
-        """What the device must hold: the allocated peak with the allocator's reserve, plus the runtime overhead."""
-        return (self.total_gib - self.overhead_gib) * (1 + self.reserve) + self.overhead_gib
+        """The caching allocator's peak (PyTorch's max_memory_reserved): the allocated peak with its reserve."""
+        return self.allocated_gib * (1 + self.reserve)
+
+    @property
+    def required_gib(self) -> float:
+        """What the device must hold: the allocator's reserved peak plus the runtime overhead."""
+        return self.reserved_gib + self.overhead_gib
 
     def to_dict(self) -> dict[str, float]:
+        """The parts, each in GiB (the totals are the prediction's `memory_*_gib`)."""
         d = asdict(self)
         del d["reserve"]
-        d["total_gib"] = self.total_gib
-        d["reserved_gib"] = self.reserved_gib
         return d
 
 

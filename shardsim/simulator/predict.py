@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
+from shardsim.config.key import KEY_FIELDS, StrategyKey, legacy_strategy, result_key
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
@@ -30,19 +31,30 @@ class StepPrediction:
     """One step's prediction. `tflops_per_device` and `mfu` count model FLOPs: the workload's
     forward and backward per sample (recomputation under checkpointing not counted), attention
     as the fused kernels do the work: half the s*s products for causal models, all of them for
-    bidirectional ones (`workload.families`). `params` is the model's parameter count."""
+    bidirectional ones (`workload.families`). `params` is the model's parameter count. It starts
+    with the key every result carries (`config.key.ResultKey`, docs/results.md); its memory is
+    the worst rank's: `memory_allocated_gib` (tensors' peak), `memory_reserved_gib` (the caching
+    allocator's peak) and `memory_required_gib` (that and the runtime overhead: what `fits`
+    compares with `device_memory_gib`)."""
 
+    topology: str
+    nodes: int
+    world: int
+    device: str
+    workload: str
+    strategy: StrategyKey
+    label: str
     config: dict
     cluster: str
-    strategy: str
-    world: int
     global_batch: int
     step_time_s: float
     samples_per_s: float
     breakdown: dict[str, float]
     tflops_per_device: float
     mfu: float
-    memory_per_rank_gib: float
+    memory_allocated_gib: float
+    memory_reserved_gib: float
+    memory_required_gib: float
     device_memory_gib: float
     fits: bool
     fit_reason: str
@@ -153,23 +165,25 @@ def _summarize(
             mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev, ckpt))
     else:
         mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev, ckpt))
-    worst = max(mems, key=lambda m: m.reserved_gib)
-    fits = worst.reserved_gib <= dev.memory_gib
-    reason = "" if fits else f"needs {worst.reserved_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
+    worst = max(mems, key=lambda m: m.required_gib)
+    fits = worst.required_gib <= dev.memory_gib
+    reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     counts = Counter(op.coll for op in plan.ops if op.kind == "comm")
     price = cluster.price_per_hour_usd
+    key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
+        **{name: getattr(key, name) for name in KEY_FIELDS},
         config=cfg.to_dict(),
         cluster=cluster.describe(),
-        strategy=cfg.strategy.label(),
-        world=res.world,
         global_batch=samples,
         step_time_s=step,
         samples_per_s=samples / step if step > 0 else float("inf"),
         breakdown=bd,
         tflops_per_device=tflops,
         mfu=tflops * 1e12 / cm.peak_flops,
-        memory_per_rank_gib=worst.reserved_gib,
+        memory_allocated_gib=worst.allocated_gib,
+        memory_reserved_gib=worst.reserved_gib,
+        memory_required_gib=worst.required_gib,
         device_memory_gib=dev.memory_gib,
         fits=fits,
         fit_reason=reason,
@@ -184,3 +198,39 @@ def _summarize(
 
 def save_trace(pred: StepPrediction, path: str | Path) -> None:
     write_chrome_trace(path, pred.spans, pred.class_labels, {"prediction": pred.to_dict()})
+
+
+def upgrade_prediction(d: dict) -> dict:
+    """A prediction's JSON object (`predict --json`, a trace's ``otherData.prediction``) in
+    today's form: one written before the result key (`strategy` the label, no topology, nodes,
+    device or workload: its configuration's and its topology's; `memory_per_rank_gib` the
+    required memory, `memory` with its `total_gib` and `reserved_gib`, both with the runtime
+    overhead) is read as this form states it. Today's are returned as they are."""
+    if "label" in d or not isinstance(d.get("strategy"), str):
+        return d
+    cfg, mem = d["config"], dict(d["memory"])
+    s = cfg["strategy"]
+    key = legacy_strategy(
+        s["kind"], d["strategy"], d["world"], s.get("degree"), s.get("pp"), s.get("microbatches"), s.get("schedule")
+    )
+    cluster = make_cluster(cfg["topology"], cfg["nodes"])
+    overhead = mem["overhead_gib"]
+    total, required = mem.pop("total_gib"), mem.pop("reserved_gib")
+    out = {
+        "topology": cluster.instance.name,
+        "nodes": cluster.nodes,
+        "world": d["world"],
+        "device": cluster.instance.device.model,
+        "workload": cfg["workload"] if isinstance(cfg["workload"], str) else cfg["workload"]["family"],
+        "strategy": asdict(key),
+        "label": d["strategy"],
+    }
+    for k, v in d.items():
+        if k == "memory_per_rank_gib":
+            out |= {"memory_allocated_gib": total - overhead, "memory_reserved_gib": required - overhead}
+            out["memory_required_gib"] = v
+        elif k == "memory":
+            out[k] = mem
+        elif k not in out:
+            out[k] = v
+    return out

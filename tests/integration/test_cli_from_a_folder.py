@@ -40,4 +40,4 @@ def test_a_sweep_of_the_users_own_model_from_such_a_folder(tmp_path):
     argv += ["--strategies", "ddp,zero", "--workers", "1", "--no-progress", "--json"]
     out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert {r["strategy"] for r in json.loads(out.stdout)["rows"]} == {"ddp", "zero"}
+    assert {r["strategy"]["kind"] for r in json.loads(out.stdout)["rows"]} == {"ddp", "zero"}

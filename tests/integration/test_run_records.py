@@ -33,8 +33,9 @@ def test_a_gpu_topology_run_on_cpu_records_gloo_its_std_and_the_common_mode(tmp_
 
 
 def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_determine(tmp_path):
-    """A run without --nodes records `nodes: null`; calibrate reads its JSON record and its
-    runs.csv row with the nodes its world fills, and refuses to fit from one row."""
+    """A run records the nodes its ranks filled (one: both ranks on this host) and the result key;
+    calibrate reads its JSON record and its runs.csv row with the nodes its world fills on the
+    topology, and refuses to fit from one row."""
     from shardsim.simulator.calibration.measurements import read_measurements
     from shardsim.simulator.hardware.topology import load_instance
 
@@ -44,7 +45,8 @@ def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_d
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout)
-    assert rec["nodes"] is None and rec["world"] == 2
+    assert (rec["nodes"], rec["world"], rec["label"], rec["strategy"]["kind"]) == (1, 2, "zero", "zero")
+    assert rec["strategy"]["degree"] == 2 and rec["memory_reserved_gib"] is None
     inst = load_instance("emu-2x2")
     for source in (out, out / CSV_NAME, out / f"{rec['run_id']}.json"):
         (m,) = read_measurements(source, "emu-2x2", inst)

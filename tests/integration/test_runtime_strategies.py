@@ -109,7 +109,7 @@ def check_equals_reference(tmp_path: Path, world: int, args: list[str]) -> dict:
 )
 def test_strategy_equals_single_process_reference(tmp_path, world, args):
     rec = check_equals_reference(tmp_path, world, args.split())
-    for key in ("step_time_s", "samples_per_s", "memory_per_rank_gib", "step_times_s", "step_time_min_s"):
+    for key in ("step_time_s", "samples_per_s", "memory_allocated_gib", "step_times_s", "step_time_min_s"):
         assert key in rec
     assert rec["memory_measure"] == "cpu_peak_rss" and rec["backend"] == "gloo"
     assert rec["samples_per_s"] == pytest.approx(rec["global_batch"] / rec["step_time_s"])

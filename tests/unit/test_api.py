@@ -127,7 +127,7 @@ def test_sweep_returns_table_recommendation_skipped_and_dropped() -> None:
     by_keywords = shardsim.sweep(TINY, strategies="zero", nodes=[1, 2], workers=1)
     by_mapping = shardsim.sweep(TINY, {"strategies": ["zero"], "nodes": (1, 2)}, workers=1)
     pd.testing.assert_frame_equal(by_keywords.table, by_mapping.table)
-    assert by_keywords.table["strategy"].unique().tolist() == ["zero"]
+    assert by_keywords.table["strategy_kind"].unique().tolist() == ["zero"]
 
 
 def test_sweep_calls_progress() -> None:
@@ -151,8 +151,8 @@ def test_recommend_refuses_what_is_not_a_sweeps_table() -> None:
     table = shardsim.sweep(TINY, strategies=["ddp", "zero"], workers=1).table
     _refused(lambda: shardsim.recommend(table.to_dict()), "table")
     _refused(lambda: shardsim.recommend(table.drop(columns=["fits"])), "fits")
-    _refused(lambda: shardsim.recommend(table[table["strategy"] == "pipeline"]), "table")
-    assert shardsim.recommend(table[table["strategy"] == "zero"]).best["strategy"] == "zero"
+    _refused(lambda: shardsim.recommend(table[table["strategy_kind"] == "pipeline"]), "table")
+    assert shardsim.recommend(table[table["strategy_kind"] == "zero"]).best["strategy"]["kind"] == "zero"
 
 
 def _mpt_125m(tmp_path: Path) -> Path:

@@ -85,7 +85,7 @@ def test_runs_csv_cells_are_checked_against_their_columns(tmp_path):
     write_run(run_record(run_id="a"), tmp_path)
     path = tmp_path / CSV_NAME
     good = path.read_text()
-    for column, bad in (("world", "4.5"), ("checkpointing", "maybe"), ("step_time_s", "fast"), ("pp", "")):
+    for column, bad in (("world", "4.5"), ("checkpointing", "maybe"), ("step_time_s", "fast"), ("strategy_pp", "")):
         header, rows = good.splitlines()
         cells = rows.split(",")
         cells[header.split(",").index(column)] = bad

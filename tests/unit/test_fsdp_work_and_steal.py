@@ -161,8 +161,8 @@ def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch)
     rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))
     profile = load_profile(prof, "small-gpt")
     for cfg, r in zip(matrix.configs, rows, strict=True):
-        assert r.host_steal_share == runs[r.config] and r.host_quiet == (runs[r.config] <= 0.1)
-        want = predict(cfg, profile=profile.slowed(1.2, among_ranks=True, steal_share=runs[r.config]))
+        assert r.host_steal_share == runs[r.label] and r.host_quiet == (runs[r.label] <= 0.1)
+        want = predict(cfg, profile=profile.slowed(1.2, among_ranks=True, steal_share=runs[r.label]))
         assert r.predicted_s == pytest.approx(want.step_time_s)
     zero = predict(matrix.configs[1], profile=profile.slowed(1.2, among_ranks=True, steal_share=0.0))
     assert rows[1].predicted_s > zero.step_time_s

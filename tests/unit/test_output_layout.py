@@ -134,8 +134,8 @@ def test_predict_fits_80_columns_and_gives_tiny_figures_in_suitable_units(capsys
 
 
 def _rec(margin: float, sdp_margin: float) -> dict:
-    def row(config: str, strategy: str) -> dict:
-        return {"config": config, "strategy": strategy, "step_time_s": 1.0, "samples_per_s": 10.0, "nodes": 1}
+    def row(label: str, kind: str) -> dict:
+        return {"label": label, "strategy": {"kind": kind}, "step_time_s": 1.0, "samples_per_s": 10.0, "nodes": 1}
 
     return {
         "best": row("zero2d d=2", "zero2d"),
@@ -178,7 +178,7 @@ def test_a_narrow_width_never_cuts_a_cell(capsys, monkeypatch, columns):
         cells = [
             format_seconds(r["step_time_s"]),
             f"{r['samples_per_s']:.1f}",
-            format_bytes(r["memory_per_rank_gib"] * GIB),
+            format_bytes(r["memory_required_gib"] * GIB),
         ]
         for cell in cells:
             assert " ".join(words).count(cell), f"{cell} cut short at {columns} columns"

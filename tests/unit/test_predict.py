@@ -98,8 +98,10 @@ def test_faster_inter_node_links_never_slow_a_step(strategy: Strategy) -> None:
 
 
 def test_zero2d_memory_falls_as_degree_grows() -> None:
-    mems = [predict(replace(SEED, strategy=Strategy("zero2d", degree=d))).memory_per_rank_gib for d in (1, 2, 4, 8, 16)]
-    mems.append(predict(SEED).memory_per_rank_gib)
+    mems = [
+        predict(replace(SEED, strategy=Strategy("zero2d", degree=d))).memory_allocated_gib for d in (1, 2, 4, 8, 16)
+    ]
+    mems.append(predict(SEED).memory_allocated_gib)
     assert all(b < a for a, b in zip(mems, mems[1:], strict=False))
 
 
@@ -142,7 +144,9 @@ def test_cli_json_has_the_promised_keys(capsys) -> None:
         "samples_per_s",
         "tflops_per_device",
         "mfu",
-        "memory_per_rank_gib",
+        "memory_allocated_gib",
+        "memory_reserved_gib",
+        "memory_required_gib",
         "device_memory_gib",
         "fits",
     ):
@@ -163,4 +167,4 @@ def test_seed_config_files_load() -> None:
     a = load_config("experiments/seed/zero.yaml")
     b = load_config("experiments/seed/zero2d-4.yaml")
     assert predict(a).world == 32
-    assert predict(b).strategy == "zero2d d=4"
+    assert predict(b).label == "zero2d d=4"

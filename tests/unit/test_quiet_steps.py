@@ -79,7 +79,7 @@ def test_a_stolen_configuration_is_run_again_after_the_others(tmp_path, stolen_r
     assert calls == ["ddp", "zero", "zero2d d=2", "ddp", "zero", "zero"]  # 1 + 2 retries at most
     cap = capsys.readouterr()
     assert "too few quiet steps in ddp, zero; again in 0 s (1/2)" in cap.err
-    rows = {r.config: r for r in validation.load_rows(out)}
+    rows = {r.label: r for r in validation.load_rows(out)}
     ddp, zero = rows["ddp"], rows["zero"]
     assert (ddp.attempts, ddp.steps_kept, ddp.host_quiet, ddp.measured_s) == (2, 4, True, 1.0)
     assert ddp.run_ids == ["ddp-1", "ddp-2"] and len(ddp.step_times_s) == 8
@@ -95,7 +95,7 @@ def test_a_stolen_configuration_is_run_again_after_the_others(tmp_path, stolen_r
     plan["zero"] = [(2.5, 0.01)]  # more retries allowed: the stolen one is tried again, and is quiet
     assert run_cli(["validate", "--matrix", str(m), "--out", str(out), "--profile", prof, "--retries", "3"]) == 0
     assert calls == ["zero"]
-    zero = {r.config: r for r in validation.load_rows(out)}["zero"]
+    zero = {r.label: r for r in validation.load_rows(out)}["zero"]
     assert (zero.attempts, zero.steps_kept, zero.host_quiet, zero.measured_s) == (4, 4, True, 2.5)
 
 

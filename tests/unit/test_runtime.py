@@ -20,7 +20,7 @@ from shardsim.core.errors import WriteError
 from shardsim.runtime import data
 from shardsim.runtime.launch import RankView, config_flags, diagnose
 from shardsim.runtime.models.transformer import build_model
-from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, write_run
+from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, upgrade_record, write_run
 from shardsim.runtime.status import RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.testing import Fault
@@ -161,7 +161,7 @@ def test_results_are_written_atomically_and_appended(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / CSV_NAME)))
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [r["run_id"] for r in rows] == ["a", "b"] and rows[1]["step_time_s"] == "0.7"
-    assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["kind"] == "zero"
+    assert rows[0]["step_times_s"] == "0.5;0.6" and rows[0]["strategy_kind"] == "zero"
     assert rows[0]["backend"] == "gloo" and rows[0]["workload"] == "w"  # what ran, not what was asked
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
@@ -186,18 +186,22 @@ def test_a_row_says_the_checkpointing_mode_and_the_selective_option(tmp_path):
 
 def test_committed_run_files_load_as_records(tmp_path):
     """Every run file under experiments/ loads, field for key (older ones lack the host
-    readings: None); the lab's readings, top-level keys in these files, under `lab`, and none
-    where a file (a GPU run's) has none of them; a file that is not a record is a ValueError."""
+    readings: None; those written before the result key are read in its form, each value
+    where the key puts it); the lab's readings, top-level keys in these files, under `lab`, and
+    none where a file (a GPU run's) has none of them; a file that is not a record is a ValueError."""
     docs = {p: json.loads(p.read_text()) for p in sorted(ROOT.glob("experiments/**/*.json"))}
     runs = {p: d for p, d in docs.items() if isinstance(d, dict) and d.get("source") == "measured"}
     assert runs
     gpu = 0
     for p, doc in runs.items():
-        got = load_run(p).to_dict()
+        got, want = load_run(p).to_dict(), upgrade_record(doc)
         flat = {k: v for k, v in got.items() if k != "lab"} | got.get("lab", {})
-        assert {k: flat.get(k) for k in doc} == doc and all(flat[k] is None for k in set(flat) - set(doc)), p
+        assert {k: flat.get(k) for k in want} == want and all(flat[k] is None for k in set(flat) - set(want)), p
         assert ("lab" in got) == any(doc.get(k) is not None for k in LAB_KEYS), p
         gpu += doc["memory_measure"] == "cuda_max_memory_allocated" and "lab" not in got
+        if "label" not in doc:  # before the key: the label was `strategy`, the allocated peak `memory_per_rank_gib`
+            assert (got["label"], got["memory_allocated_gib"]) == (doc["strategy"], doc["memory_per_rank_gib"])
+            assert got["strategy"]["kind"] == doc["config"]["strategy"]["kind"] and got["world"] == doc["world"]
     assert gpu > 0  # the committed GPU runs' records hold no lab
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(next(iter(runs.values())) | {"nope": 1}))

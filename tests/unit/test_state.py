@@ -14,6 +14,7 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.cli import run as run_cli
+from shardsim.config.key import strategy_key
 from shardsim.core.errors import CorruptFile
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run, read_runs_csv, write_run
 from shardsim.runtime.validation import load_matrix, measure, rebuild_rows
@@ -49,7 +50,8 @@ def real_records(monkeypatch):
         rec = run_record(
             run_id=f"run{n}-{label.replace(' ', '').replace('=', '')}",
             finished_at=f"2026-01-01T00:00:{n:02d}+00:00",
-            strategy=label,
+            strategy=strategy_key(cfg.strategy, 4),
+            label=label,
             step_time_s=1.0 + n / 10,
             step_times_s=[1.0 + n / 10] * 3,
             host_steal_share_by_step=[0.0] * 3,
@@ -73,7 +75,7 @@ def _validate(tmp_path: Path, *extra: str) -> int:
 def test_a_torn_validation_json_is_rebuilt_from_its_runs(tmp_path, real_records, capsys):
     assert _validate(tmp_path) == 0
     out = tmp_path / "out"
-    before = {r["config"]: r for r in json.loads((out / "validation.json").read_text())["rows"]}
+    before = {r["label"]: r for r in json.loads((out / "validation.json").read_text())["rows"]}
     torn = (out / "validation.json").read_text()[:300]
     (out / "validation.json").write_text(torn)
     real_records.clear()
@@ -83,7 +85,7 @@ def test_a_torn_validation_json_is_rebuilt_from_its_runs(tmp_path, real_records,
     err = capsys.readouterr().err
     assert "validation.json: not valid JSON (line" in err and "rebuilt 3 configuration(s) from the 3 run(s)" in err
     assert (out / "validation.json.corrupt").read_text() == torn  # the torn file kept, not discarded
-    after = {r["config"]: r for r in json.loads((out / "validation.json").read_text())["rows"]}
+    after = {r["label"]: r for r in json.loads((out / "validation.json").read_text())["rows"]}
     for label, row in before.items():
         for key in ("measured_s", "step_times_s", "run_ids", "status", "predicted_s", "steps_kept"):
             assert after[label][key] == row[key], (label, key)
@@ -102,9 +104,21 @@ def test_a_torn_validation_json_without_runs_is_named_not_read_as_empty(tmp_path
 def test_a_validation_json_of_mistyped_rows_is_corrupt():
     from shardsim.runtime.validation.resume import read_rows
 
-    with pytest.raises(CorruptFile, match=r"field 'rows\[0\].degree': expected a whole number, got 'x'"):
-        read_rows_of({"rows": [{"topology": "emu-2x2", "config": "ddp", "strategy": "ddp", "degree": "x", "pp": 1,
-                                "microbatches": 1, "schedule": "1f1b", "world": 4}]}, read_rows)  # fmt: skip
+    key = {"topology": "emu-2x2", "nodes": 2, "world": 4, "device": "cpu", "workload": "small-gpt", "label": "ddp"}
+    strategy = {
+        "kind": "ddp",
+        "degree": "x",
+        "pp": 1,
+        "microbatches": 1,
+        "schedule": None,
+        "reshard_after_forward": None,
+    }
+    with pytest.raises(CorruptFile, match=r"field 'rows\[0\].strategy.degree': expected a whole number, got 'x'"):
+        read_rows_of({"rows": [key | {"strategy": strategy}]}, read_rows)
+    # a row written before the key: its loose fields are read in the key's form, and checked there
+    with pytest.raises(CorruptFile, match=r"field 'rows\[0\].status': expected a string, got 3"):
+        old = {"topology": "emu-2x2", "config": "ddp", "strategy": "ddp", "degree": 1, "pp": 1, "microbatches": 1}
+        read_rows_of({"rows": [old | {"schedule": "1f1b", "world": 4, "status": 3}]}, read_rows)
 
 
 def read_rows_of(doc: dict, read_rows) -> list:

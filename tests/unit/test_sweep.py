@@ -10,6 +10,7 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.config import RunConfig, resolve
+from shardsim.config.key import flatten
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.sweep.recommendation import recommend
@@ -23,13 +24,12 @@ from tests.helpers import instance
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)
 ROW_KEYS = (
     "strategy",
-    "degree",
-    "pp",
-    "microbatches",
-    "schedule",
+    "label",
     "step_time_s",
     "samples_per_s",
-    "memory_per_rank_gib",
+    "memory_allocated_gib",
+    "memory_reserved_gib",
+    "memory_required_gib",
     "fits",
 )
 
@@ -85,14 +85,14 @@ def test_rows_ranked_and_a_config_that_does_not_fit_is_never_recommended() -> No
     base = replace(TINY, workload="mlp-4x16k")
     roomy = sweep(base, replace(space, topologies=(instance(devices=4, memory_gib=80.0),)), workers=1).table
     fastest = roomy.loc[roomy["samples_per_s"].idxmax()]
-    assert (roomy["memory_per_rank_gib"] < fastest["memory_per_rank_gib"]).any()  # something smaller exists
-    tight = instance(devices=4, memory_gib=fastest["memory_per_rank_gib"] - 0.01)
+    assert (roomy["memory_required_gib"] < fastest["memory_required_gib"]).any()  # something smaller exists
+    tight = instance(devices=4, memory_gib=fastest["memory_required_gib"] - 0.01)
     df = sweep(base, replace(space, topologies=(tight,)), workers=1).table
-    row = df[df["config"] == fastest["config"]].iloc[0]
+    row = df[df["label"] == fastest["label"]].iloc[0]
     assert not row["fits"] and "GiB" in row["fit_reason"] and row["samples_per_s"] == df["samples_per_s"].max()
     rec = recommend(df)
-    assert rec["best"]["config"] != fastest["config"] and rec["best"]["fits"]
-    assert rec["sdp"]["config"] != fastest["config"] and (rec["margin"] is None or rec["margin"] >= 0)
+    assert rec["best"]["label"] != fastest["label"] and rec["best"]["fits"]
+    assert rec["sdp"]["label"] != fastest["label"] and (rec["margin"] is None or rec["margin"] >= 0)
     assert df["rank"].tolist() == list(range(1, len(df) + 1))
     assert df["fits"].tolist() == sorted(df["fits"].tolist(), reverse=True)  # fitting rows first
     assert row["rank"] > df["fits"].sum()
@@ -110,9 +110,9 @@ def test_recommendation_is_the_fastest_fitting_row(tiny_df: pd.DataFrame) -> Non
     rec = recommend(tiny_df)
     fit = tiny_df[tiny_df["fits"]]
     assert rec["best"]["samples_per_s"] == fit["samples_per_s"].max()
-    dp = fit[fit["strategy"].isin(["ddp", "zero", "zero2d"])]
+    dp = fit[fit["strategy_kind"].isin(["ddp", "zero", "zero2d"])]
     best_dp = dp.loc[dp["samples_per_s"].idxmax()]
-    assert rec["sharded_data_parallel_degree"] == best_dp["degree"]
+    assert rec["sharded_data_parallel_degree"] == best_dp["strategy_degree"]
     second = fit["samples_per_s"].nlargest(2).iloc[1]
     assert rec["margin"] == pytest.approx(fit["samples_per_s"].max() / second - 1)
     assert set(COLUMNS) <= set(tiny_df.columns)
@@ -144,11 +144,12 @@ def test_cli_json_shape(capsys) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) >= {"rows", "recommended"}
     assert doc["rows"] and all(set(ROW_KEYS) <= set(r) for r in doc["rows"])
-    assert {r["strategy"] for r in doc["rows"]} == {"ddp", "zero2d", "pipeline"}
-    assert all(r["schedule"] is None for r in doc["rows"] if r["strategy"] != "pipeline")
+    assert {r["strategy"]["kind"] for r in doc["rows"]} == {"ddp", "zero2d", "pipeline"}
+    assert all(r["strategy"]["schedule"] is None for r in doc["rows"] if r["strategy"]["kind"] != "pipeline")
+    assert all(r["strategy"]["degree"] == 1 for r in doc["rows"] if r["strategy"]["kind"] == "ddp")
     rec = doc["recommended"]
     assert rec["best"]["fits"] and isinstance(rec["sharded_data_parallel_degree"], int)
-    assert rec["margin"] >= 0 and rec["sdp"]["strategy"] in ("ddp", "zero", "zero2d")
+    assert rec["margin"] >= 0 and rec["sdp"]["strategy"]["kind"] in ("ddp", "zero", "zero2d")
 
 
 def test_cli_table_and_files(tmp_path, capsys) -> None:
@@ -272,7 +273,7 @@ def test_weak_scaling_rows_and_efficiency(capsys) -> None:
     assert sorted(df["world"].unique()) == [4, 8, 16]
     assert (df["batch_per_device"] == TINY.batch_per_device).all()  # weak: fixed per device
     assert (df["scaling_mode"] == "weak").all()
-    for cfg, g in df.groupby("config"):
+    for cfg, g in df.groupby("label"):
         g = g.sort_values("world")
         base = g.iloc[0]
         assert base["scaling_efficiency"] == pytest.approx(1.0)
@@ -373,26 +374,26 @@ def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
     base = replace(TINY, precision="fp16")
     df = sweep(base, SETTINGS_SPACE, workers=1).table
     assert list(df.columns) == [
-        *COLUMNS[: COLUMNS.index("schedule") + 1],
+        *COLUMNS[: COLUMNS.index("global_batch") + 1],
         *SETTING_COLUMNS,
-        *COLUMNS[COLUMNS.index("schedule") + 1 :],
+        *COLUMNS[COLUMNS.index("global_batch") + 1 :],
     ]
-    assert df["config"].is_unique and df["rank"].tolist() == list(range(1, len(df) + 1))
-    zero2 = df[df["config"] == "zero (ZeRO-2)"].iloc[0]
-    assert zero2["reshard_after_forward"] == False and zero2["reduce_dtype"] == "fp16"  # noqa: E712
+    assert df["label"].is_unique and df["rank"].tolist() == list(range(1, len(df) + 1))
+    zero2 = df[df["label"] == "zero (ZeRO-2)"].iloc[0]
+    assert zero2["strategy_reshard_after_forward"] == False and zero2["reduce_dtype"] == "fp16"  # noqa: E712
     assert zero2["checkpointing"] == "full" and zero2["optimizer_impl"] == "foreach"
     assert pd.isna(zero2["selective_ac_option"])
-    assert df[df["strategy"] == "ddp"]["reshard_after_forward"].isna().all()
-    k2 = df[df["config"] == "zero, ckpt selective k=2, reduce fp32"].iloc[0]
+    assert df[df["strategy_kind"] == "ddp"]["strategy_reshard_after_forward"].isna().all()
+    k2 = df[df["label"] == "zero, ckpt selective k=2, reduce fp32"].iloc[0]
     assert k2["selective_ac_option"] == "2" and k2["reduce_dtype"] == "fp32"
     # ranking: fitting rows by samples/s; the settings change the predictions
     fit = df[df["fits"]]
     assert fit["samples_per_s"].is_monotonic_decreasing
-    assert df[df["strategy"] == "zero"]["step_time_s"].nunique() > 1
+    assert df[df["strategy_kind"] == "zero"]["step_time_s"].nunique() > 1
     rec = recommend(df)
     assert set(SETTING_COLUMNS) <= set(rec["best"]) and set(SETTING_COLUMNS) <= set(rec["sdp"])
     best = df.iloc[0]
-    assert rec["best"]["config"] == best["config"]
+    assert rec["best"]["label"] == best["label"]
     assert rec["best"]["checkpointing"] == best["checkpointing"]
     assert rec["best"]["reduce_dtype"] == best["reduce_dtype"]
     # today's recommendation keys where no settings are listed
@@ -419,7 +420,7 @@ def test_cli_settings_lists(tmp_path, capsys) -> None:
     doc = json.loads(capsys.readouterr().out)
     rows = doc["rows"]
     assert all(set(SETTING_COLUMNS) <= set(r) for r in rows)
-    configs = {r["config"] for r in rows}
+    configs = {r["label"] for r in rows}
     assert len(configs) == len(rows) == 3 * 2 + 3 * 2 * 2  # ddp: 3 checkpointing x 2 impls; zero: x ZeRO-3/2
     assert {"ddp", "zero", "zero (ZeRO-2)", "zero, ckpt selective k=2, adam foreach"} <= configs  # base: none, fused
     assert {r["optimizer_impl"] for r in rows} == {"fused", "foreach"}
@@ -427,7 +428,7 @@ def test_cli_settings_lists(tmp_path, capsys) -> None:
     # a single value sets the base alone: today's columns
     assert main([*argv, "--checkpointing", "none", "--optimizer-impl", "fused", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert set(rows[0]) == set(COLUMNS) and {r["config"] for r in rows} == {"ddp", "zero"}
+    assert set(flatten(rows[0])) == set(COLUMNS) and {r["label"] for r in rows} == {"ddp", "zero"}
     # the table and the CSV say the settings
     out = tmp_path / "s"
     assert main([*argv, "--checkpointing", "full,none", "--out", str(out), "--no-plots"]) == 0

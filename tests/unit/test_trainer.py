@@ -75,7 +75,9 @@ def test_the_trainer_steps_and_calls_its_observers_around_each_step(group):
     assert all(t > 0 for t in got.step_times)
     f = got.fields
     assert f["logged"] == len(log.calls)  # the observers' fields are the record's
-    assert f["memory_measure"] == "cpu_peak_rss" and f["memory_by_rank_gib"] == [f["memory_per_rank_gib"]] > [0]
+    assert f["memory_measure"] == "cpu_peak_rss" and f["memory_allocated_by_rank_gib"] == [
+        f["memory_allocated_gib"]
+    ] > [0]
     assert len(f["step_cpu_times_s"]) == STEPS and f["step_cpu_times_by_rank_s"] == [f["step_cpu_times_s"]]
     # the same seeded model and batches: the same losses again
     again = _trainer().measure(WARMUP, STEPS, [])

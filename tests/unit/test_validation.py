@@ -13,6 +13,7 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.config import RunConfig
+from shardsim.config.key import StrategyKey
 from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
 from shardsim.runtime.emulation import iproute, namespaces
@@ -77,8 +78,9 @@ def test_bad_matrix_is_one_line_and_exit_2(tmp_path, capsys, text, needle):
     assert not (out / "validation.json").exists()
 
 
-def _row(top: str, config: str, pred: float, meas: float, strategy: str = "zero2d", degree: int = 2) -> Row:
-    r = Row(top, config, strategy, degree, 1, 1, "1f1b", 4, predicted_s=pred, measured_s=meas, status="ok")
+def _row(top: str, label: str, pred: float, meas: float, kind: str = "zero2d", degree: int = 2) -> Row:
+    s = StrategyKey(kind, degree, 1, 1, None, True)
+    r = Row(top, 1, 4, "cpu", "small-gpt", s, label, predicted_s=pred, measured_s=meas, status="ok")
     r.error_pct = 100 * (pred - meas) / meas
     return r
 
@@ -206,7 +208,7 @@ def test_validate_is_resumable_and_keeps_finished_rows(tmp_path, fake_cluster, c
     cap = capsys.readouterr()
     assert "1 run(s) failed" in cap.err and "rank 1 failed at step 2" in cap.err
     doc = json.loads((out / "validation.json").read_text())
-    status = {r["config"]: r["status"] for r in doc["rows"]}
+    status = {r["label"]: r["status"] for r in doc["rows"]}
     assert status["ddp"] == "ok" and status["zero2d d=2"] == "ok" and status["zero"].startswith("failed: rank 1")
     assert doc["rows_ok"] == 2 and (out / "scatter.png").exists() and (out / "errors.png").exists()
 
@@ -216,13 +218,13 @@ def test_validate_is_resumable_and_keeps_finished_rows(tmp_path, fake_cluster, c
     assert calls == ["zero"]  # only what was missing
     printed = json.loads(capsys.readouterr().out)
     assert set(printed) >= {"rows", "mape_pct", "max_error_pct", "best_agrees"}
-    rows = {r["config"]: r for r in printed["rows"]}
+    rows = {r["label"]: r for r in printed["rows"]}
     assert rows["ddp"]["measured_s"] == 1.0 and rows["zero"]["measured_s"] == 2.0
     for r in printed["rows"]:
         assert r["error_pct"] == pytest.approx(100 * (r["predicted_s"] - r["measured_s"]) / r["measured_s"])
     assert printed["mape_pct"] == pytest.approx(sum(abs(r["error_pct"]) for r in printed["rows"]) / 3)
     csv_lines = (out / "validation.csv").read_text().splitlines()
-    assert len(csv_lines) == 4 and csv_lines[0].startswith("topology,config,")
+    assert len(csv_lines) == 4 and csv_lines[0].startswith("topology,nodes,world,device,workload,strategy_kind,")
 
     calls.clear()  # a bound that the errors pass: exit 1 with the reason, rows intact
     assert run_cli(["validate", "--matrix", str(m), "--out", str(out), "--profile", prof, "--max-error", "0"]) == 1

@@ -98,20 +98,20 @@ class _Validation:
         """Run row `i` once more, add what it measured, re-predict it and write the files."""
         r = self.rows[i]
         r.host_slowdown_before = before = host_slowdown(self.profile, self.yard_batch)
-        self.log(f"{tag} {cfg.topology} {r.config}: running (host speed x{1 / before:.2f}) ...")
+        self.log(f"{tag} {cfg.topology} {r.label}: running (host speed x{1 / before:.2f}) ...")
         record, err = run_config(cfg, self.matrix, cluster, self.runs, self.threads)
         r.host_slowdown_after = host_slowdown(self.profile, self.yard_batch)
         if record is None:
             if r.attempts == 0:
                 r.status = f"failed: {err}"
-            self.log(f"{tag} {cfg.topology} {r.config}: FAILED: {err}")
+            self.log(f"{tag} {cfg.topology} {r.label}: FAILED: {err}")
         else:
             add_attempt(r, record)
             settle(r, self.matrix.max_steal, self.matrix.quiet_steps_needed)
             self.rescore(i, pooled_slowdown(self.rows))  # the pool so far; every row is rescored at the end
             quiet = f"{r.steps_kept} of {len(r.step_times_s)} steps quiet" + ("" if r.host_quiet else ", too few")
             self.log(
-                f"{tag} {cfg.topology} {r.config}: measured {format_seconds(r.measured_s)} ({quiet}), "
+                f"{tag} {cfg.topology} {r.label}: measured {format_seconds(r.measured_s)} ({quiet}), "
                 f"predicted {format_seconds(r.predicted_s)} ({r.error_pct:+.1f} %; host speed x"
                 f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after"
                 f"{_steal_note(r.host_steal_share)})"
@@ -145,9 +145,9 @@ def validate(
     prof = ensure_profile(matrix, out, profile, log)
     rows: list[Row] = []
     for top, cfgs in matrix.topologies:
-        world = make_cluster(top).world
+        cluster = make_cluster(top)
         for cfg in cfgs:
-            rows.append(earlier.get((top, cfg.strategy.label())) or row_for(cfg, world))
+            rows.append(earlier.get((top, cfg.strategy.label())) or row_for(cfg, cluster))
     v = _Validation(
         matrix,
         out,
@@ -185,7 +185,7 @@ def validate(
                 pending = [(i, c) for i, c in pending if rows[i].status == "ok" and owes_attempt(rows[i], matrix)]
                 if not pending:
                     break
-                names = ", ".join(rows[i].config for i, _ in pending)
+                names = ", ".join(rows[i].label for i, _ in pending)
                 log(f"{top}: too few quiet steps in {names}; again in {RETRY_PAUSE_S:g} s ({again}/{matrix.retries})")
                 time.sleep(RETRY_PAUSE_S)
                 for i, cfg in pending:

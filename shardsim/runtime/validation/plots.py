@@ -60,7 +60,7 @@ def plot_validation(rows: list, summary: dict[str, Any], out: Path) -> list[Path
     ax.bar([i + w / 2 for i in x], [r.predicted_s for r in ok], w, label="predicted", color="#DD8452")
     for i, r in zip(x, ok, strict=True):
         ax.annotate(f"{r.error_pct:+.1f}%", (i, max(r.measured_s, r.predicted_s)), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x, [f"{r.topology}\n{r.config}" for r in ok], rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(x, [f"{r.topology}\n{r.label}" for r in ok], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("step time (s)")
     ax.set_title("predicted vs measured per configuration (label: prediction error; hatched: stolen)", fontsize=10)
     ax.legend(fontsize=8)

@@ -13,17 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.config import DATA_PARALLEL
+from shardsim.config.key import STRATEGY_COLUMNS, flatten
 from shardsim.core.files import atomic_write
 from shardsim.core.units import format_seconds
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row
 
-# validation.csv: every field of a row but its per-step lists
-CSV_COLUMNS = tuple(f.name for f in fields(Row) if not str(f.type).startswith("list["))
+# validation.csv: every field of a row but its per-step lists, the key's strategy as
+# `strategy_<field>` columns (`config.key.KEY_COLUMNS`)
+CSV_COLUMNS = tuple(
+    c
+    for f in fields(Row)
+    if not str(f.type).startswith("list[")
+    for c in (STRATEGY_COLUMNS if f.name == "strategy" else (f.name,))
+)
 
 
 def _best(rows: list[Row], col: str) -> Row:
-    return min(rows, key=lambda r: (getattr(r, col), r.config))
+    return min(rows, key=lambda r: (getattr(r, col), r.label))
 
 
 def summarize(rows: list[Row]) -> dict[str, Any]:
@@ -36,19 +43,19 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
         mine = [r for r in ok if r.topology == top]
         pb, mb = _best(mine, "predicted_s"), _best(mine, "measured_s")
         entry = {
-            "predicted_best": pb.config,
-            "measured_best": mb.config,
-            "best_agrees": pb.config == mb.config,
+            "predicted_best": pb.label,
+            "measured_best": mb.label,
+            "best_agrees": pb.label == mb.label,
             # how much slower, measured, the predicted-best configuration is than the measured best
             "regret_pct": 100 * (pb.measured_s - mb.measured_s) / mb.measured_s,
         }
-        dp = [r for r in mine if r.strategy in DATA_PARALLEL]
+        dp = [r for r in mine if r.strategy.kind in DATA_PARALLEL]
         if dp:
             pd_, md = _best(dp, "predicted_s"), _best(dp, "measured_s")
             entry |= {
-                "predicted_best_degree": pd_.degree,
-                "measured_best_degree": md.degree,
-                "degree_agrees": pd_.degree == md.degree,
+                "predicted_best_degree": pd_.strategy.degree,
+                "measured_best_degree": md.strategy.degree,
+                "degree_agrees": pd_.strategy.degree == md.strategy.degree,
             }
         per_top[top] = entry
     return {
@@ -75,6 +82,8 @@ def save(out: Path, matrix: Matrix, rows: list[Row], summary: dict[str, Any]) ->
 
 
 def _cell(v: Any) -> str:
+    if v is None:
+        return ""
     if isinstance(v, float):
         return "" if math.isnan(v) else f"{v:.6g}"
     return str(v)
@@ -82,11 +91,12 @@ def _cell(v: Any) -> str:
 
 def csv_text(rows: list[Row]) -> str:
     """validation.csv: a header, then each row's `CSV_COLUMNS` (floats to 6 significant digits,
-    NaN empty)."""
+    NaN and None empty)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerows([_cell(getattr(r, c)) for c in CSV_COLUMNS] for r in rows)
+    flat = [flatten(asdict(r)) for r in rows]
+    writer.writerows([_cell(row[c]) for c in CSV_COLUMNS] for row in flat)
     return buf.getvalue()
 
 
@@ -97,13 +107,13 @@ def markdown(rows: list[Row], summary: dict[str, Any]) -> str:
     ]
     for r in rows:
         if r.status != "ok":
-            lines.append(f"| {r.topology} | {r.config} | {format_seconds(r.predicted_s)} | {r.status} | – | – | – |")
+            lines.append(f"| {r.topology} | {r.label} | {format_seconds(r.predicted_s)} | {r.status} | – | – | – |")
             continue
         n = len(r.step_times_s)
         steps = f"{r.steps_kept} of {n}" + ("" if r.host_quiet else " †") if n else "–"
         steal = f"{100 * r.host_steal_share:.0f} %" if math.isfinite(r.host_steal_share) else "–"
         lines.append(
-            f"| {r.topology} | {r.config} | {format_seconds(r.predicted_s)} | {format_seconds(r.measured_s)} "
+            f"| {r.topology} | {r.label} | {format_seconds(r.predicted_s)} | {format_seconds(r.measured_s)} "
             f"({format_seconds(r.measured_min_s)}–{format_seconds(r.measured_max_s)}) | {steps} | {steal} "
             f"| {r.error_pct:+.1f} % |"
         )

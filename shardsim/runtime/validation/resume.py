@@ -7,11 +7,16 @@ validation.json that can be neither read nor rebuilt is named too, never read as
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from shardsim.core.errors import CorruptFile
+from shardsim.config import RunConfig
+from shardsim.config.key import legacy_strategy
+from shardsim.core.errors import ConfigError, CorruptFile
 from shardsim.runtime.records import RunRecord, check_runs_csv, load_run, read_back
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row, add_attempt, row_for, settle
@@ -34,11 +39,46 @@ def read_rows(path: Path) -> list[Row]:
         raise CorruptFile(f"not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)", where=where) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise CorruptFile("not a validation: no list of rows", where=where)
+    base = doc.get("base")
+    workload = base.get("workload", RunConfig().workload) if isinstance(base, dict) else RunConfig().workload
+    rows = [upgrade_row(r, workload) for r in doc["rows"]]
     try:
-        return TypeAdapter(list[Row]).validate_json(json.dumps(doc["rows"]), strict=True)
+        return TypeAdapter(list[Row]).validate_json(json.dumps(rows), strict=True)
     except ValidationError as exc:
         field, words = describe(exc)
         raise CorruptFile(f"not a validation: field 'rows{field}': {words}", where=where) from None
+
+
+def upgrade_row(row: Any, workload: str) -> Any:
+    """A validation.json row in the current form: a row written before the result key (the label
+    under `config`, the kind under `strategy` and its fields loose, no nodes, device or workload:
+    the topology's, and `workload` the validation's base's; memory as `predicted_memory_gib`, the
+    prediction's required memory, and `measured_memory_gib`, the run's allocated peak) as this
+    form states it. On a CPU the required memory is the allocated peak (no allocator reserve, no
+    runtime overhead); on a GPU the allocated peak is not in such a row (NaN until rescored).
+    Anything else is returned as it is."""
+    if not isinstance(row, dict) or "config" not in row or "label" in row:
+        return row
+    old = dict(row)
+    try:
+        label, kind, world = old.pop("config"), old.pop("strategy"), old["world"]
+        loose = [old.pop(k, None) for k in ("degree", "pp", "microbatches", "schedule")]
+        key = legacy_strategy(kind, label, world, *loose)
+        cluster = make_cluster(old["topology"])
+    except (KeyError, TypeError, ValueError, ConfigError):
+        return row  # not a row of either form: named by the checks that follow
+    out: dict[str, Any] = {}
+    for k, v in old.items():
+        if k == "predicted_memory_gib":
+            out["predicted_memory_allocated_gib"] = v if cluster.instance.device.kind != "gpu" else math.nan
+        elif k == "measured_memory_gib":
+            out["measured_memory_allocated_gib"] = v
+        elif k != "world":
+            out[k] = v
+        if k == "topology":
+            out |= {"nodes": cluster.nodes, "world": world, "device": cluster.instance.device.model}
+            out |= {"workload": workload, "strategy": asdict(key), "label": label}
+    return out
 
 
 def load_rows(out: Path) -> list[Row]:
@@ -62,13 +102,13 @@ def rebuild_rows(matrix: Matrix, records: list[RunRecord]) -> list[Row]:
     rows = []
     ordered = sorted(records, key=lambda r: (r.finished_at, r.run_id))
     for top, cfgs in matrix.topologies:
-        world = make_cluster(top).world
+        cluster = make_cluster(top)
         for cfg in cfgs:
-            key = (top, cfg.strategy.label(), spec_name(cfg.workload), world)
-            mine = [r for r in ordered if (r.topology, r.strategy, r.workload, r.world) == key]
+            key = (top, cfg.strategy.label(), spec_name(cfg.workload), cluster.world)
+            mine = [r for r in ordered if (r.topology, r.label, r.workload, r.world) == key]
             if not mine:
                 continue
-            row = row_for(cfg, world)
+            row = row_for(cfg, cluster)
             for record in mine:
                 add_attempt(row, record)
             settle(row, matrix.max_steal, matrix.quiet_steps_needed)

@@ -9,25 +9,29 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
+from shardsim.config.key import KEY_FIELDS, StrategyKey, result_key
 from shardsim.runtime.records import LabReadings, RunRecord
 from shardsim.runtime.validation.matrix import Matrix
 
 if TYPE_CHECKING:
+    from shardsim.simulator.hardware.topology import Cluster
     from shardsim.simulator.predict import StepPrediction
 
 
 @dataclass
 class Row:
-    """One configuration of a validation: what its runs measured and what is predicted for it."""
+    """One configuration of a validation: what its runs measured and what is predicted for it.
+    It starts with the key every result carries (`config.key.ResultKey`, docs/results.md; its
+    `device` the topology's). Memory is the allocated peak: predicted, and measured as the run
+    record's `memory_allocated_gib` (the peak resident set on CPU)."""
 
     topology: str
-    config: str  # the strategy label
-    strategy: str
-    degree: int
-    pp: int
-    microbatches: int
-    schedule: str
+    nodes: int
     world: int
+    device: str
+    workload: str
+    strategy: StrategyKey
+    label: str
     predicted_s: float = math.nan
     measured_s: float = math.nan
     error_pct: float = math.nan  # (predicted - measured) / measured
@@ -36,8 +40,8 @@ class Row:
     step_times_s: list[float] = field(default_factory=list)
     predicted_compute_s: float = math.nan
     predicted_comm_s: float = math.nan
-    predicted_memory_gib: float = math.nan
-    measured_memory_gib: float = math.nan
+    predicted_memory_allocated_gib: float = math.nan
+    measured_memory_allocated_gib: float = math.nan
     status: str = "pending"  # ok | failed: <why>
     run_id: str = ""
     host_slowdown: float = 1.0  # the host's speed the prediction assumes, over its speed when profiled
@@ -55,13 +59,14 @@ class Row:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.topology, self.config)
+        return (self.topology, self.label)
 
 
-def row_for(cfg: RunConfig, world: int) -> Row:
-    """The row of `cfg`, on a cluster of `world` ranks, before anything is run or predicted."""
-    s = cfg.strategy
-    return Row(cfg.topology, s.label(), s.kind, s.sharded_degree(world), s.pp, s.microbatches, s.schedule, world)
+def row_for(cfg: RunConfig, cluster: Cluster) -> Row:
+    """The row of `cfg`, on `cluster`, before anything is run or predicted."""
+    inst = cluster.instance
+    key = result_key(cfg, topology=inst.name, nodes=cluster.nodes, world=cluster.world, device=inst.device.model)
+    return Row(**{name: getattr(key, name) for name in KEY_FIELDS})
 
 
 def add_attempt(row: Row, run: RunRecord) -> None:
@@ -78,8 +83,8 @@ def add_attempt(row: Row, run: RunRecord) -> None:
     row.attempts += 1
     row.run_id = run.run_id
     row.run_ids.append(row.run_id)
-    mem = run.memory_per_rank_gib
-    row.measured_memory_gib = mem if math.isnan(row.measured_memory_gib) else max(row.measured_memory_gib, mem)
+    mem, had = run.memory_allocated_gib, row.measured_memory_allocated_gib
+    row.measured_memory_allocated_gib = mem if math.isnan(had) else max(had, mem)
     row.status = "ok"
 
 
@@ -118,7 +123,7 @@ def rescore(row: Row, pred: StepPrediction) -> None:
     row.predicted_s = pred.step_time_s
     row.predicted_compute_s = pred.breakdown["compute_s"]
     row.predicted_comm_s = pred.breakdown["exposed_comm_s"]
-    row.predicted_memory_gib = pred.memory_per_rank_gib
+    row.predicted_memory_allocated_gib = pred.memory_allocated_gib
     if row.status == "ok" and row.measured_s > 0:
         row.error_pct = 100 * (row.predicted_s - row.measured_s) / row.measured_s
 

@@ -6,8 +6,10 @@ Three sources, each row becoming one `Measurement`:
   tied_embeddings, positions``), any configuration fields (``nodes`` or ``gpus``, ``strategy``,
   ``batch_per_device``, ``grad_accum``, ``precision``, ``checkpointing``, ``reduce_dtype``, ...),
   and the measurement: ``tokens_per_s_per_gpu`` or ``step_time_s``. The runtime's ``runs.csv``
-  is one (its ``kind`` column is the strategy); so is a pandas DataFrame of those columns
-  (`read_frame`). A torn or ragged file is refused (`simulator.csvfile`). llm-foundry's benchmark columns are read too
+  is one (its ``strategy_<field>`` columns, ``kind`` and loose ``degree``, ... in a file written
+  before the result key, are the strategy; docs/results.md); so is a pandas DataFrame of those
+  columns (`read_frame`). A torn or ragged file is refused (`simulator.csvfile`). llm-foundry's
+  benchmark columns are read too
   (`LLM_FOUNDRY`): ``d_model, n_heads, n_layers, expansion_ratio, vocab_size, seq_len, gpus,
   microbatch, grad_accum, activation_checkpointing, sharding_strategy, mp_mode``, an MPT model
   (learned positions, tied embeddings) unless a ``family`` column says otherwise; a
@@ -16,8 +18,8 @@ Three sources, each row becoming one `Measurement`:
   documents (``config``: `RunConfig.to_dict()`, ``world``, ``step_time_s``), without importing
   the runtime (the simulator never does).
 The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) set its nodes: that
-many over the topology's devices per node, which must divide it (a run's ``nodes`` is only the
-flag it was given, empty without one). Every row is predicted on the topology given to
+many over the topology's devices per node, which must divide it (a run's ``nodes`` counts the
+hosts it ran on, not the topology's). Every row is predicted on the topology given to
 `calibrate`, without a profile. A bad row is one ConfigError naming the file's line (or the
 record) and the column.
 """
@@ -190,7 +192,11 @@ def _values(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[s
     for col, text in row.items():
         if not text.strip():
             continue
-        name = "strategy" if col == "kind" else col  # runs.csv: `kind` is the strategy, `strategy` its label
+        # runs.csv: the strategy's fields as the result key's `strategy_<field>` columns (`kind`
+        # the strategy), or, in a file written before the key, `kind` and loose `degree`, ... with
+        # the label under `strategy`
+        name = col.removeprefix("strategy_") if col.startswith("strategy_") else col
+        name = "strategy" if name == "kind" else name
         if col == "strategy" and "kind" in row:
             continue
         if name in KINDS and name not in cols:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shardsim.config.key import nest
 from shardsim.core.errors import ConfigError, CorruptFile, WriteError
 from shardsim.core.files import atomic_path, atomic_write, install
 from shardsim.core.lockfile import Busy, held
@@ -157,5 +158,6 @@ def write_recommendation(rec: dict[str, Any], out: str | Path, name: str = "reco
 
 
 def to_records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts (NaN → None, numpy scalars → Python)."""
-    return [{k: native(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+    """Rows as JSON-ready dicts (NaN → None, numpy scalars → Python), the key's `strategy_<field>`
+    columns as one `strategy` object (`config.key.nest`)."""
+    return [nest({k: native(v) for k, v in r.items()}) for r in df.to_dict(orient="records")]

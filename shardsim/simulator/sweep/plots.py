@@ -67,11 +67,12 @@ def _cluster_title(top: str, nodes: int, g: pd.DataFrame) -> str:
 
 
 def short_label(r: pd.Series) -> str:
-    return _strategy_label(r) + _settings_of(r["config"])
+    return _strategy_label(r) + _settings_of(r["label"])
 
 
 def _strategy_label(r: pd.Series) -> str:
-    return KINDS[r["strategy"]].plot_label(int(r["degree"]), int(r["pp"]), int(r["microbatches"]), r["schedule"])
+    degree, pp, microbatches = (int(r[f"strategy_{k}"]) for k in ("degree", "pp", "microbatches"))
+    return KINDS[r["strategy_kind"]].plot_label(degree, pp, microbatches, r["strategy_schedule"])
 
 
 def _settings_of(config: str) -> str:
@@ -83,10 +84,10 @@ def _settings_of(config: str) -> str:
 def representative_rows(g: pd.DataFrame) -> pd.DataFrame:
     """The bars of one cluster: every ddp/zero/zero2d row by degree, then the best pipeline
     (fitting first, by samples/s) of each pipeline degree."""
-    dp = g[~g["strategy"].isin(PIPELINES)].sort_values("degree", kind="mergesort")
-    pipe = g[g["strategy"].isin(PIPELINES)]
+    dp = g[~g["strategy_kind"].isin(PIPELINES)].sort_values("strategy_degree", kind="mergesort")
+    pipe = g[g["strategy_kind"].isin(PIPELINES)]
     best = []
-    for _, pg in pipe.groupby("pp", sort=True):
+    for _, pg in pipe.groupby("strategy_pp", sort=True):
         best.append(pg.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort").iloc[:1])
     return pd.concat([dp, *best]) if best else dp
 
@@ -172,15 +173,15 @@ def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_co
     multi = df.groupby(["topology", "nodes"]).ngroups > 1
     ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
     # every ddp/zero/zero2d row, then the leading pipelines, up to MAX_BARS bars
-    dp = ranked[~ranked["strategy"].isin(PIPELINES)].head(MAX_BARS)
-    pipe = ranked[ranked["strategy"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
+    dp = ranked[~ranked["strategy_kind"].isin(PIPELINES)].head(MAX_BARS)
+    pipe = ranked[ranked["strategy_kind"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
     top = ranked.loc[ranked.index.isin(dp.index) | ranked.index.isin(pipe.index)]
     top = top.iloc[::-1]  # best at the top of a horizontal bar chart
     labels = [(f"{int(r['nodes'])}x{r['topology']}  " if multi else "") + short_label(r) for _, r in top.iterrows()]
     y = list(range(len(top)))
     fig = Figure(figsize=(12, 0.28 * len(top) + 1.6), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, sharey=True)
-    colors = [KIND_COLORS.get(k, "gray") for k in top["strategy"]]
+    colors = [KIND_COLORS.get(k, "gray") for k in top["strategy_kind"]]
     hatches = [None if f else "//" for f in top["fits"]]
     for yi, v, c, h in zip(y, top["samples_per_s"], colors, hatches, strict=True):
         ax1.barh(yi, v, color=c, hatch=h, edgecolor="#B00000" if h else "black", linewidth=0.4)
@@ -202,7 +203,7 @@ def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_co
     ax2.grid(axis="x", alpha=0.3)
     from matplotlib.patches import Patch
 
-    kinds = [k for k in KIND_COLORS if k in set(top["strategy"])]
+    kinds = [k for k in KIND_COLORS if k in set(top["strategy_kind"])]
     handles = [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
     if not top["fits"].all():
         handles.append(Patch(facecolor="white", hatch="//", edgecolor="#B00000", label="does not fit"))
@@ -214,17 +215,17 @@ def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_co
 def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
     """Configurations of one topology present at two or more sizes: every ddp/zero/zero2d one,
     then the pipelines with the highest samples/s, up to `limit` lines."""
-    counts = g.groupby("config", sort=False)["world"].nunique()
+    counts = g.groupby("label", sort=False)["world"].nunique()
     multi = [c for c in counts.index if counts[c] > 1]
-    first = g.drop_duplicates("config").set_index("config")
-    pipelines = [c for c in multi if first.loc[c, "strategy"] in PIPELINES]
+    first = g.drop_duplicates("label").set_index("label")
+    pipelines = [c for c in multi if first.loc[c, "strategy_kind"] in PIPELINES]
     dp = sorted(
         (c for c in multi if c not in pipelines),
-        key=lambda c: (KINDS[first.loc[c, "strategy"]].plot_order, int(first.loc[c, "degree"])),
+        key=lambda c: (KINDS[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
     )
     pipe = (
-        g[g["config"].isin(pipelines)]
-        .groupby("config", sort=False)["samples_per_s"]
+        g[g["label"].isin(pipelines)]
+        .groupby("label", sort=False)["samples_per_s"]
         .max()
         .sort_values(ascending=False, kind="mergesort")
     )
@@ -241,7 +242,7 @@ def plot_scaling(df: pd.DataFrame, out: Path, stem: str = "scaling") -> list[Pat
         g = df[df["topology"] == top]
         ax, ax_eff = axes[0, j], axes[1, j]
         for i, cfg in enumerate(scaling_configs(g)):
-            s = g[g["config"] == cfg].sort_values("world", kind="mergesort")
+            s = g[g["label"] == cfg].sort_values("world", kind="mergesort")
             color = palette[i % len(palette)]
             ax.plot(s["world"], s["samples_per_s"], "-", color=color, label=cfg, linewidth=1.4)
             ok, bad = s[s["fits"]], s[~s["fits"]]

@@ -20,7 +20,7 @@ def rank(df: pd.DataFrame) -> pd.DataFrame:
     df["_order"] = range(len(df))
     df["_cluster"] = df.groupby(["topology", "nodes"], sort=False).ngroup()
     df = df.sort_values(
-        ["_cluster", "fits", "samples_per_s", "memory_per_rank_gib", "_order"],
+        ["_cluster", "fits", "samples_per_s", "memory_required_gib", "_order"],
         ascending=[True, False, False, True, True],
         kind="mergesort",
     )
@@ -38,7 +38,7 @@ def scaling(df: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
     df = df.copy()
     for col in SCALING_COLUMNS:
         df[col] = None if col == "scaling_mode" else float("nan")
-    for _, idx in df.groupby(["topology", "config"], sort=False).groups.items():
+    for _, idx in df.groupby(["topology", "label"], sort=False).groups.items():
         g = df.loc[idx]
         base = g.loc[g["world"].idxmin()]
         n0, s0 = float(base["world"]), float(base["samples_per_s"])

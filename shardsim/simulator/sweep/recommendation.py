@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardsim.config import DATA_PARALLEL
+from shardsim.config.key import KEY_COLUMNS, nest
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.rows import SETTING_COLUMNS, native
 
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 class Recommendation(dict):
     """`recommend()`'s answer: a dict (written as JSON as it is), whose main keys read as
     attributes too. A configuration it names (`best`, `runner_up`, `sdp`, `cheapest`, ...) is a
-    dict of the row's columns (`topology`, `nodes`, `world`, `config`, `strategy`, `degree`,
-    `step_time_s`, `samples_per_s`, `memory_per_rank_gib`, `fits`, ...), or None."""
+    dict of the row's columns (the result key's: `topology`, `nodes`, `world`, `label`,
+    `strategy_kind`, `strategy_degree`, ...; `step_time_s`, `samples_per_s`, `memory_required_gib`,
+    `fits`, ...: docs/results.md), or None."""
 
     __slots__ = ()
 
@@ -50,41 +52,35 @@ class Recommendation(dict):
 
 
 def _summary(r: pd.Series | None) -> dict[str, Any] | None:
-    """The columns of a row that a recommendation names, as plain Python (its settings too
-    when the sweep listed them)."""
+    """The columns of a row that a recommendation names, as plain Python: the key (its strategy
+    one object, as in `--json` rows), the settings when the sweep listed them, the figures."""
     if r is None:
         return None
     keys = (
-        "topology",
-        "nodes",
-        "world",
-        "config",
-        "strategy",
-        "degree",
-        "pp",
-        "microbatches",
-        "schedule",
+        *KEY_COLUMNS,
+        *(k for k in SETTING_COLUMNS if k in r.index),
         "step_time_s",
         "samples_per_s",
-        "memory_per_rank_gib",
+        "memory_allocated_gib",
+        "memory_reserved_gib",
+        "memory_required_gib",
         "fits",
         "cost_per_million_samples_usd",
     )
-    keys += tuple(k for k in SETTING_COLUMNS if k in r.index)
-    return {k: native(r[k]) for k in keys}
+    return nest({k: native(r[k]) for k in keys})
 
 
 def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
     """The recommendation over the rows of `df`, whatever clusters they come from."""
     fit = df[df["fits"]].sort_values(
-        ["samples_per_s", "memory_per_rank_gib"], ascending=[False, True], kind="mergesort"
+        ["samples_per_s", "memory_required_gib"], ascending=[False, True], kind="mergesort"
     )
     if fit.empty:
-        least = df.loc[df["memory_per_rank_gib"].idxmin()] if len(df) else None
+        least = df.loc[df["memory_required_gib"].idxmin()] if len(df) else None
         reason = "no configuration fits in memory"
         if least is not None:
             reason += (
-                f" (the smallest, {least['config']}, needs {least['memory_per_rank_gib']:.1f} GiB per rank; "
+                f" (the smallest, {least['label']}, needs {least['memory_required_gib']:.1f} GiB per rank; "
                 f"the device has {least['device_memory_gib']:g} GiB)"
             )
         return {
@@ -100,7 +96,7 @@ def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
         }
     best = fit.iloc[0]
     runner = fit.iloc[1] if len(fit) > 1 else None
-    sdp = fit[fit["strategy"].isin(DATA_PARALLEL)]
+    sdp = fit[fit["strategy_kind"].isin(DATA_PARALLEL)]
     sdp_best = sdp.iloc[0] if len(sdp) else None
     sdp_runner = sdp.iloc[1] if len(sdp) > 1 else None
 
@@ -108,7 +104,7 @@ def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
         return None if a is None or b is None else float(a["samples_per_s"] / b["samples_per_s"] - 1.0)
 
     return {
-        "sharded_data_parallel_degree": None if sdp_best is None else int(sdp_best["degree"]),
+        "sharded_data_parallel_degree": None if sdp_best is None else int(sdp_best["strategy_degree"]),
         "sdp": _summary(sdp_best),
         "sdp_runner_up": _summary(sdp_runner),
         "sdp_margin": margin(sdp_best, sdp_runner),

@@ -22,7 +22,7 @@ def _fmt_cost(v) -> str:
 
 
 def _mem_cell(r) -> str:
-    size = format_bytes(r["memory_per_rank_gib"] * GIB)
+    size = format_bytes(r["memory_required_gib"] * GIB)
     if r["fits"]:
         return size
     return f"[red]{size} > {format_bytes(r['device_memory_gib'] * GIB)} ✗[/red]"
@@ -43,7 +43,7 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
         cells = [str(int(r["rank"])) if not with_cluster else str(i)]
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
-        cells += [r["config"], format_seconds(r["step_time_s"]), f"{r['samples_per_s']:.1f}"]
+        cells += [r["label"], format_seconds(r["step_time_s"]), f"{r['samples_per_s']:.1f}"]
         if breakdown:
             cells += [format_seconds(r[k]) for k in BREAKDOWN]
         cells += [_mem_cell(r), _fmt_cost(r["cost_per_million_samples_usd"])]
@@ -77,7 +77,7 @@ def versus(margin: float, other: str) -> str:
 def _describe(s: dict | None) -> str:
     if s is None:
         return "-"
-    return f"{s['config']} ({format_seconds(s['step_time_s'])}/step, {s['samples_per_s']:.1f} samples/s)"
+    return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {s['samples_per_s']:.1f} samples/s)"
 
 
 def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
@@ -96,7 +96,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
             f" = {_describe(sdp)}{sdp_where}"
         )
         if rec["sdp_runner_up"] is not None:
-            line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["config"])
+            line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["label"])
             if rec["sdp_runner_up"]["nodes"] != sdp["nodes"] and multi:
                 line += f" on {rec['sdp_runner_up']['nodes']} x {rec['sdp_runner_up']['topology']}"
         lines.append(line)
@@ -106,17 +106,17 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
     if rec["runner_up"] is not None:
         ru = rec["runner_up"]
         ru_where = f" on {ru['nodes']} x {ru['topology']}" if multi else ""
-        line += "; " + versus(rec["margin"], f"the runner-up, {ru['config']}{ru_where}")
+        line += "; " + versus(rec["margin"], f"the runner-up, {ru['label']}{ru_where}")
     else:
         line += "; it is the only configuration that fits"
     lines.append(line)
-    if KINDS[rec["best"]["strategy"]].is_pipeline and rec.get("margin_over_sdp") is not None:
-        than = f"the best sharded data parallel configuration ({rec['sdp']['config']})"
+    if KINDS[rec["best"]["strategy"]["kind"]].is_pipeline and rec.get("margin_over_sdp") is not None:
+        than = f"the best sharded data parallel configuration ({rec['sdp']['label']})"
         lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
     if multi and rec.get("cheapest"):
         c = rec["cheapest"]
         lines.append(
-            f"[bold]Cheapest per sample:[/bold] {c['config']} on {c['nodes']} x {c['topology']}, "
+            f"[bold]Cheapest per sample:[/bold] {c['label']} on {c['nodes']} x {c['topology']}, "
             f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"
         )
     return lines
@@ -131,12 +131,12 @@ def _cluster_grid(df, rec) -> Grid:
         if b is None:
             g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", "", "", "", "", "")
             continue
-        row = df[(df["topology"] == c["topology"]) & (df["nodes"] == c["nodes"]) & (df["config"] == b["config"])]
+        row = df[(df["topology"] == c["topology"]) & (df["nodes"] == c["nodes"]) & (df["label"] == b["label"])]
         eff = row["scaling_efficiency"].iloc[0] if "scaling_efficiency" in row and len(row) else float("nan")
         g.add(
             f"{c['nodes']} x {c['topology']}",
             str(c["world"]),
-            b["config"],
+            b["label"],
             format_seconds(b["step_time_s"]),
             f"{b['samples_per_s']:.1f}",
             "-" if eff != eff else f"{eff * 100:.0f}%",
@@ -161,7 +161,7 @@ def _efficiency_grids(df) -> list[Grid]:
         for cfg in scaling_configs(g):
             cells = []
             for w in worlds:
-                r = g[(g["config"] == cfg) & (g["world"] == w)]
+                r = g[(g["label"] == cfg) & (g["world"] == w)]
                 if r.empty:
                     cells.append("")
                 else:
@@ -178,7 +178,7 @@ def _settings_listed(df) -> str:
     if "checkpointing" not in df:
         return ""
     parts = []
-    raf = sorted(df["reshard_after_forward"].dropna().unique(), reverse=True)
+    raf = sorted(df["strategy_reshard_after_forward"].dropna().unique(), reverse=True)
     if len(raf) > 1:
         parts.append("/".join("ZeRO-3" if v else "ZeRO-2" for v in raf))
     pairs = sorted(
@@ -251,9 +251,9 @@ def print_report(
         line = f"{len(unfit)} of {len(df)} configurations do not fit in memory (marked ✗; never recommended)"
         if more:  # some of them may be below the table's cut: name the leading ones
             names = [
-                f"{r['config']}"
+                f"{r['label']}"
                 + (f" on {int(r['nodes'])} x {r['topology']}" if multi else "")
-                + f" ({format_bytes(r['memory_per_rank_gib'] * GIB)})"
+                + f" ({format_bytes(r['memory_required_gib'] * GIB)})"
                 for _, r in unfit.sort_values("samples_per_s", ascending=False, kind="mergesort").head(3).iterrows()
             ]
             line += ": " + ", ".join(names) + (", …" if len(unfit) > 3 else ".")

@@ -5,29 +5,24 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from shardsim.simulator.workload.load import spec_name
+from shardsim.config.key import KEY_COLUMNS, result_key
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from shardsim.simulator.predict import StepPrediction
     from shardsim.simulator.sweep.space import Candidate
 
-# Columns of a sweep row, in order (the CSV/Parquet schema; `--json` rows have the same keys).
+# Columns of a sweep row, in order (the CSV/Parquet schema; `--json` rows have the same keys,
+# with the `strategy_<field>` columns as one `strategy` object): the key every result starts with
+# (`config.key`, docs/results.md), then the settings and the prediction.
 COLUMNS = (
-    "topology",
-    "nodes",
-    "world",
-    "device",
-    "workload",
+    *KEY_COLUMNS,
     "precision",
     "batch_per_device",
     "grad_accum",
     "global_batch",
-    "config",
-    "strategy",
-    "degree",
-    "pp",
-    "microbatches",
-    "schedule",
     "step_time_s",
     "samples_per_s",
     "compute_s",
@@ -37,7 +32,9 @@ COLUMNS = (
     "comm_total_s",
     "tflops_per_device",
     "mfu",
-    "memory_per_rank_gib",
+    "memory_allocated_gib",
+    "memory_reserved_gib",
+    "memory_required_gib",
     "device_memory_gib",
     "mem_params_gib",
     "mem_grads_gib",
@@ -52,51 +49,42 @@ COLUMNS = (
     "cost_per_million_samples_usd",
     "rank",
 )
-# The settings of a row, after "schedule", when the sweep lists any (`SweepSpace.spans_settings`):
-# ZeRO-2 or not (zero/zero2d), checkpointing and its selective option, the dtype gradients are
-# reduced in (fp32 where parameters are not sharded), Adam's implementation.
-SETTING_COLUMNS = ("reshard_after_forward", "checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
+# The settings of a row, after "global_batch", when the sweep lists any (`SweepSpace.spans_settings`):
+# checkpointing and its selective option, the dtype gradients are reduced in (fp32 where
+# parameters are not sharded), Adam's implementation. (ZeRO-2 or not is the key's
+# strategy_reshard_after_forward.)
+SETTING_COLUMNS = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
 # Added by `scaling()` when a sweep spans several cluster sizes.
 SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
 
 
 def columns(spans_settings: bool) -> tuple[str, ...]:
-    """The columns of a sweep's table: `COLUMNS`, with `SETTING_COLUMNS` after "schedule" when
+    """The columns of a sweep's table: `COLUMNS`, with `SETTING_COLUMNS` after "global_batch" when
     the sweep lists settings."""
     if not spans_settings:
         return COLUMNS
-    at = COLUMNS.index("schedule") + 1
+    at = COLUMNS.index("global_batch") + 1
     return COLUMNS[:at] + SETTING_COLUMNS + COLUMNS[at:]
 
 
 def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     """The row of one prediction: every column of `columns(True)` but the rank."""
-    s = c.cfg.strategy
     bd = p.breakdown
     m = p.memory
     price = p.cost_per_hour_usd
     per_million = price / 3600.0 / p.samples_per_s * 1e6 if price is not None and p.samples_per_s > 0 else None
-    degree = s.sharded_degree(p.world)
+    key = result_key(
+        c.cfg, topology=c.cluster.instance.name, nodes=c.cluster.nodes, world=p.world, device=p.device, label=c.label
+    )
     return {
-        "topology": c.cluster.instance.name,
-        "nodes": c.cluster.nodes,
-        "world": p.world,
-        "device": c.cluster.instance.device.model,
-        "workload": spec_name(c.cfg.workload),
+        **key.columns(),
         "precision": c.cfg.precision,
         "batch_per_device": c.cfg.batch_per_device,
         "grad_accum": c.cfg.grad_accum,
         "global_batch": p.global_batch,
-        "config": c.label,
-        "strategy": s.kind,
-        "degree": degree,
-        "pp": s.pp,
-        "microbatches": s.microbatches,
-        "schedule": s.schedule if s.spec.is_pipeline else None,
-        "reshard_after_forward": s.reshard_after_forward if s.spec.fsdp else None,
         "checkpointing": c.cfg.checkpointing,
         "selective_ac_option": c.cfg.selective_ac_option if c.cfg.checkpointing == "selective" else None,
-        "reduce_dtype": c.cfg.grad_dtype if degree > 1 else "fp32",
+        "reduce_dtype": c.cfg.grad_dtype if key.strategy.degree > 1 else "fp32",
         "optimizer_impl": c.cfg.optimizer_impl,
         "step_time_s": p.step_time_s,
         "samples_per_s": p.samples_per_s,
@@ -107,7 +95,9 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "comm_total_s": bd["comm_total_s"],
         "tflops_per_device": p.tflops_per_device,
         "mfu": p.mfu,
-        "memory_per_rank_gib": p.memory_per_rank_gib,
+        "memory_allocated_gib": p.memory_allocated_gib,
+        "memory_reserved_gib": p.memory_reserved_gib,
+        "memory_required_gib": p.memory_required_gib,
         "device_memory_gib": p.device_memory_gib,
         "mem_params_gib": m["params_gib"],
         "mem_grads_gib": m["grads_gib"],
@@ -134,3 +124,42 @@ def native(v: Any) -> Any:
         if isinstance(v, float) and math.isnan(v):
             return None
     return v
+
+
+# a table written before the result key: its columns → today's
+RENAMED = {
+    "config": "label",
+    "strategy": "strategy_kind",
+    "degree": "strategy_degree",
+    "pp": "strategy_pp",
+    "microbatches": "strategy_microbatches",
+    "schedule": "strategy_schedule",
+    "reshard_after_forward": "strategy_reshard_after_forward",
+    "memory_per_rank_gib": "memory_required_gib",
+}
+
+
+def upgrade_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A sweep table (sweep.parquet, or sweep.csv as pandas reads it) in today's columns: one
+    written before the result key (`config` the label, `strategy` the kind, loose `degree`, ...,
+    `memory_per_rank_gib` the required memory) is read as this form states it: ZeRO-2 from the
+    label where the table has no reshard_after_forward column, and the allocated and reserved
+    peaks from its parts (`simulator.memory.MemoryBreakdown`). Today's tables are returned as they are."""
+    if "label" in df.columns or "config" not in df.columns:
+        return df
+    out = df.rename(columns=RENAMED)
+    if "strategy_reshard_after_forward" not in out:
+        fsdp = out["strategy_kind"].map(lambda k: KINDS[k].fsdp)
+        zero3 = ~out["label"].str.contains("(ZeRO-2)", regex=False)
+        out["strategy_reshard_after_forward"] = [z if f else None for f, z in zip(fsdp, zero3, strict=True)]
+    states = out["mem_params_gib"] + out["mem_grads_gib"] + out["mem_optimizer_gib"] + out["mem_overhead_gib"]
+    peak = (out["mem_gathered_gib"] + out["mem_activations_gib"]).where(
+        out["mem_gathered_gib"] + out["mem_activations_gib"] >= out["mem_step_temporaries_gib"],
+        out["mem_step_temporaries_gib"],
+    )
+    out["memory_allocated_gib"] = states + peak - out["mem_overhead_gib"]
+    out["memory_reserved_gib"] = out["memory_required_gib"] - out["mem_overhead_gib"]
+    settings = [c for c in SETTING_COLUMNS if c in out]
+    order = list(columns(bool(settings)))
+    order = [c for c in order if c in out and (c in settings or c not in SETTING_COLUMNS)]
+    return out[order + [c for c in out.columns if c not in order]]
