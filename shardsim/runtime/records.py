@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
-from shardsim.config.schema import SAC_OP
+from shardsim.config.schema import SAC_OP, strategy_from_dict
 from shardsim.core.csvfile import read_table
 from shardsim.core.errors import CorruptFile, WriteError
 from shardsim.core.files import atomic_write
@@ -40,7 +40,7 @@ class RunRecord:
     source: str = "measured"
     run_id: str
     finished_at: str  # ISO 8601, UTC, to the second
-    config: dict[str, Any]  # the resolved configuration (RunConfig.to_dict())
+    config: dict[str, Any]  # the resolved configuration (RunConfig.to_dict(); older records: fewer keys)
     workload: str
     topology: str
     nodes: int | None
@@ -148,7 +148,7 @@ class RunRow:
     batch_per_device: int
     grad_accum: int
     precision: str
-    checkpointing: bool | str  # True (full), False (none): the records' spelling; or "selective"
+    checkpointing: bool | str  # none | full | selective; True (full), False (none) in older records
     selective_ac_option: str | None  # selective checkpointing's: op, or k (every k-th block); None otherwise
     backend: str
     device: str
@@ -170,14 +170,14 @@ class RunRow:
 
     @classmethod
     def of(cls, r: RunRecord) -> RunRow:
-        cfg, s = r.config, r.config["strategy"]
+        cfg, s = r.config, strategy_from_dict(r.config["strategy"])
         return cls(
             **{name: getattr(r, name) for name in _SHARED},
-            kind=s["kind"],
-            degree=s["degree"],
-            pp=s["pp"],
-            microbatches=s["microbatches"],
-            schedule=s["schedule"],
+            kind=s.kind,
+            degree=s.degree,
+            pp=s.pp,
+            microbatches=s.microbatches,
+            schedule=s.schedule,
             batch_per_device=cfg["batch_per_device"],
             grad_accum=cfg["grad_accum"],
             precision=cfg["precision"],
@@ -191,16 +191,19 @@ class RunRow:
 
 
 def _selective_option(cfg: dict[str, Any]) -> str | None:
-    """The selective option of a configuration's dict (`RunConfig.to_dict` leaves out the default, op)."""
+    """The selective option of a configuration's dict (older records leave out the default, op)."""
     if cfg["checkpointing"] != "selective":
         return None
     return str(cfg.get("selective_ac_option", SAC_OP))
 
 
 CSV_COLUMNS = tuple(f.name for f in fields(RunRow))
-# each column's type as runs.csv spells it (checkpointing: True, False or selective); the std
-# column is empty in the rows of a file written before it existed
-CSV_TYPES = get_type_hints(RunRow) | {"checkpointing": bool | Literal["selective"], "step_time_std_s": float | None}
+# each column's type as runs.csv spells it (checkpointing: none, full or selective; older rows True
+# or False); the std column is empty in the rows of a file written before it existed
+CSV_TYPES = get_type_hints(RunRow) | {
+    "checkpointing": bool | Literal["none", "full", "selective"],
+    "step_time_std_s": float | None,
+}
 _SHARED = tuple(n for n in CSV_COLUMNS if n != "step_times_s" and n in RunRecord.__dataclass_fields__)
 
 

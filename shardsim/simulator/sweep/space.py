@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardsim.config import (
@@ -251,8 +251,11 @@ def _cluster_base(
     """A cluster of the space: its name, the base configuration on it, and why it is skipped (or None)."""
     cluster = make_cluster(topology, nodes)
     name = f"{cluster.nodes} x {cluster.instance.name}"
-    cfg0 = replace(base, topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
-    cfg0 = replace(cfg0, nodes=cluster.nodes)
+    too_big = world_refusal(cluster.world)  # before a configuration is built of its sizes
+    if too_big:
+        return name, cluster, base, too_big
+    cfg0 = base.replace(topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
+    cfg0 = cfg0.replace(nodes=cluster.nodes)
     if space.global_batch is not None:
         per = cluster.world * base.grad_accum
         if space.global_batch % per:
@@ -260,7 +263,7 @@ def _cluster_base(
                 f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else ""
             )
             return name, cluster, cfg0, why
-        cfg0 = replace(cfg0, batch_per_device=space.global_batch // per)
+        cfg0 = cfg0.replace(batch_per_device=space.global_batch // per)
     return name, cluster, cfg0, _check_cluster(cfg0, cluster)
 
 
@@ -308,7 +311,7 @@ def enumerate_configs(
             for settings in variants:
                 try:
                     cfg, res = resolve(
-                        replace(cfg0, strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
+                        cfg0.replace(strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
                     )
                 except ConfigError as exc:
                     here[exc.message] += 1
