@@ -3,26 +3,21 @@ in the words the file reader uses (``expected an integer >= 1, got 0``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
 from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import unknown_key
 from shardsim.simulator.scale import beyond
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 
-# the parts of an error's location that are not fields: the strategy (its fields are flat
-# settings), the union's tag (the kind), a union member's type
-_NOT_FIELDS = {"strategy", *KINDS, "str", "is-instance[Arch]", "function-after[...]", "int", "none"}
-
 
 def field_path(loc: tuple[Any, ...]) -> str:
-    """The field an error's location names, dotted: ``strategy.zero2d.degree`` is ``degree``
-    (the strategy's fields are settings of their own name), ``strategy`` alone stays."""
-    parts = [str(p) for p in loc if str(p) not in _NOT_FIELDS and not str(p).startswith(("function-", "is-instance"))]
-    if not parts and loc and loc[0] == "strategy":
-        return "strategy"
-    return ".".join(parts)
+    """The field an error's location names, dotted; the strategy's union tag (its kind) left
+    out, as its fields are settings of their own name (``degree``)."""
+    return ".".join(str(p) for p in loc if str(p) not in KINDS)
 
 
 def _words(err: dict[str, Any]) -> str:
@@ -41,7 +36,7 @@ def _words(err: dict[str, Any]) -> str:
     if kind == "bool_type":
         return f"expected true or false, got {value!r}"
     if kind == "extra_forbidden":
-        return "unknown key"
+        return "unknown key"  # with the nearest known name: `config_error`
     if kind == "missing":
         return "missing"
     if kind == "union_tag_invalid":
@@ -53,16 +48,13 @@ def _words(err: dict[str, Any]) -> str:
     return err["msg"]
 
 
-def config_error(exc: ValidationError, where: str | None = None) -> ConfigError:
-    """The first error of `exc` as one ConfigError line naming its field."""
-    errors = exc.errors(include_url=False)
-    # a union of types reports each member's failure: the one that names the value's own type says most
-    first = errors[0]
-    for err in errors:
-        if err["type"] not in ("string_type", "is_instance_of", "none_required"):
-            first = err
-            break
+def config_error(exc: ValidationError, where: str | None = None, known: Iterable[str] = ()) -> ConfigError:
+    """The first error of `exc` as one ConfigError line naming its field; an unknown key with the
+    nearest of `known` (the model's fields) as what was meant."""
+    first = exc.errors(include_url=False)[0]
     field = field_path(tuple(first["loc"]))
     if first["type"] == "union_tag_invalid":
         field = "strategy"
+    if first["type"] == "extra_forbidden" and known:
+        return unknown_key(field, known, where=where, field=field)
     return ConfigError(_words(first), where=where, field=field or None)

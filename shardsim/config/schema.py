@@ -120,7 +120,8 @@ class Frozen(BaseModel):
         try:
             super().__init__(**data)
         except _ValidationError as exc:
-            raise config_error(exc, where=data.get("source") if isinstance(data.get("source"), str) else None) from None
+            where = data.get("source") if isinstance(data.get("source"), str) else None
+            raise config_error(exc, where, known=(k for k in type(self).model_fields if k != "source")) from None
 
 
 class StrategyBase(Frozen):
@@ -397,6 +398,8 @@ class RunConfig(Frozen):
             return Strategy(value)
         if isinstance(value, dict):
             return strategy_from_dict(value)
+        if not isinstance(value, StrategyBase):
+            raise ConfigError(f"expected a kind's name, a mapping or Strategy(...), got {value!r}", field="strategy")
         return value
 
     @field_validator("workload", mode="before")

@@ -95,7 +95,11 @@ def test_python_refuses_as_the_issue_lists():
         RunConfig(strategy="zero3")
     assert error_field(lambda: RunConfig(batch_per_device=0)) == "batch_per_device"
     assert error_field(lambda: RunConfig(checkpointing="partial")) == "checkpointing"
-    assert error_field(lambda: RunConfig(batch_per_devise=4)) == "batch_per_devise"  # an unknown name
+    with pytest.raises(ConfigError, match="did you mean 'batch_per_device'") as err:
+        RunConfig(batch_per_devise=4)  # an unknown name, as a file's is told
+    assert err.value.field == "batch_per_devise"
+    with pytest.raises(ConfigError, match="expected a kind's name") as err:
+        RunConfig(strategy=3)
     with pytest.raises(ConfigError, match="zero2d needs a degree"):
         Strategy("zero2d")
 
