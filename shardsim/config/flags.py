@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shardsim.config.load import load_config
-from shardsim.config.schema import ALGOS, FIELDS, SETTINGS, FlatSetting, RunConfig
+from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig
 from shardsim.core.flagtypes import Count, CountList
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -102,9 +102,6 @@ def add_config_arguments(
         else:
             kind = setting_type(s.name) if s.kind is int else s.kind
             p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=s.help + default)
-
-
-AXES = tuple(s for s in SETTINGS if s.axis)  # the settings a sweep spans with lists of its own
 
 
 def add_axis_arguments(p: argparse.ArgumentParser) -> None:

@@ -279,6 +279,14 @@ def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa
         raise config_error(exc) from None
 
 
+def sac_option(value: Any, field: str) -> str:
+    """selective_ac_option: op, or k >= 1 (every k-th layer), kept as text as torchtitan does."""
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if text != SAC_OP and not (text.isdigit() and int(text) >= 1):
+        raise ConfigError(f"expected op or an integer k >= 1 (every k-th layer), got {value!r}", field=field)
+    return text
+
+
 def _shape(value: Any) -> Shape:
     """A `Shape`, or a mapping of shape fields (each bounded as its flag is) made into one."""
     if isinstance(value, Shape):
@@ -419,12 +427,7 @@ class RunConfig(Frozen):
     @field_validator("selective_ac_option", mode="before")
     @classmethod
     def _sac_option(cls, value: Any) -> Any:
-        """op, or k >= 1 (every k-th layer), kept as text as torchtitan does."""
-        text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
-        if text != SAC_OP and not (text.isdigit() and int(text) >= 1):
-            why = f"expected op or an integer k >= 1 (every k-th layer), got {value!r}"
-            raise ConfigError(why, field="selective_ac_option")
-        return text
+        return sac_option(value, "selective_ac_option")
 
     @field_validator("shape", mode="before")
     @classmethod
@@ -566,3 +569,28 @@ def _settings() -> tuple[FlatSetting, ...]:
 
 SETTINGS = _settings()  # every flat key, in the order flags list them
 FIELDS = tuple(s.name for s in SETTINGS)
+AXES = tuple(s for s in SETTINGS if s.axis)  # the settings a sweep spans with lists of its own
+
+
+def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
+    """A sweep's list of values of setting `s`, each checked as the setting is (its type, bound
+    or choices); ConfigError naming the list (`s.axis`) on an empty list or the first bad value."""
+    if isinstance(values, str | bytes) or not isinstance(values, tuple | list):
+        raise ConfigError(f"expected a list, got {values!r}", field=s.axis)
+    if not values:
+        raise ConfigError("empty list", field=s.axis)
+    out = []
+    for v in values:
+        if s.name == "selective_ac_option":
+            v = sac_option(v, s.axis)
+        elif s.kind is bool and not isinstance(v, bool):
+            raise ConfigError(f"expected true or false, got {v!r}", field=s.axis)
+        elif s.kind is int:
+            if isinstance(v, bool) or not isinstance(v, int) or v < (s.minimum or 0):
+                raise ConfigError(f"expected integers >= {s.minimum}, got {v!r}", field=s.axis)
+            if s.maximum is not None and v > s.maximum:
+                raise ConfigError(f"{v:,} is beyond the simulator's bound of {s.maximum:,}", field=s.axis)
+        elif s.choices is not None and v not in s.choices:
+            raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(s.choices)}", field=s.axis)
+        out.append(v)
+    return tuple(out)

@@ -205,3 +205,18 @@ def test_from_flags_equals_from_python():
     assert from_flags("--strategy", "zero2d", "--degree", "4", "--precision", "bf16").replace(
         source="defaults"
     ) == RunConfig(strategy=Strategy("zero2d", degree=4), precision="bf16")
+
+
+@pytest.mark.parametrize("axis", AXES, ids=[s.axis for s in AXES])
+def test_a_sweeps_lists_are_checked_as_their_settings_are(axis):
+    from shardsim.simulator.sweep.space import SweepSpace
+
+    bad = 0 if axis.kind is int else "no" if axis.kind is bool else "bogus"
+    with pytest.raises(ConfigError) as err:
+        SweepSpace(**{axis.axis: (bad,)})
+    assert err.value.field == axis.axis
+    with pytest.raises(ConfigError):
+        load_config(None, {axis.name: bad, **({"strategy": "pipeline"} if axis.name in ("pp", "schedule") else {})})
+    if axis.maximum is not None:
+        with pytest.raises(ConfigError, match="beyond the simulator's bound"):
+            SweepSpace(**{axis.axis: (axis.maximum + 1,)})
