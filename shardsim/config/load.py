@@ -5,8 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shardsim.config.schema import FIELDS, STRATEGY_FIELDS, RunConfig, strategy_fields
-from shardsim.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
+from shardsim.config.schema import FIELDS, FOREIGN_ONLY, STRATEGY_FIELDS, RunConfig, strategy_fields
+from shardsim.config.smp import (
+    FSDP_KEYS,
+    SAGEMAKER_CLUSTER_KEYS,
+    SMP_KEYS,
+    apply_fsdp_keys,
+    apply_smp,
+    smp_parameters,
+)
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, check_keys, load_json, load_yaml, parse_yaml, unknown_key
 from shardsim.simulator.strategies.kinds import DEFAULT_KIND, STRATEGIES
@@ -14,7 +21,7 @@ from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch
 from shardsim.simulator.workload.describe import arch_from_mapping
 
 # Keys a configuration file may hold besides the schema's, SageMaker's and FSDP's (name and description: ignored)
-OTHER_KEYS = ("distribution", "instance_type", "instance_count", "name", "description")
+OTHER_KEYS = (*SAGEMAKER_CLUSTER_KEYS, "name", "description")
 FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *OTHER_KEYS)
 
 
@@ -56,25 +63,49 @@ def workload_value(value: Any, where: str | None) -> str | Arch:
     return value
 
 
+def tree_of(data: dict[str, Any], where: str | None) -> dict[str, Any]:
+    """A mapping in a file's form as the tree's fields: SageMaker's and FSDP's keys translated
+    (`smp`, contradictions refused), the strategy's fields (flat) into its kind's model
+    (`schema.strategy_fields`), the shape fields into `shape`. `RunConfig` applies it to what
+    it is given, so that Python takes what a file takes."""
+    values = {k: v for k, v in data.items() if k not in FOREIGN_ONLY}
+    smp, extra = smp_parameters(data, where or "")
+    apply_smp(values, smp, extra, where or "")
+    apply_fsdp_keys(values, data, where or "")
+    values.pop("_processes_per_host", None)
+    flat = {k: values.pop(k) for k in STRATEGY_FIELDS if k in values}
+    flat = {k: v for k, v in flat.items() if v is not None}
+    strategy = values.get("strategy")
+    if strategy is None or isinstance(strategy, str):
+        kind = DEFAULT_KIND if strategy is None else strategy
+        if kind not in STRATEGIES:
+            why = f"expected one of {', '.join(STRATEGIES)}, got {kind!r}"
+            raise ConfigError(why, where=where, field="strategy")
+        if flat or strategy is not None:
+            values["strategy"] = strategy_fields(kind, flat, where)
+    elif flat:
+        raise ConfigError("given beside a whole strategy; give it in the strategy", where=where, field=next(iter(flat)))
+    shape = {k: values.pop(k) for k in SHAPE_FIELDS if k in values and values[k] is not None}
+    if shape:
+        if values.get("shape") is not None:
+            raise ConfigError("given beside a whole shape; give it in the shape", where=where, field=next(iter(shape)))
+        values["shape"] = shape
+    return values
+
+
 def build_config(values: dict[str, Any], where: str) -> RunConfig:
     """The RunConfig of flat settings (a file's keys, flags): a key that is not one of `FIELDS`
-    is refused; the strategy's fields go to its kind's model (`schema.strategy_fields`); every
-    value is checked by the model, as one built in Python is (cluster-independent checks only)."""
+    is refused; the model checks every value (`tree_of` puts them in its tree), as it checks one
+    built in Python (cluster-independent checks only)."""
     f = Fields(values, where).closed(FIELDS)
     given = {k: f.raw(k) for k in FIELDS if f.has(k)}
-    kind = f.text("strategy", default=DEFAULT_KIND, choices=tuple(STRATEGIES))
-    flat = {k: given.pop(k) for k in STRATEGY_FIELDS if k in given}
-    given.pop("strategy", None)
-    tree: dict[str, Any] = {"strategy": strategy_fields(kind, flat, where)}
-    tree["shape"] = {k: given.pop(k) for k in SHAPE_FIELDS if k in given}
+    f.text("strategy", default=DEFAULT_KIND, choices=tuple(STRATEGIES))
     # Without a node count: the seed's 8 nodes on the default topology; otherwise the
     # topology decides (an emulated cluster has its own count, an instance type gives 1).
     if "nodes" not in given and "topology" in values:
-        tree["nodes"] = None
-    if "workload" in given:
-        given["workload"] = workload_value(given["workload"], where)
+        given["nodes"] = None
     try:
-        return RunConfig(**tree, **given, source=where)
+        return RunConfig(**given, source=where)
     except ConfigError as err:
         raise ConfigError(err.message, where=where, field=err.field) from None
 

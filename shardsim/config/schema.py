@@ -15,10 +15,20 @@ from dataclasses import asdict, dataclass
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, InstanceOf, TypeAdapter, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    TypeAdapter,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic import ValidationError as _ValidationError
 
 from shardsim.config.errors import config_error
+from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
 from shardsim.simulator.strategies.kinds import DDP, DEFAULT_KIND, PIPELINE, ZERO, ZERO2D, StrategyKind
@@ -221,6 +231,12 @@ class _FlatStrategy:
     reshard_after_forward: Any = True
 
 
+# SageMaker's and FSDP's keys that are no setting's name (`smp`), and beside them the keys of a
+# file's flat form: what `RunConfig` takes besides its fields and puts in its tree (`load.tree_of`)
+FOREIGN_ONLY = tuple(k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS) if k not in STRATEGY_FIELDS)
+FILE_FORM_KEYS = (*FOREIGN_ONLY, *STRATEGY_FIELDS, *SHAPE_FIELDS)
+
+
 def check_flat(s: _FlatStrategy, where: str | None) -> None:
     """Refuse (ConfigError naming the field) flat strategy fields that contradict the kind: what
     the kind's own `check` refuses, a pipeline's fields on another kind, ZeRO-2 on a kind that
@@ -396,6 +412,17 @@ class RunConfig(Frozen):
     seed: Annotated[int, bounded("seed"), Setting("seed of the synthetic data and the model's initialization")] = 0
     shape: InstanceOf[Shape] = Field(default_factory=Shape)  # shape fields given over the workload's
     source: str = Field("defaults", exclude=True)  # where it was read from, as errors name it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file_form(cls, data: Any) -> Any:
+        """A file's form (the strategy's and shape's fields flat, SageMaker's and FSDP's keys)
+        into the tree, as a file is read (`load.tree_of`)."""
+        if isinstance(data, dict) and any(k in data for k in FILE_FORM_KEYS):
+            from shardsim.config.load import tree_of
+
+            return tree_of(data, data.get("source") if isinstance(data.get("source"), str) else None)
+        return data
 
     @field_validator("strategy", mode="before")
     @classmethod

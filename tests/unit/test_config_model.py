@@ -220,3 +220,21 @@ def test_a_sweeps_lists_are_checked_as_their_settings_are(axis):
     if axis.maximum is not None:
         with pytest.raises(ConfigError, match="beyond the simulator's bound"):
             SweepSpace(**{axis.axis: (axis.maximum + 1,)})
+
+
+def test_python_takes_sagemaker_fsdp_keys_and_the_flat_form_as_a_file_does(tmp_path):
+    keys = {"sharded_data_parallel_degree": 4, "instance_type": "ml.p4d.24xlarge", "instance_count": 2,
+            "mixed_precision": {"param_dtype": "torch.bfloat16", "reduce_dtype": "float32"}}  # fmt: skip
+    path = tmp_path / "smp.yaml"
+    path.write_text(json.dumps(keys))
+    from_file = load_config(path)
+    assert RunConfig(**keys) == from_file.replace(source="defaults")
+    assert from_file.strategy == Strategy("zero2d", degree=4) and (from_file.topology, from_file.nodes) == (
+        "p4d.24xlarge", 2)  # fmt: skip
+    assert (from_file.precision, from_file.reduce_dtype) == ("bf16", "fp32")
+    flat = RunConfig(strategy="pipeline", pp=2, microbatches=4, hidden=64)
+    assert flat.strategy == Strategy("pipeline", pp=2, microbatches=4) and flat.shape == Shape(hidden=64)
+    for bad, field in (({"sharded_data_parallel_degree": 4, "degree": 8}, "sharded_data_parallel_degree"),
+                       ({"sharding_strategy": "NO_SUCH"}, "sharding_strategy"),
+                       ({"strategy": Strategy("zero"), "degree": 4}, "degree")):  # fmt: skip
+        assert error_field(lambda bad=bad: RunConfig(**bad)) == field
