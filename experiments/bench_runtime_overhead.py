@@ -106,7 +106,7 @@ def handwritten_worker(ns: argparse.Namespace) -> None:
 
 
 def interleaved_worker(ns: argparse.Namespace) -> None:
-    """Both in one torchrun job: the runtime's own training step (runtime.train.setup, as
+    """Both in one torchrun job: the runtime's own training step (runtime.trainer.setup, as
     `shardsim run` builds it) and the hand-written one, alternating step by step, so that
     the load of other processes hits both alike; isolates the runtime's per-step code."""
     import datetime
@@ -115,7 +115,7 @@ def interleaved_worker(ns: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from shardsim.config import load_config
-    from shardsim.runtime.train import setup
+    from shardsim.runtime.trainer import setup
 
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=60)

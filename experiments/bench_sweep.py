@@ -98,7 +98,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores ({default_workers()} usable), load {os.getloadavg()[0]:.1f}")
     for name, (base, space, args) in CASES.items():
         t, c, k = time.perf_counter(), time.process_time(), _children_cpu()
-        df = sweep(base, space, workers=ns.workers)
+        df = sweep(base, space, workers=ns.workers).table
         wall, cpu, kids = time.perf_counter() - t, time.process_time() - c, _children_cpu() - k
         print(f"{name}: {len(df)} configurations")
         print(f"    sweep() in process: {wall:.2f} s wall, {cpu + kids:.2f} s CPU ({kids:.2f} s of it in workers)")

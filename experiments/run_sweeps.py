@@ -212,7 +212,7 @@ def run_study(name: str, workers: int | None, replot: bool = False, root: Path =
     if replot:  # tables as committed: summary and plots only (e.g. after a change to the plots)
         df = pd.read_parquet(out / "sweep.parquet")
     else:
-        df = pd.concat([sweep(p.base, p.space, workers=workers) for p in parts], ignore_index=True)
+        df = pd.concat([sweep(p.base, p.space, workers=workers).table for p in parts], ignore_index=True)
         write_tables(df, out)
     seconds = time.perf_counter() - t
     rec = recommend(df)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from shardsim.config import RunConfig, Strategy
 from shardsim.runtime.processes import alive
-from shardsim.runtime.records import RunRecord
+from shardsim.runtime.records import LAB_KEYS, LabReadings, RunRecord
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, parse_instance
 
@@ -72,7 +73,8 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
 
 
 def run_record(**fields: Any) -> RunRecord:
-    """A run's record: small-gpt, zero over emu-2x2's 4 ranks, 3 steps of 1 s; `fields` replace any of it."""
+    """A run's record: small-gpt, zero over emu-2x2's 4 ranks, 3 steps of 1 s, on CPU; `fields` replace
+    any of it, `LabReadings`' fields among them (set in its `lab`)."""
     cfg = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=2, backend="gloo", strategy=Strategy("zero"))
     base: dict[str, Any] = dict(
         run_id="run", finished_at="2026-01-01T00:00:00+00:00", config=cfg.to_dict(), workload=cfg.workload,
@@ -80,9 +82,12 @@ def run_record(**fields: Any) -> RunRecord:
         steps=3, warmup=1, step_time_s=1.0, step_time_min_s=1.0, step_time_max_s=1.0, step_time_iqr_s=0.0,
         step_time_std_s=0.0, step_times_s=[1.0] * 3, warmup_times_s=[1.5], step_cpu_times_s=[1.0] * 3,
         samples_per_s=16.0, memory_per_rank_gib=0.5, memory_by_rank_gib=[0.5] * 4, memory_measure="cpu_peak_rss",
-        device="cpu", backend="gloo", threads_per_rank=1, losses=[8.5, 8.5, 8.45, 8.4], loss_first=8.5,
+        device="cpu", backend="gloo", lab=LabReadings(threads_per_rank=1), losses=[8.5, 8.5, 8.45, 8.4], loss_first=8.5,
         loss_last=8.4, torch_version="2.13.0", hostname="host",
     )  # fmt: skip
+    lab = {k: fields.pop(k) for k in LAB_KEYS if k in fields}
+    if lab:
+        fields["lab"] = dataclasses.replace(fields.get("lab", base["lab"]), **lab)
     return RunRecord(**(base | fields))
 
 

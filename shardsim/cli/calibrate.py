@@ -7,30 +7,13 @@ in one line; ``--force`` prints and writes it, marked forced."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shlex
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from shardsim.config.flags import str_list
-from shardsim.core.errors import ConfigError
 from shardsim.core.files import check_output_file
 from shardsim.core.flagtypes import Count
 
-if TYPE_CHECKING:
-    import numpy as np
-
-DEFAULT_FOLDS = 5
-FORCE = " (--force writes it anyway, marked forced)"
 MAX_FOLDS = 1_000
-
-
-def errors(ratio: np.ndarray) -> dict[str, float]:
-    import numpy as np  # here, not at import: the `shardsim` command loads this module for every command
-
-    """Mean absolute, mean signed and largest error of throughput, in percent."""
-    e = (ratio - 1) * 100
-    return {"mae_pct": float(np.abs(e).mean()), "signed_pct": float(e.mean()), "max_pct": float(np.abs(e).max())}
 
 
 def _line(name: str, e: dict[str, float]) -> str:
@@ -39,35 +22,13 @@ def _line(name: str, e: dict[str, float]) -> str:
 
 
 def _cmd_calibrate(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.calibration import fit as F
-    from shardsim.simulator.calibration.apply import Calibration, Fitted, write_calibration
-    from shardsim.simulator.calibration.measurements import read_measurements
-    from shardsim.simulator.hardware.topology import load_instance
+    from shardsim.simulator.calibration.apply import write_calibration
+    from shardsim.simulator.calibration.calibrate import calibrate
 
     if ns.out:
         check_output_file(ns.out, "out")
-    if ns.folds == 1:
-        raise ConfigError(f"expected 0 (none) or >= 2 folds, got {ns.folds}", field="folds")
-    inst = load_instance(ns.topology)
-    rows = read_measurements(ns.measured, ns.topology, inst)
-    names, notes = F.fitted_names(inst, rows, ns.params)
-    if not names:
-        raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
-    if len(rows) <= len(names) and not ns.force:  # refused before the fit: it cannot be determined
-        why = f"{len(rows)} row(s) for {len(names)} parameter(s) ({', '.join(names)}): the fit needs more rows"
-        raise ConfigError(f"{why} than parameters; measure more configurations or fit fewer (--params){FORCE}")
-    if ns.folds > len(rows):
-        why = f"{ns.folds} folds need at least {ns.folds} rows; {ns.measured} has {len(rows)} (0: no cross-validation)"
-        raise ConfigError(why, field="folds")
-    before = F.ratios(inst, rows, {})
-    f = F.fit(inst, rows, names)
-    after = F.ratios(inst, rows, f.values)
-    errs = {"before": errors(before), "after": errors(after)}
-    warning = F.untrusted(f, errs["after"]["mae_pct"])
-    if warning and not ns.force:
-        raise ConfigError(warning + FORCE)
-    cv = F.cross_validated(inst, rows, names, ns.folds) if ns.folds else None
-
+    r = calibrate(ns.measured, ns.topology, params=ns.params, folds=ns.folds, force=ns.force)
+    inst, rows, before, after, cv, f = r.instance, r.rows, r.before, r.after, r.cv, r.fit
     print(f"{len(rows)} measured rows from {ns.measured} on {inst.name} ({inst.device.model})")
     print(f"{'row':<44} {'measured':>12} {'before %':>9} {'after %':>8}" + (f" {'cv %':>7}" if cv is not None else ""))
     for i, m in enumerate(rows):
@@ -75,37 +36,27 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
         what = f"{i_['model']} seq {i_['seq_len']} gpus {i_['gpus']} mb {i_['microbatch']} ga {i_['grad_accum']}"
         cells = f"{what:<44.44} {m.measured:>12.4g} {(before[i] - 1) * 100:>+9.1f} {(after[i] - 1) * 100:>+8.1f}"
         print(cells + (f" {(cv[i] - 1) * 100:>+7.1f}" if cv is not None else ""))
-    if cv is not None:
-        errs["cross_validated"] = errors(cv) | {"folds": ns.folds}
     print("\nthroughput error (predicted / measured - 1)")
-    for k, e in errs.items():
+    for k, e in r.errors.items():
         print(_line(k if k != "cross_validated" else f"{ns.folds}-fold CV", e))
     print("\nfitted (default → value ± standard error, [bounds])")
-    for n in names:
+    for n in r.names:
         lo, hi = f.bounds[n]
         v, se = f.values[n], f.stderr[n]
         at = "  AT BOUND" if f.at_bound(n) else ""
         print(f"  {n:<24} {f.defaults[n]:8.4g} → {v:8.4g} ± {se:.2g}  [{lo:g}, {hi:g}]{at}")
-    for note in notes:
+    for note in r.notes:
         print(f"  {note}")
-    if warning:
-        print(f"\nFORCED (--force): {warning}")
+    if r.warning:
+        print(f"\nFORCED (--force): {r.warning}")
     if ns.out:
-        digest = hashlib.sha256(Path(ns.measured).read_bytes()).hexdigest() if Path(ns.measured).is_file() else ""
-        cal = Calibration(
-            device=inst.device.model,
-            topology=ns.topology,
-            parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in names},
-            fitted_to={"measured": str(ns.measured), "rows": len(rows), "sha256": digest},
-            errors=errs,
-            warning=warning or "",
-        )
-        write_calibration(ns.out, cal)
+        write_calibration(ns.out, r.calibration)
         print(f"\nwritten {ns.out} (use: --calibration {shlex.quote(ns.out)})")
     return 0
 
 
 def register(sub) -> None:
+    from shardsim.simulator.calibration.calibrate import DEFAULT_FOLDS
     from shardsim.simulator.calibration.parameters import DEFAULT_FIT, MAX_MAE_AT_BOUND_PCT, NAMES
 
     p = sub.add_parser(

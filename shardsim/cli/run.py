@@ -61,8 +61,6 @@ def _run(ns: argparse.Namespace, plan: RunPlan) -> int:
     check_runs_csv(out)  # its row is added at the end: a torn one is named now, not after the run
     run_id = default_run_id(plan.resolved_cfg)
     worker_args = run_flags(ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)
-    if getattr(ns, "save_params", None):
-        worker_args += ["--save-params", str(Path(ns.save_params).resolve())]
     where = "GPU" if plan.on_gpu else "CPU"
     inside = f" in the emulated cluster {plan.resolved_cfg.topology}" if plan.emulate else ""
     log.info(
@@ -114,7 +112,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="when another job holds the emulated topology, wait for it (default: refuse, exit 2)",
     )
-    p.add_argument("--save-params", help=argparse.SUPPRESS)
 
 
 def register(subparsers) -> None:

@@ -132,25 +132,20 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
 def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     from shardsim.simulator.sweep.output import publish, to_records, write_recommendation, write_tables
     from shardsim.simulator.sweep.progress import SweepProgress
-    from shardsim.simulator.sweep.recommendation import recommend
     from shardsim.simulator.sweep.report import print_report
     from shardsim.simulator.sweep.search import sweep
 
-    skipped: list[str] = []
-    dropped: dict[str, int] = {}
     with SweepProgress(_progress_mode(ns)) as progress:
-        df = sweep(
+        result = sweep(
             base,
             space,
             algo=ns.algo,
             workers=_workers(ns.workers),
-            skipped=skipped,
-            dropped=dropped,
             progress=progress,
             confirm=_confirmation(ns.yes),
         )
-    _report_dropped(dropped)
-    rec = recommend(df)
+    _report_dropped(result.dropped)
+    df, rec, skipped = result.table, result.recommendation, list(result.skipped)
     files: list[str] = []
     failed: WriteError | None = None
     if out is not None:
@@ -165,7 +160,13 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
         except WriteError as exc:  # the results are printed all the same, and the files that were written
             failed, files = exc, [str(out / name) for name in exc.written]
     if ns.json:
-        record = {"rows": to_records(df), "recommended": rec, "skipped": skipped, "dropped": dropped, "files": files}
+        record = {
+            "rows": to_records(df),
+            "recommended": rec,
+            "skipped": skipped,
+            "dropped": result.dropped,
+            "files": files,
+        }
         print(json.dumps(record))
     else:
         kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}

@@ -11,7 +11,7 @@ from pathlib import Path
 from shardsim.core.errors import ConfigError
 from shardsim.core.flagtypes import Count, Real
 from shardsim.core.torch_required import require_torch
-from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
+from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
 from shardsim.runtime.train import MAX_THREADS
 from shardsim.runtime.validation.matrix import DEFAULT_MATRIX, load_matrix
 from shardsim.runtime.validation.matrix_schema import MAX_RETRIES

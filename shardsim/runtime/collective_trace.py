@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from shardsim.core.files import atomic_write
+from shardsim.runtime.trainer import Observer, Trainer
 
 _KINDS = {
     "all_gather_into_tensor": "all_gather",
@@ -75,16 +76,35 @@ def record_collectives() -> Iterator[list[TracedCollective]]:
             setattr(dist, name, orig)
 
 
-def trace_dir() -> str | None:
-    """The folder a real run writes its ranks' collectives to (``SHARDSIM_TRACE_COLLECTIVES``)."""
-    return os.environ.get(TRACE_ENV) or None
-
-
 def save_rank_trace(folder: str, rank: int, steps: list[list[TracedCollective]]) -> None:
     """Write one rank's collectives, one list per measured step, to ``folder/rank<r>.json``."""
     os.makedirs(folder, exist_ok=True)
     data = {"rank": rank, "steps": [[[c.kind, c.numel, c.group_size] for c in step] for step in steps]}
     atomic_write(Path(folder, f"rank{rank}.json"), json.dumps(data))
+
+
+class TraceCollectives(Observer):
+    """A real run's observer: the collectives of each measured step, saved to
+    ``folder/rank<r>.json`` after the steps (installed by `runtime.testing` for ``SHARDSIM_TRACE_COLLECTIVES``)."""
+
+    def __init__(self, folder: str, rank: int, warmup: int):
+        self.folder, self.rank, self.warmup = folder, rank, warmup
+        self.steps: list[list[TracedCollective]] = []
+        self._recording: contextlib.ExitStack | None = None
+
+    def step_started(self, i: int) -> None:
+        if i >= self.warmup:
+            self._recording = contextlib.ExitStack()
+            self.steps.append(self._recording.enter_context(record_collectives()))
+
+    def step_computed(self, i: int) -> None:
+        if self._recording is not None:
+            self._recording.close()
+            self._recording = None
+
+    def after_steps(self, trainer: Trainer) -> dict:
+        save_rank_trace(self.folder, self.rank, self.steps)
+        return {}
 
 
 def load_rank_trace(folder: str | Path, rank: int) -> list[list[TracedCollective]]:

@@ -30,12 +30,43 @@ READ_BACK_BYTES = 64 << 20  # a run record or a validation read back: larger is 
 
 
 @dataclass(frozen=True, kw_only=True)
+class LabReadings:
+    """What a run on CPU measures of the host it shares (`runtime.emulation.hostspeed`): the
+    torch threads of each rank, the host-speed probe on every rank before every measured step,
+    and the hypervisor's part of each measured step (`Steal`: the cores' worth of time it ran
+    other guests on ours, and that over all the host's cores; each rank's host, mean over
+    ranks), with their means. A reading the host cannot give (no /proc/stat) is None."""
+
+    threads_per_rank: int | None = None
+    host_probe_s: float | None = None
+    host_probe_by_step_s: list[float] | None = None  # mean over ranks
+    host_steal_cores_by_step: list[float] | None = None
+    host_steal_share_by_step: list[float] | None = None
+    host_steal_cores: float | None = None
+    host_steal_share: float | None = None
+
+
+LAB_KEYS = tuple(f.name for f in fields(LabReadings))
+
+
+def _lab_nested(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's object with `LabReadings`' fields, where a file holds them as top-level keys,
+    under ``lab`` (none of them set: no ``lab``)."""
+    flat = {k: data[k] for k in LAB_KEYS if k in data}
+    if not flat or "lab" in data:
+        return data
+    rest = {k: v for k, v in data.items() if k not in flat}
+    return rest | {"lab": flat} if any(v is not None for v in flat.values()) else rest
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """One run's measurements, in the JSON file's order. Named as `simulator.predict.StepPrediction`'s
     fields where they mean the same: `config`, `strategy` (the label), `world`, `global_batch`,
     `step_time_s` (here the median step), `samples_per_s`, `memory_per_rank_gib` (the worst
-    rank); every other field only a measurement has. The per-rank CPU times and the host
-    readings, which older files lack, are None there."""
+    rank); every other field only a measurement has. The per-rank CPU times, which older files
+    lack, are None there. `lab` holds what only a run on CPU measures (`LabReadings`); a GPU
+    run's record has no `lab` key. Files that hold those readings as top-level keys load too."""
 
     source: str = "measured"
     run_id: str
@@ -59,23 +90,13 @@ class RunRecord:
     warmup_times_s: list[float]
     step_cpu_times_s: list[float]  # rank 0's process CPU time per measured step
     step_cpu_times_by_rank_s: list[list[float]] | None = None  # every rank's, [rank][step]
-    # runtime.hostspeed's probe on every rank before every measured step (CPU runs only)
-    host_probe_s: float | None = None
-    host_probe_by_step_s: list[float] | None = None  # mean over ranks
-    # the hypervisor's part of each measured step (runtime.hostspeed.Steal: the cores' worth of
-    # time it ran other guests on ours, and that over all the host's cores; each rank's host,
-    # mean over ranks), and their means
-    host_steal_cores_by_step: list[float] | None = None
-    host_steal_share_by_step: list[float] | None = None
-    host_steal_cores: float | None = None
-    host_steal_share: float | None = None
+    lab: LabReadings | None = None  # the emulated CPU lab's readings: CPU runs only
     samples_per_s: float
     memory_per_rank_gib: float  # the largest rank's peak
     memory_by_rank_gib: list[float]
     memory_measure: str  # cuda_max_memory_allocated | cpu_peak_rss
     device: str  # the CUDA device's name, or cpu
     backend: str  # what ran (gloo on CPU whatever the configuration asks)
-    threads_per_rank: int | None  # torch threads per rank on CPU; None on GPU
     losses: list[float]  # the global loss of every step, warm-up included
     loss_first: float
     loss_last: float
@@ -83,7 +104,10 @@ class RunRecord:
     hostname: str
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["lab"] is None:
+            del out["lab"]
+        return out
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -96,6 +120,7 @@ class RunRecord:
 
         from shardsim.core.documents import describe
 
+        data = _lab_nested(data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -4,18 +4,12 @@
 ``rank<r>.step`` current (one pwrite of a few bytes per step) and, when it ends, writes
 ``rank<r>.json`` (ok, or the error). Without the variable (plain torchrun, Slurm) nothing is
 written. When a job fails, the launcher names the rank that crashed, died or hung from these.
-
-``SHARDSIM_FAULT=kind@rank:step`` (kind: raise | kill | hang | stop | exit) injects a fault at
-the start of that step, for testing the fault handling: `hang` sleeps for ever, `stop` stops
-the process (SIGSTOP: it ignores SIGTERM too, as a rank stuck in the kernel would).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 import time
 from pathlib import Path
 
@@ -79,36 +73,3 @@ class RankStatus:
             _write_json(self.dir / f"rank{self.rank}.json", data)
         except OSError:
             pass
-
-
-class Fault:
-    """A fault to inject (testing): ``kind@rank:step``."""
-
-    def __init__(self, spec: str | None, rank: int):
-        self.at: int | None = None
-        self.kind = ""
-        self.rank = rank
-        if not spec:
-            return
-        kind, _, where = spec.partition("@")
-        r, _, s = where.partition(":")
-        if int(r) == rank:
-            self.kind, self.at = kind, int(s or 0)
-
-    def check(self, step: int) -> None:
-        if self.at != step:
-            return
-        if self.kind == "raise":
-            raise RuntimeError(f"injected fault at step {step}")
-        if self.kind == "exit":
-            os._exit(3)
-        if self.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.kind == "hang":
-            while True:
-                time.sleep(3600)
-        if self.kind == "stop":
-            print(
-                f"shardsim: rank {self.rank} stops itself at step {step} (SHARDSIM_FAULT)", file=sys.stderr, flush=True
-            )
-            os.kill(os.getpid(), signal.SIGSTOP)

@@ -5,7 +5,8 @@ under multi-node torchrun or Slurm (see docs/runtime.md). Reads the same configu
 simulator (under ``shardsim run``: the JSON file the launcher wrote in the run folder, or
 ``--config-json``; run by you: a file and flags), builds the same model, applies the strategy with PyTorch's own engines
 (`runtime.strategies`), trains on seeded synthetic data and measures each step between two
-synchronization points (cuda.synchronize + dist.barrier). Rank 0 writes the results.
+synchronization points (cuda.synchronize + dist.barrier): a `runtime.trainer.Trainer` with its
+observers. Rank 0 writes the results.
 
 Under ``shardsim run`` a rank ends with the run: when torchrun (its parent) dies, and when the
 ``shardsim`` process that launched the job is gone; it never writes the result of a run whose
@@ -19,19 +20,16 @@ last collective then, and would abort the process (a finished run reported as fa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import signal
 import socket
 import sys
-import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from shardsim.config import RunConfig, add_config_arguments, config_from_args, resolve
+from shardsim.config import RunConfig, add_config_arguments, config_from_args
 from shardsim.config.flags import overrides_from_args
 from shardsim.config.load import load_config_json
 from shardsim.core.errors import ConfigError, WriteError
@@ -40,6 +38,7 @@ from shardsim.runtime import processes
 from shardsim.runtime.launch import CONFIG_FILE
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
+from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
 from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -90,7 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(p)
     p.add_argument("--run-id", help="name of the result file (default: time + strategy)")
     p.add_argument("--no-write", action="store_true", help="do not write result files")
-    p.add_argument("--save-params", metavar="DIR", help="save the final parameters (full tensors) per stage, for tests")
     return p
 
 
@@ -125,132 +123,6 @@ def default_run_id(cfg: RunConfig) -> str:
     return f"{stamp}-{spec_name(cfg.workload).replace(':', '.').replace('/', '.')}-{label}-{os.getpid()}"
 
 
-@dataclass
-class Job:
-    """Everything one rank trains with."""
-
-    cfg: RunConfig
-    res: Any  # simulator.config.Resolved
-    rank: int
-    device: Any  # torch.device
-    model: Any  # the module the step runs (DDP / FSDP / stage module)
-    optimizer: Any
-    forward_backward: Any  # callable(micro_batches) -> this rank's loss of the step (a tensor)
-    optimizer_step: Any  # callable(): step the optimizer, zero the gradients
-    make_batches: Any  # callable(step) -> list of micro-batches for this rank
-    state: Any  # callable() -> {"params": {...}, "grads": {...}} full tensors, or None (see _full_state)
-    loss_weight: float = 1.0  # this rank's loss x weight, summed over ranks = the global loss
-    notes: dict = field(default_factory=dict)
-
-
-def _canonical(name: str) -> str:
-    for part in ("_checkpoint_wrapped_module.", "_orig_mod."):
-        name = name.replace(part, "")
-    return name.removeprefix("module.")
-
-
-def _stepper(optimizer, scaler):
-    def step():
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
-
-
-def _full_state(module, keep: bool):
-    """A function returning {name: full tensor} of parameters and gradients; every rank
-    calls it (gathers of sharded tensors), ranks with `keep` get the dict."""
-
-    def full(t):
-        t = t.full_tensor() if hasattr(t, "full_tensor") else t
-        return t.detach().float().cpu()
-
-    def state():
-        params, grads = {}, {}
-        for name, p in module.named_parameters():
-            params[_canonical(name)] = full(p)
-            if p.grad is not None:
-                grads[_canonical(name)] = full(p.grad)
-        return {"params": params, "grads": grads} if keep else None
-
-    return state
-
-
-def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, data_batches: int = 0) -> Job:
-    """Build the configured model, apply its strategy (`runtime.strategies.apply_strategy`) and
-    an Adam optimizer: everything this rank trains with."""
-    from shardsim.runtime.models import build as workloads
-    from shardsim.runtime.optimizer import build_adam
-    from shardsim.runtime.strategies import apply_strategy
-
-    model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
-    cfg, res = resolve(cfg, world, len(model.blocks))
-    if cfg.strategy.spec.is_pipeline:
-        workloads.check_model(model, spec_name(cfg.workload), pipeline=True)
-    applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
-    del model  # a pipeline stage keeps only its own blocks
-    module = applied.module
-    optimizer = build_adam(module.parameters(), cfg.optimizer_impl)
-    return Job(
-        cfg,
-        res,
-        rank,
-        device,
-        module,
-        optimizer,
-        applied.forward_backward,
-        _stepper(optimizer, applied.scaler),
-        applied.make_batches,
-        _full_state(module, applied.keeps_state),
-        applied.loss_weight,
-        applied.notes,
-    )
-
-
-def _peak_memory_gib(device) -> float:
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def _reset_peak_memory(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    with contextlib.suppress(OSError):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak resident set (VmHWM) to the current one
-
-
-@contextlib.contextmanager
-def _recording(enabled: bool):
-    """The collectives issued inside (runtime.collective_trace), or None when not tracing."""
-    if not enabled:
-        yield None
-        return
-    from shardsim.runtime.collective_trace import record_collectives
-
-    with record_collectives() as calls:
-        yield calls
-
-
 def follow_launcher() -> None:
     """Under ``shardsim run``: end this rank with torchrun and with the launcher
     (`runtime.processes.follow_launcher`); the run's status folder goes with the last rank."""
@@ -268,156 +140,65 @@ def check_launcher() -> None:
         )
 
 
-def run(ns: argparse.Namespace, status) -> int:
+class StatusSteps(Observer):
+    """Keeps this rank's status file at the step it is in (`runtime.status.RankStatus`)."""
+
+    def __init__(self, status):
+        self.status = status
+
+    def before_step(self, i: int) -> None:
+        self.status.step(i)
+
+    def after_steps(self, trainer: Trainer) -> dict[str, Any]:
+        self.status.step(trainer.steps_taken)
+        return {}
+
+
+def init_process_group(cfg: RunConfig, threads: int, local_rank: int, timeout: timedelta):
+    """This rank's device and backend, its process group initialized: nccl (or the configured
+    backend) on this rank's GPU, gloo on CPU with `threads` torch threads."""
     import torch
     import torch.distributed as dist
 
-    from shardsim.runtime.collective_trace import save_rank_trace, trace_dir
-    from shardsim.runtime.hostspeed import Probe, StealClock
-    from shardsim.runtime.status import Fault
-
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cfg = rank_config(ns)
-    use_cuda = wants_cuda(cfg)
-    if use_cuda:
+    if wants_cuda(cfg):
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = cfg.backend
     else:
         device = torch.device("cpu")
         backend = "gloo"
-        torch.set_num_threads(max(1, ns.threads))
-    timeout = timedelta(seconds=ns.timeout)
+        torch.set_num_threads(max(1, threads))
     init_kwargs: dict[str, Any] = {"backend": backend, "timeout": timeout}
-    if use_cuda and backend == "nccl":
+    if device.type == "cuda" and backend == "nccl":
         init_kwargs["device_id"] = device
     dist.init_process_group(**init_kwargs)
+    return device, backend
+
+
+def run(ns: argparse.Namespace, status) -> int:
+    import torch.distributed as dist
+
+    from shardsim.runtime import testing
+    from shardsim.runtime.emulation.readings import lab_observers
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cfg = rank_config(ns)
+    timeout = timedelta(seconds=ns.timeout)
+    device, backend = init_process_group(cfg, ns.threads, int(os.environ.get("LOCAL_RANK", "0")), timeout)
     unwritten: WriteError | None = None
     try:
-        job = setup(cfg, rank, world, device, timeout, ns.data_batches)
-        fault = Fault(os.environ.get("SHARDSIM_FAULT"), rank)
-
-        def sync():
-            if use_cuda:
-                torch.cuda.synchronize(device)
-            dist.barrier(device_ids=[local_rank] if use_cuda and backend == "nccl" else None)
-
-        total = ns.warmup + ns.steps
-        times: list[float] = []
-        losses: list = []
-        # the host's speed before each step, outside its timing (its 12 MB of weights stay
-        # resident: about 2 % of a small-gpt rank's peak resident set)
-        probe = None if use_cuda else Probe()
-        probes: list[float] = []
-        steal, steals = StealClock(), []  # the hypervisor's share of the host's cores in each step
-        _reset_peak_memory(device)
-        cpu_times: list[float] = []  # this process' CPU seconds in the step (barriers excluded)
-        perf, cpu = time.perf_counter, time.process_time
-        tracing = trace_dir()
-        traced: list[list] = []  # collectives of each measured step (SHARDSIM_TRACE_COLLECTIVES)
-        for i in range(total):
-            batches = job.make_batches(i)
-            status.step(i)
-            fault.check(i)
-            if probe is not None:
-                probes.append(probe())
-            sync()
-            t0 = perf()
-            c0 = cpu()
-            steal.start()
-            with _recording(tracing is not None and i >= ns.warmup) as calls:
-                loss = job.forward_backward(batches)
-                job.optimizer_step()
-            c1 = cpu()
-            sync()
-            if calls is not None:
-                traced.append(calls)
-            times.append(perf() - t0)
-            steals.append(steal.stop())
-            cpu_times.append(c1 - c0)
-            losses.append(loss)
-        status.step(total)
-        peak = _peak_memory_gib(device)
-        if tracing is not None:
-            save_rank_trace(tracing, rank, traced)
-        # one exchange after timing: global losses per step and every rank's peak memory
-        local = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in losses]) * job.loss_weight
-        dist.all_reduce(local)
-
-        def every_rank(values: list[float] | None, n: int):
-            return _every_rank(values, n, rank, world, device)
-
-        mem = every_rank([peak], 1)[:, 0]
-        cpu_all = every_rank(cpu_times[ns.warmup :], ns.steps)  # every rank's CPU per step
-        probe_all = every_rank(probes[ns.warmup :] or None, ns.steps)
-        measured_steal = steals[ns.warmup :]
-        has_steal = all(v is not None for v in measured_steal)
-        steal_cores = every_rank([v.cores for v in measured_steal] if has_steal else None, ns.steps)
-        steal_share = every_rank([v.share for v in measured_steal] if has_steal else None, ns.steps)
-        if ns.save_params:
-            # final parameters, then the gradients of one more step's batches (not applied):
-            # with Adam the parameters hide a wrongly scaled gradient, the gradients do not
-            params = job.state()
-            job.forward_backward(job.make_batches(total))
-            grads = job.state()
-            if params is not None:
-                os.makedirs(ns.save_params, exist_ok=True)
-                saved = {"params": params["params"], "grads": grads["grads"]}
-                torch.save(saved, os.path.join(ns.save_params, f"stage{job.notes.get('stage', 0)}.pt"))
+        trainer = Trainer.build(cfg, rank, world, device, backend, timeout, ns.data_batches)
+        observers = [
+            StatusSteps(status),
+            PeakMemory(device),
+            CpuTimes(ns.warmup),
+            *lab_observers(device, ns.warmup, ns.steps),  # the emulated CPU lab's readings: CPU only
+            *testing.observers(rank, ns.warmup),  # none unless a test's environment asks
+        ]
+        measured = trainer.measure(ns.warmup, ns.steps, observers)
         if rank == 0:
-            measured = times[ns.warmup :]
-            stats = step_time_stats(measured)
-            step_losses = [float(v) for v in local.cpu()]
-            mem_list = [float(v) for v in mem.cpu()]
-            record = RunRecord(
-                run_id=ns.run_id or default_run_id(job.cfg),
-                finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                config={**job.cfg.to_dict(), "backend": backend},  # what ran: gloo on CPU whatever was asked
-                workload=spec_name(job.cfg.workload),
-                topology=job.cfg.topology,
-                nodes=job.cfg.nodes,
-                strategy=job.cfg.strategy.label(),
-                world=world,
-                nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-                global_batch=job.res.global_batch,
-                steps=ns.steps,
-                warmup=ns.warmup,
-                **stats,
-                step_times_s=measured,
-                warmup_times_s=times[: ns.warmup],
-                step_cpu_times_s=cpu_times[ns.warmup :],
-                step_cpu_times_by_rank_s=cpu_all.cpu().tolist(),
-                host_probe_s=float(probe_all.mean()) if probes else None,
-                host_probe_by_step_s=probe_all.mean(0).tolist() if probes else None,
-                host_steal_cores_by_step=steal_cores.mean(0).tolist() if has_steal else None,
-                host_steal_share_by_step=steal_share.mean(0).tolist() if has_steal else None,
-                host_steal_cores=float(steal_cores.mean()) if has_steal else None,
-                host_steal_share=float(steal_share.mean()) if has_steal else None,
-                samples_per_s=job.res.global_batch / stats["step_time_s"],
-                memory_per_rank_gib=max(mem_list),
-                memory_by_rank_gib=mem_list,
-                memory_measure="cuda_max_memory_allocated" if use_cuda else "cpu_peak_rss",
-                device=torch.cuda.get_device_name(device) if use_cuda else "cpu",
-                backend=backend,
-                threads_per_rank=None if use_cuda else torch.get_num_threads(),
-                losses=step_losses,
-                loss_first=step_losses[0],
-                loss_last=step_losses[-1],
-                torch_version=torch.__version__,
-                hostname=socket.gethostname(),
-            )
-            check_launcher()
-            record_path = None
-            try:
-                record_path = None if ns.no_write else str(write_run(record, ns.out))
-            except WriteError as exc:  # measured all the same: printed, and the launcher names what is missing
-                unwritten = exc
-            if ns.json:
-                print(record.to_json())
-            else:
-                print(_summary_text(record, record_path), flush=True)
+            unwritten = _report(ns, _record(ns, trainer, measured))
         dist.barrier()
         if unwritten is None:
             status.finished()  # the last collective: the run's result is complete on every rank
@@ -428,17 +209,55 @@ def run(ns: argparse.Namespace, status) -> int:
     return 0
 
 
-def _every_rank(values: list[float] | None, n: int, rank: int, world: int, device):
-    """Every rank's `values` (n of them) as the rows of one [world, n] tensor, by one all-reduce;
-    a rank with None leaves its row zero. Every rank calls it, in the same order."""
-    import torch
-    import torch.distributed as dist
+def _report(ns: argparse.Namespace, record: RunRecord) -> WriteError | None:
+    """Write the record (unless --no-write) and print it; the WriteError of files that could not be
+    written (the record is printed all the same, and the launcher names what is missing)."""
+    check_launcher()
+    record_path, unwritten = None, None
+    try:
+        record_path = None if ns.no_write else str(write_run(record, ns.out))
+    except WriteError as exc:
+        unwritten = exc
+    if ns.json:
+        print(record.to_json())
+    else:
+        print(_summary_text(record, record_path), flush=True)
+    return unwritten
 
-    out = torch.zeros(world, n, dtype=torch.float64, device=device)
-    if values is not None:
-        out[rank] = torch.as_tensor(values, dtype=torch.float64)
-    dist.all_reduce(out)
-    return out
+
+def _record(ns: argparse.Namespace, trainer: Trainer, measured: Measured) -> RunRecord:
+    """Rank 0's record of the run: what ran, the steps' times and losses, the observers' fields."""
+    import torch
+
+    cfg, res, device = trainer.cfg, trainer.job.res, trainer.device
+    stats = step_time_stats(measured.step_times_s)
+    world = trainer.world
+    return RunRecord(
+        run_id=ns.run_id or default_run_id(cfg),
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        config={**cfg.to_dict(), "backend": trainer.backend},  # what ran: gloo on CPU whatever was asked
+        workload=spec_name(cfg.workload),
+        topology=cfg.topology,
+        nodes=cfg.nodes,
+        strategy=cfg.strategy.label(),
+        world=world,
+        nproc_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        global_batch=res.global_batch,
+        steps=ns.steps,
+        warmup=ns.warmup,
+        **stats,
+        step_times_s=measured.step_times_s,
+        warmup_times_s=measured.warmup_times_s,
+        samples_per_s=res.global_batch / stats["step_time_s"],
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        backend=trainer.backend,
+        losses=measured.losses,
+        loss_first=measured.losses[0],
+        loss_last=measured.losses[-1],
+        torch_version=torch.__version__,
+        hostname=socket.gethostname(),
+        **measured.fields,
+    )
 
 
 def _summary_text(r: RunRecord, path: str | None) -> str:
@@ -452,10 +271,10 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
         f"  memory      {r.memory_per_rank_gib:.3f} GiB per rank ({r.memory_measure})",
         f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",
     ]
-    if r.host_probe_s:
-        host = f"  host        speed probe {format_seconds(r.host_probe_s)}"
-        if r.host_steal_cores is not None:
-            host += f"; the hypervisor took {r.host_steal_cores:.2f} cores' worth of the steps' time"
+    if r.lab is not None and r.lab.host_probe_s:
+        host = f"  host        speed probe {format_seconds(r.lab.host_probe_s)}"
+        if r.lab.host_steal_cores is not None:
+            host += f"; the hypervisor took {r.lab.host_steal_cores:.2f} cores' worth of the steps' time"
         lines.append(host)
     if path:
         lines.append(f"  written     {path}")

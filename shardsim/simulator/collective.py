@@ -14,6 +14,8 @@ from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph, build_links
 from shardsim.simulator.scale import world_refusal
 
+OPS = tuple(BUS_FACTOR)  # the collectives timed: all_reduce, all_gather, reduce_scatter, broadcast, send_recv
+
 
 @dataclass(frozen=True)
 class CollectiveResult:

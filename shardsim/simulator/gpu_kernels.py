@@ -33,6 +33,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from shardsim.simulator.hardware.topology import KernelSpec
+from shardsim.simulator.workload.families import layer_param_tensors
 from shardsim.simulator.workload.model import Arch, Block
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
@@ -101,15 +102,6 @@ class BlockKernels:
 # the attention's pre/post-processing (2), and one gradient accumulation per parameter tensor.
 LAYER_FWD_OTHER = 6
 LAYER_BWD_FIXED = 6 + 1 + 1 + 2 + 2
-
-
-def layer_param_tensors(arch: Arch) -> int:
-    """Parameter tensors of one transformer layer: the Linear weights (QKV, projection, MLP
-    matrices: a third for SwiGLU's gate), their biases where the family has them, and the two
-    norms' weights (and biases for LayerNorm with bias)."""
-    linears = 4 + (1 if arch.traits.mlp == "swiglu" else 0)
-    norms = 2 * (2 if arch.traits.norm == "layernorm" else 1)
-    return linears * (2 if arch.traits.bias else 1) + norms
 
 
 def layer_bwd_other(arch: Arch) -> int:

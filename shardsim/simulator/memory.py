@@ -59,15 +59,6 @@ class MemoryBreakdown:
         return d
 
 
-def in_flight(cfg: RunConfig, res: Resolved, stage: int) -> int:
-    """Microbatches whose activations a stage holds at its peak (GPipe all; 1F1B P - s)."""
-    if not cfg.strategy.spec.is_pipeline:
-        return 1
-    if cfg.strategy.schedule == "gpipe":
-        return res.microbatches
-    return min(res.pp - stage, res.microbatches)
-
-
 def pipelined_unsharded(rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
     """Bytes a sharded pipeline stage holds unsharded from its first backward to the end
     of the step: pipelining's set_reshard_after_backward(False) keeps every unit unsharded,
@@ -75,6 +66,24 @@ def pipelined_unsharded(rc: RankClass, param_bytes: int, grad_bytes: int) -> flo
     until perform_reduce_grad. Parameters in the param dtype, gradients in the reduce dtype
     (FSDP2 upcasts an accumulated gradient to it)."""
     return sum(p for _, p in rc.units) * (param_bytes + grad_bytes)
+
+
+def fsdp_gathered(cfg: RunConfig, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+    """Bytes FSDP2 holds unsharded at a rank's peak: the root and the gathered layers (every
+    layer under ZeRO-2, reshard_after_forward False: each stays gathered from its forward to its
+    backward), plus one layer's unsharded gradient before its reduce-scatter (and, when the reduce
+    dtype differs, the reduce-scatter's input, the gradient cast to it)."""
+    pb, rb = param_bytes, grad_bytes
+    root = next((p for n, p in rc.units if n == "root"), 0.0)
+    layer_sizes = sorted((p for n, p in rc.units if n != "root"), reverse=True)
+    top = sum(layer_sizes[: None if not cfg.strategy.reshard_after_forward else FSDP_GATHERED_LAYERS])
+    grad = (layer_sizes[0] if layer_sizes else 0.0) * (pb + (rb if rb != pb else 0))
+    return (root + top) * pb + grad
+
+
+def autocast_copies(rc: RankClass, param_bytes: int) -> float:
+    """Bytes of the low-precision weight copies autocast keeps of replicated parameters."""
+    return rc.params * param_bytes if param_bytes != 4 else 0.0
 
 
 def rank_memory(
@@ -98,22 +107,9 @@ def rank_memory(
     grads = local * 4 * (2 if ddp_like else 1)
     optim = local * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
     temporaries = local * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
-    gathered = 0.0
-    if fsdp and cfg.strategy.spec.is_pipeline:
-        gathered = pipelined_unsharded(rc, pb, rb)
-    elif fsdp:
-        root = next((p for n, p in rc.units if n == "root"), 0.0)
-        layer_sizes = sorted((p for n, p in rc.units if n != "root"), reverse=True)
-        # ZeRO-2 (reshard_after_forward=False): every layer stays gathered from its forward to its backward
-        top = sum(layer_sizes[: None if not cfg.strategy.reshard_after_forward else FSDP_GATHERED_LAYERS])
-        # unsharded params of the root and the gathered layers, plus one layer's unsharded
-        # gradient before its reduce-scatter (and, when the reduce dtype differs, the
-        # reduce-scatter's input, the gradient cast to it)
-        grad = (layer_sizes[0] if layer_sizes else 0.0) * (pb + (rb if rb != pb else 0))
-        gathered = (root + top) * pb + grad
-    elif pb != 4:
-        gathered = rc.params * pb  # autocast keeps low-precision weight copies
-    acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * in_flight(cfg, res, stage)
+    kind = cfg.strategy.spec  # what the kind holds unsharded, and how many microbatches' activations
+    gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
+    acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
     gpu = device.kind == "gpu"
     overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB

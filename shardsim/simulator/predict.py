@@ -89,8 +89,11 @@ def predict(
     cluster: Cluster | None = None,
     profile: Profile | None = None,
 ) -> StepPrediction:
-    """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`; `profile`
-    (already loaded) takes the place of the file `cfg.profile` names."""
+    """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`. Already
+    built, `workload`, `cluster` and `profile` take the place of what `cfg.workload`,
+    `cfg.topology` × `cfg.nodes` and `cfg.profile` name, unchecked: the sweep and the calibration
+    pass the ones they built from the same configuration, tests pass synthetic ones. The public
+    `shardsim.predict` (`shardsim.api`) takes none of them: there the configuration says it all."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
     n_layers = len(w.layers) or len(w.blocks)

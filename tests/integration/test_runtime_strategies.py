@@ -16,7 +16,8 @@ import torch
 
 from shardsim.config import load_config
 from shardsim.runtime.records import CSV_NAME
-from shardsim.runtime.reference import load_saved, reference_run
+from shardsim.runtime.testing import SAVE_PARAMS_ENV, load_saved
+from tests.reference import reference_run
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 2, 1
@@ -51,8 +52,8 @@ def _overrides(args: list[str]) -> dict:
 
 
 def check_equals_reference(tmp_path: Path, world: int, args: list[str]) -> dict:
-    proc, rec = shardsim_run(tmp_path, [*args, "--nproc", str(world), "--data-batches", "1",
-                                        "--save-params", str(tmp_path / "params")])  # fmt: skip
+    proc, rec = shardsim_run(tmp_path, [*args, "--nproc", str(world), "--data-batches", "1"],
+                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert rec["world"] == world and len(rec["step_times_s"]) == STEPS and len(rec["losses"]) == STEPS + WARMUP
     assert rec["loss_last"] < rec["loss_first"], rec["losses"]
@@ -124,8 +125,8 @@ def test_bf16_reduction_differs_from_the_fp32_reduced_reference(tmp_path):
     bf16 end farther from the fp32-reduced reference than its tolerance (1e-4; measured on
     tiny-gpt: 448 of 234,880 parameters, up to 1.2e-3, where fp32 reduction gives 0)."""
     args = "--workload tiny-gpt --strategy zero --precision bf16".split()
-    proc, rec = shardsim_run(tmp_path, [*args, "--reduce-dtype", "bf16", "--nproc", "2", "--data-batches", "1",
-                                        "--save-params", str(tmp_path / "params")])  # fmt: skip
+    proc, rec = shardsim_run(tmp_path, [*args, "--reduce-dtype", "bf16", "--nproc", "2", "--data-batches", "1"],
+                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert rec["config"]["reduce_dtype"] == "bf16"
     cfg = load_config(None, {"topology": "emu-2x2", **_overrides(args), "reduce_dtype": "fp32"})

@@ -185,3 +185,11 @@ def test_auto_all_reduce_over_nodes_takes_the_faster_of_ring_and_tree():
         simulate_collective(cluster, "all_reduce", 10**6, "tree").time_s
         < simulate_collective(cluster, "all_reduce", 10**6, "ring").time_s / 5
     )
+
+
+def test_the_command_offers_every_collective_the_simulator_times():
+    """`shardsim collective --op` lists its choices without importing simpy: the same tuple."""
+    from shardsim.cli.collective import OPS as offered
+    from shardsim.simulator.collective import OPS as timed
+
+    assert offered == timed

@@ -13,7 +13,7 @@ import pytest
 from shardsim.config import RunConfig, Strategy
 from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
-from shardsim.runtime.hostspeed import StealClock
+from shardsim.runtime.emulation.hostspeed import StealClock
 from shardsim.runtime.validation import measure
 from shardsim.simulator.compute import ComputeModel, FsdpCpu
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
@@ -174,9 +174,9 @@ def test_validate_predicts_each_run_with_the_steal_it_saw(tmp_path, monkeypatch)
 def test_a_runs_summary_says_how_fast_the_host_was_and_what_the_hypervisor_took():
     from shardsim.runtime.train import _summary_text
 
-    r = run_record(workload="small-gpt", step_time_min_s=0.9, step_time_max_s=1.1)
-    assert "host" not in _summary_text(r, None)  # a GPU run: no probe
-    text = _summary_text(dataclasses.replace(r, host_probe_s=0.0172, host_steal_cores=0.31), None)
+    r = run_record(workload="small-gpt", step_time_min_s=0.9, step_time_max_s=1.1, lab=None)
+    assert "host" not in _summary_text(r, None)  # a GPU run: no lab readings
+    text = _summary_text(run_record(host_probe_s=0.0172, host_steal_cores=0.31), None)
     assert "speed probe 17.20 ms" in text and "took 0.31 cores' worth" in text
 
 

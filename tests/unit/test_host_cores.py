@@ -111,7 +111,7 @@ def test_the_profile_states_every_figure_at_the_mean_probe(monkeypatch):
     """Every figure comes back in probe units; the profile multiplies all by the readings' mean."""
     import shardsim.runtime.profile.blocks as blocks
     import shardsim.runtime.profile.build as build
-    from shardsim.runtime.hostspeed import SpeedLog
+    from shardsim.runtime.emulation.hostspeed import SpeedLog
 
     readings = iter([0.01, 0.03, 0.02, 0.02] * 10)
 

@@ -59,6 +59,7 @@ def test_analytic_equals_measured_block_by_block(name: str) -> None:
     for m, a in zip(got.blocks, ana.blocks, strict=True):
         where = f"{name} {a.name}"
         assert m.params == a.params, where
+        assert m.param_tensors == a.param_tensors > 0, where
         assert _close(m.fwd_flops, a.fwd_flops, FLOPS_TOL), (where, m.fwd_flops, a.fwd_flops)
         assert _close(m.bwd_flops, a.bwd_flops, FLOPS_TOL), (where, m.bwd_flops, a.bwd_flops)
         assert _close(m.act_elems, a.act_elems, ACT_TOL), (where, m.act_elems, a.act_elems)

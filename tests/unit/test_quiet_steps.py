@@ -11,7 +11,7 @@ import pytest
 
 from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
-from shardsim.runtime.hostspeed import Steal
+from shardsim.runtime.emulation.hostspeed import Steal
 from shardsim.runtime.profile import cores
 from shardsim.runtime.validation import Row, measure, settle
 from tests.helpers import run_record

@@ -20,9 +20,10 @@ from shardsim.core.errors import WriteError
 from shardsim.runtime import data
 from shardsim.runtime.launch import CONFIG_FILE, RankView, diagnose, write_config
 from shardsim.runtime.models.transformer import build_model
-from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, load_run, write_run
-from shardsim.runtime.status import Fault, RankStatus, classify
+from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, write_run
+from shardsim.runtime.status import RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
+from shardsim.runtime.testing import Fault
 from shardsim.runtime.train import build_parser, rank_config
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
@@ -196,13 +197,19 @@ def test_a_row_says_the_checkpointing_mode_and_the_selective_option(tmp_path):
 
 def test_committed_run_files_load_as_records(tmp_path):
     """Every run file under experiments/ loads, field for key (older ones lack the host
-    readings: None); a file that is not a record is a ValueError."""
+    readings: None); the lab's readings, top-level keys in these files, under `lab`, and none
+    where a file (a GPU run's) has none of them; a file that is not a record is a ValueError."""
     docs = {p: json.loads(p.read_text()) for p in sorted(ROOT.glob("experiments/**/*.json"))}
     runs = {p: d for p, d in docs.items() if isinstance(d, dict) and d.get("source") == "measured"}
     assert runs
+    gpu = 0
     for p, doc in runs.items():
         got = load_run(p).to_dict()
-        assert {k: got[k] for k in doc} == doc and all(got[k] is None for k in set(got) - set(doc)), p
+        flat = {k: v for k, v in got.items() if k != "lab"} | got.get("lab", {})
+        assert {k: flat.get(k) for k in doc} == doc and all(flat[k] is None for k in set(flat) - set(doc)), p
+        assert ("lab" in got) == any(doc.get(k) is not None for k in LAB_KEYS), p
+        gpu += doc["memory_measure"] == "cuda_max_memory_allocated" and "lab" not in got
+    assert gpu > 0  # the committed GPU runs' records hold no lab
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(next(iter(runs.values())) | {"nope": 1}))
     with pytest.raises(ValueError, match="unknown key 'nope'"):

@@ -91,9 +91,9 @@ def test_a_sweep_beyond_the_bound_refuses_and_one_that_spans_it_says_what_it_lef
     assert main(["sweep", "--workload", "tiny-gpt", "--nodes", "65536", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{MAX_WORLD:,} devices" in err, err
-    skipped: list[str] = []
     space = SweepSpace(strategies=("ddp",), nodes=(1, 100000))
-    df = sweep(RunConfig(workload="tiny-gpt"), space, workers=1, skipped=skipped)
+    result = sweep(RunConfig(workload="tiny-gpt"), space, workers=1)
+    df, skipped = result.table, result.skipped
     assert df["nodes"].tolist() == [1]
     assert len(skipped) == 1 and "100000 x g4dn.12xlarge" in skipped[0] and f"{MAX_WORLD:,}" in skipped[0]
 

@@ -44,7 +44,7 @@ def run_cli(argv: list[str]) -> int:
 
 @pytest.fixture(scope="module")
 def tiny_df() -> pd.DataFrame:
-    return sweep(TINY, workers=1)
+    return sweep(TINY, workers=1).table
 
 
 def test_enumeration_covers_every_kind_degree_and_only_valid_configs() -> None:
@@ -83,11 +83,11 @@ def test_rows_ranked_and_a_config_that_does_not_fit_is_never_recommended() -> No
     # needs: timings do not change, it stays the fastest, and is no longer recommended.
     space = SweepSpace(strategies=("ddp", "zero", "zero2d"), nodes=(2,))
     base = TINY.replace(workload="mlp-4x16k")
-    roomy = sweep(base, replace(space, topologies=(instance(devices=4, memory_gib=80.0),)), workers=1)
+    roomy = sweep(base, replace(space, topologies=(instance(devices=4, memory_gib=80.0),)), workers=1).table
     fastest = roomy.loc[roomy["samples_per_s"].idxmax()]
     assert (roomy["memory_per_rank_gib"] < fastest["memory_per_rank_gib"]).any()  # something smaller exists
     tight = instance(devices=4, memory_gib=fastest["memory_per_rank_gib"] - 0.01)
-    df = sweep(base, replace(space, topologies=(tight,)), workers=1)
+    df = sweep(base, replace(space, topologies=(tight,)), workers=1).table
     row = df[df["config"] == fastest["config"]].iloc[0]
     assert not row["fits"] and "GiB" in row["fit_reason"] and row["samples_per_s"] == df["samples_per_s"].max()
     rec = recommend(df)
@@ -101,7 +101,7 @@ def test_rows_ranked_and_a_config_that_does_not_fit_is_never_recommended() -> No
 def test_nothing_fits_gives_no_recommendation() -> None:
     tiny_mem = instance(devices=4, memory_gib=0.5, name="tiny-mem")
     space = SweepSpace(strategies=("ddp", "zero"), topologies=(tiny_mem,), nodes=(1,))
-    rec = recommend(sweep(TINY.replace(workload="mlp-4x16k"), space, workers=1))
+    rec = sweep(TINY.replace(workload="mlp-4x16k"), space, workers=1).recommendation
     assert rec["best"] is None and rec["sharded_data_parallel_degree"] is None
     assert "no configuration fits" in rec["reason"]
 
@@ -119,7 +119,7 @@ def test_recommendation_is_the_fastest_fitting_row(tiny_df: pd.DataFrame) -> Non
 
 
 def test_deterministic_serial_and_parallel(tiny_df: pd.DataFrame) -> None:
-    again = sweep(TINY, workers=2)  # the process pool
+    again = sweep(TINY, workers=2).table  # the process pool
     pd.testing.assert_frame_equal(tiny_df, again)
 
 
@@ -267,7 +267,7 @@ def test_unwritable_output_folder_fails_before_predicting(tmp_path, capsys, monk
 
 def test_weak_scaling_rows_and_efficiency(capsys) -> None:
     space = SweepSpace(strategies=("ddp", "zero"), nodes=(1, 2, 4))
-    df = sweep(TINY, space, workers=1)
+    df = sweep(TINY, space, workers=1).table
     assert set(SCALING_COLUMNS) <= set(df.columns)
     assert sorted(df["world"].unique()) == [4, 8, 16]
     assert (df["batch_per_device"] == TINY.batch_per_device).all()  # weak: fixed per device
@@ -285,9 +285,9 @@ def test_weak_scaling_rows_and_efficiency(capsys) -> None:
 
 
 def test_strong_scaling_fixes_the_global_batch_and_skips_worlds_it_does_not_divide() -> None:
-    skipped: list[str] = []
     space = SweepSpace(strategies=("zero",), nodes=(1, 2, 4), global_batch=24)  # 24 = 6 x 4, 3 x 8, not 16
-    df = sweep(TINY, space, workers=1, skipped=skipped)
+    result = sweep(TINY, space, workers=1)
+    df, skipped = result.table, result.skipped
     assert sorted(df["world"]) == [4, 8]
     assert (df["global_batch"] == 24).all() and sorted(df["batch_per_device"]) == [3, 6]
     assert (df["scaling_mode"] == "strong").all()
@@ -296,7 +296,7 @@ def test_strong_scaling_fixes_the_global_batch_and_skips_worlds_it_does_not_divi
 
 def test_several_topologies_in_one_sweep(tmp_path) -> None:
     space = SweepSpace(strategies=("zero",), topologies=("g4dn.12xlarge", "p3dn.24xlarge"), nodes=(1, 2))
-    df = sweep(TINY.replace(precision="fp16"), space, workers=1)
+    df = sweep(TINY.replace(precision="fp16"), space, workers=1).table
     assert df.groupby("topology")["world"].apply(sorted).to_dict() == {
         "g4dn.12xlarge": [4, 8],
         "p3dn.24xlarge": [8, 16],
@@ -319,7 +319,7 @@ def test_space_rejects_nonsense() -> None:
 
 def test_synthetic_cluster_object_is_accepted() -> None:
     inst = instance(devices=2)
-    df = sweep(TINY, SweepSpace(strategies=("ddp",), topologies=(inst,), nodes=(2,)), workers=1)
+    df = sweep(TINY, SweepSpace(strategies=("ddp",), topologies=(inst,), nodes=(2,)), workers=1).table
     assert df["world"].tolist() == [Cluster(inst, 2).world]
     assert df["cost_per_million_samples_usd"].isna().all()  # no price: unknown, not zero
 
@@ -371,7 +371,7 @@ def test_settings_lists_multiply_the_space_with_unique_labels() -> None:
 
 def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
     base = TINY.replace(precision="fp16")
-    df = sweep(base, SETTINGS_SPACE, workers=1)
+    df = sweep(base, SETTINGS_SPACE, workers=1).table
     assert list(df.columns) == [
         *COLUMNS[: COLUMNS.index("schedule") + 1],
         *SETTING_COLUMNS,
@@ -396,7 +396,7 @@ def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
     assert rec["best"]["checkpointing"] == best["checkpointing"]
     assert rec["best"]["reduce_dtype"] == best["reduce_dtype"]
     # today's recommendation keys where no settings are listed
-    assert not set(SETTING_COLUMNS) & set(recommend(sweep(TINY, SweepSpace(strategies=("zero",)), workers=1))["best"])
+    assert not set(SETTING_COLUMNS) & set(sweep(TINY, SweepSpace(strategies=("zero",)), workers=1).recommendation.best)
 
 
 def test_cli_settings_lists(tmp_path, capsys) -> None:

@@ -7,7 +7,8 @@ brings it up (`up`) and always down (`down`, which kills only what shardsim star
 `processes.run_in_node` starts a command, such as `processes.torchrun_argv`, inside a node and
 `processes.kill_group` stops it; `linkprobe.measure_link` measures a link; `status.status` reads
 what exists; `iproute` runs the ``ip`` and ``tc`` commands and checks the privileges they need.
-`cli` is ``shardsim cluster``. ::
+The lab's readings of the host it shares: `hostspeed` (a host-speed probe, the hypervisor's
+steal) and `readings.HostReadings`, the observer a run on CPU attaches to its Trainer. ::
 
     cluster = plan_cluster(load_instance("emu-2x2"))
     with emulated(cluster):                      # held, up; always down, also on error and on a signal

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shardsim.core.files import atomic_write
-from shardsim.runtime.hostspeed import Probe, SpeedLog
+from shardsim.runtime.emulation.hostspeed import Probe, SpeedLog
 from shardsim.runtime.profile.blocks import block_times, optimizer_step, setup_bench, whole_times
 from shardsim.runtime.profile.cores import measure_core_sharing, yardstick
 from shardsim.runtime.profile.fsdp import FSDP_WORLD, fsdp_overhead, sharded_optimizer_step
@@ -90,7 +90,7 @@ def profile_workload(
         "optimizer_per_param_s": t_opt / n_params,
         "sharded_optimizer_overhead_s": sharded,
         "fsdp_overhead_s": fsdp,
-        # runtime.hostspeed: every figure above is stated at the host speed where its probe takes
+        # runtime.emulation.hostspeed: every figure above is stated at the host speed where its probe takes
         # `probe_s` (each timed pass divided by the probe read before it); the readings
         "probe_s": ref if speed.readings else None,
         "probe_readings_s": speed.readings,

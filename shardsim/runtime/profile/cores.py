@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from shardsim.core.interrupts import worker_signals
-from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE, Probe, StealClock
+from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE, Probe, StealClock
 from shardsim.runtime.processes import die_with_parent
 from shardsim.runtime.profile.blocks import Bench, median_time, setup_bench
 
@@ -35,7 +35,7 @@ def measure_core_sharing(workload: str, batch: int, ranks: Sequence[int], second
       memory bandwidth are shared: the same work takes more CPU time);
     - `effective_cores`: capacity / inflation (at least 1), the cores' worth of work they get;
     - `steal_share`: the part of the host's cores' time the hypervisor took meanwhile
-      (runtime.hostspeed.Steal), which the capacity has lost: a run in another share scales it.
+      (runtime.emulation.hostspeed.Steal), which the capacity has lost: a run in another share scales it.
     Each is the median of 3 rounds, each round timing the process alone just before: a
     capacity is a ratio taken at one moment, which this drifting host does not spoil. Rounds
     in which the hypervisor took more than QUIET_STEAL_SHARE of the cores are set aside and

@@ -51,7 +51,7 @@ class AppliedStrategy:
     forward_backward: Callable[[list[Batch]], torch.Tensor]  # micro-batches -> this rank's loss of the step
     make_batches: Callable[[int], list[Batch]]  # step -> this rank's micro-batches
     loss_weight: float  # this rank's loss x weight, summed over ranks = the global loss
-    keeps_state: bool  # this rank keeps the full parameters and gradients (--save-params)
+    keeps_state: bool  # this rank keeps the full parameters and gradients (runtime.testing.SaveParams)
     scaler: Any  # ShardedGradScaler for fp16, else None
     notes: dict = field(default_factory=dict)
 

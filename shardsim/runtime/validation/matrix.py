@@ -13,7 +13,7 @@ from shardsim.config import STRATEGIES, RunConfig, build_config, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import check_keys, load_yaml
 from shardsim.data import MATRICES
-from shardsim.runtime.hostspeed import QUIET_STEAL_SHARE
+from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.strategies import STRATEGIES as KINDS
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
-from shardsim.runtime.records import RunRecord
+from shardsim.runtime.records import LabReadings, RunRecord
 from shardsim.runtime.validation.matrix import Matrix
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class Row:
     host_slowdown: float = 1.0  # the host's speed the prediction assumes, over its speed when profiled
     host_slowdown_before: float = math.nan  # the yardstick just before the run / when profiled
     host_slowdown_after: float = math.nan  # ... and just after it (NaN: not timed)
-    host_probe_s: float = math.nan  # runtime.hostspeed's probe on every rank before every measured step
+    host_probe_s: float = math.nan  # runtime.emulation.hostspeed's probe on every rank before every measured step
     host_speed_from: str = ""  # probe: the run's own probe | yardstick: the validation's pooled yardsticks
     host_steal_share: float = math.nan  # the part of the host's cores' time the hypervisor took (hostspeed.Steal)
     steps_kept: int = 0  # measured steps where it took at most the matrix's max_steal (what measured_s is of)
@@ -69,8 +69,9 @@ def add_attempt(row: Row, run: RunRecord) -> None:
     without per-step readings gives every step its mean; none at all, NaN)."""
     times = [float(t) for t in run.step_times_s]
     n = len(times)
-    steal = run.host_steal_share_by_step or [run.host_steal_share] * n
-    probe = run.host_probe_by_step_s or [run.host_probe_s or math.nan] * n
+    lab = run.lab or LabReadings()
+    steal = lab.host_steal_share_by_step or [lab.host_steal_share] * n
+    probe = lab.host_probe_by_step_s or [lab.host_probe_s or math.nan] * n
     row.step_times_s += times
     row.step_steal_share += [math.nan if v is None else float(v) for v in steal]
     row.step_probe_s += [math.nan if v is None else float(v) for v in probe]

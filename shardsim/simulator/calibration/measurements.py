@@ -6,8 +6,8 @@ Three sources, each row becoming one `Measurement`:
   tied_embeddings, positions``), any configuration fields (``nodes`` or ``gpus``, ``strategy``,
   ``batch_per_device``, ``grad_accum``, ``precision``, ``checkpointing``, ``reduce_dtype``, ...),
   and the measurement: ``tokens_per_s_per_gpu`` or ``step_time_s``. The runtime's ``runs.csv``
-  is one (its ``kind`` column is the strategy). A torn or ragged file is refused
-  (`simulator.csvfile`). llm-foundry's benchmark columns are read too
+  is one (its ``kind`` column is the strategy); so is a pandas DataFrame of those columns
+  (`read_frame`). A torn or ragged file is refused (`simulator.csvfile`). llm-foundry's benchmark columns are read too
   (`LLM_FOUNDRY`): ``d_model, n_heads, n_layers, expansion_ratio, vocab_size, seq_len, gpus,
   microbatch, grad_accum, activation_checkpointing, sharding_strategy, mp_mode``, an MPT model
   (learned positions, tied embeddings) unless a ``family`` column says otherwise; a
@@ -28,6 +28,7 @@ import contextlib
 import difflib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -283,12 +284,32 @@ def _check_columns(columns: list[str], where: str) -> None:
 def read_csv(path: Path, topology: str, inst: InstanceType) -> list[Measurement]:
     """Every row of a CSV of measurements (`simulator.csvfile`: a torn or ragged file is refused,
     naming its line); a bad row is a ConfigError naming its line and column."""
-    out: list[Measurement] = []
     table = read_table(path)
-    _check_columns(table.columns, f"{path} line 1")
-    for row in table.rows:
-        where = f"{path} line {row.line}"
-        cells = row.cells
+    rows = ((f"{path} line {row.line}", row.cells) for row in table.rows)
+    return read_rows(table.columns, rows, f"{path} line 1", topology, inst)
+
+
+def read_frame(frame: Any, topology: str, inst: InstanceType, name: str = "measurements") -> list[Measurement]:
+    """Every row of a pandas DataFrame with a CSV's columns (a cell None or NaN is empty); a bad
+    row is a ConfigError naming its index and column."""
+
+    def text(v: Any) -> str:
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    columns = [str(c) for c in frame.columns]
+    records = frame.to_dict(orient="index")
+    rows = ((f"{name} row {i}", {str(k): text(v) for k, v in r.items()}) for i, r in records.items())
+    return read_rows(columns, rows, f"{name} columns", topology, inst)
+
+
+def read_rows(
+    columns: list[str], rows: Iterable[tuple[str, dict[str, str]]], header: str, topology: str, inst: InstanceType
+) -> list[Measurement]:
+    """The measurements of rows of text cells, each with where it comes from (a file's line);
+    `header` names where the columns come from."""
+    out: list[Measurement] = []
+    _check_columns(columns, header)
+    for where, cells in rows:
         metric = _metric(cells, where)
         values, cols = _values(cells, where, inst)
         if not ({"workload", "family"} & set(values)) and "d_model" not in cells:

@@ -66,12 +66,12 @@ class Profile:
     # effective cores before their work's own slowdown from sharing caches, `probe_inflation`)
     cpu_capacity: dict[int, float] = field(default_factory=dict)
     # ranks computing at once → the part of the host's cores' time the hypervisor took while the
-    # two figures above were measured (time they lost, runtime.hostspeed.Steal)
+    # two figures above were measured (time they lost, runtime.emulation.hostspeed.Steal)
     steal_share: dict[int, float] = field(default_factory=dict)
     yardstick_s: float | None = None  # the whole model's forward + backward on every core at once, when profiled
     # an Adam step on FSDP2's (DTensor) parameters over one on plain ones: per step, whatever the shard
     sharded_optimizer_overhead_s: float | None = None
-    # the host-speed probe (runtime.hostspeed) at the speed every figure is stated at
+    # the host-speed probe (runtime.emulation.hostspeed) at the speed every figure is stated at
     probe_s: float | None = None
     # FSDP2's own CPU work in a forward and in a backward of the whole model, one microbatch,
     # over the same passes unsharded (copies in and out of its collectives' buffers, hooks):
@@ -90,7 +90,7 @@ class Profile:
         that slowdown a second time.
 
         `steal_share`: the part of the host's cores' time the hypervisor took during the run
-        (runtime.hostspeed.Steal; no probe sees it): the cores are scaled by what it left over
+        (runtime.emulation.hostspeed.Steal; no probe sees it): the cores are scaled by what it left over
         what it left the core-sharing measurement."""
 
         def slow(v: float | None) -> float | None:

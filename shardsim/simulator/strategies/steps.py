@@ -14,9 +14,6 @@ from shardsim.simulator.plan import Dep, Plan, RankClass
 from shardsim.simulator.workload.model import Block, Workload
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
-# Parameter tensors per unit, for what per-parameter Adam launches: a transformer layer with
-# biases holds 12 (4 linear weights and biases, 2 LayerNorms); the block structure does not say (assumption).
-PARAM_TENSORS_PER_UNIT = 12
 
 
 def split_blocks(w: Workload) -> tuple[list[Block], list[Block], list[Block]]:
@@ -75,7 +72,7 @@ def optimizer_step(p: Plan, rc: int, cm: ComputeModel, pc: Piece, model_params: 
     here as with their size)."""
     rcl = p.classes[rc]
     share = rcl.params / model_params if pc.shard is not None else 0.0
-    tensors = PARAM_TENSORS_PER_UNIT * len(rcl.units)
+    tensors = sum(b.param_tensors for b in (*pc.embed, *pc.layers, *pc.head))
     dur = cm.optimizer(rcl.local_params, tensors) + share * cm.sharded_optimizer_overhead()
     return p.add(rc, "compute", "optimizer", "optimizer step", deps, duration=dur, phase="opt")
 

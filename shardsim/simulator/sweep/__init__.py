@@ -2,9 +2,11 @@
 
 The flow, one module a step: `space` (what to try: `SweepSpace`, `enumerate_configs`) →
 `execute` (the predictions, on a process pool when it pays) → `rows` (one row a prediction)
-→ `ranking` (rank within a cluster, scaling efficiency) → `search` (`sweep()`: all of it, one
-table) → `recommendation` (`recommend()`) → `output`, `plots` (files) and `report` (terminal);
-`cli` is the `shardsim sweep` command. Import a name from the module that holds it:
+→ `ranking` (rank within a cluster, scaling efficiency) → `recommendation` (`recommend()`) →
+`search` (`sweep()`: all of it, a `SweepResult`: the table, its recommendation, what was
+skipped and dropped) → `output`, `plots` (files) and `report` (terminal); `shardsim.cli.sweep`
+is the `shardsim sweep` command and `shardsim.sweep` the public function. Import a name from
+the module that holds it:
 
     from shardsim.simulator.sweep.recommendation import recommend
     from shardsim.simulator.sweep.search import sweep

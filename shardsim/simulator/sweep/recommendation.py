@@ -15,6 +15,40 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+class Recommendation(dict):
+    """`recommend()`'s answer: a dict (written as JSON as it is), whose main keys read as
+    attributes too. A configuration it names (`best`, `runner_up`, `sdp`, `cheapest`, ...) is a
+    dict of the row's columns (`topology`, `nodes`, `world`, `config`, `strategy`, `degree`,
+    `step_time_s`, `samples_per_s`, `memory_per_rank_gib`, `fits`, ...), or None."""
+
+    __slots__ = ()
+
+    @property
+    def sharded_data_parallel_degree(self) -> int | None:
+        """The degree of the fastest fitting ddp (1) / zero (the world) / zero2d (d) row; None
+        when none fits."""
+        return self["sharded_data_parallel_degree"]
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        """The fastest fitting configuration of any kind (pipelines included)."""
+        return self["best"]
+
+    @property
+    def runner_up(self) -> dict[str, Any] | None:
+        return self["runner_up"]
+
+    @property
+    def margin(self) -> float | None:
+        """How much faster `best` is than `runner_up` (samples/s ratio - 1)."""
+        return self["margin"]
+
+    @property
+    def reason(self) -> str:
+        """Why nothing is recommended ("" when something is)."""
+        return self["reason"]
+
+
 def _summary(r: pd.Series | None) -> dict[str, Any] | None:
     """The columns of a row that a recommendation names, as plain Python (its settings too
     when the sweep listed them)."""
@@ -86,7 +120,7 @@ def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def recommend(df: pd.DataFrame) -> dict[str, Any]:
+def recommend(df: pd.DataFrame) -> Recommendation:
     """What to use. Never a configuration that does not fit.
 
     sharded_data_parallel_degree: the degree of the fastest fitting ddp (1) / zero (world) /
@@ -107,4 +141,4 @@ def recommend(df: pd.DataFrame) -> dict[str, Any]:
     out["cheapest"] = (
         _summary(priced.sort_values("cost_per_million_samples_usd", kind="mergesort").iloc[0]) if len(priced) else None
     )
-    return out
+    return Recommendation(out)

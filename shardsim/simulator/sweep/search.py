@@ -1,20 +1,22 @@
 """The sweep end to end: every valid configuration of one scenario (or several clusters),
-enumerated, predicted (in parallel when it pays) and ranked, as one pandas table.
+enumerated, predicted (in parallel when it pays) and ranked, as one pandas table, with the
+recommendation over it and what the space held that was left out.
 
 Determinism: the same rows in the same order whatever the number of workers (enumeration
-order, then a stable sort by rank); no timing goes into a row. `recommend(df)` then names the
-`sharded_data_parallel_degree` and the configuration to use.
+order, then a stable sort by rank); no timing goes into a row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.execute import estimated_seconds, predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
+from shardsim.simulator.sweep.recommendation import Recommendation, recommend
 from shardsim.simulator.sweep.rows import columns
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
@@ -22,6 +24,24 @@ from shardsim.simulator.workload.model import Workload
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd
+
+
+@dataclass(frozen=True, eq=False)  # a table has no truth value: results compare by identity
+class SweepResult:
+    """What a sweep found.
+
+    table: one row per configuration predicted, ranked within each cluster (columns
+      `rows.columns()`; `SCALING_COLUMNS` too when the sweep spans several cluster sizes);
+    recommendation: `recommend(table)`;
+    skipped: one line per cluster (or axis value) left out whole, with the reason;
+    dropped: configurations of the clusters kept that the simulator cannot do, how many for
+      each reason, in the order first met.
+    """
+
+    table: pd.DataFrame
+    recommendation: Recommendation
+    skipped: tuple[str, ...] = ()
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def sweep(
@@ -32,18 +52,16 @@ def sweep(
     algo: str = "auto",
     workers: int | None = None,
     progress: Callable[[int, int, float], None] | None = None,
-    skipped: list[str] | None = None,
-    dropped: dict[str, int] | None = None,
     confirm: Callable[[int, float], None] | None = None,
-) -> pd.DataFrame:
-    """Predict every valid configuration of `space` around `base` (default: the seed scenario).
+) -> SweepResult:
+    """Predict every valid configuration of `space` around `base` (default: the seed scenario),
+    rank them and recommend one (`SweepResult`).
 
-    Returns one row per configuration (columns `columns()`: `COLUMNS`, with `SETTING_COLUMNS`
-    when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans several
-    cluster sizes), ranked within each cluster. Raises ConfigError when
-    the space is empty; `skipped` (a list) receives one line per dropped cluster. `confirm(n,
-    seconds)` is called with the number of configurations and the estimated time before any is
-    predicted (it raises to stop the sweep)."""
+    The table has one row per configuration (columns `columns()`: `COLUMNS`, with
+    `SETTING_COLUMNS` when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans
+    several cluster sizes), ranked within each cluster. Raises ConfigError when the space is
+    empty. `confirm(n, seconds)` is called with the number of configurations and the estimated
+    time before any is predicted (it raises to stop the sweep)."""
     base = base or RunConfig()
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
@@ -51,11 +69,11 @@ def sweep(
         from shardsim.simulator.hardware.profile import load_profile
 
         load_profile(base.profile, w.name)  # a bad profile fails once, here, not in every worker
+    if base.calibration:
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        load_calibration(base.calibration)  # read (and a forced one told) once, before the workers fork
     en = enumerate_configs(base, space, w)
-    if skipped is not None:
-        skipped.extend(en.skipped)
-    if dropped is not None:
-        dropped.update(en.dropped)
     if not en.candidates:
         more = len(en.skipped) - 3
         why = "; ".join(en.skipped[:3]) + (f"; and {more} more clusters" if more > 0 else "")
@@ -69,7 +87,7 @@ def sweep(
     df = df[list(cols)]
     if df.groupby("topology")["world"].nunique().max() > 1:
         df = scaling(df, "strong" if space.global_batch is not None else "weak")
-    return df
+    return SweepResult(df, recommend(df), tuple(en.skipped), dict(en.dropped))
 
 
 def _import_pandas():

@@ -25,6 +25,18 @@ def norm_params(a: Arch) -> int:
     return 2 * a.hidden if a.traits.norm == "layernorm" else a.hidden
 
 
+def norm_tensors(a: Arch) -> int:
+    """Parameter tensors of one norm: LayerNorm's weight and bias, or a weight alone."""
+    return 2 if a.traits.norm == "layernorm" else 1
+
+
+def layer_param_tensors(a: Arch) -> int:
+    """Parameter tensors of one transformer layer: the Linear weights (fused QKV, projection, MLP
+    matrices: a third for SwiGLU's gate), their biases where the family has them, and the two norms."""
+    linears = 4 + (1 if a.traits.mlp == "swiglu" else 0)
+    return linears * (2 if a.traits.bias else 1) + 2 * norm_tensors(a)
+
+
 def attention_flops(a: Arch) -> float:
     """Forward FLOPs of QK^T and PV per sample, as the fused kernel does the work."""
     full = 4.0 * a.tokens * a.tokens * a.hidden
@@ -66,7 +78,10 @@ def _layer(a: Arch, index: int) -> Block:
     # Of those, the outputs of matmuls and of the attention kernel (op-level selective
     # checkpointing keeps these): qkv, attention out and log-sum-exp, fc1 (gate and up).
     act_mm = s * (qkv + h + a.heads + (2 * f if swiglu else f))
-    return Block(f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=act_mm)
+    return Block(
+        f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=act_mm,
+        param_tensors=layer_param_tensors(a),
+    )  # fmt: skip
 
 
 def _mlp_block(a: Arch, index: int) -> Block:
@@ -81,7 +96,8 @@ def _mlp_block(a: Arch, index: int) -> Block:
     # memory-bound: GELU reads/writes f, residual add reads 2h writes h
     mem = s * (2 * f + 3 * h)
     act = s * (h + 2 * f)  # fc1 input, fc1 output (GELU input), GELU output (fc2 input)
-    return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * f)
+    # fc1 and fc2, each a weight and a bias
+    return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * f, param_tensors=4)
 
 
 def _embed(a: Arch) -> Block | None:
@@ -96,15 +112,16 @@ def _embed(a: Arch) -> Block | None:
         # backward = forward: the image needs no gradient, only the conv weight gradient is computed.
         # memory-bound: [CLS] concat (reads the patches, writes s*h), position add (reads s*h, writes s*h)
         mem = n_patches * h + 3 * s * h
-        # saved: the image (conv input)
-        return Block("embed", params, fwd, fwd, mem, n_patches * patch_in, a.channels * a.image**2, s * h, "embed", 0.0)
+        # saved: the image (conv input); parameter tensors: conv weight and bias, [CLS], positions
+        saved, image = n_patches * patch_in, a.channels * a.image**2
+        return Block("embed", params, fwd, fwd, mem, saved, image, s * h, "embed", 0.0, param_tensors=4)
     # Token embeddings (+ learned positions); rotary and ALiBi positions have no parameters.
     # A tied LM head's matrix is counted here, once (the head costs its matmul, not its weight).
     learned = a.position_kind == "learned"
     params = a.vocab * h + (s * h if learned else 0)
     mem = 3 * s * h if learned else s * h
     # saved: the token ids (the embedding's backward needs them)
-    return Block("embed", params, 0.0, 0.0, mem, s, s, s * h, "embed", 0.0)
+    return Block("embed", params, 0.0, 0.0, mem, s, s, s * h, "embed", 0.0, 2 if learned else 1)
 
 
 def _head(a: Arch) -> Block:
@@ -115,20 +132,22 @@ def _head(a: Arch) -> Block:
         params = h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
         act = h + a.classes + 1  # classifier input, log-softmax, target
-        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head", 0.0)
+        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head", 0.0, 2)
     if a.family == "vit":
         # final LayerNorm on all tokens, classifier on [CLS]; the classifier saves its input, a
         # view of the whole LayerNorm output, which keeps all s*h elements alive
         params = 2 * h + h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
         act = 2 * s * h + 2 * s + a.classes + 1  # LN in, LN out, LN mean+rstd, log-softmax, target
-        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, s * h, a.classes, "head", 0.0)
+        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, s * h, a.classes, "head", 0.0, 2 + norm_tensors(a))
     # final norm + LM head over every token (its matrix tied to the embedding's, or its own)
     params = norm_params(a) + (0 if a.tied_embeddings else h * a.vocab)
     fwd = 2.0 * s * h * a.vocab
     stats = _norm_saved(a)
     act = 2 * s * h + stats * s + s * a.vocab + s  # norm in, norm out, its statistics, log-softmax, targets
-    return Block("head", params, fwd, 2 * fwd, 2 * s * h + 3 * s * a.vocab, act, s * h, s * a.vocab, "head", 0.0)
+    tensors = norm_tensors(a) + (0 if a.tied_embeddings else 1)
+    mem = 2 * s * h + 3 * s * a.vocab
+    return Block("head", params, fwd, 2 * fwd, mem, act, s * h, s * a.vocab, "head", 0.0, param_tensors=tensors)
 
 
 def from_arch(name: str, a: Arch) -> Workload:

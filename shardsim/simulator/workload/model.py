@@ -29,6 +29,8 @@ class Block:
     # the part of act_elems that matmuls and the attention kernel wrote: what op-level selective
     # checkpointing keeps (the rest is recomputed)
     act_matmul_elems: float = 0.0
+    # parameter tensors the block holds (what per-parameter Adam launches its kernels for)
+    param_tensors: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.plan import Plan
+    from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
     from shardsim.simulator.workload.model import Workload
 
@@ -62,6 +62,15 @@ class StrategyKind(Protocol):
 
     def overlaps(self, res: Resolved) -> bool:
         """Whether its communication overlaps compute over gloo on CPU (NCCL always does)."""
+        ...
+
+    def unsharded_bytes(self, cfg: RunConfig, res: Resolved, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+        """Bytes of parameters (and gradients) a rank of class `rc` holds unsharded at its peak,
+        beyond its fp32 master copy (`memory.rank_memory`)."""
+        ...
+
+    def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
+        """Microbatches whose activations a rank of pipeline stage `stage` holds at its peak."""
         ...
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.plan import Plan
+    from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
     from shardsim.simulator.workload.model import Workload
 
@@ -52,6 +52,14 @@ class Ddp:
 
     def overlaps(self, res: Resolved) -> bool:
         return True  # DDP's reducer runs gloo asynchronously
+
+    def unsharded_bytes(self, cfg: RunConfig, res: Resolved, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+        from shardsim.simulator.memory import autocast_copies
+
+        return autocast_copies(rc, param_bytes)
+
+    def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
+        return 1
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:
         return 2 * (grad_accum + 1) * (n_layers + 2)

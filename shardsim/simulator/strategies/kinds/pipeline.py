@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.plan import Plan
+    from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
     from shardsim.simulator.workload.model import Workload
 
@@ -75,6 +75,19 @@ class Pipeline:
 
     def overlaps(self, res: Resolved) -> bool:
         return res.shard == 1  # replicated stages run DDP, whose reducer runs gloo asynchronously
+
+    def unsharded_bytes(self, cfg: RunConfig, res: Resolved, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+        from shardsim.simulator.memory import autocast_copies, pipelined_unsharded
+
+        if res.shard > 1:
+            return pipelined_unsharded(rc, param_bytes, grad_bytes)
+        return autocast_copies(rc, param_bytes)
+
+    def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
+        """GPipe holds every microbatch's activations; 1F1B at most P - s on stage s."""
+        if cfg.strategy.schedule == "gpipe":
+            return res.microbatches
+        return min(res.pp - stage, res.microbatches)
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:
         units = math.ceil(n_layers / s.pp) + 2  # of one stage, with the embedding and the head

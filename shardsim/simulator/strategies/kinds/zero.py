@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.plan import Plan
+    from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
     from shardsim.simulator.workload.model import Workload
 
@@ -39,6 +39,16 @@ class Fsdp:
 
     def overlaps(self, res: Resolved) -> bool:
         return False  # FSDP2 on CPU has no streams: serialized
+
+    def unsharded_bytes(self, cfg: RunConfig, res: Resolved, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
+        from shardsim.simulator.memory import autocast_copies, fsdp_gathered
+
+        if res.shard > 1:
+            return fsdp_gathered(cfg, rc, param_bytes, grad_bytes)
+        return autocast_copies(rc, param_bytes)  # over one rank nothing is sharded
+
+    def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
+        return 1
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:
         return 6 * grad_accum * (n_layers + 2) + 4

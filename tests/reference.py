@@ -60,9 +60,9 @@ def _accumulate_mixed(model, cfg: RunConfig, world: int, step: int) -> float:
 def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0) -> dict:
     """Train `steps` optimizer steps on the global batches of a `world`-rank run (fp32; for
     zero and zero2d at a lower precision, FSDP2's mixed precision), then compute (not apply)
-    the gradients of step `steps` (`data_batches` as runtime.train's --data-batches). Returns
-    {"params", "grads", "losses"}: what a run with ``--save-params`` saves, and the loss of
-    each step."""
+    the gradients of step `steps` (`data_batches` as a run's --data-batches). Returns
+    {"params", "grads", "losses"}: what a run with ``SHARDSIM_SAVE_PARAMS`` saves
+    (`shardsim.runtime.testing.SaveParams`), and the loss of each step."""
     model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
     opt = build_adam(model.parameters(), cfg.optimizer_impl)
     # FSDP2's mixed precision, where the run applies a MixedPrecisionPolicy (`precision_for`): a
@@ -86,15 +86,3 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
         torch.set_num_threads(threads)
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
     return {"params": params, "grads": grads, "losses": losses}
-
-
-def load_saved(folder: str) -> dict[str, dict[str, torch.Tensor]]:
-    """What a run with ``--save-params`` saved (one file per pipeline stage), merged."""
-    from pathlib import Path
-
-    out: dict[str, dict[str, torch.Tensor]] = {"params": {}, "grads": {}}
-    for path in sorted(Path(folder).glob("stage*.pt")):
-        part = torch.load(path)
-        out["params"].update(part["params"])
-        out["grads"].update(part["grads"])
-    return out

@@ -1,0 +1,127 @@
+"""A calibration end to end: measured runs read, the named parameters fitted to them, the fit
+checked (before / after errors, k-fold cross-validation) and the calibration file's content
+(`Calibration`), as `shardsim calibrate` and `shardsim.calibrate` both make it.
+
+A fit the rows do not determine, or one that ends at a bound and still misses them by far, is
+refused (ConfigError) unless `force`; forced, its `warning` says why it is not to be trusted.
+Messages name the command's flags (``--force``, ``--params``): the keyword arguments of
+`calibrate` have the same names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shardsim.core.errors import ConfigError
+from shardsim.simulator.calibration.parameters import DEFAULT_FIT
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from shardsim.simulator.calibration.apply import Calibration
+    from shardsim.simulator.calibration.fit import Fit
+    from shardsim.simulator.calibration.measurements import Measurement
+    from shardsim.simulator.hardware.topology import InstanceType
+
+DEFAULT_FOLDS = 5
+FORCE = " (--force writes it anyway, marked forced)"
+
+
+def errors(ratio: np.ndarray) -> dict[str, float]:
+    """Mean absolute, mean signed and largest error of throughput, in percent."""
+    import numpy as np
+
+    e = (ratio - 1) * 100
+    return {"mae_pct": float(np.abs(e).mean()), "signed_pct": float(e.mean()), "max_pct": float(np.abs(e).max())}
+
+
+@dataclass(frozen=True, eq=False)  # arrays have no truth value: results compare by identity
+class CalibrationResult:
+    """A fit and how well it does.
+
+    instance: the topology the rows were predicted on; rows: the measurements, in file order;
+    names: the parameters fitted; notes: one line per requested parameter left out (nothing
+    depends on it); fit: values, defaults, bounds, standard errors; before / after / cv:
+    predicted over measured throughput of each row with the topology's figures, with the fitted
+    ones, and from a fit to the other folds (None without cross-validation); errors: `errors()`
+    of each (keys before, after, cross_validated, the last with its folds); warning: why a forced
+    fit is not to be trusted ("" otherwise); calibration: what a calibration file holds
+    (`apply.write_calibration` writes it; predict, sweep and validate take it)."""
+
+    instance: InstanceType
+    rows: list[Measurement]
+    names: tuple[str, ...]
+    notes: list[str]
+    fit: Fit
+    before: np.ndarray
+    after: np.ndarray
+    cv: np.ndarray | None
+    errors: dict[str, dict[str, Any]]
+    warning: str
+    calibration: Calibration
+
+    @property
+    def values(self) -> dict[str, float]:
+        """The fitted value of each parameter."""
+        return dict(self.fit.values)
+
+
+def calibrate(
+    measured: str | Path | pd.DataFrame,
+    topology: str,
+    *,
+    params: tuple[str, ...] = DEFAULT_FIT,
+    folds: int = DEFAULT_FOLDS,
+    force: bool = False,
+) -> CalibrationResult:
+    """Fit `params` to the measurements of `measured` (a CSV, runs.csv, a run JSON file or a
+    folder of them, or a pandas DataFrame with a CSV's columns) on `topology` (a name or YAML
+    path), with `folds`-fold cross-validation (0: none). Refused before the fit: folds 1 or more
+    folds than rows, nothing to fit, no more rows than parameters (unless `force`); after it: an
+    untrusted fit (unless `force`)."""
+    from shardsim.simulator.calibration import fit as F
+    from shardsim.simulator.calibration.apply import Calibration, Fitted
+    from shardsim.simulator.calibration.measurements import read_frame, read_measurements
+    from shardsim.simulator.hardware.topology import load_instance
+
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0 or folds == 1:
+        raise ConfigError(f"expected 0 (none) or >= 2 folds, got {folds!r}", field="folds")
+    inst = load_instance(topology)
+    is_path = isinstance(measured, str | Path)
+    rows = read_measurements(measured, topology, inst) if is_path else read_frame(measured, topology, inst)
+    if not rows:
+        raise ConfigError("no measurements: the table has no rows", field="measurements")
+    names, notes = F.fitted_names(inst, rows, tuple(params))
+    if not names:
+        raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
+    if len(rows) <= len(names) and not force:  # refused before the fit: it cannot be determined
+        why = f"{len(rows)} row(s) for {len(names)} parameter(s) ({', '.join(names)}): the fit needs more rows"
+        raise ConfigError(f"{why} than parameters; measure more configurations or fit fewer (--params){FORCE}")
+    if folds > len(rows):
+        source = measured if is_path else "the table"
+        why = f"{folds} folds need at least {folds} rows; {source} has {len(rows)} (0: no cross-validation)"
+        raise ConfigError(why, field="folds")
+    before = F.ratios(inst, rows, {})
+    f = F.fit(inst, rows, names)
+    after = F.ratios(inst, rows, f.values)
+    errs: dict[str, dict[str, Any]] = {"before": errors(before), "after": errors(after)}
+    warning = F.untrusted(f, errs["after"]["mae_pct"])
+    if warning and not force:
+        raise ConfigError(warning + FORCE)
+    cv = F.cross_validated(inst, rows, names, folds) if folds else None
+    if cv is not None:
+        errs["cross_validated"] = errors(cv) | {"folds": folds}
+    digest = hashlib.sha256(Path(measured).read_bytes()).hexdigest() if is_path and Path(measured).is_file() else ""
+    cal = Calibration(
+        device=inst.device.model,
+        topology=topology,
+        parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in names},
+        fitted_to={"measured": str(measured) if is_path else "a table", "rows": len(rows), "sha256": digest},
+        errors=errs,
+        warning=warning or "",
+    )
+    return CalibrationResult(inst, rows, names, notes, f, before, after, cv, errs, warning or "", cal)

@@ -1,0 +1,211 @@
+"""The public API (`import shardsim`, docs/api.md): the documented example runs cell by cell; the
+import is cheap; each function answers as the command does and refuses bad input with one
+ConfigError naming the field."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import shardsim
+from shardsim.cli import main
+from shardsim.config import RunConfig, load_config
+from shardsim.simulator.calibration.apply import read_calibration
+from shardsim.simulator.collective import simulate_collective
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.predict import predict as simulate
+from shardsim.simulator.sweep.recommendation import recommend
+from shardsim.simulator.sweep.space import SweepSpace
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "api.md"
+SEED_FILE = ROOT / "experiments" / "seed" / "zero2d-4.yaml"
+MEASURED = ROOT / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"
+TINY = {"workload": "tiny-gpt"}
+
+
+def _cells() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
+
+
+def test_the_docs_example_runs_cell_by_cell(monkeypatch, capsys) -> None:
+    cells = _cells()
+    assert len(cells) >= 5
+    monkeypatch.chdir(ROOT)  # the example names files relative to the repository
+    ns: dict = {}
+    for i, cell in enumerate(cells):
+        exec(compile(cell, f"{DOC.name} cell {i + 1}", "exec"), ns)
+    out = capsys.readouterr().out
+    # what the cells computed is what the functions underneath give
+    cfg = load_config(SEED_FILE.relative_to(ROOT), {"batch_per_device": 2})
+    assert ns["cfg"] == cfg and ns["pred"].to_dict() == simulate(cfg).to_dict()
+    assert ns["rec"] == recommend(ns["table"]) and ns["rec"].sharded_data_parallel_degree is not None
+    assert f"sharded_data_parallel_degree: {ns['rec']['sharded_data_parallel_degree']}" in out
+    assert set(ns["cal"].values) == {"attention_efficiency"} and "ConfigError on 'nodes'" in out
+
+
+def test_import_shardsim_loads_no_heavy_module() -> None:
+    heavy = ("torch", "matplotlib", "pandas", "numpy", "simpy", "scipy")
+    code = f"import shardsim, sys; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_public_name_resolves() -> None:
+    for name in shardsim.__all__:
+        assert getattr(shardsim, name) is not None, name
+    assert set(shardsim.__all__) <= set(dir(shardsim))
+    assert isinstance(shardsim.__version__, str) and shardsim.ConfigError is shardsim.api.ConfigError
+    with pytest.raises(AttributeError):
+        _ = shardsim.no_such_name
+
+
+def _refused(call, field: str) -> str:
+    with pytest.raises(shardsim.ConfigError) as err:
+        call()
+    assert err.value.field == field, str(err.value)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_load_config_takes_overrides_and_keyword_settings_as_flags() -> None:
+    assert shardsim.load_config(SEED_FILE, {"nodes": 2}, batch_per_device=2) == load_config(
+        SEED_FILE, {"nodes": 2, "batch_per_device": 2}
+    )
+    _refused(lambda: shardsim.load_config(SEED_FILE, batch_per_device=0), "batch_per_device")
+    _refused(lambda: shardsim.load_config(SEED_FILE, {"nodes": 2}, nodes=3), "nodes")
+    _refused(lambda: shardsim.load_config(None, [("nodes", 2)]), "overrides")
+    _refused(lambda: shardsim.load_config(42), "path")
+    assert "did you mean 'nodes'" in _refused(lambda: shardsim.load_config(node=2), "node")
+
+
+def test_predict_takes_a_config_a_file_a_mapping_or_nothing() -> None:
+    from_file = shardsim.predict(SEED_FILE, batch_per_device=2)
+    assert from_file.to_dict() == simulate(load_config(SEED_FILE, {"batch_per_device": 2})).to_dict()
+    mapping = {**TINY, "nodes": 2}
+    assert (
+        shardsim.predict(mapping, strategy="zero").to_dict()
+        == simulate(load_config(None, {**mapping, "strategy": "zero"})).to_dict()
+    )
+    assert shardsim.predict().to_dict() == simulate(RunConfig()).to_dict()
+
+
+def test_predict_refuses_contradictory_or_unknown_inputs(tmp_path) -> None:
+    cfg = load_config(None, TINY)
+    _refused(lambda: shardsim.predict(cfg, nodes=4), "nodes")  # a RunConfig is complete
+    _refused(lambda: shardsim.predict(cfg, workload="gpt2"), "workload")
+    _refused(lambda: shardsim.predict({"nodes": 2}, nodes=4), "nodes")
+    _refused(lambda: shardsim.predict(cluster=make_cluster("p4d.24xlarge", 2)), "cluster")
+    _refused(lambda: shardsim.predict(workload=object()), "workload")
+    _refused(lambda: shardsim.predict(42), "config")
+    _refused(lambda: shardsim.predict(TINY, algo="rng"), "algo")
+    _refused(lambda: shardsim.predict(TINY, trace=tmp_path / "no" / "t.json"), "trace")
+
+
+def test_predict_writes_a_trace(tmp_path) -> None:
+    path = tmp_path / "step.json"
+    shardsim.predict({**TINY, "nodes": 1}, trace=path)
+    assert json.loads(path.read_text())["traceEvents"]
+
+
+def test_sweep_returns_table_recommendation_skipped_and_dropped() -> None:
+    space = SweepSpace(strategies=("zero", "pipeline"), nodes=(1, 2, 4), pp=(2, 8), global_batch=24)
+    result = shardsim.sweep(TINY, space, workers=1)
+    assert isinstance(result, shardsim.SweepResult) and isinstance(result.recommendation, shardsim.Recommendation)
+    assert result.recommendation == recommend(result.table) == shardsim.recommend(result)
+    assert len(result.skipped) == 1 and "does not divide" in result.skipped[0]  # 24 over 16 devices
+    assert result.dropped and all(n > 0 for n in result.dropped.values())
+    assert sorted(result.table["world"].unique()) == [4, 8]
+    # the axes as keywords or a mapping are the same space; one value is a list of one
+    by_keywords = shardsim.sweep(TINY, strategies="zero", nodes=[1, 2], workers=1)
+    by_mapping = shardsim.sweep(TINY, {"strategies": ["zero"], "nodes": (1, 2)}, workers=1)
+    pd.testing.assert_frame_equal(by_keywords.table, by_mapping.table)
+    assert by_keywords.table["strategy"].unique().tolist() == ["zero"]
+
+
+def test_sweep_calls_progress() -> None:
+    seen: list[tuple[int, int]] = []
+    shardsim.sweep(TINY, strategies=["ddp"], workers=1, progress=lambda done, n, work: seen.append((done, n)))
+    assert seen[0] == (0, 1) and seen[-1] == (1, 1)
+
+
+def test_sweep_refuses_bad_input() -> None:
+    _refused(lambda: shardsim.sweep(TINY, SweepSpace(), strategies=["ddp"]), "strategies")
+    assert "did you mean 'strategies'" in _refused(lambda: shardsim.sweep(TINY, strategie=["ddp"]), "strategie")
+    _refused(lambda: shardsim.sweep(TINY, strategies=["zero3"]), "strategies")
+    _refused(lambda: shardsim.sweep(TINY, space=42), "space")
+    _refused(lambda: shardsim.sweep(TINY, workers=0), "workers")
+    _refused(lambda: shardsim.sweep(TINY, progress="bar"), "progress")
+    _refused(lambda: shardsim.sweep(TINY, algo="rng"), "algo")
+    _refused(lambda: shardsim.sweep(load_config(None, TINY), nodes=[1], batch_per_device=2), "batch_per_device")
+
+
+def test_recommend_refuses_what_is_not_a_sweeps_table() -> None:
+    table = shardsim.sweep(TINY, strategies=["ddp", "zero"], workers=1).table
+    _refused(lambda: shardsim.recommend(table.to_dict()), "table")
+    _refused(lambda: shardsim.recommend(table.drop(columns=["fits"])), "fits")
+    _refused(lambda: shardsim.recommend(table[table["strategy"] == "pipeline"]), "table")
+    assert shardsim.recommend(table[table["strategy"] == "zero"]).best["strategy"] == "zero"
+
+
+def _mpt_125m(tmp_path: Path) -> Path:
+    with open(MEASURED, newline="") as f:
+        rows = list(csv.DictReader(f))
+    path = tmp_path / "mpt-125m.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(r for r in rows if r["model"] == "mpt-125m")
+    return path
+
+
+def test_calibrate_reads_a_file_or_a_table_alike_and_writes_the_file(tmp_path, capsys) -> None:
+    path = _mpt_125m(tmp_path)
+    out = tmp_path / "cal.yaml"
+    from_file = shardsim.calibrate(path, "a100-40gb-roce", params="attention_efficiency", folds=0, out=out)
+    table = pd.read_csv(MEASURED)
+    from_table = shardsim.calibrate(
+        table[table["model"] == "mpt-125m"], "a100-40gb-roce", params=["attention_efficiency"], folds=0
+    )
+    assert from_file.values == from_table.values and len(from_file.rows) == 11
+    assert read_calibration(out).values == from_file.values
+    # the command writes the same file from the same rows
+    again = tmp_path / "cli.yaml"
+    argv = ["calibrate", str(path), "--topology", "a100-40gb-roce", "--params", "attention_efficiency"]
+    assert main([*argv, "--folds", "0", "--out", str(again)]) == 0
+    capsys.readouterr()
+    assert again.read_text() == out.read_text()
+
+
+def test_calibrate_refuses_bad_input(tmp_path) -> None:
+    path = _mpt_125m(tmp_path)
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", folds=1), "folds")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", folds=12), "folds")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", params=["matmul_efficiency.fp8"]), "params")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", params=[]), "params")
+    _refused(lambda: shardsim.calibrate(42, "a100-40gb-roce"), "measurements")
+    _refused(lambda: shardsim.calibrate(pd.DataFrame(columns=["model"]), "a100-40gb-roce"), "measurements")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", force="yes"), "force")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", out=tmp_path / "no" / "c.yaml"), "out")
+    bad = pd.read_csv(path).assign(microbatch="four")
+    assert "measurements row 0" in _refused(lambda: shardsim.calibrate(bad, "a100-40gb-roce"), "microbatch")
+
+
+def test_collective_is_the_commands() -> None:
+    r = shardsim.collective("all_gather", "25MB", topology="p4d.24xlarge", nodes=2, ranks=12)
+    assert r == simulate_collective(make_cluster("p4d.24xlarge", 2), "all_gather", 25_000_000, "auto", "nccl", 12)
+    assert shardsim.collective(size=4096).size_bytes == 4096
+    _refused(lambda: shardsim.collective("allreduce"), "op")
+    _refused(lambda: shardsim.collective(size="0"), "size")
+    _refused(lambda: shardsim.collective(size=2**41), "size")
+    _refused(lambda: shardsim.collective(backend="mpi"), "backend")
+    _refused(lambda: shardsim.collective(ranks=1), "ranks")
+    _refused(lambda: shardsim.collective(nodes=0), "nodes")
+    _refused(lambda: shardsim.collective(algo="rng"), "algo")
