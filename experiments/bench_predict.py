@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
 
 from shardsim.config import RunConfig, Strategy
 from shardsim.simulator.network.collectives import _plan_cached
@@ -32,7 +31,7 @@ def main() -> None:
     pipeline = Strategy("pipeline", pp=4, microbatches=8)
     strategies = (Strategy("zero"), Strategy("zero2d", degree=4), Strategy("ddp"), pipeline)
     for s in strategies:
-        wall, step = timed(replace(seed, strategy=s))
+        wall, step = timed(seed.replace(strategy=s))
         print(f"  {s.label():28s} predicted in {wall:.3f} s (step {step:.3f} s)")
     print("gpt-100b, zero2d d=64, bf16, batch 1/device on p4d.24xlarge")
     for nodes in (4, 16, 64, 128, 256, 512):

@@ -60,7 +60,7 @@ def _run(ns: argparse.Namespace, plan: RunPlan) -> int:
     out = check_output_dir(Path(ns.out).resolve(), "out")
     check_runs_csv(out)  # its row is added at the end: a torn one is named now, not after the run
     run_id = default_run_id(plan.resolved_cfg)
-    worker_args = run_flags(plan.cfg, ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)
+    worker_args = run_flags(ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)
     where = "GPU" if plan.on_gpu else "CPU"
     inside = f" in the emulated cluster {plan.resolved_cfg.topology}" if plan.emulate else ""
     log.info(

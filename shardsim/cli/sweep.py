@@ -18,15 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SCHEDULES, STRATEGIES, load_config
-from shardsim.config.flags import (
-    add_algo_argument,
-    add_config_arguments,
-    choice_list,
-    overrides_from_args,
-    setting_list,
-    str_list,
-)
+from shardsim.config import SCHEDULES, STRATEGIES, load_config
+from shardsim.config.flags import AXES, add_algo_argument, add_axis_arguments, add_config_arguments, overrides_from_args
+from shardsim.config.schema import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
 from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
@@ -35,18 +29,9 @@ log = logging.getLogger("shardsim")
 
 MAX_WORKERS = 1_024  # processes --workers may ask for; a sweep starts at most the machine's cores
 
-# the sweep spans these with lists of its own: the strategy's fields and the settings
-SETTINGS_LISTED = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
-SPANNED = ("strategy", "degree", "pp", "microbatches", "schedule", "reshard_after_forward", *SETTINGS_LISTED)
-
-
-def bool_list(text: str) -> tuple[bool, ...]:
-    """``true,false`` → (True, False); duplicates dropped, order kept."""
-    words = {"true": True, "false": False}
-    vals = tuple(x.strip().lower() for x in text.split(",") if x.strip())
-    if not vals or any(v not in words for v in vals):
-        raise argparse.ArgumentTypeError(f"expected true and/or false, comma-separated, got {text!r}")
-    return tuple(dict.fromkeys(words[v] for v in vals))
+# the sweep spans these with lists of its own (`flags.AXES`): the strategy's fields and the settings
+SPANNED = tuple(s.name for s in AXES)
+SETTINGS_LISTED = tuple(k for k in SPANNED if k not in ("strategy", *STRATEGY_FIELDS))
 
 
 def _build(ns: argparse.Namespace):
@@ -63,11 +48,11 @@ def _build(ns: argparse.Namespace):
     base = load_config(ns.config, overrides)
     spanned = {k: values if values and len(values) > 1 else None for k, values in listed.items()}
     space = SweepSpace(
-        strategies=ns.strategies or STRATEGIES,
-        degrees=ns.degrees,
+        strategies=ns.strategy or STRATEGIES,
+        degrees=ns.degree,
         pp=ns.pp,
         microbatches=ns.microbatches,
-        schedules=ns.schedules or SCHEDULES,
+        schedules=ns.schedule or SCHEDULES,
         topologies=ns.topology,
         nodes=ns.nodes,
         global_batch=ns.global_batch,
@@ -191,61 +176,6 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     return 0
 
 
-def _add_setting_lists(p: argparse.ArgumentParser) -> None:
-    """The settings as opt-in lists: each listed value a dimension of the space (the first the base's)."""
-    p.add_argument(
-        "--reshard-after-forward",
-        dest="reshard_after_forward",
-        type=bool_list,
-        metavar="LIST",
-        help="zero/zero2d: true (ZeRO-3), false (ZeRO-2) or both (default: the file's, else true)",
-    )
-    p.add_argument(
-        "--no-reshard-after-forward",
-        dest="reshard_after_forward",
-        action="store_const",
-        const=(False,),
-        help="= --reshard-after-forward false (ZeRO-2)",
-    )
-    p.add_argument(
-        "--checkpointing",
-        dest="checkpointing",
-        type=choice_list(CHECKPOINTING),
-        nargs="?",
-        const=("full",),
-        metavar="LIST",
-        help=f"activation checkpointing, some of {','.join(CHECKPOINTING)} (alone: full; default: the file's, "
-        "else full)",
-    )
-    p.add_argument(
-        "--no-checkpointing", dest="checkpointing", action="store_const", const=("none",), help="= --checkpointing none"
-    )
-    p.add_argument(
-        "--selective-ac-options",
-        "--selective-ac-option",
-        dest="selective_ac_option",
-        type=str_list,
-        metavar="LIST",
-        help="selective checkpointing: op and/or k (every k-th layer), e.g. op,2 (default: the file's, else op)",
-    )
-    p.add_argument(
-        "--reduce-dtypes",
-        "--reduce-dtype",
-        dest="reduce_dtype",
-        type=choice_list(PRECISIONS),
-        metavar="LIST",
-        help="gradient reduction dtypes of sharded configurations (default: the file's, else the precision)",
-    )
-    p.add_argument(
-        "--optimizer-impls",
-        "--optimizer-impl",
-        dest="optimizer_impl",
-        type=choice_list(OPTIMIZER_IMPLS),
-        metavar="LIST",
-        help=f"Adam's implementations, some of {','.join(OPTIMIZER_IMPLS)} (default: the file's, else foreach)",
-    )
-
-
 def register(sub) -> None:
     p = sub.add_parser(
         "sweep",
@@ -262,43 +192,13 @@ def register(sub) -> None:
         config_help="YAML config file: workload, topology, nodes, batch... (flags override)",
     )
     p.add_argument(
-        "--strategies",
-        "--strategy",
-        dest="strategies",
-        type=choice_list(STRATEGIES),
-        help=f"kinds to include (default all: {','.join(STRATEGIES)})",
-    )
-    p.add_argument(
-        "--degrees",
-        "--degree",
-        dest="degrees",
-        type=setting_list("degree"),
-        help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
-        "ddp (1) and zero (world) are kept when selected",
-    )
-    p.add_argument(
-        "--pp", type=setting_list("pp"), help="pipeline degrees (default: every divisor of the world, 2..layers)"
-    )
-    p.add_argument(
-        "--microbatches",
-        type=setting_list("microbatches"),
-        help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
-    )
-    p.add_argument(
-        "--schedules",
-        "--schedule",
-        dest="schedules",
-        type=choice_list(SCHEDULES),
-        help="pipeline schedules (default gpipe,1f1b)",
-    )
-    p.add_argument(
         "--global-batch",
         type=Count(MAX_BATCH * MAX_WORLD),
         dest="global_batch",
         help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
         "scaling at the batch per device)",
     )
-    _add_setting_lists(p)
+    add_axis_arguments(p)
     add_algo_argument(p, auto=True)
     p.add_argument(
         "--out",

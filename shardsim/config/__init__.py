@@ -1,8 +1,9 @@
-"""One configuration schema for the simulator and the runtime.
+"""One configuration tree for the simulator and the runtime.
 
-A configuration is read from a YAML file (`load`), which also takes SageMaker model-parallel keys
-as users paste them (`smp`), then overridden by command-line flags generated from the schema
-(`flags`), then checked against its cluster and model (`resolve`).
+`schema` holds its pydantic models (`RunConfig`, the strategy's union of per-kind models built by
+`Strategy`); a configuration is read from a YAML file (`load`), which also takes SageMaker
+model-parallel keys and FSDP's as users paste them (`smp`), then overridden by command-line flags
+generated from the models' fields (`flags`), then checked against its cluster and model (`resolve`).
 """
 
 from shardsim.config.flags import add_config_arguments, config_from_args
@@ -20,10 +21,16 @@ from shardsim.config.schema import (
     SCHEDULES,
     SETTINGS,
     STRATEGIES,
+    DdpConfig,
+    FlatSetting,
+    PipelineConfig,
     Resolved,
     RunConfig,
     Setting,
     Strategy,
+    StrategyConfig,
+    Zero2DConfig,
+    ZeroConfig,
 )
 
 __all__ = [
@@ -38,10 +45,16 @@ __all__ = [
     "SCHEDULES",
     "SETTINGS",
     "STRATEGIES",
+    "DdpConfig",
+    "FlatSetting",
+    "PipelineConfig",
     "Resolved",
     "RunConfig",
     "Setting",
     "Strategy",
+    "StrategyConfig",
+    "Zero2DConfig",
+    "ZeroConfig",
     "add_config_arguments",
     "build_config",
     "config_from_args",

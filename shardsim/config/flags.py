@@ -1,4 +1,5 @@
-"""Command-line flags generated from the configuration schema: each declared once, in `SETTINGS`."""
+"""Command-line flags generated from the configuration tree (`schema.SETTINGS`, derived from the
+models' fields): a flag per setting, and the sweep's list flags of the settings it spans."""
 
 from __future__ import annotations
 
@@ -7,24 +8,22 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shardsim.config.load import load_config
-from shardsim.config.schema import ALGOS, FIELDS, SETTINGS, STRATEGY_FIELDS, RunConfig, Setting
+from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig
 from shardsim.core.flagtypes import Count, CountList
-from shardsim.simulator.scale import SETTING_BOUNDS
-from shardsim.simulator.workload.arch import SHAPE_FIELDS
 
-DEFAULTS = RunConfig()
+BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def setting_type(name: str) -> Count:
-    """The flag type of an integer setting: its bound (`scale.SETTING_BOUNDS`), checked as it is parsed."""
-    b = SETTING_BOUNDS[name]
-    return Count(b.maximum, b.minimum)
+    """The flag type of an integer setting: its bound (the model's constraint), checked as it is parsed."""
+    s = BY_NAME[name]
+    return Count(s.maximum, s.minimum)
 
 
 def setting_list(name: str) -> CountList:
     """The flag type of a list of an integer setting's values (the sweep's)."""
-    b = SETTING_BOUNDS[name]
-    return CountList(b.maximum, b.minimum)
+    s = BY_NAME[name]
+    return CountList(s.maximum, s.minimum)
 
 
 def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
@@ -47,22 +46,29 @@ def str_list(text: str) -> tuple[str, ...]:
     return vals
 
 
-def _default_text(s: Setting) -> str:
-    if s.name == "strategy":
-        value: Any = DEFAULTS.strategy.kind
-    elif s.name in STRATEGY_FIELDS:
-        value = getattr(DEFAULTS.strategy, s.name)
-    elif s.name in SHAPE_FIELDS:
-        return "the workload's"
-    else:
-        value = getattr(DEFAULTS, s.name)
-    if s.name == "nodes":
-        return f"the file's, else {value} on the default topology, else the topology's own count"
-    if s.name == "degree":
-        return "the world for zero, 1 for pipeline; zero2d needs one"
-    if s.name == "reduce_dtype":
-        return "the precision"
+def bool_list(text: str) -> tuple[bool, ...]:
+    """``true,false`` → (True, False); duplicates dropped, order kept."""
+    words = {"true": True, "false": False}
+    vals = tuple(x.strip().lower() for x in text.split(",") if x.strip())
+    if not vals or any(v not in words for v in vals):
+        raise argparse.ArgumentTypeError(f"expected true and/or false, comma-separated, got {text!r}")
+    return tuple(dict.fromkeys(words[v] for v in vals))
+
+
+def _default_text(s: FlatSetting) -> str:
+    if s.default_text is not None:
+        return s.default_text
+    value: Any = s.default
     return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def list_type(s: FlatSetting) -> Callable[[str], tuple[Any, ...]]:
+    """The parser of a comma-separated list of `s`'s values."""
+    if s.kind is int:
+        return setting_list(s.name)
+    if s.kind is bool:
+        return bool_list
+    return choice_list(s.choices) if s.choices else str_list
 
 
 def add_config_arguments(
@@ -82,13 +88,13 @@ def add_config_arguments(
             continue
         default = f" (default: {_default_text(s)})"
         if s.name in lists:
-            kind = setting_list(s.name) if s.kind is int else str_list
+            kind = list_type(s)
             p.add_argument(s.option, dest=s.name, type=kind, metavar="LIST", help=f"{s.help}; comma-separated{default}")
-        elif s.name == "checkpointing":
-            # --checkpointing alone is full and --no-checkpointing none, as when it was a switch
-            p.add_argument(s.option, dest=s.name, nargs="?", const="full", choices=s.choices, help=s.help + default)
-            no = "= --checkpointing none"
-            p.add_argument("--no-checkpointing", dest=s.name, action="store_const", const="none", help=no)
+        elif s.alone is not None:
+            # the flag alone and its --no- form: the values of the switch it once was
+            p.add_argument(s.option, dest=s.name, nargs="?", const=s.alone, choices=s.choices, help=s.help + default)
+            no = f"= {s.option} {s.negated}"
+            p.add_argument(f"--no-{s.option[2:]}", dest=s.name, action="store_const", const=s.negated, help=no)
         elif s.kind is bool:
             p.add_argument(
                 s.option, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + default
@@ -96,6 +102,22 @@ def add_config_arguments(
         else:
             kind = setting_type(s.name) if s.kind is int else s.kind
             p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=s.help + default)
+
+
+def add_axis_arguments(p: argparse.ArgumentParser) -> None:
+    """The sweep's list flags, one per setting it spans (`Setting.axis`): ``--degrees 2,4`` (also
+    spelled as the setting, ``--degree``), into the setting's name; a switch's ``--no-`` form
+    and a flag alone give one value, as the setting's own flags do."""
+    for s in AXES:
+        names = dict.fromkeys(("--" + s.axis.replace("_", "-"), s.option))
+        extra: dict[str, Any] = {"nargs": "?", "const": (s.alone,)} if s.alone is not None else {}
+        p.add_argument(*names, dest=s.name, type=list_type(s), metavar="LIST", help=s.axis_help, **extra)
+        if s.kind is bool:
+            no = f"= {s.option} false"
+            p.add_argument(f"--no-{s.option[2:]}", dest=s.name, action="store_const", const=(False,), help=no)
+        elif s.negated is not None:
+            no = f"= {s.option} {s.negated}"
+            p.add_argument(f"--no-{s.option[2:]}", dest=s.name, action="store_const", const=(s.negated,), help=no)
 
 
 def overrides_from_args(ns: argparse.Namespace) -> dict[str, Any]:

@@ -88,15 +88,15 @@ def nest(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def strategy_key(s: Strategy, world: int) -> StrategyKey:
-    """The key of strategy `s` on `world` ranks."""
+    """The key of strategy `s` on `world` ranks (a field its kind does not carry: its neutral value)."""
     spec = s.spec
     return StrategyKey(
         kind=s.kind,
         degree=s.sharded_degree(world),
-        pp=s.pp,
-        microbatches=s.microbatches,
-        schedule=s.schedule if spec.is_pipeline else None,
-        reshard_after_forward=s.reshard_after_forward if spec.fsdp else None,
+        pp=getattr(s, "pp", 1),
+        microbatches=getattr(s, "microbatches", 1),
+        schedule=getattr(s, "schedule", None) if spec.is_pipeline else None,
+        reshard_after_forward=getattr(s, "reshard_after_forward", None) if spec.fsdp else None,
     )
 
 
@@ -122,17 +122,23 @@ def legacy_strategy(
     """The key of a strategy as files written before `StrategyKey` spell it: its kind, label and
     world, and its loose fields (a degree None or empty where the kind implies it, a schedule
     given to every kind). ZeRO-2 is read from the label, where it is named. KeyError for a kind
-    the registry does not know."""
-    from shardsim.config.schema import Strategy
+    the registry does not know, ValueError for fields that contradict it."""
+    from shardsim.config.schema import strategy_from_dict
+    from shardsim.core.errors import ConfigError
 
     if kind not in KINDS:
         raise KeyError(kind)
-    s = Strategy(
-        kind=kind,
-        degree=None if degree in (None, "") else int(degree),
-        pp=int(pp or 1),
-        microbatches=int(microbatches or 1),
-        schedule=schedule or "1f1b",
-        reshard_after_forward="(ZeRO-2)" not in label,
-    )
+    try:
+        s = strategy_from_dict(
+            {
+                "kind": kind,
+                "degree": None if degree in (None, "") else int(degree),
+                "pp": int(pp or 1),
+                "microbatches": int(microbatches or 1),
+                "schedule": schedule or "1f1b",
+                "reshard_after_forward": "(ZeRO-2)" not in label,
+            }
+        )
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     return strategy_key(s, world)

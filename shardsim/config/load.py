@@ -5,30 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shardsim.config.schema import (
-    BACKENDS,
-    CHECKPOINTING,
-    FIELDS,
-    OPTIMIZER_IMPLS,
-    OPTIMIZERS,
-    PRECISIONS,
-    SAC_OP,
-    SCHEDULES,
-    STRATEGIES,
-    STRATEGY_FIELDS,
-    RunConfig,
-    Strategy,
+from shardsim.config.schema import FIELDS, FOREIGN_ONLY, STRATEGY_FIELDS, RunConfig, strategy_fields
+from shardsim.config.smp import (
+    FSDP_KEYS,
+    SAGEMAKER_CLUSTER_KEYS,
+    SMP_KEYS,
+    apply_fsdp_keys,
+    apply_smp,
+    smp_parameters,
 )
-from shardsim.config.smp import FSDP_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
 from shardsim.core.errors import ConfigError
-from shardsim.core.yamlio import Fields, check_keys, load_yaml, parse_yaml, unknown_key
-from shardsim.simulator.scale import check_settings
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.core.yamlio import Fields, check_keys, load_json, load_yaml, parse_yaml, unknown_key
+from shardsim.simulator.strategies.kinds import DEFAULT_KIND, STRATEGIES
+from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch
 from shardsim.simulator.workload.describe import arch_from_mapping
 
 # Keys a configuration file may hold besides the schema's, SageMaker's and FSDP's (name and description: ignored)
-OTHER_KEYS = ("distribution", "instance_type", "instance_count", "name", "description")
+OTHER_KEYS = (*SAGEMAKER_CLUSTER_KEYS, "name", "description")
 FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *OTHER_KEYS)
 
 
@@ -53,31 +46,11 @@ def _read_file(path: Path) -> tuple[dict[str, Any], str]:
     return values, where
 
 
-def _checkpointing(f: Fields, default: str) -> str:
-    """none | full | selective; true/false (the seed's spelling) read as full/none."""
-    value = f.raw("checkpointing")
-    if isinstance(value, bool):
-        return "full" if value else "none"
-    return f.text("checkpointing", default=default, choices=CHECKPOINTING)
-
-
-def _sac_option(values: dict[str, Any], where: str) -> str:
-    """selective_ac_option: "op", or k >= 1 (every k-th layer), kept as text as torchtitan does."""
-    value = values.get("selective_ac_option")
-    if value is None:
-        return SAC_OP
-    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
-    if text != SAC_OP and not (text.isdigit() and int(text) >= 1):
-        why = f"expected op or an integer k >= 1 (every k-th layer), got {value!r}"
-        raise ConfigError(why, where=where, field="selective_ac_option")
-    return text
-
-
-def _workload(value: Any, where: str) -> str | Arch:
+def workload_value(value: Any, where: str | None) -> str | Arch:
     """A name or path as given; a mapping (or a flag's ``{family: ..., ...}`` text) as an `Arch`."""
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
-            value = parse_yaml(value, where)
+            value = parse_yaml(value, where or "workload")
         except ConfigError as err:
             why = f"expected an inline mapping {{family: ..., hidden: ...}}: {err.message}"
             raise ConfigError(why, where=where, field="workload") from None
@@ -90,64 +63,51 @@ def _workload(value: Any, where: str) -> str | Arch:
     return value
 
 
+def tree_of(data: dict[str, Any], where: str | None) -> dict[str, Any]:
+    """A mapping in a file's form as the tree's fields: SageMaker's and FSDP's keys translated
+    (`smp`, contradictions refused), the strategy's fields (flat) into its kind's model
+    (`schema.strategy_fields`), the shape fields into `shape`. `RunConfig` applies it to what
+    it is given, so that Python takes what a file takes."""
+    values = {k: v for k, v in data.items() if k not in FOREIGN_ONLY}
+    smp, extra = smp_parameters(data, where or "")
+    apply_smp(values, smp, extra, where or "")
+    apply_fsdp_keys(values, data, where or "")
+    values.pop("_processes_per_host", None)
+    flat = {k: values.pop(k) for k in STRATEGY_FIELDS if k in values}
+    flat = {k: v for k, v in flat.items() if v is not None}
+    strategy = values.get("strategy")
+    if strategy is None or isinstance(strategy, str):
+        kind = DEFAULT_KIND if strategy is None else strategy
+        if kind not in STRATEGIES:
+            why = f"expected one of {', '.join(STRATEGIES)}, got {kind!r}"
+            raise ConfigError(why, where=where, field="strategy")
+        if flat or strategy is not None:
+            values["strategy"] = strategy_fields(kind, flat, where)
+    elif flat:
+        raise ConfigError("given beside a whole strategy; give it in the strategy", where=where, field=next(iter(flat)))
+    shape = {k: values.pop(k) for k in SHAPE_FIELDS if k in values and values[k] is not None}
+    if shape:
+        if values.get("shape") is not None:
+            raise ConfigError("given beside a whole shape; give it in the shape", where=where, field=next(iter(shape)))
+        values["shape"] = shape
+    return values
+
+
 def build_config(values: dict[str, Any], where: str) -> RunConfig:
-    """Check field types and ranges and build a RunConfig (cluster-independent checks only); a key
-    that is not one of `FIELDS` is refused."""
+    """The RunConfig of flat settings (a file's keys, flags): a key that is not one of `FIELDS`
+    is refused; the model checks every value (`tree_of` puts them in its tree), as it checks one
+    built in Python (cluster-independent checks only)."""
     f = Fields(values, where).closed(FIELDS)
-    base = RunConfig()
-    kind = f.text("strategy", default=base.strategy.kind, choices=STRATEGIES)
-    degree = f.integer("degree", default=0, minimum=1) if f.has("degree") else None
-    strategy = Strategy(
-        kind=kind,
-        degree=degree,
-        pp=f.integer("pp", default=1),
-        microbatches=f.integer("microbatches", default=1),
-        schedule=f.text("schedule", default="1f1b", choices=SCHEDULES),
-        reshard_after_forward=f.boolean("reshard_after_forward", default=True),
-    )
-    spec = strategy.spec
-    if not spec.is_pipeline and strategy.pp > 1:
-        raise ConfigError(f"pp={strategy.pp} needs strategy pipeline, got {kind}", where=where, field="pp")
-    spec.check(strategy, where)
-    if not strategy.reshard_after_forward and not spec.fsdp:
-        fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
-        raise ConfigError(
-            f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {kind}",
-            where=where,
-            field="reshard_after_forward",
-        )
+    given = {k: f.raw(k) for k in FIELDS if f.has(k)}
+    f.text("strategy", default=DEFAULT_KIND, choices=tuple(STRATEGIES))
     # Without a node count: the seed's 8 nodes on the default topology; otherwise the
     # topology decides (an emulated cluster has its own count, an instance type gives 1).
-    if "nodes" in values:
-        nodes: int | None = f.integer("nodes")
-    else:
-        nodes = base.nodes if "topology" not in values else None
-    paths = {k: values.get(k) for k in ("profile", "calibration")}
-    for k, v in paths.items():
-        if v is not None and not isinstance(v, str):
-            raise ConfigError(f"expected a file path, got {v!r}", where=where, field=k)
-    cfg = RunConfig(
-        workload=_workload(values.get("workload", base.workload), where),
-        shape=Shape(**{k: f.integer(k) for k in SHAPE_FIELDS if f.has(k)}),
-        topology=f.text("topology", default=base.topology),
-        nodes=nodes,
-        strategy=strategy,
-        batch_per_device=f.integer("batch_per_device", default=base.batch_per_device),
-        grad_accum=f.integer("grad_accum", default=base.grad_accum),
-        precision=f.text("precision", default=base.precision, choices=PRECISIONS),
-        checkpointing=_checkpointing(f, base.checkpointing),
-        selective_ac_option=_sac_option(values, where),
-        reduce_dtype=f.text("reduce_dtype", choices=PRECISIONS) if f.has("reduce_dtype") else None,
-        backend=f.text("backend", default=base.backend, choices=BACKENDS),
-        optimizer=f.text("optimizer", default=base.optimizer, choices=OPTIMIZERS),
-        optimizer_impl=f.text("optimizer_impl", default=base.optimizer_impl, choices=OPTIMIZER_IMPLS),
-        profile=paths["profile"],
-        calibration=paths["calibration"],
-        seed=f.integer("seed", default=0, minimum=0),
-        source=where,
-    )
-    check_settings(cfg)
-    return cfg
+    if "nodes" not in given and "topology" in values:
+        given["nodes"] = None
+    try:
+        return RunConfig(**given, source=where)
+    except ConfigError as err:
+        raise ConfigError(err.message, where=where, field=err.field) from None
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -165,3 +125,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if overrides and any(v is not None for v in overrides.values()):
         where = f"{where} + flags" if path is not None else "flags"
     return build_config(values, where)
+
+
+def load_config_json(path: str | Path) -> RunConfig:
+    """A configuration written as JSON (`RunConfig.to_json`: what ranks read from the run folder)."""
+    return RunConfig.from_dict(load_json(Path(path)), where=str(path))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from shardsim.config.schema import Resolved, RunConfig
+from shardsim.config.schema import MODELS, Resolved, RunConfig, Strategy
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.scale import world_refusal
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 
 # A pipeline of a model whose LM head reuses the token embedding would hold that matrix on its
 # first and on its last stage, and would have to sum the two copies' gradients (as Megatron-LM
@@ -22,8 +22,9 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
     s = cfg.strategy
     where = cfg.source
     spec = s.spec
-    if not spec.is_pipeline and s.pp != 1:
-        raise ConfigError(f"pp={s.pp} needs strategy pipeline", where=where, field="pp")
+    too_big = world_refusal(world)
+    if too_big:
+        raise ConfigError(too_big, where=where, field="nodes")
     pp = s.pp if spec.is_pipeline else 1
     if pp > 1 and tied_embeddings:
         raise ConfigError(f"{TIED_PIPELINE} is not supported; untie them or shard instead", where=where, field="pp")
@@ -47,11 +48,11 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
             where=where,
             field="reduce_dtype",
         )
-    strategy = replace(s, kind=spec.resolved(shard, world))
+    kind = spec.resolved(shard, world)
+    settled = {"degree": None if KINDS[kind].replicates else shard, "pp": pp}
+    own = MODELS[kind].model_fields
+    strategy = Strategy(kind, **{k: v for k, v in {**s.model_dump(), **settled}.items() if k in own and k != "kind"})
     spec = strategy.spec
-    strategy = replace(strategy, degree=None if spec.replicates else shard, pp=pp)
-    if not spec.is_pipeline:
-        strategy = replace(strategy, microbatches=1)
     m = strategy.microbatches
     per_replica = cfg.batch_per_device * pp  # a pipeline replica takes the batch of its pp devices
     if spec.is_pipeline and per_replica % m:
@@ -71,4 +72,4 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
         microbatch_size=mbs,
         global_batch=cfg.batch_per_device * world * cfg.grad_accum,
     )
-    return replace(cfg, strategy=strategy), res
+    return cfg.replace(strategy=strategy), res

@@ -1,24 +1,57 @@
-"""The configuration schema shared by the simulator and the runtime: its dataclasses and fields."""
+"""The configuration tree shared by the simulator and the runtime: pydantic models, frozen and
+closed (``extra="forbid"``), strict about types.
+
+Each setting's type, bound (`simulator.scale.SETTING_BOUNDS`) and choices are in its annotation,
+with a `Setting` that gives its help text, whether it has a flag, and the sweep's list flag where
+a sweep spans it; `flags` generates the command line from them and `load` reads files into them.
+The strategy is a discriminated union on ``kind``: each kind's model carries only its own fields
+(`DdpConfig`, `ZeroConfig`, `Zero2DConfig`, `PipelineConfig`); `Strategy(kind, **fields)` builds
+the member. A wrong name or value is one `ConfigError` naming the field (`errors.config_error`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    TypeAdapter,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic import ValidationError as _ValidationError
+
+from shardsim.config.errors import config_error
+from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.strategies.kinds import DEFAULT_KIND, StrategyKind
+from shardsim.simulator.scale import SETTING_BOUNDS
+from shardsim.simulator.strategies.kinds import DDP, DEFAULT_KIND, PIPELINE, ZERO, ZERO2D, StrategyKind
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 
-STRATEGIES = tuple(KINDS)
-SCHEDULES = ("gpipe", "1f1b")
-PRECISIONS = ("fp32", "fp16", "bf16")
-BACKENDS = ("nccl", "gloo")
-ALGOS = ("ring", "tree", "hierarchical")  # collective algorithms (simulator/network/collectives.py)
-OPTIMIZERS = ("adam",)
+Schedule = Literal["gpipe", "1f1b"]
+Precision = Literal["fp32", "fp16", "bf16"]
+Backend = Literal["nccl", "gloo"]
+Optimizer = Literal["adam"]
 # torch.optim.Adam(foreach=True) | Adam(fused=True) | Adam(foreach=False)
-OPTIMIZER_IMPLS = ("foreach", "fused", "per-parameter")
-CHECKPOINTING = ("none", "full", "selective")  # of the layers; selective as torchtitan: every k-th layer, or op-level
+OptimizerImpl = Literal["foreach", "fused", "per-parameter"]
+# of the layers; selective as torchtitan: every k-th layer, or op-level
+Checkpointing = Literal["none", "full", "selective"]
+
+STRATEGIES = tuple(KINDS)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
+CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
+ALGOS = ("ring", "tree", "hierarchical")  # collective algorithms (simulator/network/collectives.py)
 SAC_OP = "op"  # selective_ac_option of op-level selective checkpointing (otherwise an integer k)
 DATA_PARALLEL = tuple(
     k for k, v in KINDS.items() if not v.is_pipeline
@@ -26,64 +59,415 @@ DATA_PARALLEL = tuple(
 
 
 @dataclass(frozen=True)
-class Strategy:
-    """How the model is distributed.
+class Setting:
+    """What the command line and the sweep need of a setting, beside its type: its help text,
+    whether it has a flag (False: a file key only), the default as --help says it (None: the
+    value), the sweep's list flag (``degrees``) with its help where a sweep spans it, and for a
+    choice that was a switch the values of the flag alone and of its ``--no-`` form."""
 
-    kind: ddp | zero (shard over the world) | zero2d (shard within groups of `degree`
-    consecutive ranks, replicate across groups) | pipeline (`pp` stages of consecutive
-    blocks, `microbatches`, `schedule`; `degree` shards each stage over its replicas).
-    `degree` None means: the world for zero, 1 (plain data parallel) for pipeline.
-    """
+    help: str
+    flag: bool = True
+    default_text: str | None = None
+    axis: str | None = None
+    axis_help: str | None = None
+    alone: str | None = None  # the value of the flag given alone (``--checkpointing``)
+    negated: str | None = None  # the value of its ``--no-`` flag
 
-    kind: str = DEFAULT_KIND
-    degree: int | None = None
-    pp: int = 1
-    microbatches: int = 1
-    schedule: str = "1f1b"
-    reshard_after_forward: bool = True  # False: ZeRO-2 (FSDP2 keeps gathered blocks from forward to backward)
+
+def bounded(name: str) -> Any:
+    """The constraint of an integer setting: its bound in `scale.SETTING_BOUNDS`."""
+    b = SETTING_BOUNDS[name]
+    return Field(ge=b.minimum, le=b.maximum)
+
+
+DEGREE_HELP = Setting(
+    "sharded data parallel degree (partition group size)",
+    default_text="the world for zero, 1 for pipeline; zero2d needs one",
+    axis="degrees",
+    axis_help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
+    "ddp (1) and zero (world) are kept when selected",
+)
+RESHARD_HELP = Setting(
+    "zero/zero2d: free gathered blocks after forward (false: ZeRO-2)",
+    axis="reshard_after_forward",
+    axis_help="zero/zero2d: true (ZeRO-3), false (ZeRO-2) or both (default: the file's, else true)",
+)
+Degree = Annotated[int, bounded("degree"), DEGREE_HELP]
+Reshard = Annotated[bool, RESHARD_HELP]
+Stages = Annotated[
+    int,
+    bounded("pp"),
+    Setting(
+        "pipeline stages", axis="pp", axis_help="pipeline degrees (default: every divisor of the world, 2..layers)"
+    ),
+]
+Microbatches = Annotated[
+    int,
+    bounded("microbatches"),
+    Setting(
+        "microbatches per pipeline replica and step",
+        axis="microbatches",
+        axis_help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
+    ),
+]
+ScheduleField = Annotated[
+    Schedule,
+    Setting("pipeline schedule", axis="schedules", axis_help="pipeline schedules (default gpipe,1f1b)"),
+]
+KIND_HELP = Setting(
+    "how the model is distributed",
+    axis="strategies",
+    axis_help=f"kinds to include (default all: {','.join(STRATEGIES)})",
+)
+
+
+class Frozen(BaseModel):
+    """A node of the configuration tree: immutable, closed to other keys, strict about types."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except _ValidationError as exc:
+            where = data.get("source") if isinstance(data.get("source"), str) else None
+            raise config_error(exc, where, known=(k for k in type(self).model_fields if k != "source")) from None
+
+
+class StrategyBase(Frozen):
+    """What every kind's model answers, whatever fields it carries."""
 
     @property
     def spec(self) -> StrategyKind:
         """The kind's operations and capabilities (`simulator.strategies.kinds`)."""
-        if self.kind not in KINDS:
-            raise ConfigError(f"unknown strategy {self.kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
-        return KINDS[self.kind]
+        return KINDS[self.kind]  # type: ignore[attr-defined]
 
     def label(self) -> str:
-        return self.spec.label(self)
+        return self.spec.label(self)  # type: ignore[arg-type]
 
     def sharded_degree(self, world: int) -> int:
         """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`
         counts it: 1 for ddp, the world for zero, the degree for zero2d and pipeline stages."""
-        return self.spec.sharded_degree(self, world)
+        return self.spec.sharded_degree(self, world)  # type: ignore[arg-type]
+
+    def replace(self, **changes: Any) -> StrategyConfig:
+        """This strategy with `changes` (a ``kind`` among them builds that kind), validated."""
+        return Strategy(**{**self.model_dump(), **changes})
+
+
+class DdpConfig(StrategyBase):
+    """DistributedDataParallel: no field of its own (replicated; one stage; ZeRO-3 not applicable)."""
+
+    kind: Annotated[Literal[DDP.name], KIND_HELP] = DDP.name
+
+    degree = property(lambda self: None)
+    pp = property(lambda self: 1)
+    microbatches = property(lambda self: 1)
+    schedule = property(lambda self: "1f1b")
+    reshard_after_forward = property(lambda self: True)
+
+
+class ZeroConfig(StrategyBase):
+    """FSDP2 over the whole world; `degree` None or the world (resolve settles it to the world)."""
+
+    kind: Annotated[Literal[ZERO.name], KIND_HELP] = ZERO.name
+    degree: Degree | None = None
+    reshard_after_forward: Reshard = True  # False: ZeRO-2 (FSDP2 keeps gathered blocks from forward to backward)
+
+    pp = property(lambda self: 1)
+    microbatches = property(lambda self: 1)
+    schedule = property(lambda self: "1f1b")
+
+
+class Zero2DConfig(StrategyBase):
+    """FSDP2 sharded within groups of `degree` consecutive ranks, replicated across them."""
+
+    kind: Annotated[Literal[ZERO2D.name], KIND_HELP] = ZERO2D.name
+    degree: Degree
+    reshard_after_forward: Reshard = True
+
+    pp = property(lambda self: 1)
+    microbatches = property(lambda self: 1)
+    schedule = property(lambda self: "1f1b")
+
+
+class PipelineConfig(StrategyBase):
+    """`pp` stages of consecutive blocks, `microbatches` under a `schedule`; `degree` shards
+    each stage over its replicas (None: 1, plain data parallel)."""
+
+    kind: Annotated[Literal[PIPELINE.name], KIND_HELP] = PIPELINE.name
+    pp: Stages = 1
+    microbatches: Microbatches = 1
+    schedule: ScheduleField = "1f1b"
+    degree: Degree | None = None
+
+    reshard_after_forward = property(lambda self: True)
+
+
+StrategyConfig = Annotated[
+    Union[DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig],  # noqa: UP007 (a discriminated union)
+    Field(discriminator="kind"),
+]
+MODELS: dict[str, type[StrategyBase]] = {
+    m.model_fields["kind"].default: m for m in (DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig)
+}
+assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
+_STRATEGY = TypeAdapter(StrategyConfig)
+# the strategy's fields besides the kind, in the order flags list them
+STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward")
+assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fields if f != "kind"}
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class _FlatStrategy:
+    """A strategy's fields as flat settings give them, before its kind's model is built: what
+    a kind's `check` refuses (``simulator.strategies.kinds``) is checked on it."""
+
+    kind: str
+    degree: Any = None
+    pp: Any = 1
+    microbatches: Any = 1
+    schedule: Any = "1f1b"
+    reshard_after_forward: Any = True
+
+
+# SageMaker's and FSDP's keys that are no setting's name (`smp`), and beside them the keys of a
+# file's flat form: what `RunConfig` takes besides its fields and puts in its tree (`load.tree_of`)
+FOREIGN_ONLY = tuple(k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS) if k not in STRATEGY_FIELDS)
+FILE_FORM_KEYS = (*FOREIGN_ONLY, *STRATEGY_FIELDS, *SHAPE_FIELDS)
+
+
+def check_flat(s: _FlatStrategy, where: str | None) -> None:
+    """Refuse (ConfigError naming the field) flat strategy fields that contradict the kind: what
+    the kind's own `check` refuses, a pipeline's fields on another kind, ZeRO-2 on a kind that
+    does not shard with FSDP2."""
+    spec = KINDS[s.kind]
+    spec.check(s, where)  # type: ignore[arg-type]
+    if not spec.is_pipeline:
+        if s.pp != 1:
+            raise ConfigError(f"pp={s.pp} needs strategy pipeline, got {s.kind}", where=where, field="pp")
+        for name, neutral in (("microbatches", 1), ("schedule", "1f1b")):
+            if getattr(s, name) != neutral:
+                why = f"{name} {getattr(s, name)!r} applies to a pipeline, not {s.kind}"
+                raise ConfigError(why, where=where, field=name)
+    if s.reshard_after_forward is False and not spec.fsdp:
+        fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
+        why = f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {s.kind}"
+        raise ConfigError(why, where=where, field="reshard_after_forward")
+
+
+def strategy_fields(kind: str, flat: dict[str, Any], where: str | None) -> dict[str, Any]:
+    """The fields of a `kind` strategy from flat settings (a file's, flags'): checked by
+    `check_flat`, those the kind does not carry left out once they say nothing (pp 1, ...)."""
+    check_flat(_FlatStrategy(kind, **flat), where)
+    own = MODELS[kind].model_fields
+    return {"kind": kind, **{k: v for k, v in flat.items() if k in own}}
+
+
+def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyConfig:
+    """A strategy from a mapping of its kind and flat fields (a record's, older ones listing every
+    field of every kind): ConfigError naming a field that no kind has or that contradicts the kind."""
+    rest = {k: v for k, v in d.items() if k != "kind" and v is not None}
+    for k in rest:
+        if k not in STRATEGY_FIELDS:
+            raise ConfigError(f"unknown key; expected kind or one of {', '.join(STRATEGY_FIELDS)}", field=k)
+    kind = d.get("kind", DEFAULT_KIND)
+    if not isinstance(kind, str) or kind not in MODELS:
+        raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
+    return Strategy(**strategy_fields(kind, rest, where))
+
+
+def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa: N802 (builds a union member)
+    """The strategy of `kind` with `fields` (None: not given); a field the kind does not carry,
+    an unknown kind or a bad value is a ConfigError naming the field."""
+    if not isinstance(kind, str) or kind not in MODELS:
+        raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
+    given = {k: v for k, v in fields.items() if v is not None}
+    own = MODELS[kind].model_fields
+    check_flat(_FlatStrategy(kind, **{k: v for k, v in given.items() if k in STRATEGY_FIELDS}), None)
+    for k in given:
+        if k not in own:
+            carried = ", ".join(f for f in own if f != "kind") or "none"
+            raise ConfigError(f"not a field of strategy {kind} (its fields: {carried})", field=k)
+    try:
+        return _STRATEGY.validate_python({"kind": kind, **given})
+    except _ValidationError as exc:
+        raise config_error(exc) from None
+
+
+def sac_option(value: Any, field: str) -> str:
+    """selective_ac_option: op, or k >= 1 (every k-th layer), kept as text as torchtitan does."""
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if text != SAC_OP and not (text.isdigit() and int(text) >= 1):
+        raise ConfigError(f"expected op or an integer k >= 1 (every k-th layer), got {value!r}", field=field)
+    return text
+
+
+def _shape(value: Any) -> Shape:
+    """A `Shape`, or a mapping of shape fields (each bounded as its flag is) made into one."""
+    if isinstance(value, Shape):
+        value = value.given()
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a mapping of {', '.join(SHAPE_FIELDS)}, got {value!r}", field="shape")
+    for k in value:
+        if k not in SHAPE_FIELDS:
+            raise ConfigError(f"unknown key; expected one of {', '.join(SHAPE_FIELDS)}", field=k)
+    try:
+        return Shape(**_SHAPE.validate_python({k: v for k, v in value.items() if v is not None}).model_dump())
+    except _ValidationError as exc:
+        raise config_error(exc) from None
+
+
+def _over(name: str, what: str) -> Any:
+    return Annotated[int, bounded(name), Setting(f"{what}, over the workload's", default_text="the workload's")]
+
+
+class _ShapeFields(Frozen):
+    """Shape fields given over the workload's (``--seq-len 8192``), bounded as the model's are."""
+
+    seq_len: _over("seq_len", "tokens per sample") | None = None  # type: ignore[valid-type]
+    hidden: _over("hidden", "hidden size") | None = None  # type: ignore[valid-type]
+    layers: _over("layers", "transformer layers") | None = None  # type: ignore[valid-type]
+    heads: _over("heads", "attention heads") | None = None  # type: ignore[valid-type]
+    kv_heads: _over("kv_heads", "key/value heads (grouped-query attention)") | None = None  # type: ignore[valid-type]
+    ffn: _over("ffn", "MLP inner size") | None = None  # type: ignore[valid-type]
+    vocab: _over("vocab", "vocabulary size") | None = None  # type: ignore[valid-type]
+
+
+_SHAPE = TypeAdapter(_ShapeFields)
+assert tuple(_ShapeFields.model_fields) == SHAPE_FIELDS
+
+
+class RunConfig(Frozen):
     """Everything that defines one training step, for prediction and for a real run."""
 
-    workload: str | Arch = "vit-630m"  # a library name or a file path, or a model described inline
-    topology: str = "g4dn.12xlarge"
-    nodes: int | None = 8
-    strategy: Strategy = field(default_factory=Strategy)
-    batch_per_device: int = 4
-    grad_accum: int = 1
-    precision: str = "fp32"  # the parameters' compute dtype (FSDP2's param_dtype, autocast's dtype)
-    checkpointing: str = "full"  # none | full | selective
-    selective_ac_option: str = SAC_OP  # selective: "op", or k (every k-th layer, as a string)
-    reduce_dtype: str | None = None  # dtype of gradient reduction and of held gradients; None: the precision
-    backend: str = "nccl"
-    optimizer: str = "adam"
-    optimizer_impl: str = "foreach"
-    profile: str | None = None
-    calibration: str | None = None  # a calibration file (shardsim calibrate): fitted figures over the topology's
-    seed: int = 0
-    shape: Shape = field(default_factory=Shape)  # shape fields given over the workload's
-    source: str = "defaults"
+    workload: Annotated[
+        str | InstanceOf[Arch],
+        Setting(
+            "library model name, model .yaml, Hugging Face config.json, inline {family: ..., hidden: ...}, "
+            "or pkg.module:build_fn"
+        ),
+    ] = "vit-630m"
+    topology: Annotated[str, Setting("instance type name (e.g. p4d.24xlarge) or a YAML path")] = "g4dn.12xlarge"
+    nodes: Annotated[
+        Annotated[int, bounded("nodes")] | None,
+        Setting(
+            "number of nodes (instances)",
+            default_text="the file's, else 8 on the default topology, else the topology's own count",
+        ),
+    ] = 8
+    strategy: StrategyConfig = Field(default_factory=lambda: Strategy())
+    batch_per_device: Annotated[int, bounded("batch_per_device"), Setting("samples per device per micro-step")] = 4
+    grad_accum: Annotated[
+        int, bounded("grad_accum"), Setting("micro-steps per optimizer step (gradient accumulation)")
+    ] = 1
+    # the parameters' compute dtype (FSDP2's param_dtype, autocast's dtype)
+    precision: Annotated[Precision, Setting("training precision")] = "fp32"
+    checkpointing: Annotated[
+        Checkpointing,
+        Setting(
+            "activation checkpointing of the layers",
+            axis="checkpointing",
+            axis_help=f"activation checkpointing, some of {','.join(CHECKPOINTING)} (alone: full; default: the "
+            "file's, else full)",
+            alone="full",
+            negated="none",
+        ),
+    ] = "full"
+    selective_ac_option: Annotated[
+        str,
+        Setting(
+            "selective checkpointing: op (keep matmul outputs) or k (every k-th layer)",
+            axis="selective_ac_options",
+            axis_help="selective checkpointing: op and/or k (every k-th layer), e.g. op,2 (default: the file's, "
+            "else op)",
+        ),
+    ] = SAC_OP
+    # dtype of gradient reduction and of held gradients; None: the precision
+    reduce_dtype: Annotated[
+        Precision | None,
+        Setting(
+            "dtype of gradient reduction and held gradients",
+            default_text="the precision",
+            axis="reduce_dtypes",
+            axis_help="gradient reduction dtypes of sharded configurations (default: the file's, else the precision)",
+        ),
+    ] = None
+    backend: Annotated[Backend, Setting("communication library")] = "nccl"
+    optimizer: Annotated[Optimizer, Setting("the optimizer", flag=False)] = "adam"
+    optimizer_impl: Annotated[
+        OptimizerImpl,
+        Setting(
+            "Adam's implementation",
+            axis="optimizer_impls",
+            axis_help=f"Adam's implementations, some of {','.join(OPTIMIZER_IMPLS)} (default: the file's, else "
+            "foreach)",
+        ),
+    ] = "foreach"
+    profile: Annotated[str | None, Setting("measured profile file (shardsim profile)")] = None
+    # a calibration file (shardsim calibrate): fitted figures over the topology's
+    calibration: Annotated[
+        str | None, Setting("calibration file (shardsim calibrate): fitted figures over the topology's")
+    ] = None
+    seed: Annotated[int, bounded("seed"), Setting("seed of the synthetic data and the model's initialization")] = 0
+    shape: InstanceOf[Shape] = Field(default_factory=Shape)  # shape fields given over the workload's
+    source: str = Field("defaults", exclude=True)  # where it was read from, as errors name it
 
-    def __post_init__(self) -> None:
-        if isinstance(self.checkpointing, bool):  # the seed's spelling: true = full, false = none
-            object.__setattr__(self, "checkpointing", "full" if self.checkpointing else "none")
+    @model_validator(mode="before")
+    @classmethod
+    def _file_form(cls, data: Any) -> Any:
+        """A file's form (the strategy's and shape's fields flat, SageMaker's and FSDP's keys)
+        into the tree, as a file is read (`load.tree_of`)."""
+        if isinstance(data, dict) and any(k in data for k in FILE_FORM_KEYS):
+            from shardsim.config.load import tree_of
+
+            return tree_of(data, data.get("source") if isinstance(data.get("source"), str) else None)
+        return data
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _strategy(cls, value: Any) -> Any:
+        """A kind's name, or a mapping of flat strategy fields as records hold them: the fields
+        its kind does not carry are left out once they say nothing (`strategy_fields`)."""
+        if isinstance(value, str):
+            return Strategy(value)
+        if isinstance(value, dict):
+            return strategy_from_dict(value)
+        if not isinstance(value, StrategyBase):
+            raise ConfigError(f"expected a kind's name, a mapping or Strategy(...), got {value!r}", field="strategy")
+        return value
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload(cls, value: Any) -> Any:
+        from shardsim.config.load import workload_value
+
+        return workload_value(value, None)
+
+    @field_validator("checkpointing", mode="before")
+    @classmethod
+    def _checkpointing(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # the seed's spelling, as older records hold it: true = full, false = none
+            return "full" if value else "none"
+        return value
+
+    @field_validator("selective_ac_option", mode="before")
+    @classmethod
+    def _sac_option(cls, value: Any) -> Any:
+        return sac_option(value, "selective_ac_option")
+
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _shape_fields(cls, value: Any) -> Shape:
+        return _shape(value)
+
+    @field_serializer("workload")
+    def _dump_workload(self, value: str | Arch) -> Any:
+        return value if isinstance(value, str) else asdict(value)
+
+    @field_serializer("shape")
+    def _dump_shape(self, value: Shape) -> dict[str, int | None]:
+        return asdict(value)
 
     @property
     def grad_dtype(self) -> str:
@@ -97,24 +481,26 @@ class RunConfig:
         opt = self.selective_ac_option
         return f"selective {opt if opt == SAC_OP else f'k={opt}'}"
 
+    def replace(self, **changes: Any) -> RunConfig:
+        """This configuration with `changes`, validated as a new one is."""
+        return RunConfig(**{**{k: getattr(self, k) for k in type(self).model_fields}, **changes})
+
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as a file states it. Settings beyond the seed's at their defaults
-        are left out, and checkpointing none/full reads false/true, so that the records of
-        configurations that do not use them keep their form (the loader reads both spellings)."""
-        d = asdict(self)
-        d.pop("source")
-        base = RunConfig()
-        for k in EXTENDED:
-            if d[k] == getattr(base, k):
-                d.pop(k)
-        if d["strategy"]["reshard_after_forward"]:
-            d["strategy"].pop("reshard_after_forward")
-        if d["checkpointing"] in ("none", "full"):
-            d["checkpointing"] = d["checkpointing"] == "full"
-        d["shape"] = self.shape.given()
-        if not d["shape"]:
-            d.pop("shape")
-        return d
+        """The resolved configuration: every setting, the strategy with its kind's fields."""
+        return self.model_dump(mode="json")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None) -> RunConfig:
+        """A configuration from `to_dict`'s form (older records' spellings too); ConfigError naming the field."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"expected a mapping, got {type(data).__name__}", where=where)
+        try:
+            return cls(**data, **({"source": where} if where else {}))
+        except ConfigError as err:
+            raise ConfigError(err.message, where=where, field=err.field) from None
 
 
 @dataclass(frozen=True)
@@ -131,56 +517,107 @@ class Resolved:
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One flat key of a configuration file, and the flag that overrides it (``--batch-per-device``)."""
+class FlatSetting:
+    """One flat key of a configuration file and the flag that overrides it (``--batch-per-device``),
+    derived from the tree: a `RunConfig` field, the strategy's kind or one of its kinds' fields, or
+    a shape field."""
 
     name: str
     help: str
-    kind: type = str  # str | int | bool
-    choices: tuple[str, ...] | None = None
-    flag: bool = True  # False: a file key only
+    kind: type  # str | int | bool
+    choices: tuple[str, ...] | None
+    flag: bool
+    default: Any
+    default_text: str | None
+    axis: str | None
+    axis_help: str | None
+    alone: str | None
+    negated: str | None
+    minimum: int | None = None
+    maximum: int | None = None
 
     @property
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
 
 
-SETTINGS = (
-    Setting(
-        "workload",
-        "library model name, model .yaml, Hugging Face config.json, inline {family: ..., hidden: ...}, "
-        "or pkg.module:build_fn",
-    ),
-    Setting("topology", "instance type name (e.g. p4d.24xlarge) or a YAML path"),
-    Setting("nodes", "number of nodes (instances)", int),
-    Setting("strategy", "how the model is distributed", choices=STRATEGIES),
-    Setting("degree", "sharded data parallel degree (partition group size)", int),
-    Setting("pp", "pipeline stages", int),
-    Setting("microbatches", "microbatches per pipeline replica and step", int),
-    Setting("schedule", "pipeline schedule", choices=SCHEDULES),
-    Setting("batch_per_device", "samples per device per micro-step", int),
-    Setting("grad_accum", "micro-steps per optimizer step (gradient accumulation)", int),
-    Setting("precision", "training precision", choices=PRECISIONS),
-    Setting("reshard_after_forward", "zero/zero2d: free gathered blocks after forward (false: ZeRO-2)", bool),
-    Setting("checkpointing", "activation checkpointing of the layers", choices=CHECKPOINTING),
-    Setting("selective_ac_option", "selective checkpointing: op (keep matmul outputs) or k (every k-th layer)"),
-    Setting("reduce_dtype", "dtype of gradient reduction and held gradients", choices=PRECISIONS),
-    Setting("backend", "communication library", choices=BACKENDS),
-    Setting("optimizer", "the optimizer", choices=OPTIMIZERS, flag=False),
-    Setting("optimizer_impl", "Adam's implementation", choices=OPTIMIZER_IMPLS),
-    Setting("profile", "measured profile file (shardsim profile)"),
-    Setting("calibration", "calibration file (shardsim calibrate): fitted figures over the topology's"),
-    Setting("seed", "seed of the synthetic data and the model's initialization", int),
-    Setting("seq_len", "tokens per sample, over the workload's", int),
-    Setting("hidden", "hidden size, over the workload's", int),
-    Setting("layers", "transformer layers, over the workload's", int),
-    Setting("heads", "attention heads, over the workload's", int),
-    Setting("kv_heads", "key/value heads (grouped-query attention), over the workload's", int),
-    Setting("ffn", "MLP inner size, over the workload's", int),
-    Setting("vocab", "vocabulary size, over the workload's", int),
-)
+def _flat(name: str, info: Any, default: Any) -> FlatSetting:
+    setting = next((m for m in info.metadata if isinstance(m, Setting)), None)
+    ann = info.annotation
+    union = get_origin(ann) in (Union, UnionType)
+    base = next(a for a in get_args(ann) if a is not type(None)) if union else ann
+    inner = [m for m in info.metadata if not isinstance(m, Setting)]
+    # unwrap Annotated[..] | None
+    while hasattr(base, "__metadata__"):
+        inner += [m for m in base.__metadata__ if not isinstance(m, Setting)]
+        setting = setting or next((m for m in base.__metadata__ if isinstance(m, Setting)), None)
+        base = get_args(base)[0]
+    choices = get_args(base) if get_origin(base) is Literal else None
+    kind = str if choices else base if base in (int, bool) else str
+    b = SETTING_BOUNDS.get(name)
+    assert setting is not None, f"setting {name} has no Setting"
+    return FlatSetting(
+        name,
+        setting.help,
+        kind,
+        choices,
+        setting.flag,
+        default,
+        setting.default_text,
+        setting.axis,
+        setting.axis_help,
+        setting.alone,
+        setting.negated,
+        b.minimum if b else None,
+        b.maximum if b else None,
+    )
+
+
+def _settings() -> tuple[FlatSetting, ...]:
+    out = []
+    defaults = RunConfig()
+    for name, info in RunConfig.model_fields.items():
+        if name == "source":
+            continue
+        if name == "strategy":
+            kind = _flat("strategy", DdpConfig.model_fields["kind"], defaults.strategy.kind)
+            out.append(FlatSetting(**{**kind.__dict__, "choices": STRATEGIES}))
+            for f in STRATEGY_FIELDS:
+                m = next(m for m in MODELS.values() if f in m.model_fields)
+                default = getattr(defaults.strategy, f)
+                out.append(_flat(f, m.model_fields[f], default))
+        elif name == "shape":
+            for f in SHAPE_FIELDS:
+                out.append(_flat(f, _ShapeFields.model_fields[f], None))
+        else:
+            out.append(_flat(name, info, getattr(defaults, name)))
+    return tuple(out)
+
+
+SETTINGS = _settings()  # every flat key, in the order flags list them
 FIELDS = tuple(s.name for s in SETTINGS)
-STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward")  # besides the kind
-# left out of to_dict at their defaults
-EXTENDED = ("selective_ac_option", "reduce_dtype", "optimizer_impl", "calibration")
-assert set(SHAPE_FIELDS) <= set(FIELDS)
+AXES = tuple(s for s in SETTINGS if s.axis)  # the settings a sweep spans with lists of its own
+
+
+def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
+    """A sweep's list of values of setting `s`, each checked as the setting is (its type, bound
+    or choices); ConfigError naming the list (`s.axis`) on an empty list or the first bad value."""
+    if isinstance(values, str | bytes) or not isinstance(values, tuple | list):
+        raise ConfigError(f"expected a list, got {values!r}", field=s.axis)
+    if not values:
+        raise ConfigError("empty list", field=s.axis)
+    out = []
+    for v in values:
+        if s.name == "selective_ac_option":
+            v = sac_option(v, s.axis)
+        elif s.kind is bool and not isinstance(v, bool):
+            raise ConfigError(f"expected true or false, got {v!r}", field=s.axis)
+        elif s.kind is int:
+            if isinstance(v, bool) or not isinstance(v, int) or v < (s.minimum or 0):
+                raise ConfigError(f"expected integers >= {s.minimum}, got {v!r}", field=s.axis)
+            if s.maximum is not None and v > s.maximum:
+                raise ConfigError(f"{v:,} is beyond the simulator's bound of {s.maximum:,}", field=s.axis)
+        elif s.choices is not None and v not in s.choices:
+            raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(s.choices)}", field=s.axis)
+        out.append(v)
+    return tuple(out)

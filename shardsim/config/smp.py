@@ -38,6 +38,8 @@ SMP_KEYS = (
 
 
 FSDP_KEYS = ("sharding_strategy", "mixed_precision", "param_dtype")
+# a PyTorch estimator's keys beside its parameters: the `distribution` block and the cluster
+SAGEMAKER_CLUSTER_KEYS = ("distribution", "instance_type", "instance_count")
 # FSDP1's ShardingStrategy (FSDP2: reshard_after_forward) → (kind, reshard_after_forward)
 SHARDING_STRATEGIES = FSDP_SHARDING
 DTYPE_NAMES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}

@@ -1,7 +1,8 @@
 """Launch one machine's ranks with torchrun, watch them, explain a failure.
 
 `launch` runs ``python -m torch.distributed.run --standalone ... -m shardsim.runtime.train ...`` (a
-free port on this machine), passes the configuration as explicit flags, and follows each
+free port on this machine), hands the ranks the configuration as JSON in the run folder
+(`CONFIG_FILE`, read by each rank: nothing is parsed twice), and follows each
 rank through the files of `runtime.status`. When the job fails it names the rank that
 crashed, died or hung. A job whose every rank reported that it finished has succeeded, even
 if a process then dies as it ends (torchrun's exit status says so; -v notes it in one line).
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardsim.config import RunConfig
@@ -44,6 +45,7 @@ TORCHRUN_FLAGS = (
     f"--monitor-interval={MONITOR_INTERVAL_S}",
     f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
 )
+CONFIG_FILE = "config.json"  # in the run folder ($SHARDSIM_RUN_DIR): the configuration every rank runs
 RUN_DIR_PREFIX = "shardsim-run-"  # + the launcher's pid.start: a folder of a launcher that is gone is stale
 POLL_S = 0.25  # the launcher's poll of the ranks' status files: a few wake-ups a second only
 FAILURE_GRACE_S = 2.0  # once a rank failed (or a node's torchrun), the others get this long to report
@@ -69,27 +71,11 @@ class LaunchResult:
     wall_s: float = 0.0
 
 
-def config_flags(cfg: RunConfig) -> list[str]:
-    """The configuration as explicit flags of runtime.train (nothing parsed twice)."""
-    s = cfg.strategy
-    workload = cfg.workload if isinstance(cfg.workload, str) else json.dumps(asdict(cfg.workload))
-    out = ["--workload", workload, "--topology", cfg.topology, "--strategy", s.kind]
-    for name, value in cfg.shape.given().items():
-        out += ["--" + name.replace("_", "-"), str(value)]
-    if cfg.nodes is not None:
-        out += ["--nodes", str(cfg.nodes)]
-    if s.degree is not None:
-        out += ["--degree", str(s.degree)]
-    out += ["--pp", str(s.pp), "--microbatches", str(s.microbatches), "--schedule", s.schedule]
-    out += ["--batch-per-device", str(cfg.batch_per_device), "--grad-accum", str(cfg.grad_accum)]
-    out += ["--precision", cfg.precision, "--backend", cfg.backend, "--seed", str(cfg.seed)]
-    out += ["--checkpointing", cfg.checkpointing, "--selective-ac-option", cfg.selective_ac_option]
-    out += ["--optimizer-impl", cfg.optimizer_impl]
-    if cfg.reduce_dtype is not None:
-        out += ["--reduce-dtype", cfg.reduce_dtype]
-    if not s.reshard_after_forward:
-        out.append("--no-reshard-after-forward")
-    return out
+def write_config(run_dir: Path, cfg: RunConfig) -> Path:
+    """The resolved configuration as the ranks read it: JSON (`RunConfig.to_json`) in the run folder."""
+    path = run_dir / CONFIG_FILE
+    path.write_text(cfg.to_json() + "\n")
+    return path
 
 
 def torchrun_flags(run_dir: Path) -> list[str]:
@@ -133,7 +119,6 @@ def remove_stale_run_dirs() -> list[Path]:
 
 
 def _read_json(path: Path) -> dict | None:
-    import json
 
     try:
         return json.loads(path.read_text())
@@ -238,6 +223,7 @@ def launch(
     extra_env: dict[str, str] | None = None,
     straggler_grace_s: float | None = None,
     cluster: EmulatedCluster | None = None,
+    config: RunConfig | None = None,
 ) -> LaunchResult:
     """Run torchrun with `nproc` ranks of runtime.train and wait for it.
 
@@ -245,7 +231,8 @@ def launch(
     emulated node starts in that node's namespace (``ip netns exec``), its ranks numbered
     node-major, the rendezvous on node 0's address, gloo bound to the node's shaped NIC.
     A rank that is still running `straggler_grace_s` (default 2 x timeout + 10 s) after
-    another finished cleanly is taken as hung outside any collective: the job is ended."""
+    another finished cleanly is taken as hung outside any collective: the job is ended. `config`
+    goes to the ranks as `CONFIG_FILE` in the run folder (``$SHARDSIM_RUN_DIR``)."""
     me = ProcessRef.of(os.getpid())
     remove_stale_run_dirs()
     run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{me.pid}.{me.start}-" if me else RUN_DIR_PREFIX))
@@ -258,6 +245,8 @@ def launch(
         # look up the peer's host name (harmless); keep errors only, unless the user says otherwise
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     env["SHARDSIM_RUN_DIR"] = str(run_dir)
+    if config is not None:
+        write_config(run_dir, config)
     env["TMPDIR"] = str(run_dir)  # torchrun's torchelastic_* folders (and the ranks' temporaries) go with it
     env.update(extra_env or {})
     env[LAUNCHER_ENV] = str(me)  # the ranks end when this process is gone

@@ -101,12 +101,10 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
 
 
 def run_flags(
-    cfg: RunConfig, steps: int, warmup: int, out: Path, timeout_s: float, threads: int, data_batches: int, run_id: str
+    steps: int, warmup: int, out: Path, timeout_s: float, threads: int, data_batches: int, run_id: str
 ) -> list[str]:
-    """The arguments of runtime.train for one run of `cfg` (the configuration as explicit flags)."""
-    from shardsim.runtime.launch import config_flags
-
-    return config_flags(cfg) + [
+    """The arguments of runtime.train for one run (its configuration goes as JSON: `launch.write_config`)."""
+    return [
         "--steps", str(steps),
         "--warmup", str(warmup),
         "--out", str(out),
@@ -124,10 +122,18 @@ def run_planned(plan: RunPlan, worker_args: list[str], timeout_s: float, threads
     from shardsim.runtime.launch import launch
 
     if not plan.emulate:
-        return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout)
+        return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout, config=plan.cfg)
     from shardsim.runtime.emulation.namespaces import emulated
     from shardsim.runtime.emulation.plan import plan_cluster
 
     cluster = plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)
     with emulated(cluster, wait=wait):
-        return launch(plan.nproc, worker_args, timeout_s=timeout_s, threads=threads, stdout=stdout, cluster=cluster)
+        return launch(
+            plan.nproc,
+            worker_args,
+            timeout_s=timeout_s,
+            threads=threads,
+            stdout=stdout,
+            cluster=cluster,
+            config=plan.cfg,
+        )

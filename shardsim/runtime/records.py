@@ -75,7 +75,7 @@ class RunRecord:
     source: str = "measured"
     run_id: str
     finished_at: str  # ISO 8601, UTC, to the second
-    config: dict[str, Any]  # the resolved configuration (RunConfig.to_dict())
+    config: dict[str, Any]  # the resolved configuration (RunConfig.to_dict(); older records: fewer keys)
     topology: str
     nodes: int  # nodes the ranks filled: world / nproc_per_node
     world: int
@@ -216,7 +216,7 @@ class RunRow:
     batch_per_device: int
     grad_accum: int
     precision: str
-    checkpointing: bool | str  # True (full), False (none): the records' spelling; or "selective"
+    checkpointing: bool | str  # none | full | selective; True (full), False (none) in older records
     selective_ac_option: str | None  # selective checkpointing's: op, or k (every k-th block); None otherwise
     backend: str
     global_batch: int
@@ -255,18 +255,18 @@ class RunRow:
 
 
 def _selective_option(cfg: dict[str, Any]) -> str | None:
-    """The selective option of a configuration's dict (`RunConfig.to_dict` leaves out the default, op)."""
+    """The selective option of a configuration's dict (older records leave out the default, op)."""
     if cfg["checkpointing"] != "selective":
         return None
     return str(cfg.get("selective_ac_option", SAC_OP))
 
 
 CSV_COLUMNS = tuple(f.name for f in fields(RunRow))
-# each column's type as runs.csv spells it (checkpointing: True, False or selective); the std
-# column is empty in the rows of a file written before it existed, nodes in those of a file
-# written before the result key by a run without the flag
+# each column's type as runs.csv spells it (checkpointing: none, full or selective; older rows True
+# or False); the std column is empty in the rows of a file written before it existed, nodes in
+# those of a file written before the result key by a run without the flag
 CSV_TYPES = get_type_hints(RunRow) | {
-    "checkpointing": bool | Literal["selective"],
+    "checkpointing": bool | Literal["none", "full", "selective"],
     "step_time_std_s": float | None,
     "nodes": int | None,
 }

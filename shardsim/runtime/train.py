@@ -2,7 +2,8 @@
 
 Launched by torchrun, one process per device: by ``shardsim run`` on one machine, or by you
 under multi-node torchrun or Slurm (see docs/runtime.md). Reads the same configuration as the
-simulator, builds the same model, applies the strategy with PyTorch's own engines
+simulator (under ``shardsim run``: the JSON file the launcher wrote in the run folder, or
+``--config-json``; run by you: a file and flags), builds the same model, applies the strategy with PyTorch's own engines
 (`runtime.strategies`), trains on seeded synthetic data and measures each step between two
 synchronization points (cuda.synchronize + dist.barrier): a `runtime.trainer.Trainer` with its
 observers. Rank 0 writes the results.
@@ -25,13 +26,17 @@ import signal
 import socket
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from shardsim.config import RunConfig, add_config_arguments, config_from_args
+from shardsim.config.flags import overrides_from_args
 from shardsim.config.key import KEY_FIELDS, result_key
+from shardsim.config.load import load_config_json
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count, Real
 from shardsim.runtime import processes
+from shardsim.runtime.launch import CONFIG_FILE
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
@@ -77,10 +82,30 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m shardsim.runtime.train", description=__doc__.splitlines()[0])
     add_config_arguments(p)
+    p.add_argument(
+        "--config-json",
+        metavar="PATH",
+        help="the configuration as RunConfig JSON, in place of CONFIG and its flags (default: none; under shardsim "
+        f"run, the run folder's {CONFIG_FILE})",
+    )
     add_run_arguments(p)
     p.add_argument("--run-id", help="name of the result file (default: time + strategy)")
     p.add_argument("--no-write", action="store_true", help="do not write result files")
     return p
+
+
+def rank_config(ns: argparse.Namespace) -> RunConfig:
+    """The configuration this rank runs: ``--config-json``; else CONFIG and flags when any is
+    given; else the launcher's JSON in the run folder (``$SHARDSIM_RUN_DIR``); else the defaults."""
+    given = ns.config is not None or any(v is not None for v in overrides_from_args(ns).values())
+    if ns.config_json is not None:
+        if given:
+            raise ConfigError("give --config-json or a config file and flags, not both", field="config_json")
+        return load_config_json(ns.config_json)
+    run_dir = os.environ.get("SHARDSIM_RUN_DIR")
+    if not given and run_dir and (Path(run_dir) / CONFIG_FILE).exists():
+        return load_config_json(Path(run_dir) / CONFIG_FILE)
+    return config_from_args(ns)
 
 
 def wants_cuda(cfg: RunConfig) -> bool:
@@ -160,7 +185,7 @@ def run(ns: argparse.Namespace, status) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    cfg = config_from_args(ns)
+    cfg = rank_config(ns)
     timeout = timedelta(seconds=ns.timeout)
     device, backend = init_process_group(cfg, ns.threads, int(os.environ.get("LOCAL_RANK", "0")), timeout)
     unwritten: WriteError | None = None

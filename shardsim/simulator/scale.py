@@ -5,14 +5,15 @@ A prediction's cost grows with the cluster (a collective's phases are planned ov
 then merged into a few resources: `network.linkgroups`) and with its plan's ops (the simpy events:
 grad_accum x microbatches x layers). Within the bounds a prediction takes seconds and well under
 2 GB (tests/unit/test_scale.py times one of 16,384 GPUs); beyond them it refuses in one line.
-A model's shape is bounded too, before it is built into blocks (`check_shape`), and so are the
-configuration's sizes and a sweep's space; the command line's flags check the same bounds as
-they are parsed (`flagtypes`).
+A model's shape is bounded too, before it is built into blocks (`check_shape`), and so is a
+sweep's space; the configuration's integer settings take `SETTING_BOUNDS` as their models'
+constraints (`config.schema`), and the command line's flags check the same bounds as they are
+parsed (`flagtypes`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
@@ -76,25 +77,6 @@ def beyond(value: int, maximum: int) -> str:
     return f"{value:,} is beyond the simulator's bound of {maximum:,}"
 
 
-def check_settings(cfg: RunConfig) -> None:
-    """Raise ConfigError (one line, the field) when a setting of `cfg` is beyond its bound."""
-    s = cfg.strategy
-    values = {
-        "nodes": cfg.nodes,
-        "degree": s.degree,
-        "pp": s.pp,
-        "microbatches": s.microbatches,
-        "batch_per_device": cfg.batch_per_device,
-        "grad_accum": cfg.grad_accum,
-        "seed": cfg.seed,
-        **cfg.shape.given(),
-    }
-    for name, value in values.items():
-        b = SETTING_BOUNDS[name]
-        if value is not None and value > b.maximum:
-            raise ConfigError(beyond(value, b.maximum), where=cfg.source, field=name)
-
-
 def check_shape(a: Arch, where: str | None = None) -> None:
     """Raise ConfigError (one line, the field) when a model's shape is beyond the simulator's
     bounds: before the model is built into blocks (a block per layer) or costed."""
@@ -141,8 +123,9 @@ def plan_refusal(cfg: RunConfig, n_layers: int) -> PlanRefusal | None:
         return None
     s = cfg.strategy
     pipeline = s.spec.is_pipeline
-    one_step = replace(cfg, grad_accum=1)
-    if plan_ops_estimate(replace(one_step, strategy=replace(s, microbatches=1)), n_layers) > MAX_PLAN_OPS:
+    one_step = cfg.replace(grad_accum=1)
+    one_microbatch = one_step.replace(strategy=s.replace(microbatches=1)) if s.spec.is_pipeline else one_step
+    if plan_ops_estimate(one_microbatch, n_layers) > MAX_PLAN_OPS:
         field = "layers"
     elif pipeline and plan_ops_estimate(one_step, n_layers) > MAX_PLAN_OPS:
         field = "microbatches"

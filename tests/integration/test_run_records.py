@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shardsim.config import RunConfig, load_config
 from shardsim.core.files import file_mode
 from shardsim.runtime.records import CSV_NAME, read_runs_csv
 from tests.helpers import private_device
@@ -21,11 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_gpu_topology_run_on_cpu_records_gloo_its_std_and_the_common_mode(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "p4d.24xlarge", "--nproc", "2",
-           "--workload", "tiny-gpt", "--steps", "3", "--warmup", "0", "--out", str(out), "--json"]  # fmt: skip
+           "--workload", "tiny-gpt", "--steps", "3", "--warmup", "0", "--out", str(out), "--json",
+           "--seed", "7", "--strategy", "ddp", "--checkpointing", "none"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout)
     assert rec["backend"] == "gloo" and rec["config"]["backend"] == "gloo"  # the topology asks for nccl
+    # the ranks ran the configuration asked for (it reaches them as JSON in the run folder), and
+    # their record lists every setting
+    ran = RunConfig.from_dict({**rec["config"], "backend": "nccl"})
+    asked = load_config(None, {"topology": "p4d.24xlarge", "workload": "tiny-gpt", "seed": 7, "strategy": "ddp",
+                               "checkpointing": "none"})  # fmt: skip
+    assert ran == asked.replace(source="defaults") and set(rec["config"]) == set(RunConfig.model_fields) - {"source"}
     _, rows = read_runs_csv(out / CSV_NAME)
     assert float(rows[0]["step_time_std_s"]) == rec["step_time_std_s"] > 0
     for name in (f"{rec['run_id']}.json", CSV_NAME):

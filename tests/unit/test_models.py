@@ -251,16 +251,12 @@ def test_bad_model_exits_2_through_the_cli(tmp_path: Path) -> None:
     assert str(f) in out.stderr and "model_type" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_worker_flags_carry_an_inline_model_and_shape() -> None:
-    """The launcher passes the configuration to each rank as flags: an inline model as JSON."""
-    import argparse
-
-    from shardsim.config import add_config_arguments, config_from_args
-    from shardsim.runtime.launch import config_flags
+def test_the_ranks_json_carries_an_inline_model_and_shape(tmp_path) -> None:
+    """The launcher hands each rank the configuration as JSON: an inline model as its fields."""
+    from shardsim.config.load import load_config_json
+    from shardsim.runtime.launch import write_config
 
     text = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, vocab: 128, seq_len: 16}"
     cfg = load_config(None, {"workload": text, "seq_len": 8, "topology": "emu-2x2", "backend": "gloo"})
-    p = argparse.ArgumentParser()
-    add_config_arguments(p)
-    again = config_from_args(p.parse_args(config_flags(cfg)))
+    again = load_config_json(write_config(tmp_path, cfg))
     assert again.workload == cfg.workload and again.shape == cfg.shape

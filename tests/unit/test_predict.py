@@ -50,7 +50,7 @@ def test_gpipe_bubble_fraction_on_infinitely_fast_links(P: int, M: int) -> None:
         strategy=Strategy("pipeline", pp=P, microbatches=M, schedule="gpipe"),
         checkpointing=False,
     )
-    cfg = replace(cfg, batch_per_device=M)  # per-replica batch = M * P: divisible by M
+    cfg = cfg.replace(batch_per_device=M)  # per-replica batch = M * P: divisible by M
     p = predict(cfg, workload=uniform_workload(8), cluster=fast_cluster(P))
     busy = p.step_time_s - p.breakdown["optimizer_s"]
     assert p.breakdown["bubble_s"] / busy == pytest.approx((P - 1) / (M + P - 1), rel=0.01)
@@ -68,7 +68,7 @@ def test_1f1b_has_the_same_bubble_as_gpipe_but_less_memory() -> None:
     )
     g = predict(base, workload=uniform_workload(8), cluster=fast_cluster(4))
     o = predict(
-        replace(base, strategy=replace(base.strategy, schedule="1f1b")),
+        base.replace(strategy=base.strategy.replace(schedule="1f1b")),
         workload=uniform_workload(8),
         cluster=fast_cluster(4),
     )
@@ -78,7 +78,7 @@ def test_1f1b_has_the_same_bubble_as_gpipe_but_less_memory() -> None:
 
 def test_zero2d_with_degree_world_is_zero() -> None:
     z = predict(SEED)
-    z2 = predict(replace(SEED, strategy=Strategy("zero2d", degree=32)))
+    z2 = predict(SEED.replace(strategy=Strategy("zero2d", degree=32)))
     assert z2.to_dict() == z.to_dict()
 
 
@@ -88,7 +88,7 @@ def test_zero2d_with_degree_world_is_zero() -> None:
 )
 def test_faster_inter_node_links_never_slow_a_step(strategy: Strategy) -> None:
     untied = replace(PRESETS["bert-large"], tied_embeddings=False)  # a pipeline of a tied model is refused
-    cfg = replace(SEED, workload=untied, strategy=strategy)
+    cfg = SEED.replace(workload=untied, strategy=strategy)
     times = []
     for gbps in (25, 50, 100, 400):
         inst = instance(devices=4, nic_gbps=gbps, fabric="pcie", port_GBps=15.75, shared_GBps=31.5, memory_gib=80)
@@ -98,9 +98,7 @@ def test_faster_inter_node_links_never_slow_a_step(strategy: Strategy) -> None:
 
 
 def test_zero2d_memory_falls_as_degree_grows() -> None:
-    mems = [
-        predict(replace(SEED, strategy=Strategy("zero2d", degree=d))).memory_allocated_gib for d in (1, 2, 4, 8, 16)
-    ]
+    mems = [predict(SEED.replace(strategy=Strategy("zero2d", degree=d))).memory_allocated_gib for d in (1, 2, 4, 8, 16)]
     mems.append(predict(SEED).memory_allocated_gib)
     assert all(b < a for a, b in zip(mems, mems[1:], strict=False))
 
@@ -110,7 +108,7 @@ def test_zero2d_memory_falls_as_degree_grows() -> None:
     [Strategy("zero"), Strategy("zero2d", degree=4), Strategy("ddp"), Strategy("pipeline", pp=2, microbatches=4)],
 )
 def test_a_step_is_never_faster_than_its_compute(strategy: Strategy) -> None:
-    p = predict(replace(SEED, strategy=strategy))
+    p = predict(SEED.replace(strategy=strategy))
     b = p.breakdown
     assert p.step_time_s >= b["compute_s"]
     total = b["compute_s"] + b["exposed_comm_s"] + b["bubble_s"] + b["optimizer_s"]
@@ -118,20 +116,20 @@ def test_a_step_is_never_faster_than_its_compute(strategy: Strategy) -> None:
 
 
 def test_prediction_is_deterministic() -> None:
-    cfg = replace(SEED, strategy=Strategy("pipeline", pp=4, microbatches=8, degree=2))
+    cfg = SEED.replace(strategy=Strategy("pipeline", pp=4, microbatches=8, degree=2))
     assert predict(cfg).to_json() == predict(cfg).to_json()
 
 
 def test_gradient_accumulation_all_reduces_only_at_the_boundary() -> None:
-    one = predict(replace(SEED, strategy=Strategy("zero2d", degree=4)))
-    two = predict(replace(SEED, strategy=Strategy("zero2d", degree=4), grad_accum=2))
+    one = predict(SEED.replace(strategy=Strategy("zero2d", degree=4)))
+    two = predict(SEED.replace(strategy=Strategy("zero2d", degree=4), grad_accum=2))
     assert two.collectives["all_reduce"] == one.collectives["all_reduce"]
     assert two.collectives["all_gather"] == 2 * one.collectives["all_gather"]
     assert two.global_batch == 2 * one.global_batch
 
 
 def test_big_model_does_not_fit_and_says_why() -> None:
-    p = predict(replace(SEED, workload="gpt2-xl", strategy=Strategy("ddp")))
+    p = predict(SEED.replace(workload="gpt2-xl", strategy=Strategy("ddp")))
     assert not p.fits
     assert "GiB" in p.fit_reason
 

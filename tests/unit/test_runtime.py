@@ -15,16 +15,16 @@ import torch
 
 import shardsim.runtime.plan as rcli
 from shardsim import cli
-from shardsim.config import SETTINGS, RunConfig, Strategy, config_from_args, load_config
+from shardsim.config import SETTINGS, RunConfig, Strategy, load_config
 from shardsim.core.errors import WriteError
 from shardsim.runtime import data
-from shardsim.runtime.launch import RankView, config_flags, diagnose
+from shardsim.runtime.launch import CONFIG_FILE, RankView, diagnose, write_config
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, upgrade_record, write_run
 from shardsim.runtime.status import RankStatus, classify
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.testing import Fault
-from shardsim.runtime.train import build_parser
+from shardsim.runtime.train import build_parser, rank_config
 from shardsim.simulator.workload.library import PRESETS
 from tests.helpers import run_record
 
@@ -91,15 +91,20 @@ def test_bad_input_from_the_command_line():
     assert proc.stdout == ""
 
 
-def test_config_travels_to_the_workers_unchanged():
+def test_config_travels_to_the_workers_unchanged(tmp_path, monkeypatch):
     cfg = load_config(
         None,
         {"workload": "tiny-gpt", "topology": "emu-2x2", "strategy": "pipeline", "pp": 2, "degree": 2,
          "microbatches": 4, "schedule": "gpipe", "grad_accum": 3, "precision": "bf16", "checkpointing": False,
          "seed": 7, "batch_per_device": 2},
     )  # fmt: skip
-    again = config_from_args(build_parser().parse_args(config_flags(cfg)))
+    write_config(tmp_path, cfg)
+    monkeypatch.setenv("SHARDSIM_RUN_DIR", str(tmp_path))
+    again = rank_config(build_parser().parse_args([]))  # under shardsim run: the run folder's JSON
     assert again.to_dict() == cfg.to_dict()
+    by_flag = rank_config(build_parser().parse_args(["--config-json", str(tmp_path / CONFIG_FILE)]))
+    assert by_flag == again
+    assert rank_config(build_parser().parse_args(["--seed", "3"])).seed == 3  # flags given: they are read
 
 
 # Settings the ranks do not read: the simulator's inputs (a profile, a calibration) and the one
@@ -107,19 +112,25 @@ def test_config_travels_to_the_workers_unchanged():
 NOT_FOR_RANKS = {"profile", "calibration", "optimizer"}
 
 
-def test_every_setting_the_ranks_read_travels_to_them():
-    """A non-default value of every schema setting survives config_flags → the rank's parser."""
+def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
+    """A non-default value of every schema setting survives the run folder's JSON → the rank."""
     values = {"workload": "tiny-gpt", "topology": "emu-2x2", "nodes": 2, "strategy": "zero2d", "degree": 2,
-              "pp": 1, "microbatches": 1, "schedule": "gpipe", "batch_per_device": 3, "grad_accum": 2,
+              "batch_per_device": 3, "grad_accum": 2,
               "precision": "bf16", "reshard_after_forward": False, "checkpointing": "selective",
               "selective_ac_option": "2", "reduce_dtype": "fp32", "backend": "gloo", "optimizer_impl": "fused",
               "seed": 5, "seq_len": 16, "hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1, "ffn": 64,
               "vocab": 128}  # fmt: skip
-    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - set(values)
+    pipeline = {"pp", "microbatches", "schedule"}  # a zero2d's have no value of their own
+    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - set(values)
     assert not missing, f"add a non-default value for {missing}"
     cfg = load_config(None, values)
-    again = config_from_args(build_parser().parse_args(config_flags(cfg)))
+    write_config(tmp_path, cfg)
+    monkeypatch.setenv("SHARDSIM_RUN_DIR", str(tmp_path))
+    again = rank_config(build_parser().parse_args([]))
     assert again.to_dict() == cfg.to_dict()
+    d = again.to_dict()
+    flat = {**d, **d["strategy"], **d["shape"], "strategy": d["strategy"]["kind"]}
+    assert {k: flat[k] for k in values} == values
 
 
 def test_global_batch_is_the_ranks_slices_concatenated():
@@ -169,10 +180,10 @@ def test_results_are_written_atomically_and_appended(tmp_path):
 def test_a_row_says_the_checkpointing_mode_and_the_selective_option(tmp_path):
     base = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=2, backend="gloo", strategy=Strategy("zero"))
     modes = {
-        "none": (dataclasses.replace(base, checkpointing="none"), "False", ""),
-        "full": (dataclasses.replace(base, checkpointing="full"), "True", ""),
-        "op": (dataclasses.replace(base, checkpointing="selective"), "selective", "op"),
-        "k2": (dataclasses.replace(base, checkpointing="selective", selective_ac_option="2"), "selective", "2"),
+        "none": (base.replace(checkpointing="none"), "none", ""),
+        "full": (base.replace(checkpointing="full"), "full", ""),
+        "op": (base.replace(checkpointing="selective"), "selective", "op"),
+        "k2": (base.replace(checkpointing="selective", selective_ac_option="2"), "selective", "2"),
     }
     for name, (cfg, _, _) in modes.items():
         rec = run_record(run_id=name, config=cfg.to_dict())

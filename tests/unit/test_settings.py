@@ -4,7 +4,6 @@ reduce dtype and Adam's implementation, read from files and flags and costed in 
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 import pytest
 
@@ -30,13 +29,14 @@ def flags(*args: str) -> RunConfig:
     return config_from_args(p.parse_args(list(args)))
 
 
-def test_defaults_and_to_dict_keep_the_seed_form():
+def test_to_dict_lists_every_setting_and_spells_checkpointing():
     cfg = RunConfig()
     assert (cfg.checkpointing, cfg.selective_ac_option, cfg.reduce_dtype, cfg.optimizer_impl) == (
         "full", "op", None, "foreach")  # fmt: skip
     d = cfg.to_dict()
-    assert d["checkpointing"] is True and "reduce_dtype" not in d and "optimizer_impl" not in d
-    assert "reshard_after_forward" not in d["strategy"]
+    assert d["checkpointing"] == "full" and d["reduce_dtype"] is None and d["optimizer_impl"] == "foreach"
+    assert d["strategy"] == {"kind": "zero", "degree": None, "reshard_after_forward": True}
+    assert RunConfig(checkpointing=False).to_dict()["checkpointing"] == "none"
     d = RunConfig(checkpointing="selective", reduce_dtype="fp32").to_dict()
     assert d["checkpointing"] == "selective" and d["reduce_dtype"] == "fp32"
 
@@ -110,7 +110,7 @@ def test_activation_memory_selective_between_none_and_full():
 def test_zero2_keeps_gathered_layers_and_gathers_once():
     base = RunConfig(topology="p4d.24xlarge", nodes=2, precision="bf16", workload="gpt-10b")
     z3 = predict(base)
-    z2 = predict(replace(base, strategy=Strategy("zero", reshard_after_forward=False)))
+    z2 = predict(base.replace(strategy=Strategy("zero", reshard_after_forward=False)))
     assert z2.label == "zero (ZeRO-2)"
     assert z2.collectives["all_gather"] == z3.collectives["all_gather"] - 32  # no all-gather in backward
     assert z2.memory["gathered_gib"] > 5 * z3.memory["gathered_gib"]

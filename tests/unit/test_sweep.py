@@ -82,7 +82,7 @@ def test_rows_ranked_and_a_config_that_does_not_fit_is_never_recommended() -> No
     # Take the fastest configuration on paper and give the devices a little less memory than it
     # needs: timings do not change, it stays the fastest, and is no longer recommended.
     space = SweepSpace(strategies=("ddp", "zero", "zero2d"), nodes=(2,))
-    base = replace(TINY, workload="mlp-4x16k")
+    base = TINY.replace(workload="mlp-4x16k")
     roomy = sweep(base, replace(space, topologies=(instance(devices=4, memory_gib=80.0),)), workers=1).table
     fastest = roomy.loc[roomy["samples_per_s"].idxmax()]
     assert (roomy["memory_required_gib"] < fastest["memory_required_gib"]).any()  # something smaller exists
@@ -101,7 +101,7 @@ def test_rows_ranked_and_a_config_that_does_not_fit_is_never_recommended() -> No
 def test_nothing_fits_gives_no_recommendation() -> None:
     tiny_mem = instance(devices=4, memory_gib=0.5, name="tiny-mem")
     space = SweepSpace(strategies=("ddp", "zero"), topologies=(tiny_mem,), nodes=(1,))
-    rec = sweep(replace(TINY, workload="mlp-4x16k"), space, workers=1).recommendation
+    rec = sweep(TINY.replace(workload="mlp-4x16k"), space, workers=1).recommendation
     assert rec["best"] is None and rec["sharded_data_parallel_degree"] is None
     assert "no configuration fits" in rec["reason"]
 
@@ -297,7 +297,7 @@ def test_strong_scaling_fixes_the_global_batch_and_skips_worlds_it_does_not_divi
 
 def test_several_topologies_in_one_sweep(tmp_path) -> None:
     space = SweepSpace(strategies=("zero",), topologies=("g4dn.12xlarge", "p3dn.24xlarge"), nodes=(1, 2))
-    df = sweep(replace(TINY, precision="fp16"), space, workers=1).table
+    df = sweep(TINY.replace(precision="fp16"), space, workers=1).table
     assert df.groupby("topology")["world"].apply(sorted).to_dict() == {
         "g4dn.12xlarge": [4, 8],
         "p3dn.24xlarge": [8, 16],
@@ -342,12 +342,12 @@ SETTINGS_SPACE = SweepSpace(
 def test_without_settings_lists_the_space_and_columns_are_todays(tiny_df: pd.DataFrame) -> None:
     en = enumerate_configs(TINY)
     assert [c.label for c in en.candidates] == [c.cfg.strategy.label() for c in en.candidates]
-    assert all(c.cfg == replace(TINY, strategy=c.cfg.strategy) for c in en.candidates)
+    assert all(c.cfg == TINY.replace(strategy=c.cfg.strategy) for c in en.candidates)
     assert list(tiny_df.columns) == list(COLUMNS) and not set(SETTING_COLUMNS) & set(tiny_df.columns)
 
 
 def test_settings_lists_multiply_the_space_with_unique_labels() -> None:
-    base = replace(TINY, precision="fp16")
+    base = TINY.replace(precision="fp16")
     en = enumerate_configs(base, SETTINGS_SPACE)
     labels = [c.label for c in en.candidates]
     assert len(set(labels)) == len(labels)
@@ -371,7 +371,7 @@ def test_settings_lists_multiply_the_space_with_unique_labels() -> None:
 
 
 def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
-    base = replace(TINY, precision="fp16")
+    base = TINY.replace(precision="fp16")
     df = sweep(base, SETTINGS_SPACE, workers=1).table
     assert list(df.columns) == [
         *COLUMNS[: COLUMNS.index("global_batch") + 1],

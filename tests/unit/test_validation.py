@@ -151,14 +151,13 @@ def test_profile_changes_the_prediction_the_way_it_says(tmp_path):
     """Slower measured links and fewer effective cores: never a faster step."""
     path = _profile(tmp_path)
     cfg = RunConfig(workload="small-gpt", topology="emu-2x2", nodes=None, backend="gloo", checkpointing=False)
-    from dataclasses import replace
 
-    base = predict(replace(cfg, profile=str(path)))
+    base = predict(cfg.replace(profile=str(path)))
     doc = json.loads(path.read_text())
     doc["links"]["emu-2x2"]["nic_Bps"] /= 2
     doc["host"]["effective_cores"]["4"] /= 2
     slow = write(tmp_path, "slow.json", json.dumps(doc))
-    worse = predict(replace(cfg, profile=str(slow)))
+    worse = predict(cfg.replace(profile=str(slow)))
     assert worse.breakdown["compute_s"] == pytest.approx(2 * base.breakdown["compute_s"], rel=1e-6)
     assert worse.step_time_s > base.step_time_s
 

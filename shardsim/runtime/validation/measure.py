@@ -9,7 +9,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +48,10 @@ def run_config(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int
 
     plan = plan_run(cfg, None, emulate=True)
     run_id = default_run_id(plan.resolved_cfg)
-    args = run_flags(plan.cfg, matrix.steps, matrix.warmup, runs, matrix.timeout, threads, 0, run_id)
-    result = launch(plan.nproc, args, timeout_s=matrix.timeout, threads=threads, stdout=sys.stderr, cluster=cluster)
+    args = run_flags(matrix.steps, matrix.warmup, runs, matrix.timeout, threads, 0, run_id)
+    result = launch(
+        plan.nproc, args, timeout_s=matrix.timeout, threads=threads, stdout=sys.stderr, cluster=cluster, config=plan.cfg
+    )
     if not result.ok:
         return None, result.message
     try:
@@ -86,7 +88,7 @@ class _Validation:
         among = row.host_speed_from == "probe"  # read among the ranks: their cache sharing included
         steal = row.host_steal_share if math.isfinite(row.host_steal_share) else None
         slowed = self.profile.slowed(row.host_slowdown, among_ranks=among, steal_share=steal)
-        cfg = self.configs[i] if self.calibration is None else replace(self.configs[i], calibration=self.calibration)
+        cfg = self.configs[i] if self.calibration is None else self.configs[i].replace(calibration=self.calibration)
         rescore(row, predict(cfg, profile=slowed))
 
     def rescore_all(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, RunConfig
+from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
 from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
 from shardsim.core.units import GIB, format_bytes, format_seconds
@@ -185,7 +185,7 @@ def _settings_listed(df) -> str:
         set(zip(df["checkpointing"], df["selective_ac_option"].fillna(""), strict=True)),
         key=lambda p: (CHECKPOINTING.index(p[0]), p[1]),
     )
-    ckpt = [RunConfig(checkpointing=c, selective_ac_option=o).checkpointing_label() for c, o in pairs]
+    ckpt = [RunConfig(checkpointing=c, selective_ac_option=o or SAC_OP).checkpointing_label() for c, o in pairs]
     for name, values in (
         ("checkpointing", ckpt),
         ("reduce", sorted(df["reduce_dtype"].unique(), key=PRECISIONS.index)),
@@ -223,7 +223,7 @@ def print_report(
     head += f", {base.precision}, checkpointing {base.checkpointing_label()}"
     if base.reduce_dtype is not None:
         head += f", reduce {base.grad_dtype}"
-    if base.optimizer_impl != RunConfig.optimizer_impl:
+    if base.optimizer_impl != RunConfig.model_fields["optimizer_impl"].default:
         head += f", {base.optimizer} {base.optimizer_impl}"
     head += f", {base.backend}"
     listed = _settings_listed(df)

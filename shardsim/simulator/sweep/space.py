@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardsim.config import (
-    CHECKPOINTING,
-    OPTIMIZER_IMPLS,
-    PRECISIONS,
-    SAC_OP,
     SCHEDULES,
     STRATEGIES,
     RunConfig,
@@ -28,6 +24,7 @@ from shardsim.config import (
     resolve,
 )
 from shardsim.config.resolve import TIED_PIPELINE
+from shardsim.config.schema import AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
@@ -76,41 +73,17 @@ class SweepSpace:
     optimizer_impls: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for k in self.strategies:
-            if k not in STRATEGIES:
-                raise ConfigError(
-                    f"unknown strategy {k!r}; expected some of {', '.join(STRATEGIES)}", field="strategies"
-                )
-        for s in self.schedules:
-            if s not in SCHEDULES:
-                raise ConfigError(f"unknown schedule {s!r}; expected some of {', '.join(SCHEDULES)}", field="schedules")
-        for name in ("degrees", "pp", "microbatches", "nodes"):
-            for v in getattr(self, name) or ():
-                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                    raise ConfigError(f"expected integers >= 1, got {v!r}", field=name)
+        for axis in AXES:  # the axes of the configuration's settings, each value checked as the setting is
+            if getattr(self, axis.axis) is not None:
+                object.__setattr__(self, axis.axis, axis_values(axis, getattr(self, axis.axis)))
+        for v in self.nodes or ():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"expected integers >= 1, got {v!r}", field="nodes")
         if self.global_batch is not None and (isinstance(self.global_batch, bool) or self.global_batch < 1):
             raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
-        for name in ("strategies", "schedules", "topologies", "nodes", *SETTING_AXES):
+        for name in ("topologies", "nodes"):
             if getattr(self, name) is not None and not getattr(self, name):
                 raise ConfigError("empty list", field=name)
-        for v in self.reshard_after_forward or ():
-            if not isinstance(v, bool):
-                raise ConfigError(f"expected true or false, got {v!r}", field="reshard_after_forward")
-        for name, choices in (
-            ("checkpointing", CHECKPOINTING),
-            ("reduce_dtypes", PRECISIONS),
-            ("optimizer_impls", OPTIMIZER_IMPLS),
-        ):
-            for v in getattr(self, name) or ():
-                if v not in choices:
-                    raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(choices)}", field=name)
-        if self.selective_ac_options is not None:
-            options = tuple(str(v).strip() for v in self.selective_ac_options)
-            for v, text in zip(self.selective_ac_options, options, strict=True):
-                if isinstance(v, bool) or not (text == SAC_OP or (text.isdigit() and int(text) >= 1)):
-                    why = f"expected op or an integer k >= 1 (every k-th layer), got {v!r}"
-                    raise ConfigError(why, field="selective_ac_options")
-            object.__setattr__(self, "selective_ac_options", options)  # "2" and 2 are the same option
 
     @property
     def spans_settings(self) -> bool:
@@ -118,7 +91,10 @@ class SweepSpace:
         return any(getattr(self, name) is not None for name in SETTING_AXES)
 
 
+# the axes of the settings, each a dimension more where listed (rows carry `SETTING_COLUMNS` when
+# the space lists any); the other axes choose the strategies
 SETTING_AXES = ("reshard_after_forward", "checkpointing", "selective_ac_options", "reduce_dtypes", "optimizer_impls")
+assert set(SETTING_AXES) <= {s.axis for s in AXES}
 
 
 @dataclass(frozen=True)
@@ -251,8 +227,11 @@ def _cluster_base(
     """A cluster of the space: its name, the base configuration on it, and why it is skipped (or None)."""
     cluster = make_cluster(topology, nodes)
     name = f"{cluster.nodes} x {cluster.instance.name}"
-    cfg0 = replace(base, topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
-    cfg0 = replace(cfg0, nodes=cluster.nodes)
+    too_big = world_refusal(cluster.world)  # before a configuration is built of its sizes
+    if too_big:
+        return name, cluster, base, too_big
+    cfg0 = base.replace(topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
+    cfg0 = cfg0.replace(nodes=cluster.nodes)
     if space.global_batch is not None:
         per = cluster.world * base.grad_accum
         if space.global_batch % per:
@@ -260,7 +239,7 @@ def _cluster_base(
                 f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else ""
             )
             return name, cluster, cfg0, why
-        cfg0 = replace(cfg0, batch_per_device=space.global_batch // per)
+        cfg0 = cfg0.replace(batch_per_device=space.global_batch // per)
     return name, cluster, cfg0, _check_cluster(cfg0, cluster)
 
 
@@ -308,7 +287,7 @@ def enumerate_configs(
             for settings in variants:
                 try:
                     cfg, res = resolve(
-                        replace(cfg0, strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
+                        cfg0.replace(strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
                     )
                 except ConfigError as exc:
                     here[exc.message] += 1
