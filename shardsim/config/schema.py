@@ -417,7 +417,11 @@ class RunConfig(Frozen):
     @classmethod
     def _file_form(cls, data: Any) -> Any:
         """A file's form (the strategy's and shape's fields flat, SageMaker's and FSDP's keys)
-        into the tree, as a file is read (`load.tree_of`)."""
+        into the tree, as a file is read (`load.tree_of`). Without a node count: the seed's 8
+        nodes on the default topology; on another topology, the topology decides (None: an
+        emulated cluster has its own count, an instance type gives 1), as for a file or flags."""
+        if isinstance(data, dict) and "topology" in data and "nodes" not in data:
+            data = {**data, "nodes": None}
         if isinstance(data, dict) and any(k in data for k in FILE_FORM_KEYS):
             from shardsim.config.load import tree_of
 

@@ -238,3 +238,12 @@ def test_python_takes_sagemaker_fsdp_keys_and_the_flat_form_as_a_file_does(tmp_p
                        ({"sharding_strategy": "NO_SUCH"}, "sharding_strategy"),
                        ({"strategy": Strategy("zero"), "degree": 4}, "degree")):  # fmt: skip
         assert error_field(lambda bad=bad: RunConfig(**bad)) == field
+
+
+@pytest.mark.parametrize("topology", ["p5.48xlarge", "emu-4x2", "g4dn.12xlarge"])
+def test_a_topology_without_a_node_count_means_the_same_from_python_and_from_flags(topology):
+    """The seed's 8 nodes only on the default topology left implicit; a topology named decides."""
+    from shardsim.config import load_config
+
+    assert RunConfig(topology=topology).nodes == load_config(None, {"topology": topology}).nodes is None
+    assert RunConfig().nodes == load_config().nodes == 8
