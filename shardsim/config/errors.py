@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shardsim.core.documents import error_words
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import unknown_key
 from shardsim.simulator.scale import beyond
@@ -45,7 +46,7 @@ def _words(err: dict[str, Any]) -> str:
         return f"a strategy needs its kind, one of {', '.join(KINDS)}"
     if kind == "is_instance_of":
         return f"expected {ctx.get('class', 'another type')}, got {value!r}"
-    return err["msg"]
+    return error_words(err)  # as every other document's error is worded
 
 
 def config_error(exc: ValidationError, where: str | None = None, known: Iterable[str] = ()) -> ConfigError:

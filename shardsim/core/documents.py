@@ -62,7 +62,7 @@ _WORDS = {
 }
 
 
-def _words(err: dict[str, Any]) -> str:
+def error_words(err: dict[str, Any]) -> str:
     """What is wrong, as shardsim words it (pydantic's own message where no wording is set)."""
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind in _WORDS:
@@ -91,7 +91,7 @@ def _shown(value: Any, limit: int = 60) -> str:
 def describe(exc: ValidationError) -> tuple[str, str]:
     """(the field, what is wrong with it) of the first error of a pydantic validation."""
     err = exc.errors(include_url=False)[0]
-    words = _words(err)
+    words = error_words(err)
     if err["type"] not in ("missing", "extra_forbidden"):
         words += f", got {_shown(err['input'])}"
     return field_name(tuple(err["loc"])), words
