@@ -85,6 +85,6 @@ def test_run_brings_the_emulated_cluster_up_and_down(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout)
     assert rec["world"] == 4 and len(rec["step_times_s"]) == 2
-    assert rec["strategy"] == "zero2d d=2"  # the configuration reached the ranks in the namespaces
+    assert rec["label"] == "zero2d d=2"  # the configuration reached the ranks in the namespaces
     assert "in the emulated cluster emu-2x2" in proc.stderr
     assert _namespaces() == []
