@@ -601,6 +601,8 @@ def _settings() -> tuple[FlatSetting, ...]:
 SETTINGS = _settings()  # every flat key, in the order flags list them
 FIELDS = tuple(s.name for s in SETTINGS)
 AXES = tuple(s for s in SETTINGS if s.axis)  # the settings a sweep spans with lists of its own
+# of those, the run's settings beside the strategy (a sweep's rows name them when it lists them)
+RUN_SETTING_AXES = tuple(s for s in AXES if s.name != "strategy" and s.name not in STRATEGY_FIELDS)
 
 
 def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:

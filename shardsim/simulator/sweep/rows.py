@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from shardsim.config.key import KEY_COLUMNS, result_key
+from shardsim.config.schema import RUN_SETTING_AXES
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ COLUMNS = (
 # checkpointing and its selective option, the dtype gradients are reduced in (fp32 where
 # parameters are not sharded), Adam's implementation. (ZeRO-2 or not is the key's
 # strategy_reshard_after_forward.)
-SETTING_COLUMNS = ("checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl")
+SETTING_COLUMNS = tuple(s.name for s in RUN_SETTING_AXES)
 # Added by `scaling()` when a sweep spans several cluster sizes.
 SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
 

@@ -24,7 +24,7 @@ from shardsim.config import (
     resolve,
 )
 from shardsim.config.resolve import TIED_PIPELINE
-from shardsim.config.schema import AXES, axis_values
+from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
@@ -93,8 +93,7 @@ class SweepSpace:
 
 # the axes of the settings, each a dimension more where listed (rows carry `SETTING_COLUMNS` when
 # the space lists any); the other axes choose the strategies
-SETTING_AXES = ("reshard_after_forward", "checkpointing", "selective_ac_options", "reduce_dtypes", "optimizer_impls")
-assert set(SETTING_AXES) <= {s.axis for s in AXES}
+SETTING_AXES = ("reshard_after_forward", *(s.axis for s in RUN_SETTING_AXES))
 
 
 @dataclass(frozen=True)
