@@ -26,7 +26,9 @@ aggregation of grouped calls (`numPipeOps` > 1); tuner plugins; and every enviro
 override (`NCCL_ALGO`, `NCCL_PROTO`, `NCCL_NTHREADS`, ...). NCCL computes in float32;
 this module in float64, so times can differ in the last digits. CollNet (SHARP) is
 modelled only as "unsupported" (its bandwidth formulas need the collNet heads and plugin
-capabilities): that is the case on EFA and on any fabric without SHARP.
+capabilities): that is the case on EFA and on any fabric without SHARP. Send / receive
+has no entry: NCCL's tuner covers broadcast, reduce, all-gather, reduce-scatter and
+all-reduce only (src/include/nccl_common.h line 15).
 """
 
 from __future__ import annotations
