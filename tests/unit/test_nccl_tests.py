@@ -150,3 +150,29 @@ def test_compare_draws_its_plot(tmp_path, capsys) -> None:
 )
 def test_bad_input_is_one_line_exit_2(capsys, args, words) -> None:
     assert words in refused(capsys, ["collective", *args])
+
+
+def test_a_starting_line_names_the_collective_and_a_root_makes_a_broadcast(tmp_path) -> None:
+    text = FIXTURE.read_text()
+    f = tmp_path / "run.log"
+    f.write_text("# Collective test starting: reduce_scatter_perf\n" + text.replace("    none", "     sum"))
+    assert read_nccl_tests(f).collective == "reduce_scatter"
+    f.write_text(text.replace("    none      -1", "    none       0"))
+    assert read_nccl_tests(f).collective == "broadcast"
+    f.write_text(text.replace("  float  ", "  weird  "))
+    with pytest.raises(ConfigError, match=r"type 'weird'"):
+        read_nccl_tests(f)
+
+
+def test_a_size_of_zero_is_read_and_left_out_of_the_comparison(tmp_path) -> None:
+    zero = (
+        "  ".join(["0", "0", "float", "none", "-1", "0.10", "0.00", "0.00", "0"] + ["0.10", "0.00", "0.00", "0"]) + "\n"
+    )
+    lines = FIXTURE.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.strip()[:1].isdigit())
+    f = tmp_path / "all_gather_perf.log"
+    f.write_text("".join(lines[:first] + [zero] + lines[first:]))
+    m = read_nccl_tests(f)
+    assert m.rows[0].size_bytes == 0 and len(m.rows) == 11
+    doc = compare_collective(make_cluster("g4dn.12xlarge", 2), m)
+    assert [r["size_bytes"] for r in doc["rows"]] == [r.size_bytes for r in m.rows[1:]]

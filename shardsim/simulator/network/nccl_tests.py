@@ -16,7 +16,8 @@ root (absent before nccl-tests 2.11), then time (us), algbw and busbw (GB/s) and
 out of place and in place. NCCL's own log lines (``NCCL INFO``, ``NCCL WARN``), which
 ``NCCL_DEBUG`` interleaves, and blank lines are skipped; any other line is refused.
 
-The table does not name its collective. It is, in this order: the one given, the one the file's
+The table does not name its collective. It is, in this order: the one given, the one a
+``# Collective test starting: all_reduce_perf`` line names (recent nccl-tests print it), the one the file's
 name names (``all_reduce_perf.log``, ``nccl-all-reduce-p5.csv``), or the one the table implies
 (redop ``none`` with a root ≥ 0 is broadcast; a count per rank, size / (element size × ranks), is
 all_gather without a reduction and reduce_scatter with one; a whole count with a reduction is
@@ -85,6 +86,7 @@ CSV_COLUMNS = (
 )
 _NCCL_LOG = re.compile(r"\bNCCL (INFO|WARN|TRACE|ABORT)\b")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+")
+_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 
 
@@ -154,6 +156,7 @@ def _read_text(p: Path, text: str, collective: str | None) -> NcclTestsResult:
     rows: list[NcclTestsRow] = []
     avg = None
     saw_header = False
+    started = None
     for line_no, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or _NCCL_LOG.search(line):
@@ -164,6 +167,8 @@ def _read_text(p: Path, text: str, collective: str | None) -> NcclTestsResult:
                 if rank in ranks:
                     raise _refuse(p, line_no, f"rank {rank} is listed twice")
                 ranks[rank] = m.group(2)
+            elif m := _STARTING.match(line):
+                started = _spelled(m.group(1))
             elif m := _AVG.match(line):
                 avg = _number(p, line_no, m.group(1), "the average bus bandwidth")
             elif line.startswith("# nThread") or re.match(r"^#\s*size\s+count\s+type", line):
@@ -177,7 +182,7 @@ def _read_text(p: Path, text: str, collective: str | None) -> NcclTestsResult:
         raise ConfigError(f"{p}: the Rank lines list ranks {sorted(ranks)}, not 0 to {len(ranks) - 1}")
     n = len(ranks) or None
     nodes = len(set(ranks.values())) or None
-    op = collective or _named(p) or _implied(p, rows, n)
+    op = collective or started or _named(p) or _implied(p, rows, n)
     return NcclTestsResult(str(p), op, n, nodes, tuple(rows), avg)
 
 
@@ -211,7 +216,12 @@ def _row(p: Path, line_no: int, f: list[str]) -> NcclTestsRow:
 
 
 def _named(p: Path) -> str | None:
-    name = p.name.lower()
+    return _spelled(p.name)
+
+
+def _spelled(text: str) -> str | None:
+    """The collective a name spells (``all_reduce_perf``, ``nccl-all-reduce-p5.csv``), if any."""
+    name = text.lower()
     for op, spellings in _FILE_NAMES.items():  # longer names first: reduce_scatter before reduce
         if any(s in name for s in spellings):
             return op
