@@ -97,17 +97,18 @@ def _compare(ns: argparse.Namespace) -> int:
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.network.nccl_tests import read_nccl_tests
 
-    if ns.sizes or ns.size or ns.ranks:
-        raise ConfigError("--compare takes its sizes and ranks from the file: leave out --size, --sizes and --ranks")
+    if ns.ranks:  # --size and --sizes are refused beside --compare by the parser
+        raise ConfigError("--compare takes its ranks from the file: leave out --ranks", field="ranks")
+    if ns.plot:  # a path that cannot be written is refused before any work
+        from shardsim.core.files import check_output_file
+
+        check_output_file(ns.plot, "plot", make_folder=True)
     measured = read_nccl_tests(ns.compare, ns.op)
     if ns.nodes is not None and measured.nodes is not None and ns.nodes != measured.nodes:
         raise ConfigError(f"{measured.path}: measured on {measured.nodes} nodes, not --nodes {ns.nodes}", field="nodes")
     cluster = make_cluster(ns.topology, ns.nodes if ns.nodes is not None else measured.nodes)
     doc = compare_collective(cluster, measured, ns.algo, ns.backend, _progress(ns))
     if ns.plot:
-        from shardsim.core.files import check_output_file
-
-        check_output_file(ns.plot, "plot", make_folder=True)
         plot_comparison(doc, ns.plot)
     if ns.json:
         print(json.dumps(doc, allow_nan=False))

@@ -145,6 +145,8 @@ def test_compare_draws_its_plot(tmp_path, capsys) -> None:
         (["--compare", "/nonexistent/all_reduce_perf.log"], "cannot read"),
         (["--compare", str(CALIBRATION), "--sizes", "1MiB"], "not allowed with"),
         (["--plot", "x.png"], "--compare"),
+        (["--compare", str(CALIBRATION), "--ranks", "8"], "leave out --ranks"),
+        (["--topology", "p5.48xlarge", "--nodes", "2", "--compare", str(CALIBRATION), "--plot", "/"], "is a folder"),
         (["--sizes", "1GiB:1MiB"], "FROM <= TO"),
     ],
 )
