@@ -1,27 +1,41 @@
-"""`shardsim collective`: one collective on a cluster, nccl-tests style (time, algbw, busbw)."""
+"""`shardsim collective`: one collective on a cluster, nccl-tests style (time, algbw, busbw); a
+size sweep printed in nccl-tests' columns; a comparison with a measured nccl-tests output."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 
 from shardsim.config.flags import add_algo_argument, setting_type
 from shardsim.config.schema import BACKENDS
-from shardsim.core.flagtypes import Count, Size
-from shardsim.core.units import COMPACT_UP_TO
+from shardsim.core.errors import ConfigError
+from shardsim.core.flagtypes import Count, Size, SizeSweep
+from shardsim.core.units import COMPACT_UP_TO, parse_size
 from shardsim.simulator.scale import MAX_MESSAGE_BYTES, MAX_WORLD
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+_SWEEP_LINE = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}"  # nccl-tests' widths
+_COMPARE_LINE = "{:>12}  {:>12}  {:>9}  {:>9}  {:>7}  {:>12}  {:>9}  {:>7}"
 
 
 def _cmd_collective(ns: argparse.Namespace) -> int:
-    from shardsim.core.units import format_bytes, format_seconds
-    from shardsim.simulator.collective import simulate_collective
+    if ns.plot and not ns.compare:
+        raise ConfigError("--plot draws a comparison: give --compare FILE", field="plot")
+    if ns.compare:
+        return _compare(ns)
     from shardsim.simulator.hardware.topology import make_cluster
 
     cluster = make_cluster(ns.topology, ns.nodes)
-    r = simulate_collective(cluster, ns.op, ns.size, ns.algo, ns.backend, ns.ranks)
+    if ns.sizes:
+        return _sweep(ns, cluster)
+    from shardsim.core.units import format_bytes, format_seconds
+    from shardsim.simulator.collective import simulate_collective
+
+    r = simulate_collective(
+        cluster, ns.op or "all_reduce", ns.size or parse_size("1GiB"), ns.algo, ns.backend, ns.ranks
+    )
     if ns.json:  # a bandwidth that is no number (one rank moves nothing, in no time) is null: JSON has no Infinity
         fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo", "backend")
         doc = {k: _finite_or_none(getattr(r, k)) for k in fields}
@@ -32,6 +46,127 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
     print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
     return 0
+
+
+def _progress(ns: argparse.Namespace):
+    """A counter on stderr when it is a terminal (rewritten in place, cleared at the end)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        sys.stderr.write(f"\rsize {done}/{total}" if done < total else "\r" + " " * 24 + "\r")
+        sys.stderr.flush()
+
+    return show
+
+
+def _sweep(ns: argparse.Namespace, cluster) -> int:
+    from shardsim.simulator.collective import nccl_tests_row, sweep_collective
+
+    op = ns.op or "all_reduce"
+    results = sweep_collective(cluster, op, ns.sizes, ns.algo, ns.backend, ns.ranks, _progress(ns))
+    rows = [nccl_tests_row(r) for r in results]
+    busbw = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
+    avg = sum(busbw) / len(busbw) if busbw else None
+    r0 = results[0]
+    if ns.json:
+        doc = {
+            "op": op,
+            "ranks": r0.ranks,
+            "cluster": r0.cluster,
+            "backend": ns.backend,
+            "rows": [{k: _finite_or_none(v) for k, v in row.items()} for row in rows],
+            "avg_busbw_GBps": avg,
+        }
+        print(json.dumps(doc, allow_nan=False))
+        return 0
+    print(f"# shardsim collective: {op} over {r0.ranks} ranks on {r0.cluster} ({ns.backend}, --algo {ns.algo})")
+    print("#")
+    print(_header(_SWEEP_LINE, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo"))
+    print(_header(_SWEEP_LINE, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
+    for row in rows:
+        t, algbw, busbw = _time_us(row["time_s"] * 1e6), _gbps(row["algbw_GBps"]), _gbps(row["busbw_GBps"])
+        cells = (row["size_bytes"], row["count"], row["type"], row["redop"], row["root"], t, algbw, busbw)
+        print(_SWEEP_LINE.format(*cells, row["algo"]))
+    print(f"# Avg bus bandwidth    : {'-' if avg is None else f'{avg:.3f}'}")
+    return 0
+
+
+def _compare(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.collective import compare_collective
+    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.network.nccl_tests import read_nccl_tests
+
+    if ns.ranks:  # --size and --sizes are refused beside --compare by the parser
+        raise ConfigError("--compare takes its ranks from the file: leave out --ranks", field="ranks")
+    if ns.plot:  # a path that cannot be written is refused before any work
+        from shardsim.core.files import check_output_file
+
+        check_output_file(ns.plot, "plot", make_folder=True)
+    measured = read_nccl_tests(ns.compare, ns.op)
+    if ns.nodes is not None and measured.nodes is not None and ns.nodes != measured.nodes:
+        raise ConfigError(f"{measured.path}: measured on {measured.nodes} nodes, not --nodes {ns.nodes}", field="nodes")
+    cluster = make_cluster(ns.topology, ns.nodes if ns.nodes is not None else measured.nodes)
+    doc = compare_collective(cluster, measured, ns.algo, ns.backend, _progress(ns))
+    if ns.plot:
+        plot_comparison(doc, ns.plot)
+    if ns.json:
+        print(json.dumps(doc, allow_nan=False))
+        return 0
+    print(f"# {doc['op']} over {doc['ranks']} ranks on {doc['cluster']} ({doc['backend']}, --algo {ns.algo})")
+    print(f"# measured: {doc['file']} (out of place); error = predicted / measured - 1")
+    print(_header(_COMPARE_LINE, "size", "algo", "time (us)", "measured", "error", "busbw (GB/s)", "measured", "error"))
+    for r in doc["rows"]:
+        times = (_time_us(r["predicted_time_us"]), _time_us(r["measured_time_us"]), _pct(r["time_error_pct"]))
+        busbw = (_gbps(r["predicted_busbw_GBps"]), _gbps(r["measured_busbw_GBps"]), _pct(r["busbw_error_pct"]))
+        print(_COMPARE_LINE.format(r["size_bytes"], r["algo"], *times, *busbw))
+    s = {k: _pct(v, sign=False) for k, v in doc["summary"].items() if k != "sizes"}
+    print(
+        f"# {doc['summary']['sizes']} sizes; busbw from 1 MiB: mean |error| {s['mean_abs_busbw_error_pct_from_1MiB']}"
+        f" (max {s['max_abs_busbw_error_pct_from_1MiB']}); time below 1 MiB: mean |error|"
+        f" {s['mean_abs_time_error_pct_below_1MiB']} (max {s['max_abs_time_error_pct_below_1MiB']})"
+    )
+    return 0
+
+
+def plot_comparison(doc: dict, path: str) -> None:
+    """Predicted and measured busbw against size (log x), one PNG (matplotlib's Figure, Agg)."""
+    from matplotlib.figure import Figure
+
+    from shardsim.core.files import atomic_path
+
+    rows = doc["rows"]
+    sizes = [r["size_bytes"] for r in rows]
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(sizes, [r["measured_busbw_GBps"] for r in rows], "o-", label="measured (nccl-tests)")
+    ax.plot(sizes, [_finite_or_none(r["predicted_busbw_GBps"]) for r in rows], "s--", label="predicted (shardsim)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(f"{doc['op']}, {doc['ranks']} ranks on {doc['cluster']}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+
+
+def _header(line: str, *names: str) -> str:
+    """A header line of a table: its column names under the same widths, after ``#``."""
+    return "#" + line.format(*names)[1:].rstrip()
+
+
+def _time_us(us: float) -> str:
+    """As nccl-tests prints a time: 2 decimals below 100 us, 1 below 10 ms, none above."""
+    return f"{us:.2f}" if us < 100 else f"{us:.1f}" if us < 10_000 else f"{us:.0f}"
+
+
+def _gbps(gbps: float) -> str:
+    return "-" if gbps is None or not math.isfinite(gbps) else f"{gbps:.2f}"
+
+
+def _pct(p: float | None, sign: bool = True) -> str:
+    return "-" if p is None else (f"{p:+.1f}%" if sign else f"{p:.1f}%")
 
 
 def _finite_or_none(v):
@@ -48,20 +183,50 @@ def _bandwidth(gbps: float) -> str:
 def register(sub) -> None:
     c = sub.add_parser(
         "collective",
-        help="time one collective on a cluster (nccl-tests style)",
+        help="time collectives on a cluster (nccl-tests style), or compare with nccl-tests output",
         description="Time one collective on a described cluster with the simulator's network: "
-        "time, algorithm bandwidth and bus bandwidth as nccl-tests reports them.",
+        "time, algorithm bandwidth and bus bandwidth as nccl-tests reports them; a size sweep "
+        "(--sizes) in nccl-tests' columns; or predicted against measured per size (--compare).",
     )
     c.add_argument("--topology", default="p4d.24xlarge", help="instance type or YAML path (default: p4d.24xlarge)")
     c.add_argument(
-        "--nodes", type=setting_type("nodes"), default=None, help="number of nodes (default 1, or the emulated count)"
+        "--nodes",
+        type=setting_type("nodes"),
+        default=None,
+        help="number of nodes (default 1, or the emulated count; with --compare, the file's)",
     )
-    c.add_argument("--op", default="all_reduce", choices=OPS, help="the collective (default: all_reduce)")
     c.add_argument(
+        "--op",
+        default=None,
+        choices=OPS,
+        help="the collective (default: all_reduce; with --compare, the one the file measured)",
+    )
+    sizes = c.add_mutually_exclusive_group()
+    sizes.add_argument(
         "--size",
         type=Size(MAX_MESSAGE_BYTES),
-        default="1GiB",
+        default=None,
         help="message size S as nccl-tests counts it, e.g. 1GiB, 25MB (default: 1GiB)",
+    )
+    sizes.add_argument(
+        "--sizes",
+        type=SizeSweep(MAX_MESSAGE_BYTES),
+        default=None,
+        help="a size sweep in nccl-tests' columns: FROM:TO doubling (8B:16GiB) or a list (1MiB,64MiB,1GiB)"
+        " (default: none, one --size)",
+    )
+    sizes.add_argument(
+        "--compare",
+        metavar="FILE",
+        default=None,
+        help="nccl-tests output (its text, or the CSV form of experiments/calibration/data): predicted vs measured"
+        " (default: none)",
+    )
+    c.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="with --compare: busbw predicted vs measured (PNG; default: none)",
     )
     add_algo_argument(c, auto=True)
     c.add_argument("--backend", default="nccl", choices=BACKENDS, help="communication library (default: nccl)")

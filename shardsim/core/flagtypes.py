@@ -97,3 +97,30 @@ class Size:
                 f"expected a size such as 1GiB or 25MB, at most {format_bytes(self.maximum)}, got {_given(text)}"
             )
         return value
+
+
+@dataclass(frozen=True)
+class SizeSweep:
+    """``8B:16GiB`` → 8, 16, 32, ... 16 GiB (doubling, both ends included), or a list ``1MiB,64MiB,1GiB``."""
+
+    maximum: int
+    most: int = 64  # sizes: doubling from 1 B to 1 TiB is 41
+
+    def __call__(self, text: str) -> tuple[int, ...]:
+        one = Size(self.maximum)
+        if ":" in text:
+            ends = text.split(":")
+            if len(ends) != 2:
+                raise argparse.ArgumentTypeError(f"expected FROM:TO such as 8B:16GiB, got {text!r}")
+            low, high = one(ends[0]), one(ends[1])
+            if low > high:
+                raise argparse.ArgumentTypeError(f"expected FROM <= TO, got {text!r}")
+            sizes = []
+            while low <= high:
+                sizes.append(low)
+                low *= 2
+        else:
+            sizes = [one(x) for x in text.split(",") if x.strip()]
+        if not sizes or len(sizes) > self.most:
+            raise argparse.ArgumentTypeError(f"expected 1 to {self.most} sizes, got {len(sizes)} from {text!r}")
+        return tuple(dict.fromkeys(sizes))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import simpy
@@ -82,3 +83,104 @@ def simulate_collective(
         backend=backend,
         cluster=cluster.describe(),
     )
+
+
+PER_RANK_COUNT = ("all_gather", "reduce_scatter")  # nccl-tests prints these counts per rank
+REDUCING = ("all_reduce", "reduce_scatter")
+SMALL_BYTES = 1 << 20  # the two bands of a comparison: busbw from 1 MiB up, time below it
+
+
+def nccl_tests_row(r: CollectiveResult) -> dict:
+    """One size as nccl-tests prints it (float32 elements, sum), with the algorithm used."""
+    count = r.size_bytes // 4 // (r.ranks if r.op in PER_RANK_COUNT else 1)
+    return {
+        "size_bytes": r.size_bytes,
+        "count": count,
+        "type": "float",
+        "redop": "sum" if r.op in REDUCING else "none",
+        "root": 0 if r.op == "broadcast" else -1,
+        "time_s": r.time_s,
+        "algbw_GBps": r.algbw_GBps,
+        "busbw_GBps": r.busbw_GBps,
+        "algo": r.algo,
+    }
+
+
+def sweep_collective(
+    cluster: Cluster,
+    op: str,
+    sizes: list[int] | tuple[int, ...],
+    algo: str = "auto",
+    backend: str = "nccl",
+    ranks: int | None = None,
+    progress=None,
+) -> list[CollectiveResult]:
+    """`simulate_collective` at every size, in order; `progress(done, total)` after each."""
+    out = []
+    for i, size in enumerate(sizes, start=1):
+        out.append(simulate_collective(cluster, op, size, algo, backend, ranks))
+        if progress is not None:
+            progress(i, len(sizes))
+    return out
+
+
+def _error_pct(predicted: float, measured: float) -> float | None:
+    return (predicted / measured - 1.0) * 100.0 if measured > 0 and math.isfinite(predicted) else None
+
+
+def compare_collective(cluster: Cluster, measured, algo: str = "auto", backend: str = "nccl", progress=None) -> dict:
+    """Predicted against measured (an `NcclTestsResult`, out-of-place columns) per size, with the
+    relative errors (predicted / measured − 1, in %) and a summary over the two bands: mean
+    absolute busbw error for sizes >= 1 MiB, mean absolute time error below. Rows of size 0 (a
+    per-rank count of 0) are left out: nothing moves."""
+    if measured.collective not in OPS:
+        raise ConfigError(
+            f"{measured.path}: the simulator times {', '.join(OPS)}, not {measured.collective}", field="op"
+        )
+    n = cluster.world
+    if measured.ranks is not None and measured.ranks != n:
+        nodes = f" on {measured.nodes} nodes" if measured.nodes else ""
+        raise ConfigError(
+            f"{measured.path}: {measured.ranks} ranks{nodes}, but {cluster.describe()} has {n:,} devices", field="nodes"
+        )
+    kept = [m for m in measured.rows if m.size_bytes > 0]
+    results = sweep_collective(
+        cluster, measured.collective, [m.size_bytes for m in kept], algo, backend, None, progress
+    )
+    rows = []
+    for m, r in zip(kept, results, strict=True):
+        t_us = r.time_s * 1e6
+        rows.append(
+            {
+                "size_bytes": m.size_bytes,
+                "algo": r.algo,
+                "predicted_time_us": t_us,
+                "measured_time_us": m.time_us,
+                "time_error_pct": _error_pct(t_us, m.time_us),
+                "predicted_busbw_GBps": r.busbw_GBps,
+                "measured_busbw_GBps": m.busbw_GBps,
+                "busbw_error_pct": _error_pct(r.busbw_GBps, m.busbw_GBps),
+            }
+        )
+    big = [
+        abs(r["busbw_error_pct"]) for r in rows if r["size_bytes"] >= SMALL_BYTES and r["busbw_error_pct"] is not None
+    ]
+    small = [
+        abs(r["time_error_pct"]) for r in rows if r["size_bytes"] < SMALL_BYTES and r["time_error_pct"] is not None
+    ]
+    summary = {
+        "sizes": len(rows),
+        "mean_abs_busbw_error_pct_from_1MiB": sum(big) / len(big) if big else None,
+        "max_abs_busbw_error_pct_from_1MiB": max(big) if big else None,
+        "mean_abs_time_error_pct_below_1MiB": sum(small) / len(small) if small else None,
+        "max_abs_time_error_pct_below_1MiB": max(small) if small else None,
+    }
+    return {
+        "file": measured.path,
+        "op": measured.collective,
+        "ranks": n,
+        "cluster": cluster.describe(),
+        "backend": backend,
+        "rows": rows,
+        "summary": summary,
+    }

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from shardsim.cli import build_parser, main
-from shardsim.core.flagtypes import Count, CountList, Real, Size
+from shardsim.core.flagtypes import Count, CountList, Real, Size, SizeSweep
 
-BOUNDED = (Count, CountList, Real, Size)
+BOUNDED = (Count, CountList, Real, Size, SizeSweep)
 VALUES = ("nan", "inf", "-1", "0", "1e23", "1" + "0" * 23)
 # what a command needs besides the flag under test for its arguments to parse
 RUN = ["run", "--topology", "emu-2x2", "--workload", "tiny-gpt", "--no-emulate"]  # a run that would start
