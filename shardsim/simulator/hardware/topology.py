@@ -24,6 +24,8 @@ from shardsim.simulator.scale import MAX_WORLD
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
+NETWORK_FABRICS = ("efa", "infiniband", "roce", "ethernet")  # the NIC's network (fitted figures per kind)
+CPU_VENDORS = ("intel", "amd", "other")
 MAX_NICS = 64  # NICs of one node (p5.48xlarge has 32): a cluster's links grow with nodes x NICs
 
 
@@ -81,6 +83,8 @@ class FabricSpec:
     efficiency: float  # achieved / spec for bulk collective traffic
     latency_us: float
     shared_GBps: float | None = None  # a node-wide shared resource (PCIe host bridge)
+    generation: str = ""  # e.g. "NVLink 4 / NVSwitch 3" (what the figures describe)
+    nvls: bool = False  # NVLink SHARP: the switch reduces (NCCL's NVLS / NVLS-tree algorithms)
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,16 @@ class NicSpec:
     rate_gbps: float  # per NIC, per direction
     efficiency: float
     latency_us: float
+    fabric: str = "ethernet"  # efa | infiniband | roce | ethernet (selects the fitted network figures)
+    generation: str = ""  # e.g. "EFA v2"
+    gpudirect_rdma: bool = False  # the NIC reads and writes GPU memory directly
 
 
 @dataclass(frozen=True)
 class HostSpec:
     cores: int
     memory_gib: float
+    cpu_vendor: str = "other"  # intel | amd | other (NCCL's cost model reads it)
 
 
 @dataclass(frozen=True)
@@ -264,8 +272,10 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         efficiency=fab.number("efficiency", maximum=1.0),
         latency_us=fab.number("latency_us", minimum=0.0, strict=False),
         shared_GBps=fab.number("shared_GBps", required=False),
+        generation=fab.text("generation", default=""),
+        nvls=fab.boolean("nvls", default=False),
     )
-    _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps"], sources)
+    _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps", "generation", "nvls"], sources)
 
     nic_f = top.sub("nic").closed(NIC_KEYS)
     nic = NicSpec(
@@ -273,12 +283,21 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         rate_gbps=nic_f.number("rate_gbps"),
         efficiency=nic_f.number("efficiency", maximum=1.0),
         latency_us=nic_f.number("latency_us", minimum=0.0, strict=False),
+        fabric=nic_f.text("fabric", default="ethernet", choices=NETWORK_FABRICS),
+        generation=nic_f.text("generation", default=""),
+        gpudirect_rdma=nic_f.boolean("gpudirect_rdma", default=False),
     )
-    _figures(nic_f, ["count", "rate_gbps", "efficiency", "latency_us"], sources)
+    _figures(
+        nic_f, ["count", "rate_gbps", "efficiency", "latency_us", "fabric", "generation", "gpudirect_rdma"], sources
+    )
 
     host_f = top.sub("host").closed(HOST_KEYS)
-    host = HostSpec(cores=host_f.integer("cores"), memory_gib=host_f.number("memory_gib"))
-    _figures(host_f, ["cores", "memory_gib"], sources)
+    host = HostSpec(
+        cores=host_f.integer("cores"),
+        memory_gib=host_f.number("memory_gib"),
+        cpu_vendor=host_f.text("cpu_vendor", default="other", choices=CPU_VENDORS),
+    )
+    _figures(host_f, ["cores", "memory_gib", "cpu_vendor"], sources)
 
     price = top.number("price_per_hour_usd", required=False)
     _figures(top, ["price_per_hour_usd"], sources)
