@@ -9,7 +9,7 @@ import math
 import sys
 
 from shardsim.config.flags import add_algo_argument, setting_type
-from shardsim.config.schema import BACKENDS
+from shardsim.config.schema import BACKENDS, PROTOCOLS
 from shardsim.core.errors import ConfigError
 from shardsim.core.flagtypes import Count, Size, SizeSweep
 from shardsim.core.units import COMPACT_UP_TO, parse_size
@@ -17,7 +17,7 @@ from shardsim.simulator.scale import MAX_MESSAGE_BYTES, MAX_WORLD
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 _SWEEP_LINE = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}"  # nccl-tests' widths
-_COMPARE_LINE = "{:>12}  {:>12}  {:>9}  {:>9}  {:>7}  {:>12}  {:>9}  {:>7}"
+_COMPARE_LINE = "{:>12}  {:>16}  {:>9}  {:>9}  {:>7}  {:>12}  {:>9}  {:>7}"
 
 
 def _cmd_collective(ns: argparse.Namespace) -> int:
@@ -34,18 +34,27 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     from shardsim.simulator.collective import simulate_collective
 
     r = simulate_collective(
-        cluster, ns.op or "all_reduce", ns.size or parse_size("1GiB"), ns.algo, ns.backend, ns.ranks
+        cluster, ns.op or "all_reduce", ns.size or parse_size("1GiB"), ns.algo, ns.backend, ns.ranks, ns.protocol
     )
     if ns.json:  # a bandwidth that is no number (one rank moves nothing, in no time) is null: JSON has no Infinity
-        fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo", "backend")
+        fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo", "protocol", "backend")
         doc = {k: _finite_or_none(getattr(r, k)) for k in fields}
         print(json.dumps(doc, allow_nan=False))
         return 0
-    print(f"{r.op} of {format_bytes(r.size_bytes)} over {r.ranks} ranks on {r.cluster} ({r.algo}, {r.backend})")
+    print(f"{r.op} of {format_bytes(r.size_bytes)} over {r.ranks} ranks on {r.cluster} ({_algo(r)}, {r.backend})")
     print(f"  time   {format_seconds(r.time_s)}")
     print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
     print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
     return 0
+
+
+def _algo_text(algo: str, protocol: str) -> str:
+    """ring/LL128 (NCCL), ring (gloo, SageMaker's hierarchical)."""
+    return f"{algo}/{protocol}" if protocol else algo
+
+
+def _algo(r) -> str:
+    return _algo_text(r.algo, r.protocol)
 
 
 def _progress(ns: argparse.Namespace):
@@ -64,7 +73,7 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
     from shardsim.simulator.collective import nccl_tests_row, sweep_collective
 
     op = ns.op or "all_reduce"
-    results = sweep_collective(cluster, op, ns.sizes, ns.algo, ns.backend, ns.ranks, _progress(ns))
+    results = sweep_collective(cluster, op, ns.sizes, ns.algo, ns.backend, ns.ranks, _progress(ns), ns.protocol)
     rows = [nccl_tests_row(r) for r in results]
     busbw = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
     avg = sum(busbw) / len(busbw) if busbw else None
@@ -80,14 +89,17 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
         }
         print(json.dumps(doc, allow_nan=False))
         return 0
-    print(f"# shardsim collective: {op} over {r0.ranks} ranks on {r0.cluster} ({ns.backend}, --algo {ns.algo})")
+    print(
+        f"# shardsim collective: {op} over {r0.ranks} ranks on {r0.cluster}"
+        f" ({ns.backend}, --algo {ns.algo}, --protocol {ns.protocol})"
+    )
     print("#")
     print(_header(_SWEEP_LINE, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo"))
     print(_header(_SWEEP_LINE, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
     for row in rows:
         t, algbw, busbw = _time_us(row["time_s"] * 1e6), _gbps(row["algbw_GBps"]), _gbps(row["busbw_GBps"])
         cells = (row["size_bytes"], row["count"], row["type"], row["redop"], row["root"], t, algbw, busbw)
-        print(_SWEEP_LINE.format(*cells, row["algo"]))
+        print(_SWEEP_LINE.format(*cells, _algo_text(row["algo"], row["protocol"])))
     print(f"# Avg bus bandwidth    : {'-' if avg is None else f'{avg:.3f}'}")
     return 0
 
@@ -107,19 +119,22 @@ def _compare(ns: argparse.Namespace) -> int:
     if ns.nodes is not None and measured.nodes is not None and ns.nodes != measured.nodes:
         raise ConfigError(f"{measured.path}: measured on {measured.nodes} nodes, not --nodes {ns.nodes}", field="nodes")
     cluster = make_cluster(ns.topology, ns.nodes if ns.nodes is not None else measured.nodes)
-    doc = compare_collective(cluster, measured, ns.algo, ns.backend, _progress(ns))
+    doc = compare_collective(cluster, measured, ns.algo, ns.backend, _progress(ns), ns.protocol)
     if ns.plot:
         plot_comparison(doc, ns.plot)
     if ns.json:
         print(json.dumps(doc, allow_nan=False))
         return 0
-    print(f"# {doc['op']} over {doc['ranks']} ranks on {doc['cluster']} ({doc['backend']}, --algo {ns.algo})")
+    print(
+        f"# {doc['op']} over {doc['ranks']} ranks on {doc['cluster']}"
+        f" ({doc['backend']}, --algo {ns.algo}, --protocol {ns.protocol})"
+    )
     print(f"# measured: {doc['file']} (out of place); error = predicted / measured - 1")
     print(_header(_COMPARE_LINE, "size", "algo", "time (us)", "measured", "error", "busbw (GB/s)", "measured", "error"))
     for r in doc["rows"]:
         times = (_time_us(r["predicted_time_us"]), _time_us(r["measured_time_us"]), _pct(r["time_error_pct"]))
         busbw = (_gbps(r["predicted_busbw_GBps"]), _gbps(r["measured_busbw_GBps"]), _pct(r["busbw_error_pct"]))
-        print(_COMPARE_LINE.format(r["size_bytes"], r["algo"], *times, *busbw))
+        print(_COMPARE_LINE.format(r["size_bytes"], _algo_text(r["algo"], r["protocol"]), *times, *busbw))
     s = {k: _pct(v, sign=False) for k, v in doc["summary"].items() if k != "sizes"}
     print(
         f"# {doc['summary']['sizes']} sizes; busbw from 1 MiB: mean |error| {s['mean_abs_busbw_error_pct_from_1MiB']}"
@@ -229,6 +244,12 @@ def register(sub) -> None:
         help="with --compare: busbw predicted vs measured (PNG; default: none)",
     )
     add_algo_argument(c, auto=True)
+    c.add_argument(
+        "--protocol",
+        default="auto",
+        choices=("auto", *PROTOCOLS),
+        help="NCCL's protocol, forced as NCCL_PROTO would (auto: what NCCL's tuner picks; default: auto)",
+    )
     c.add_argument("--backend", default="nccl", choices=BACKENDS, help="communication library (default: nccl)")
     c.add_argument(
         "--ranks",

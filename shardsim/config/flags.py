@@ -133,8 +133,8 @@ def add_algo_argument(p: argparse.ArgumentParser, *, auto: bool) -> None:
     """`--algo`: a collective algorithm; `auto` (predict, sweep) lets the simulator choose."""
     choices = ("auto", *ALGOS) if auto else ALGOS
     why = (
-        " (auto: hierarchical all-gather across nodes, ring or tree all-reduce across nodes by size"
-        " as NCCL's tuner picks, ring otherwise)"
+        " (auto: on NCCL what its tuner picks for the size, ranks and nodes, SageMaker MiCS's hierarchical"
+        " all-gather across nodes under --library smp; ring on gloo)"
         if auto
         else ""
     )

@@ -51,7 +51,9 @@ BACKENDS: tuple[str, ...] = get_args(Backend)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
-ALGOS = ("ring", "tree", "hierarchical")  # collective algorithms (simulator/network/collectives.py)
+# collective algorithms (simulator/network/collectives.py)
+ALGOS = ("ring", "tree", "nvls", "nvls_tree", "hierarchical")
+PROTOCOLS = ("LL", "LL128", "Simple")  # NCCL's protocols (simulator/network/nccl_model.py)
 SAC_OP = "op"  # selective_ac_option of op-level selective checkpointing (otherwise an integer k)
 DATA_PARALLEL = tuple(
     k for k, v in KINDS.items() if not v.is_pipeline

@@ -9,10 +9,10 @@ import simpy
 
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
-from shardsim.simulator.network.collectives import BUS_FACTOR, GroupLayout, PhaseRun, algo_for, plan
+from shardsim.simulator.network.collectives import BUS_FACTOR, Algo, GroupLayout, PhaseRun, algo_for, check_algo, plan
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
-from shardsim.simulator.network.links import LinkGraph, build_links
+from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.scale import world_refusal
 
 OPS = tuple(BUS_FACTOR)  # the collectives timed: all_reduce, all_gather, reduce_scatter, broadcast, send_recv
@@ -27,6 +27,7 @@ class CollectiveResult:
     algbw_GBps: float
     busbw_GBps: float
     algo: str
+    protocol: str  # NCCL's protocol ("" on gloo and for SageMaker's hierarchical collectives)
     backend: str
     cluster: str
 
@@ -34,10 +35,12 @@ class CollectiveResult:
         return asdict(self)
 
 
-def time_collectives(g: LinkGraph, calls: list[tuple[str, GroupLayout, float]], algo: str, backend: str) -> list[float]:
+def time_collectives(
+    g: LinkGraph, calls: list[tuple[str, GroupLayout, float]], algo: Algo | str, backend: str
+) -> list[float]:
     """Run several collective calls concurrently on one network; each one's finish time."""
     env = simpy.Environment()
-    phases = [plan(g, op, layout, algo, backend) for op, layout, _ in calls]
+    phases = [plan(g, op, layout, algo, backend, nbytes) for op, layout, nbytes in calls]
     caps, routes = group_links(g.capacity, [ph.route for phs in phases for ph in phs])  # (linkgroups.py)
     net = Network(env, caps)
     finish = [0.0] * len(calls)
@@ -50,9 +53,16 @@ def time_collectives(g: LinkGraph, calls: list[tuple[str, GroupLayout, float]], 
 
 
 def simulate_collective(
-    cluster: Cluster, op: str, size_bytes: int, algo: str = "ring", backend: str = "nccl", ranks: int | None = None
+    cluster: Cluster,
+    op: str,
+    size_bytes: int,
+    algo: str = "auto",
+    backend: str = "nccl",
+    ranks: int | None = None,
+    proto: str = "auto",
 ) -> CollectiveResult:
-    """Time `op` over the first `ranks` ranks (default: all) as nccl-tests would report it."""
+    """Time `op` over the first `ranks` ranks (default: all) as nccl-tests would report it, with
+    the algorithm and protocol predictions use (`algo_for`), or the ones forced."""
     too_big = world_refusal(cluster.world)
     if too_big:
         raise ConfigError(too_big, field="nodes")
@@ -65,12 +75,11 @@ def simulate_collective(
         )
     if refusal := cluster.instance.device.backend_refusal(backend):
         raise ConfigError(refusal, field="backend")
-    g = build_links(cluster)
+    check_algo(op, algo if algo != "auto" else "ring", backend, proto)
+    g = links_for(cluster)
     layout = GroupLayout(0, n, n)
-    if algo == "auto":  # as predict and sweep choose
-        algo = algo_for(op, algo, layout, cluster.devices_per_node, backend, g, float(size_bytes))
-    plan(g, op, layout, algo, backend)  # validates op/algo/backend
-    (t,) = time_collectives(g, [(op, layout, float(size_bytes))], algo, backend)
+    used = algo_for(op, algo, layout, cluster.devices_per_node, backend, g, float(size_bytes), proto)
+    (t,) = time_collectives(g, [(op, layout, float(size_bytes))], used, backend)
     algbw = size_bytes / t / 1e9 if t > 0 else float("inf")
     return CollectiveResult(
         op=op,
@@ -79,7 +88,8 @@ def simulate_collective(
         time_s=t,
         algbw_GBps=algbw,
         busbw_GBps=algbw * BUS_FACTOR[op](n),
-        algo=algo,
+        algo=used.name,
+        protocol=used.proto,
         backend=backend,
         cluster=cluster.describe(),
     )
@@ -103,6 +113,7 @@ def nccl_tests_row(r: CollectiveResult) -> dict:
         "algbw_GBps": r.algbw_GBps,
         "busbw_GBps": r.busbw_GBps,
         "algo": r.algo,
+        "protocol": r.protocol,
     }
 
 
@@ -114,11 +125,12 @@ def sweep_collective(
     backend: str = "nccl",
     ranks: int | None = None,
     progress=None,
+    proto: str = "auto",
 ) -> list[CollectiveResult]:
     """`simulate_collective` at every size, in order; `progress(done, total)` after each."""
     out = []
     for i, size in enumerate(sizes, start=1):
-        out.append(simulate_collective(cluster, op, size, algo, backend, ranks))
+        out.append(simulate_collective(cluster, op, size, algo, backend, ranks, proto))
         if progress is not None:
             progress(i, len(sizes))
     return out
@@ -128,7 +140,9 @@ def _error_pct(predicted: float, measured: float) -> float | None:
     return (predicted / measured - 1.0) * 100.0 if measured > 0 and math.isfinite(predicted) else None
 
 
-def compare_collective(cluster: Cluster, measured, algo: str = "auto", backend: str = "nccl", progress=None) -> dict:
+def compare_collective(
+    cluster: Cluster, measured, algo: str = "auto", backend: str = "nccl", progress=None, proto: str = "auto"
+) -> dict:
     """Predicted against measured (an `NcclTestsResult`, out-of-place columns) per size, with the
     relative errors (predicted / measured − 1, in %) and a summary over the two bands: mean
     absolute busbw error for sizes >= 1 MiB, mean absolute time error below. Rows of size 0 (a
@@ -145,7 +159,7 @@ def compare_collective(cluster: Cluster, measured, algo: str = "auto", backend: 
         )
     kept = [m for m in measured.rows if m.size_bytes > 0]
     results = sweep_collective(
-        cluster, measured.collective, [m.size_bytes for m in kept], algo, backend, None, progress
+        cluster, measured.collective, [m.size_bytes for m in kept], algo, backend, None, progress, proto
     )
     rows = []
     for m, r in zip(kept, results, strict=True):
@@ -154,6 +168,7 @@ def compare_collective(cluster: Cluster, measured, algo: str = "auto", backend: 
             {
                 "size_bytes": m.size_bytes,
                 "algo": r.algo,
+                "protocol": r.protocol,
                 "predicted_time_us": t_us,
                 "measured_time_us": m.time_us,
                 "time_error_pct": _error_pct(t_us, m.time_us),

@@ -9,7 +9,7 @@ import numpy as np
 import simpy
 
 from shardsim.simulator.gcpause import paused_gc
-from shardsim.simulator.network.collectives import Phase, PhaseRun, Steps, algo_for
+from shardsim.simulator.network.collectives import Algo, Phase, PhaseRun, Steps, algo_for
 from shardsim.simulator.network.collectives import plan as plan_collective
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.linkgroups import group_links
@@ -36,6 +36,7 @@ def simulate(
     backend: str,
     shared_cores: float | None = None,
     comm_cpu: dict[str, float] | None = None,
+    mics: bool = False,
 ) -> list[Span]:
     """Execute the plan; every op starts when its dependencies (including the previous op on
     its stream, recorded by the plan) are done. Returns one span per op.
@@ -47,8 +48,9 @@ def simulate(
     `comm_cpu` (with `shared_cores`): core-seconds per byte a rank sends, per collective: on
     such a host moving bytes costs the same cores (gloo copies and reduces, the kernel runs TCP
     on both ends), so every phase also loads the cores with its bytes sent; compute yields
-    to it (fairshare.fill)."""
-    run = _Run(p, g, algo, backend, shared_cores, comm_cpu)
+    to it (fairshare.fill). `mics`: the collectives are SageMaker's library's (MiCS's
+    hierarchical all-gather under `auto`), not PyTorch's flat NCCL ones."""
+    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
     with paused_gc():
         run.ready.extend(op.id for op in p.ops if not op.deps)
         run.drain()
@@ -73,6 +75,7 @@ class _Run:
         backend: str,
         shared_cores: float | None,
         comm_cpu: dict[str, float] | None = None,
+        mics: bool = False,
     ) -> None:
         self.env = simpy.Environment()
         capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
@@ -81,24 +84,24 @@ class _Run:
         # every call's phases, then the links merged where they always carry the same load
         phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout, algorithm): the same for every call
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
-        algos: dict[tuple, str] = {}  # per (collective, layout, size): the algorithm it runs
+        algos: dict[tuple, Algo] = {}  # per (collective, layout, size): what it runs
         for op in p.ops:
             if op.kind == "comm":
                 call = (op.coll, op.layout, op.nbytes)
                 used = algos.get(call)
                 if used is None:
                     dpn = g.cluster.devices_per_node
-                    used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes)
-                key = (op.coll, op.layout, used)
+                    used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics)
+                key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0)
                 phs = phases.get(key)
                 if phs is None:
-                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend)
+                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes)
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
         own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
         if self.shared and comm_cpu:
-            for (coll, _, _), phs in phases.items():
+            for (coll, _, _, _), phs in phases.items():
                 for ph in phs:  # the phase's bytes sent load the cores too
                     own[id(ph)] = (
                         np.append(ph.links, core_link),

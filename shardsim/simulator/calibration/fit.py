@@ -23,6 +23,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.calibration.collectives import CollectiveRow
 from shardsim.simulator.calibration.measurements import Measurement
 from shardsim.simulator.calibration.parameters import DEFAULT_FIT, MATMUL, MAX_MAE_AT_BOUND_PCT, applied, parameter
 from shardsim.simulator.hardware.topology import Cluster, InstanceType
@@ -34,6 +35,9 @@ SEED = 0  # of the fold assignment
 RCOND = 1e-6  # a singular value of the range-scaled Jacobian below this fraction of its largest: rank-deficient
 NULL_SHARE = 0.1  # a parameter with this much of a rank-deficient direction is among those not determined
 BOUND_SHARE = 1e-3  # a value within this fraction of its range from a bound is at that bound
+
+
+Row = Measurement | CollectiveRow  # a measured run's step, or one size of a measured collective
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,12 @@ def predictions(inst: InstanceType, rows: list[Measurement], values: dict[str, f
     return out
 
 
-def ratios(inst: InstanceType, rows: list[Measurement], values: dict[str, float]) -> np.ndarray:
-    """Predicted over measured throughput of each row."""
-    return np.array([m.ratio(p) for m, p in zip(rows, predictions(inst, rows, values), strict=True)])
+def ratios(inst: InstanceType, rows: list[Row], values: dict[str, float]) -> np.ndarray:
+    """Predicted over measured throughput of each row (a run's step, or a collective's size)."""
+    runs = [m for m in rows if isinstance(m, Measurement)]
+    calibrated = applied(inst, values)
+    of_run = iter(m.ratio(p) for m, p in zip(runs, predictions(inst, runs, values), strict=True))
+    return np.array([next(of_run) if isinstance(m, Measurement) else m.ratio_on(calibrated) for m in rows])
 
 
 def fit(inst: InstanceType, rows: list[Measurement], names: tuple[str, ...]) -> Fit:

@@ -10,6 +10,10 @@ and written into a topology's figures (`InstanceType`).
   (`device.kernels.rank_time_cv`).
 - ``nic_efficiency``: achieved / line rate of the inter-node NICs (`nic.efficiency`).
 - ``memory_efficiency``: achieved / peak HBM bandwidth of memory-bound kernels (`device.memory_efficiency`).
+- ``latency_inter_us``: the network hop's latency NCCL's cost model adds to its own
+  (`nic.figures.latency_inter_us`, NCCL's `latencyInter`).
+- ``nic_size_factor.<size>``: the NIC's achieved fraction of its rate for a call that moves
+  <size> through it (``64KiB``, ``16MiB``: a point of `nic.figures.size_factor`, added if absent).
 
 Bounds are what each figure can physically be (a named choice): a fit that ends on a bound says
 the rows ask for more than the figure can give, i.e. structure the model lacks; one that does and
@@ -24,9 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from shardsim.core.errors import ConfigError
+from shardsim.core.units import parse_size
+from shardsim.simulator.hardware.network_figures import NetworkFigures
 from shardsim.simulator.hardware.topology import InstanceType
 
 MATMUL = "matmul_efficiency"
+SIZE_FACTOR = "nic_size_factor"
 MAX_MAE_AT_BOUND_PCT = 25.0  # mean |error| after a fit with a parameter at a bound beyond which it is refused
 DEFAULT_FIT = (MATMUL, "attention_efficiency", "rank_time_cv", "kernel_floor_us", "nic_efficiency")
 
@@ -77,6 +84,38 @@ def _kernel_figure(name: str, low: float, high: float, needs: str) -> Parameter:
     return Parameter(name, low, high, read, lambda i, v: _kernels(i, **{name: v}), needs)
 
 
+def _figures(inst: InstanceType) -> NetworkFigures:
+    figs = inst.nic.figures
+    return figs if figs is not None else NetworkFigures(inst.nic.fabric, 0.0, ((1.0, 1.0),))
+
+
+def _with_figures(inst: InstanceType, **kw) -> InstanceType:
+    return replace(inst, nic=replace(inst.nic, figures=replace(_figures(inst), **kw)))
+
+
+def size_name(n: int) -> str:
+    """A size as a parameter's name holds it: 64KiB, 16MiB, 3000B."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
+def _size_factor(name: str) -> Parameter:
+    """The NIC's achieved fraction at one size of `nic.figures.size_factor` (interpolated when
+    read where the file has no point; set as a point)."""
+    text = name.split(".", 1)[1]
+    size = float(parse_size(text))
+
+    def write(inst: InstanceType, v: float) -> InstanceType:
+        pts = {b: f for b, f in _figures(inst).size_factor if b != size} | {size: v}
+        return _with_figures(inst, size_factor=tuple(sorted(pts.items())))
+
+    return Parameter(
+        f"{SIZE_FACTOR}.{size_name(int(size))}", 0.01, 1.0, lambda i: _figures(i).factor(size), write, "nodes"
+    )
+
+
 FIXED: dict[str, Parameter] = {
     # the factor is read as 1 from any topology: it scales the figures the file gives
     "attention_efficiency": Parameter("attention_efficiency", 0.3, 1.3, lambda i: 1.0, lambda i, v: i, "kernels"),
@@ -90,6 +129,14 @@ FIXED: dict[str, Parameter] = {
         lambda i, v: replace(i, nic=replace(i.nic, efficiency=v)),
         "nodes",
     ),
+    "latency_inter_us": Parameter(
+        "latency_inter_us",
+        0.0,
+        200.0,
+        lambda i: _figures(i).latency_inter_us,
+        lambda i, v: _with_figures(i, latency_inter_us=v),
+        "nodes",
+    ),
     "memory_efficiency": Parameter(
         "memory_efficiency",
         0.3,
@@ -98,23 +145,35 @@ FIXED: dict[str, Parameter] = {
         lambda i, v: _device(i, memory_efficiency=v),
     ),
 }
-NAMES = (MATMUL, *FIXED)
+NAMES = (MATMUL, SIZE_FACTOR, *FIXED)
 
 
 def parameter(name: str) -> Parameter:
     """The parameter called `name` (``matmul_efficiency.bf16`` names a precision)."""
     if name.startswith(MATMUL + "."):
         return _matmul(name.split(".", 1)[1])
+    if name.startswith(SIZE_FACTOR + "."):
+        try:
+            return _size_factor(name)
+        except ConfigError as e:
+            raise ConfigError(f"{name}: {e.message}; expected a size such as 64KiB", field="params") from None
     if name in FIXED:
         return FIXED[name]
     near = difflib.get_close_matches(name, NAMES, n=1)
-    hint = f"did you mean {near[0]!r}?" if near else f"expected {MATMUL}.<precision> or one of {', '.join(FIXED)}"
+    hint = (
+        f"did you mean {near[0]!r}?"
+        if near
+        else f"expected {MATMUL}.<precision>, {SIZE_FACTOR}.<size> or one of {', '.join(FIXED)}"
+    )
     raise ConfigError(f"unknown parameter {name!r}; {hint}", field="params")
 
 
 def applied(inst: InstanceType, values: dict[str, float]) -> InstanceType:
-    """`inst` with each named parameter set to its value (the attention factor over `inst`'s own rates)."""
+    """`inst` with each named parameter set to its value (the attention factor over `inst`'s own
+    rates; `nic_size_factor` points in place of the topology's whole table)."""
     out = inst
+    if any(name.startswith(SIZE_FACTOR + ".") for name in values):
+        out = _with_figures(out, size_factor=())  # the fitted points are the whole table
     for name, v in values.items():
         if name == "attention_efficiency":
             out = _attention_scale(out, v, inst) if out.device.kernels is not None else out

@@ -9,17 +9,20 @@ The training figures fitted to the calibration set, the same on every GPU, live 
 ``topologies/fitted/training.yaml`` (written by ``experiments/calibration/fit_defaults.py``): a
 ``kernels`` mapping reads them with ``training_figures: fitted``, and a figure it gives itself
 replaces the fitted one. Without that key its missing training figures are `KernelSpec`'s defaults.
+The network figures NCCL's cost model lacks live per NIC fabric in ``topologies/fitted/network.yaml``
+(`network_figures.py`); a topology's ``nic.fabric`` selects them.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml, suggest
 from shardsim.data import TOPOLOGIES
+from shardsim.simulator.hardware.network_figures import NetworkFigures, fitted_network_figures
 from shardsim.simulator.scale import MAX_WORLD
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -98,6 +101,7 @@ class NicSpec:
     fabric: str = "ethernet"  # efa | infiniband | roce | ethernet (selects the fitted network figures)
     generation: str = ""  # e.g. "EFA v2"
     gpudirect_rdma: bool = False  # the NIC reads and writes GPU memory directly
+    figures: NetworkFigures | None = None  # the fabric's fitted figures (fitted/network.yaml), or a profile's
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ INSTANCE_KEYS = ("name", "description", "price_per_hour_usd", "device", "fabric"
 DEVICE_KEYS = tuple(DeviceSpec.__dataclass_fields__)
 KERNEL_KEYS = (*KernelSpec.__dataclass_fields__, "training_figures")
 FABRIC_KEYS = tuple(FabricSpec.__dataclass_fields__)
-NIC_KEYS = tuple(NicSpec.__dataclass_fields__)
+NIC_KEYS = tuple(k for k in NicSpec.__dataclass_fields__ if k != "figures")
 HOST_KEYS = tuple(HostSpec.__dataclass_fields__)
 EMULATION_KEYS = tuple(EmulationSpec.__dataclass_fields__)
 
@@ -287,6 +291,9 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         generation=nic_f.text("generation", default=""),
         gpudirect_rdma=nic_f.boolean("gpudirect_rdma", default=False),
     )
+    figures, figure_sources = fitted_network_figures(nic.fabric)
+    nic = replace(nic, figures=figures)
+    sources |= {f"network.{nic.fabric}.{n}": src for n, src in figure_sources.items()}
     _figures(
         nic_f, ["count", "rate_gbps", "efficiency", "latency_us", "fabric", "generation", "gpudirect_rdma"], sources
     )

@@ -31,10 +31,11 @@ from functools import cached_property
 
 import numpy as np
 
-from shardsim.config.schema import ALGOS
+from shardsim.config.schema import ALGOS, PROTOCOLS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph
+from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call, nic_scaled, p2p_latency_s
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
@@ -189,6 +190,28 @@ def _hier_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:
     )
 
 
+@dataclass(frozen=True)
+class Algo:
+    """What a call runs: the algorithm, and NCCL's protocol ("" where NCCL's cost model does not
+    apply: gloo, SageMaker's hierarchical collectives)."""
+
+    name: str
+    proto: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.name}/{self.proto}" if self.proto else self.name
+
+
+def _spans_nodes(layout: GroupLayout, devices_per_node: int) -> bool:
+    grp = layout.groups()[0]
+    return grp.size > 1 and (grp[0] // devices_per_node) != (grp[-1] // devices_per_node)
+
+
+def _shape(layout: GroupLayout, devices_per_node: int) -> Shape:
+    grp = layout.groups()[0]
+    return Shape(int(grp.size), int(np.unique(grp // devices_per_node).size))
+
+
 def algo_for(
     op: str,
     algo: str,
@@ -197,41 +220,33 @@ def algo_for(
     backend: str,
     g: LinkGraph | None = None,
     nbytes: float = 0.0,
-) -> str:
-    """The algorithm a call really uses. `auto`: MiCS's hierarchical all-gather when a group
-    spans nodes (as SageMaker's sharded data parallelism does); for an NCCL all-reduce over
-    nodes, ring or tree, whichever the call's size takes less time on (as NCCL's tuner picks by
-    its cost model, src/graph/tuning.cc: tree's latency grows with log2 of the nodes, ring's
-    with the ranks), given the graph `g` and `nbytes`; ring otherwise. Tree only applies to
-    all-reduce, hierarchical to all-reduce/all-gather/reduce-scatter; gloo has rings only."""
+    proto: str = "auto",
+    mics: bool = False,
+) -> Algo:
+    """What a call really runs. On NCCL, the algorithm and protocol NCCL's tuner picks for the
+    call's size, ranks and nodes (`nccl_runs.nccl_call`), among all of them (`auto`) or only the
+    one forced, as NCCL_ALGO / NCCL_PROTO would; `auto` takes SageMaker MiCS's hierarchical
+    all-gather only for a group that spans nodes under SageMaker's library (`mics`). gloo has
+    rings only; an algorithm that does not apply to the collective falls back to ring."""
     if backend == "gloo":
-        return "ring"
-    if algo == "auto":
-        grp = layout.groups()[0]
-        spans_nodes = grp.size > 1 and (grp[0] // devices_per_node) != (grp[-1] // devices_per_node)
-        if op == "all_gather" and spans_nodes:
-            return "hierarchical"
-        if op == "all_reduce" and spans_nodes and g is not None and nbytes > 0:
-            return min(("ring", "tree"), key=lambda a: _alone_time(g, op, layout, a, backend, nbytes))
-        return "ring"
+        return Algo("ring")
+    hier_ops = ("all_reduce", "all_gather", "reduce_scatter")
+    if algo == "hierarchical" or (algo == "auto" and mics and op == "all_gather"):
+        if op in hier_ops and (algo == "hierarchical" or _spans_nodes(layout, devices_per_node)):
+            return Algo("hierarchical")
+        algo = "auto" if algo == "auto" else "ring"
     if algo == "tree" and op != "all_reduce":
-        return "ring"
-    if algo == "hierarchical" and op not in ("all_reduce", "all_gather", "reduce_scatter"):
-        return "ring"
-    return algo
+        algo = "ring"
+    if g is None:
+        return Algo("ring" if algo == "auto" else algo, "Simple" if proto == "auto" else proto)
+    call = nccl_call(g, op, _shape(layout, devices_per_node), float(nbytes), algo, proto)
+    if call is None:  # send/recv (outside NCCL's tuner), or a forced pair NCCL does not offer here
+        fallback = nccl_call(g, op, _shape(layout, devices_per_node), float(nbytes), "ring", proto)
+        return Algo("ring", fallback.proto if fallback else ("Simple" if proto == "auto" else proto))
+    return Algo(call.algo, call.proto)
 
 
-def _alone_time(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str, nbytes: float) -> float:
-    """Seconds of one call on an idle network (its phases one after another); inf where the
-    algorithm does not apply to the layout (tree needs the same ranks on every node)."""
-    try:
-        phases = _plan_cached(g, op, layout, algo, backend)
-    except ConfigError:
-        return math.inf
-    return sum(phase_time(g, ph, nbytes) for ph in phases)
-
-
-def check_algo(op: str, algo: str, backend: str) -> None:
+def check_algo(op: str, algo: str, backend: str, proto: str = "auto") -> None:
     if op not in OPS:
         raise ConfigError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}", field="op")
     if algo not in ALGOS:
@@ -240,19 +255,88 @@ def check_algo(op: str, algo: str, backend: str) -> None:
         raise ConfigError(f"unknown backend {backend!r}; expected nccl or gloo", field="backend")
     if backend == "gloo" and algo != "ring":
         raise ConfigError(f"gloo implements ring collectives only, not {algo}", field="algo")
+    if backend == "gloo" and proto not in ("auto", ""):
+        raise ConfigError(f"protocols are NCCL's; gloo has none (got {proto})", field="protocol")
+    if proto not in ("auto", "", *PROTOCOLS):
+        raise ConfigError(f"unknown protocol {proto!r}; expected one of {', '.join(PROTOCOLS)}", field="protocol")
     if algo == "tree" and op != "all_reduce":
         raise ConfigError(f"NCCL's tree algorithm is for all_reduce only, not {op}", field="algo")
+    if algo == "nvls_tree" and op != "all_reduce":
+        raise ConfigError(f"NCCL's NVLS-tree algorithm is for all_reduce only, not {op}", field="algo")
+    if algo in ("nvls", "nvls_tree") and proto not in ("auto", "", "Simple"):
+        raise ConfigError(f"NCCL runs {algo} with the Simple protocol only, not {proto}", field="protocol")
 
 
-def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str) -> tuple[Phase, ...]:
+def _nvls_phase(g: LinkGraph, op: str, groups: np.ndarray) -> Phase:
+    """NVLink SHARP inside one node: the switch reduces what ranks load from it
+    (multimem.ld_reduce) and replicates what they store to it (multimem.st). For a group of k
+    ranks and S bytes, rank i reduces slice i: every rank sends S into the switch and takes S/k
+    back; the all-gather half stores S/k and receives S (NCCL's nvls kernels,
+    src/device/all_reduce.h `runRing`-free NVLS path)."""
+    k = groups.shape[1]
+    tx, rx = {"all_reduce": (1 + 1 / k, 1 + 1 / k), "all_gather": (1 / k, 1.0), "reduce_scatter": (1.0, 1 / k)}[op]
+    links, load = g.port_loads(groups, tx, rx)
+    return Phase(links, load, 0.0, float(groups.size * tx))
+
+
+def _nvls_tree_phase(g: LinkGraph, groups: np.ndarray) -> Phase:
+    """NVLS-tree all-reduce over nodes: NVLink SHARP reduces inside each node (as `_nvls_phase`),
+    a double binary tree over nodes carries S per node up and down (half per tree, as
+    `_tree_phases`), and NVLink SHARP replicates the result inside each node."""
+    arr = _by_node(g, groups)
+    if arr is None:
+        raise ConfigError("NVLS-tree needs the same number of group ranks on every node", field="algo")
+    G, m, k = arr.shape
+    links_a, load_a = g.port_loads(groups, 1 + 1 / k, 1 + 1 / k)
+    (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m))  # the node-level trees, over one rank per node
+    links = np.concatenate([links_a, tree.links])
+    load = np.concatenate([load_a, tree.load])
+    uniq, inv = np.unique(links, return_inverse=True)
+    return Phase(uniq, np.bincount(inv, weights=load), 0.0, float(groups.size * (1 + 1 / k)) + tree.sent)
+
+
+def _nccl_phases(g: LinkGraph, op: str, groups: np.ndarray, algo: str, proto: str, nbytes: float) -> list[Phase]:
+    """One NCCL call as one phase: the algorithm's links, NCCL's latency, the protocol's factor
+    and the NICs' achieved fraction at this size (module `nccl_runs`)."""
+    dpn = g.cluster.devices_per_node
+    nodes = int(np.unique(groups[0] // dpn).size)
+    if op == "send_recv":
+        ph = _ring_plan(g, op, groups)[0]
+        latency = p2p_latency_s(g.cluster, inter=nodes > 1)
+        factor = 1.0 / WIRE_BYTES[proto or "Simple"]
+    else:
+        call = nccl_call(g, op, Shape(int(groups.shape[1]), nodes), float(nbytes), algo, proto)
+        if call is None:
+            raise ConfigError(f"NCCL offers no {algo}/{proto} for {op} here", field="algo")
+        if algo == "tree":
+            (ph,) = _tree_phases(g, groups)
+        elif algo == "nvls":
+            ph = _nvls_phase(g, op, groups)
+        elif algo == "nvls_tree":
+            ph = _nvls_tree_phase(g, groups)
+        else:
+            (ph,) = _ring_plan(g, op, groups)
+        latency, factor = call.latency_s, call.proto_factor
+    if not ph.links.size:
+        return []
+    load = ph.load / factor  # the protocol's bandwidth relative to Simple (NCCL's model)
+    figures = g.cluster.instance.nic.figures
+    if figures is not None:
+        load = nic_scaled(load, g.is_nic(ph.links), nbytes, figures.factor)  # EFA's rate by size
+    return [Phase(ph.links, load, latency, ph.sent)]
+
+
+def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str, nbytes: float) -> tuple[Phase, ...]:
     groups = layout.groups()
     if groups.shape[1] < 2:
         return ()
     if backend == "gloo" and op == "reduce_scatter":
         op = "all_reduce"  # gloo: all-reduce of the whole tensor, then keep one chunk
-    if algo == "tree":
+    if algo.proto and backend == "nccl" and algo.name in NCCL_ALGOS:
+        phases = _nccl_phases(g, op, groups, algo.name, algo.proto, nbytes)
+    elif algo.name == "tree":
         phases = _tree_phases(g, groups)
-    elif algo == "hierarchical":
+    elif algo.name == "hierarchical":
         phases = _hier_plan(g, op, groups)
     else:
         phases = _ring_plan(g, op, groups)
@@ -264,7 +348,7 @@ PLAN_CACHE_ENTRIES = 4096  # and at most this many calls' phases
 
 
 class _PlanCache:
-    """The phases of each (graph, collective, layout, algorithm, backend), the least recently
+    """The phases of each (graph, collective, layout, algorithm, backend; size on NCCL's path), the least recently
     used dropped once their arrays pass PLAN_CACHE_BYTES (or PLAN_CACHE_ENTRIES): a sweep calls the same few collectives
     thousands of times, and over a big cluster every phase holds arrays as long as its links."""
 
@@ -273,13 +357,15 @@ class _PlanCache:
         self.nbytes = 0
         self.entries: OrderedDict[tuple, tuple[tuple[Phase, ...], int]] = OrderedDict()
 
-    def __call__(self, g: LinkGraph, op: str, layout: GroupLayout, algo: str, backend: str) -> tuple[Phase, ...]:
-        key = (g, op, layout, algo, backend)
+    def __call__(
+        self, g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str, nbytes: float
+    ) -> tuple[Phase, ...]:
+        key = (g, op, layout, algo, backend, nbytes if algo.proto else 0.0)
         hit = self.entries.get(key)
         if hit is not None:
             self.entries.move_to_end(key)
             return hit[0]
-        phases = _phases(g, op, layout, algo, backend)
+        phases = _phases(g, op, layout, algo, backend, nbytes)
         size = sum(ph.links.nbytes + ph.load.nbytes for ph in phases)
         self.entries[key] = (phases, size)
         self.nbytes += size
@@ -296,10 +382,20 @@ class _PlanCache:
 _plan_cached = _PlanCache(PLAN_CACHE_BYTES)
 
 
-def plan(g: LinkGraph, op: str, layout: GroupLayout, algo: str = "ring", backend: str = "nccl") -> tuple[Phase, ...]:
-    """Per-byte phases of one SPMD collective call over all groups of `layout`."""
-    check_algo(op, algo, backend)
-    return _plan_cached(g, op, layout, algo, backend)
+def plan(
+    g: LinkGraph,
+    op: str,
+    layout: GroupLayout,
+    algo: Algo | str = "ring",
+    backend: str = "nccl",
+    nbytes: float = 0.0,
+) -> tuple[Phase, ...]:
+    """Per-byte phases of one SPMD collective call over all groups of `layout`: NCCL's path
+    (`_nccl_phases`) for an `Algo` with a protocol, whose phases depend on the call's size
+    `nbytes`; the link-latency model otherwise (gloo, hierarchical, a bare algorithm name)."""
+    a = algo if isinstance(algo, Algo) else Algo(algo)
+    check_algo(op, a.name, backend, a.proto or "auto")
+    return _plan_cached(g, op, layout, a, backend, float(nbytes))
 
 
 def phase_time(g: LinkGraph, phase: Phase, nbytes: float) -> float:

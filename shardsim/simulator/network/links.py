@@ -83,6 +83,23 @@ class LinkGraph:
         nz = np.flatnonzero(loads)
         return nz, loads[nz]
 
+    def port_loads(self, ranks: np.ndarray, tx: float, rx: float) -> tuple[np.ndarray, np.ndarray]:
+        """Every rank's fabric port carrying `tx` bytes out and `rx` in (per byte of S): traffic
+        through the NVSwitch that is no rank-to-rank edge (NVLink SHARP's reductions, multicast)."""
+        ranks = np.asarray(ranks, dtype=np.int64).ravel()
+        idx = np.concatenate([self._port_tx + ranks, self._port_rx + ranks])
+        byt = np.concatenate([np.full(ranks.size, float(tx)), np.full(ranks.size, float(rx))])
+        loads = np.bincount(idx, weights=byt, minlength=self.n_links)
+        nz = np.flatnonzero(loads)
+        return nz, loads[nz]
+
+    def is_nic(self, links: np.ndarray) -> np.ndarray:
+        """Which of these link indices are NICs (tx or rx)."""
+        n = self.cluster.nodes * self.cluster.instance.nic.count
+        return (links >= self._nic_tx) & (links < self._nic_tx + n) | (links >= self._nic_rx) & (
+            links < self._nic_rx + n
+        )
+
     def edge_latency(self, src: np.ndarray, dst: np.ndarray) -> float:
         """The largest one-hop latency among these edges (a ring step waits for its slowest hop)."""
         k = self.cluster.devices_per_node

@@ -33,6 +33,7 @@ all-reduce only (src/include/nccl_common.h line 15).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -367,16 +368,18 @@ def ll128_enabled(system: NcclSystem, coll: str, algo: str) -> bool:
     return cc in (70, 80)
 
 
-def algo_time_us(
+def latency_bandwidth(
     system: NcclSystem,
     table: dict[tuple[str, str, str], Entry],
     coll: str,
     algo: str,
     proto: str,
     nbytes: int,
-) -> float | None:
-    """`ncclTopoGetAlgoTime` (tuning.cc lines 421-448) for one call (numPipeOps 1,
-    nChannels left to NCCL): None where the pair is not available."""
+) -> tuple[float, float] | None:
+    """The latency (µs) and algorithm bandwidth (GB/s) `ncclTopoGetAlgoTime` (tuning.cc lines
+    421-448) uses for one call (numPipeOps 1, nChannels left to NCCL), with the tree
+    correction by size and the ring plateau latency applied: None where the pair is not
+    available."""
     e = table.get((coll, algo, proto))
     if e is None or e.bandwidth_GBps == 0:
         return None
@@ -394,39 +397,78 @@ def algo_time_us(
     ):  # lines 440-443
         cc = system.compute_capability
         lat *= RING_PLATEAU_FACTOR["pre_ampere" if cc < 80 else "ampere_plus"]
+    return lat, bw
+
+
+def algo_time_us(
+    system: NcclSystem,
+    table: dict[tuple[str, str, str], Entry],
+    coll: str,
+    algo: str,
+    proto: str,
+    nbytes: int,
+) -> float | None:
+    """`ncclTopoGetAlgoTime` (tuning.cc lines 421-448) for one call: None where the pair is
+    not available."""
+    lb = latency_bandwidth(system, table, coll, algo, proto, nbytes)
+    if lb is None:
+        return None
+    lat, bw = lb
     return lat + nbytes / (1000 * bw)  # line 446 (µs: bytes / (1000 × GB/s))
 
 
-def predict_time_us(coll: str, nbytes: int, system: NcclSystem) -> dict[tuple[str, str], float]:
-    """Time (µs) of every (algorithm, protocol) NCCL considers for this call."""
+@functools.lru_cache(maxsize=256)
+def tuned(system: NcclSystem) -> dict[tuple[str, str, str], Entry]:
+    """`tune`, once per system (a sweep asks for the same few thousands of times)."""
+    return tune(system)
+
+
+def predict_time_us(
+    coll: str,
+    nbytes: int,
+    system: NcclSystem,
+    algos: tuple[str, ...] = ALGOS,
+    protos: tuple[str, ...] = PROTOS,
+) -> dict[tuple[str, str], float]:
+    """Time (µs) of every (algorithm, protocol) NCCL considers for this call (only `algos` ×
+    `protos`, as `NCCL_ALGO` / `NCCL_PROTO` restrict them)."""
     if coll not in COLLS:
         raise ConfigError(f"nccl model: collective {coll!r} (one of {', '.join(COLLS)})")
     if nbytes < 0:
         raise ConfigError(f"nccl model: size {nbytes} bytes")
-    table = tune(system)
+    table = tuned(system)
     out = {}
     for algo in ALGOS:
+        if algo not in algos:
+            continue
         if algo == "nvls" and coll in ("all_gather", "reduce_scatter") and system.nnodes > 1:
             continue  # enqueue.cc line 1469
         for proto in PROTOS:
+            if proto not in protos:
+                continue
             t = algo_time_us(system, table, coll, algo, proto, nbytes)
             if t is not None:
                 out[algo, proto] = t
     return out
 
 
-def choose(coll: str, nbytes: int, system: NcclSystem) -> Choice:
-    """The (algorithm, protocol) NCCL's default tuner picks: least time, the first in
-    NCCL's (algorithm, protocol) order on a tie (enqueue.cc lines 1463-1483)."""
+def choose(
+    coll: str,
+    nbytes: int,
+    system: NcclSystem,
+    algos: tuple[str, ...] = ALGOS,
+    protos: tuple[str, ...] = PROTOS,
+) -> Choice | None:
+    """The (algorithm, protocol) NCCL's default tuner picks among `algos` × `protos`: least
+    time, the first in NCCL's (algorithm, protocol) order on a tie (enqueue.cc lines
+    1463-1483); None when none of them is available."""
     if system.nranks == 1:
         return Choice("ring", "Simple", 0.0)  # enqueue.cc lines 1450-1452
-    times = predict_time_us(coll, nbytes, system)
+    times = predict_time_us(coll, nbytes, system, algos, protos)
     best = None
     for (algo, proto), t in times.items():
         if best is None or t < best.time_us:
             best = Choice(algo, proto, t)
-    if best is None:
-        raise ConfigError(f"nccl model: no algorithm available for {coll}")
     return best
 
 

@@ -1,0 +1,92 @@
+"""The network's figures per NIC fabric (efa, infiniband, roce, ethernet) that NCCL's cost
+model does not know: read from `fitted/network.yaml`, replaced by `shardsim calibrate`.
+
+- `latency_inter_us`: NCCL's `latencyInter`, the latency a network plugin reports for one
+  network hop, which NCCL's tuner adds to its own (InfiniBand-class) per-hop figures, twice
+  for the Simple protocol (src/graph/tuning.cc, v2.20.3-1, lines 229-230).
+- `size_factor`: the fraction of a NIC's rate that one collective call achieves by the bytes
+  that NIC carries in the call, as points (bytes, fraction) interpolated linearly in
+  log(bytes) and flat beyond the ends: a NIC moving a few KiB per call is dominated by its
+  per-message costs (the proxy thread, the plugin, the NIC's completion path), one moving
+  hundreds of MiB by its rate.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import Fields, load_yaml
+from shardsim.data import TOPOLOGIES
+
+NETWORK_FILE = "fitted/network.yaml"  # under the shipped topologies' folder
+FIGURE_NAMES = ("latency_inter_us", "size_factor")
+
+
+@dataclass(frozen=True)
+class NetworkFigures:
+    fabric: str
+    latency_inter_us: float
+    size_factor: tuple[tuple[float, float], ...]  # (bytes a NIC carries in one call, achieved fraction)
+
+    def factor(self, nic_bytes: float) -> float:
+        """The achieved fraction of the NIC's rate for a call that moves `nic_bytes` through it."""
+        pts = self.size_factor
+        if nic_bytes <= pts[0][0]:
+            return pts[0][1]
+        if nic_bytes >= pts[-1][0]:
+            return pts[-1][1]
+        x = math.log(nic_bytes)
+        for (b0, f0), (b1, f1) in zip(pts, pts[1:], strict=False):
+            if nic_bytes <= b1:
+                t = (x - math.log(b0)) / (math.log(b1) - math.log(b0))
+                return f0 + t * (f1 - f0)
+        return pts[-1][1]
+
+
+def size_points(value: object, where: str, field: str) -> tuple[tuple[float, float], ...]:
+    """A list of [bytes, fraction] pairs, bytes ascending and > 0, fractions in (0, 1]."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"expected a list of [bytes, fraction] pairs, got {value!r}", where=where, field=field)
+    pts = []
+    for i, pair in enumerate(value):
+        ok = isinstance(pair, list) and len(pair) == 2
+        ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)
+        if not ok or not (pair[0] > 0 and 0 < pair[1] <= 1 and math.isfinite(pair[0])):
+            raise ConfigError(
+                f"expected [bytes > 0, fraction in (0, 1]], got {pair!r}", where=where, field=f"{field}[{i}]"
+            )
+        if pts and pair[0] <= pts[-1][0]:
+            raise ConfigError("bytes must ascend", where=where, field=f"{field}[{i}]")
+        pts.append((float(pair[0]), float(pair[1])))
+    return tuple(pts)
+
+
+def parse_figures(f: Fields, fabric: str) -> NetworkFigures:
+    f.closed(FIGURE_NAMES)
+    return NetworkFigures(
+        fabric=fabric,
+        latency_inter_us=f.number("latency_inter_us", minimum=0.0, strict=False),
+        size_factor=size_points(f.raw("size_factor"), f.where, f"{f.prefix}size_factor"),
+    )
+
+
+@functools.cache
+def _fitted() -> dict[str, tuple[NetworkFigures, dict[str, str]]]:
+    where = f"topologies/{NETWORK_FILE}"
+    top = Fields(load_yaml(TOPOLOGIES / NETWORK_FILE), where)
+    out = {}
+    for fabric in top.data:
+        f = top.sub(fabric)
+        out[fabric] = (parse_figures(f, fabric), {n: s for n in FIGURE_NAMES if (s := f.source(n))})
+    return out
+
+
+def fitted_network_figures(fabric: str) -> tuple[NetworkFigures, dict[str, str]]:
+    """The shipped figures of `fabric` and their sources."""
+    table = _fitted()
+    if fabric not in table:
+        raise ConfigError(f"no network figures for fabric {fabric!r} in topologies/{NETWORK_FILE}")
+    return table[fabric]
