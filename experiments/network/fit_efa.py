@@ -9,11 +9,13 @@ an nccl-tests file fits finer ones for one cluster.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from shardsim.core.units import parse_size
 from shardsim.simulator.calibration.collectives import collective_rows
 from shardsim.simulator.calibration.fit import fit, ratios
 from shardsim.simulator.hardware.topology import load_instance
@@ -33,10 +35,11 @@ def names(points: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def bands(inst, rows, values) -> dict[str, float]:
-    r = ratios(inst, rows, values)
-    err = np.abs(1 / r - 1) * 100  # |predicted / measured time − 1| = |measured / predicted busbw − 1|·…
+    """The issue's two bands: |busbw error| from 1 MiB, |time error| below (in %)."""
+    r = ratios(inst, rows, values)  # measured / predicted time = predicted / measured busbw
+    err = np.abs(1 / r - 1) * 100
     big = np.array([m.size_bytes >= 1 << 20 for m in rows])
-    busbw_err = np.abs(r - 1) * 100  # predicted / measured busbw − 1 = measured / predicted time − 1
+    busbw_err = np.abs(r - 1) * 100
     return {
         "max_busbw_err_from_1MiB": float(busbw_err[big].max()),
         "mean_busbw_err_from_1MiB": float(busbw_err[big].mean()),
@@ -45,18 +48,59 @@ def bands(inst, rows, values) -> dict[str, float]:
     }
 
 
+NETWORK_YAML = ROOT / "shardsim/data/topologies/fitted/network.yaml"
+
+
+def rounded(values: dict[str, float]) -> dict[str, float]:
+    """Two significant digits: the shipped figures claim no more than that."""
+    return {k: float(f"{v:.2g}") for k, v in values.items()}
+
+
+def efa_block(values: dict[str, float], errs: dict[str, float]) -> str:
+    pts = [[int(parse_size(n.split(".", 1)[1])), v] for n, v in values.items() if n.startswith("nic_size_factor.")]
+    how = (
+        f"fitted, not measured, by experiments/network/fit_efa.py (scipy least squares on log time) to the 32 sizes of "
+        f"experiments/calibration/data/nccl-all-reduce-p5-2node.csv (nccl-tests all_reduce_perf, 2 x p5.48xlarge, "
+        f"16 ranks, 32 x 100 Gbps EFA), rounded to two digits; with them that file is predicted within "
+        f"{errs['max_busbw_err_from_1MiB']:.1f} % busbw from 1 MiB (mean {errs['mean_busbw_err_from_1MiB']:.1f} %) "
+        f"and {errs['max_time_err_below_1MiB']:.1f} % time below (mean {errs['mean_time_err_below_1MiB']:.1f} %). "
+        f"Fitted on one instance type and node count; assumed the same for every EFA instance"
+    )
+    return (
+        "efa:\n"
+        f'  latency_inter_us: {{value: {values["latency_inter_us"]}, source: "{how} (what the aws-ofi-nccl plugin '
+        f'would report as latencyInter; NCCL adds it to its InfiniBand per-hop figures)"}}\n'
+        f'  size_factor: {{value: {pts}, source: "{how} (the NIC\'s achieved fraction of nic.rate x nic.efficiency by '
+        f'the bytes it carries per call: EFA\'s per-message costs)"}}\n'
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fine", action="store_true", help="fit the finer points too, and print both")
+    ap.add_argument("--check", action="store_true", help="compare with the shipped figures instead of writing")
     args = ap.parse_args()
     inst = load_instance(TOPOLOGY)
     rows = collective_rows(read_nccl_tests(DATA), inst, NODES)
     print(f"{len(rows)} sizes of {DATA.name} on {NODES} x {TOPOLOGY}")
-    print("before:", bands(inst, rows, {}))
-    for label, pts in (("default", DEFAULT_POINTS), *((("fine", FINE_POINTS),) if args.fine else ())):
-        f = fit(inst, rows, names(pts))
-        print(label, {k: round(v, 4) for k, v in f.values.items()}, f"({f.evaluations} evaluations)")
-        print(" after:", bands(inst, rows, f.values))
+    print("shipped:", bands(inst, rows, {}))
+    f = fit(inst, rows, names(DEFAULT_POINTS))
+    values = rounded(f.values)
+    errs = bands(inst, rows, values)
+    print("default fit:", values, f"({f.evaluations} evaluations)")
+    print("  after:", errs)
+    if args.fine:
+        fine = fit(inst, rows, names(FINE_POINTS))
+        print("fine fit:", rounded(fine.values))
+        print("  after:", bands(inst, rows, fine.values))
+    text = NETWORK_YAML.read_text()
+    new = re.sub(r"^efa:\n(?:  .*\n)+", efa_block(values, errs), text, flags=re.M)
+    if args.check:
+        same = new == text
+        print("shipped EFA figures:", "identical" if same else "DIFFER from the fit")
+        return 0 if same else 1
+    NETWORK_YAML.write_text(new)
+    print(f"written {NETWORK_YAML.relative_to(ROOT)}")
     return 0
 
 

@@ -38,6 +38,7 @@ from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 Schedule = Literal["gpipe", "1f1b"]
 Precision = Literal["fp32", "fp16", "bf16"]
 Backend = Literal["nccl", "gloo"]
+Library = Literal["pytorch", "smp"]  # whose collectives: PyTorch's flat NCCL ones, or SageMaker's (MiCS)
 Optimizer = Literal["adam"]
 # torch.optim.Adam(foreach=True) | Adam(fused=True) | Adam(foreach=False)
 OptimizerImpl = Literal["foreach", "fused", "per-parameter"]
@@ -396,6 +397,13 @@ class RunConfig(Frozen):
         ),
     ] = None
     backend: Annotated[Backend, Setting("communication library")] = "nccl"
+    library: Annotated[
+        Library,
+        Setting(
+            "training library whose collectives are predicted: pytorch (FSDP2 / DDP: flat NCCL collectives) or smp "
+            "(SageMaker model parallel: MiCS's hierarchical all-gather across nodes; set by a distribution block)"
+        ),
+    ] = "pytorch"
     optimizer: Annotated[Optimizer, Setting("the optimizer", flag=False)] = "adam"
     optimizer_impl: Annotated[
         OptimizerImpl,

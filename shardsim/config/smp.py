@@ -139,6 +139,8 @@ def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], di
             field=f"{mp_name}.enabled",
         )
     smp.update(params)
+    if params:
+        extra["library"] = "smp"  # SageMaker's model-parallel library runs these collectives
     for launcher in ("mpi", "torch_distributed"):
         block = _block(dist, launcher, LAUNCHER_KEYS, where, f"{DISTRIBUTION}.{launcher}")
         if "processes_per_host" in block:
@@ -173,6 +175,8 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
     if "instance_type" in extra:
         itype = str(extra["instance_type"])
         put("topology", itype.removeprefix("ml."), "instance_type")
+    if "library" in extra:
+        put("library", extra["library"], DISTRIBUTION)
     if "instance_count" in extra:
         put("nodes", pos_int(extra["instance_count"], where, "instance_count"), "instance_count")
     degrees = {k: smp[k] for k in ("sharded_data_parallel_degree", "hybrid_shard_degree") if k in smp}

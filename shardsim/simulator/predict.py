@@ -136,7 +136,8 @@ def predict(
     if shared is not None and profile:
         shared = profile.cores_for(cluster.world, shared)
         comm_cpu = profile.comm_cpu(cluster)
-    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu)
+    mics = cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
+    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu, mics=mics)
     return _summarize(cfg, res, w, cluster, cm, plan, spans)
 
 

@@ -15,7 +15,7 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network import collectives
-from shardsim.simulator.network.collectives import GroupLayout, _PlanCache
+from shardsim.simulator.network.collectives import Algo, GroupLayout, _PlanCache
 from shardsim.simulator.network.fluid import Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
@@ -122,14 +122,14 @@ def test_the_plan_cache_keeps_its_arrays_within_its_budget() -> None:
     cache = _PlanCache(budget=50_000)
     layouts = [GroupLayout(0, 512, d) for d in (2, 4, 8, 16, 32, 64, 128, 256, 512)]
     for lay in layouts:
-        phases = cache(g, "all_gather", lay, "ring", "nccl")
-        fresh = collectives._phases(g, "all_gather", lay, "ring", "nccl")
+        phases = cache(g, "all_gather", lay, Algo("ring", "Simple"), "nccl", 1e6)
+        fresh = collectives._phases(g, "all_gather", lay, Algo("ring", "Simple"), "nccl", 1e6)
         assert [(p.links.tolist(), p.load.tolist()) for p in phases] == [
             (p.links.tolist(), p.load.tolist()) for p in fresh
         ]
         assert cache.nbytes <= 50_000 or len(cache.entries) == 1
     assert 1 <= len(cache.entries) < len(layouts)  # the least recently used went
-    assert cache(g, "all_gather", layouts[-1], "ring", "nccl") is phases  # the latest is kept
+    assert cache(g, "all_gather", layouts[-1], Algo("ring", "Simple"), "nccl", 1e6) is phases  # the latest is kept
 
 
 def _group_links_python(capacity: np.ndarray, routes: list[Route]) -> tuple[list[float], list[tuple]]:

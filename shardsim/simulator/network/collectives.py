@@ -35,7 +35,7 @@ from shardsim.config.schema import ALGOS, PROTOCOLS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph
-from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call, nic_scaled, p2p_latency_s
+from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call, nic_scaled
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
@@ -300,9 +300,9 @@ def _nccl_phases(g: LinkGraph, op: str, groups: np.ndarray, algo: str, proto: st
     and the NICs' achieved fraction at this size (module `nccl_runs`)."""
     dpn = g.cluster.devices_per_node
     nodes = int(np.unique(groups[0] // dpn).size)
-    if op == "send_recv":
+    if op == "send_recv":  # outside NCCL's tuner: the link's own latency (fabric / nic latency_us)
         ph = _ring_plan(g, op, groups)[0]
-        latency = p2p_latency_s(g.cluster, inter=nodes > 1)
+        latency = ph.latency_s
         factor = 1.0 / WIRE_BYTES[proto or "Simple"]
     else:
         call = nccl_call(g, op, Shape(int(groups.shape[1]), nodes), float(nbytes), algo, proto)

@@ -85,26 +85,34 @@ def nccl_system(cluster: Cluster, shape: Shape) -> nm.NcclSystem:
     inter = nic.count * nic.rate_gbps / 8 * nic.efficiency  # the node's NICs, GB/s
     bw_intra = intra / nch
     bw_inter = inter / nch
-    if shape.nodes > 1:
-        bw_intra = min(bw_intra, bw_inter)  # a ring channel crosses one NIC per node
+    # search.cc (v2.20.3-1, ncclTopoSearchRecNet): a balanced tree counts half of a NIC's
+    # bandwidth on each of the two GPUs next to it (the tree's traffic up and down shares it),
+    # so the tree graph settles at up to twice the per-channel speed of the ring graph where the
+    # NICs bound it: a tree moves S per node across the network, a ring 2(n-1)/n × S.
+    tree_inter = 2 * bw_inter
+    multi = shape.nodes > 1
     lat_inter = nic.figures.latency_inter_us if nic.figures else 0.0
     cc = compute_capability(inst.device.model)
-    multi = shape.nodes > 1
-    ring = nm.Graph(
-        nchannels=nch,
-        bw_intra=bw_intra,
-        bw_inter=bw_inter,
-        latency_inter_us=lat_inter,
-        intra_nvlink=nvlink,
-        # LL128 needs NVLink inside and, across nodes, the NIC next to the GPU (GPUDirect RDMA)
-        ll128_paths_ok=nvlink and (nic.gpudirect_rdma or not multi),
-    )
+
+    def graph(net_bw: float) -> nm.Graph:
+        return nm.Graph(
+            nchannels=nch,
+            bw_intra=min(bw_intra, net_bw) if multi else bw_intra,  # a channel crosses its NIC once per node
+            bw_inter=net_bw,
+            latency_inter_us=lat_inter,
+            intra_nvlink=nvlink,
+            # LL128 needs NVLink inside and, across nodes, the NIC next to the GPU (GPUDirect RDMA)
+            ll128_paths_ok=nvlink and (nic.gpudirect_rdma or not multi),
+        )
+
+    ring, tree = graph(bw_inter), graph(tree_inter)
     nvls = ring if (fab.nvls and cc >= 90 and k > 1) else None
     return nm.NcclSystem(
         nranks=shape.ranks,
         nnodes=shape.nodes,
         compute_capability=cc,
         ring=ring,
+        tree=tree,
         nvls=nvls,
         cpu_vendor=inst.host.cpu_vendor,
     )
@@ -144,18 +152,6 @@ def nccl_call(g: LinkGraph, coll: str, shape: Shape, nbytes: float, algo: str, p
     simple = table[coll, choice.algo, "Simple"].bandwidth_GBps
     factor = bw / simple if simple > 0 else 1.0
     return NcclCall(choice.algo, choice.proto, lat * 1e-6, min(factor, 1.0))
-
-
-def p2p_latency_s(cluster: Cluster, inter: bool) -> float:
-    """One send/recv hop as NCCL's model prices a ring step of Simple: NVLink or PCIe inside a
-    node, the network (with the fabric's latencyInter, twice for Simple's flush) across."""
-    inst = cluster.instance
-    if inter:
-        lat = nm.HW_LAT["net"]["ring"][2] + 2 * (inst.nic.figures.latency_inter_us if inst.nic.figures else 0.0)
-    else:
-        kind = "nvlink" if inst.fabric.kind in ("nvlink", "nvswitch") else "pci"
-        lat = nm.HW_LAT[kind]["ring"][2]
-    return lat * 1e-6
 
 
 def nic_scaled(load: np.ndarray, is_nic: np.ndarray, nbytes: float, factor) -> np.ndarray:
