@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -10,7 +12,29 @@ from shardsim.simulator.hardware.topology import builtin_topologies, builtin_top
 
 SHIPPED = builtin_topologies()
 EMULATED = ("emu-2x2", "emu-4x2")
-EXPECTED = ("g4dn.12xlarge", "g4dn.metal", "p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge", *EMULATED)
+AWS_GPU = (
+    "g4dn.12xlarge",
+    "g4dn.metal",
+    "p3dn.24xlarge",
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p5.48xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+)
+PRICED = tuple(n for n in AWS_GPU if n != "p5e.48xlarge")  # p5e.48xlarge: no on-demand price listed
+EXPECTED = (*AWS_GPU, "a100-40gb-roce", *EMULATED)
+EC2_NAME = re.compile(r"^[a-z][a-z0-9-]*\.(\d*x?large|metal)$")  # an EC2 instance type: family.size
+# The figures NCCL's cost model and the network model read besides the rates; an AWS GPU instance
+# type must give each with its source (the loader's defaults would silently describe another machine).
+NETWORK_FIELDS = (
+    "fabric.generation",
+    "fabric.nvls",
+    "nic.fabric",
+    "nic.generation",
+    "nic.gpudirect_rdma",
+    "host.cpu_vendor",
+)
 
 
 def _raw(name: str) -> dict:
@@ -21,14 +45,20 @@ def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _is_figure_value(x: object) -> bool:
+    """A figure's value: a number, or a sourced fact (true/false, a non-empty name) such as fabric.nvls."""
+    return _is_number(x) or isinstance(x, bool) or (isinstance(x, str) and bool(x.strip()))
+
+
 def unsourced_figures(node: object, path: str = "") -> list[str]:
-    """Paths of numeric leaves not written as {value: X, source: "..."} with a non-empty source."""
+    """Paths of numeric leaves not written as {value: X, source: "..."} with a non-empty source, and of
+    {value, source} pairs whose value is neither a number, a boolean nor a non-empty string."""
     bad: list[str] = []
     if isinstance(node, dict):
         if "value" in node:
             src = node.get("source")
-            if not _is_number(node["value"]):
-                bad.append(f"{path}: value is not a number ({node['value']!r})")
+            if not _is_figure_value(node["value"]):
+                bad.append(f"{path}: value is not a number, boolean or name ({node['value']!r})")
             if not isinstance(src, str) or not src.strip():
                 bad.append(f"{path}: missing or empty source")
             extra = set(node) - {"value", "source"}
@@ -68,12 +98,16 @@ def test_checker_flags_bare_and_unsourced_numbers():
         "device": {"count": 8, "model": "m", "memory_gib": {"value": 16, "source": ""}},
         "nic": {"count": {"value": 1, "source": "ok"}, "rate_gbps": {"value": 100}},
         "emulated": {"subnet": "10.0.0.0/24", "nodes": True},
+        "fabric": {"nvls": {"value": True, "source": ""}, "generation": {"value": "", "source": "ok"}},
+        "host": {"cpu_vendor": {"value": "intel", "source": "ok"}},
     }
     bad = unsourced_figures(raw)
     assert any(b.startswith("device.count:") for b in bad)
     assert any(b.startswith("device.memory_gib:") for b in bad)
     assert any(b.startswith("nic.rate_gbps:") for b in bad)
-    assert len(bad) == 3  # strings and booleans are not figures; nic.count is fine
+    assert any(b.startswith("fabric.nvls:") for b in bad)  # a sourced fact needs its source too
+    assert any(b.startswith("fabric.generation:") for b in bad)  # and a value
+    assert len(bad) == 5  # bare strings and booleans are not figures; nic.count and host.cpu_vendor are fine
 
 
 def test_p4d_facts():
@@ -120,8 +154,60 @@ def test_emulated_subnets_differ():
     assert len(set(subnets)) == len(subnets)
 
 
-@pytest.mark.parametrize("name", [n for n in EXPECTED if n not in EMULATED])
+@pytest.mark.parametrize("name", PRICED)
 def test_cloud_instances_have_a_price_and_no_emulation(name):
     inst = load_instance(name)
     assert inst.emulated is None
     assert inst.price_per_hour_usd and inst.price_per_hour_usd > 0
+
+
+def test_the_aws_gpu_instance_types_are_the_shipped_ec2_names():
+    shipped = {n for n in SHIPPED if EC2_NAME.match(n) and load_instance(n).device.kind == "gpu"}
+    assert shipped == set(AWS_GPU)
+
+
+@pytest.mark.parametrize("name", AWS_GPU)
+def test_aws_gpu_instances_give_the_network_fields_with_sources(name):
+    inst = load_instance(name)
+    missing = [f for f in NETWORK_FIELDS if not inst.sources.get(f, "").strip()]
+    assert missing == []
+    assert inst.nic.fabric == "efa" and inst.nic.generation in ("EFA v1", "EFA v2", "EFA v3")
+    assert inst.fabric.generation
+
+
+# name: (NVLink SHARP, EFA generation, GPUDirect RDMA, CPU vendor, NICs, Gbps per NIC)
+AWS_FACTS = {
+    "g4dn.12xlarge": (False, "EFA v1", False, "intel", 1, 50),
+    "g4dn.metal": (False, "EFA v1", False, "intel", 1, 100),
+    "p3dn.24xlarge": (False, "EFA v1", False, "intel", 1, 100),
+    "p4d.24xlarge": (False, "EFA v1", True, "intel", 4, 100),
+    "p4de.24xlarge": (False, "EFA v1", True, "intel", 4, 100),
+    "p5.48xlarge": (True, "EFA v2", True, "amd", 32, 100),
+    "p5e.48xlarge": (True, "EFA v2", True, "amd", 32, 100),
+    "p5en.48xlarge": (True, "EFA v3", True, "intel", 16, 200),
+}
+
+
+@pytest.mark.parametrize("name", AWS_GPU)
+def test_aws_network_facts(name):
+    nvls, efa, gdr, vendor, nics, gbps = AWS_FACTS[name]
+    inst = load_instance(name)
+    assert (inst.fabric.nvls, inst.nic.generation, inst.nic.gpudirect_rdma) == (nvls, efa, gdr)
+    assert (inst.host.cpu_vendor, inst.nic.count, inst.nic.rate_gbps) == (vendor, nics, gbps)
+
+
+def test_h200_instances_share_the_h100_die_and_differ_in_memory():
+    h100 = load_instance("p5.48xlarge").device
+    for name in ("p5e.48xlarge", "p5en.48xlarge"):
+        h200 = load_instance(name).device
+        assert h200.kernels == h100.kernels and h200.peak_tflops == h100.peak_tflops
+        assert h200.memory_gib > 1.7 * h100.memory_gib and h200.memory_bandwidth_GBps == 4800
+    # the same 3200 Gbps per node, as 32 x 100 and as 16 x 200 Gbps
+    for name in ("p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"):
+        nic = load_instance(name).nic
+        assert nic.count * nic.rate_gbps == 3200
+
+
+def test_the_roce_cluster_is_not_efa():
+    inst = load_instance("a100-40gb-roce")
+    assert inst.nic.fabric == "roce" and not inst.fabric.nvls
