@@ -98,7 +98,8 @@ def test_the_size_sweep_prints_a_row_per_doubling_with_its_algorithm(capsys) -> 
     assert exit_status(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["size_bytes"] for r in doc["rows"]] == [8 << k for k in range(32)]
-    assert doc["ranks"] == 16 and {r["algo"] for r in doc["rows"]} <= {"ring", "tree", "hierarchical"}
+    assert doc["ranks"] == 16 and {r["algo"] for r in doc["rows"]} <= {"ring", "tree", "nvls", "nvls_tree"}
+    assert {r["protocol"] for r in doc["rows"]} <= {"LL", "LL128", "Simple"}
     one = simulate_collective(make_cluster("p5.48xlarge", 2), "all_reduce", 1 << 30, "auto")
     assert doc["rows"][27] == nccl_tests_row(one)
     assert exit_status(argv[:-3] + ["--sizes", "1MiB,64MiB,1GiB"]) == 0

@@ -109,7 +109,7 @@ def test_config_travels_to_the_workers_unchanged(tmp_path, monkeypatch):
 
 # Settings the ranks do not read: the simulator's inputs (a profile, a calibration) and the one
 # optimizer (no flag). Every other setting must reach the workers, or they run its default.
-NOT_FOR_RANKS = {"profile", "calibration", "optimizer"}
+NOT_FOR_RANKS = {"profile", "calibration", "optimizer", "library"}  # library: the prediction's, not the run's
 
 
 def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
