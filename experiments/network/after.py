@@ -98,9 +98,7 @@ def main() -> None:
     ax1.plot(sizes, shown, "ko-", label="measured (nccl-tests)")
     for key, style in (("before", "C3--"), ("default", "C0-"), ("calibrated", "C2:")):
         ax1.plot(sizes, [r[f"{key}_busbw_GBps"] for r in rows], style, label=key)
-        errs = [
-            r[f"{key}_busbw_error_pct"] if r["size_bytes"] >= 1 << 20 else r[f"{key}_time_error_pct"] for r in rows
-        ]
+        errs = [r[f"{key}_busbw_error_pct"] if r["size_bytes"] >= 1 << 20 else r[f"{key}_time_error_pct"] for r in rows]
         ax2.plot(sizes, errs, style, label=key)
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log")

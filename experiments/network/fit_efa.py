@@ -70,8 +70,8 @@ def efa_block(values: dict[str, float], errs: dict[str, float]) -> str:
         "efa:\n"
         f'  latency_inter_us: {{value: {values["latency_inter_us"]}, source: "{how} (what the aws-ofi-nccl plugin '
         f'would report as latencyInter; NCCL adds it to its InfiniBand per-hop figures)"}}\n'
-        f'  size_factor: {{value: {pts}, source: "{how} (the NIC\'s achieved fraction of nic.rate x nic.efficiency by '
-        f'the bytes it carries per call: EFA\'s per-message costs)"}}\n'
+        f"  size_factor: {{value: {pts}, source: \"{how} (the NIC's achieved fraction of nic.rate x nic.efficiency by "
+        f"the bytes it carries per call: EFA's per-message costs)\"}}\n"
     )
 
 
