@@ -6,9 +6,9 @@ model does not know: read from `fitted/network.yaml`, replaced by `shardsim cali
   for the Simple protocol (src/graph/tuning.cc, v2.20.3-1, lines 229-230).
 - `size_factor`: the fraction of a NIC's rate that one collective call achieves by the bytes
   that NIC carries in the call, as points (bytes, fraction) interpolated linearly in
-  log(bytes) and flat beyond the ends: a NIC moving a few KiB per call is dominated by its
-  per-message costs (the proxy thread, the plugin, the NIC's completion path), one moving
-  hundreds of MiB by its rate.
+  log(bytes), flat below the first point, and rising from the last one to 1 at
+  `FULL_RATE_BYTES`: a NIC moving a few KiB per call is dominated by its per-message costs (the
+  proxy thread, the plugin, the NIC's completion path), one moving a GiB by its rate.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from shardsim.core.yamlio import Fields, load_yaml
 from shardsim.data import TOPOLOGIES
 
 NETWORK_FILE = "fitted/network.yaml"  # under the shipped topologies' folder
+# A NIC that moves this much in one call runs at its topology's rate × nic.efficiency (an
+# assumption: per-message costs are then a small share); the table's last point rises to it.
+FULL_RATE_BYTES = float(1 << 30)
 FIGURE_NAMES = ("latency_inter_us", "size_factor")
 
 
@@ -34,6 +37,8 @@ class NetworkFigures:
     def factor(self, nic_bytes: float) -> float:
         """The achieved fraction of the NIC's rate for a call that moves `nic_bytes` through it."""
         pts = self.size_factor
+        if pts[-1][0] < FULL_RATE_BYTES:
+            pts = (*pts, (FULL_RATE_BYTES, 1.0))
         if nic_bytes <= pts[0][0]:
             return pts[0][1]
         if nic_bytes >= pts[-1][0]:

@@ -267,6 +267,14 @@ def check_algo(op: str, algo: str, backend: str, proto: str = "auto") -> None:
         raise ConfigError(f"NCCL runs {algo} with the Simple protocol only, not {proto}", field="protocol")
 
 
+# NVLink SHARP's ports run at this fraction of the rate a ring's edges get (a named choice):
+# NCCL's tuner states NVLS's algorithm bandwidth as 5/6 of its bus bandwidth (tuning.cc v2.20.3-1
+# line 217). With it an all-reduce over 8 H100s through NVLS comes to 480 GB/s busbw, what NCCL's
+# maintainer reports on p5 against 370 GB/s for a ring (NVIDIA/nccl issue #1442; see
+# p5.48xlarge.yaml's fabric.efficiency).
+NVLS_EFFICIENCY = 5.0 / 6.0
+
+
 def _nvls_phase(g: LinkGraph, op: str, groups: np.ndarray) -> Phase:
     """NVLink SHARP inside one node: the switch reduces what ranks load from it
     (multimem.ld_reduce) and replicates what they store to it (multimem.st). For a group of k
@@ -275,7 +283,7 @@ def _nvls_phase(g: LinkGraph, op: str, groups: np.ndarray) -> Phase:
     src/device/all_reduce.h `runRing`-free NVLS path)."""
     k = groups.shape[1]
     tx, rx = {"all_reduce": (1 + 1 / k, 1 + 1 / k), "all_gather": (1 / k, 1.0), "reduce_scatter": (1.0, 1 / k)}[op]
-    links, load = g.port_loads(groups, tx, rx)
+    links, load = g.port_loads(groups, tx / NVLS_EFFICIENCY, rx / NVLS_EFFICIENCY)
     return Phase(links, load, 0.0, float(groups.size * tx))
 
 
@@ -287,7 +295,7 @@ def _nvls_tree_phase(g: LinkGraph, groups: np.ndarray) -> Phase:
     if arr is None:
         raise ConfigError("NVLS-tree needs the same number of group ranks on every node", field="algo")
     G, m, k = arr.shape
-    links_a, load_a = g.port_loads(groups, 1 + 1 / k, 1 + 1 / k)
+    links_a, load_a = g.port_loads(groups, (1 + 1 / k) / NVLS_EFFICIENCY, (1 + 1 / k) / NVLS_EFFICIENCY)
     (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m))  # the node-level trees, over one rank per node
     links = np.concatenate([links_a, tree.links])
     load = np.concatenate([load_a, tree.load])
