@@ -147,3 +147,28 @@ def test_help_starts_fast_without_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     code2 = "import sys; from shardsim.cli import main\nmain(['predict', '--json'])\nassert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code2], check=True, capture_output=True)
+
+
+def test_a_distribution_block_means_sagemakers_collectives(tmp_path) -> None:
+    """Issue 25: MiCS's hierarchical all-gather only where the configuration says SageMaker's
+    library (a pasted distribution block, or `library: smp`); flat keys are PyTorch's."""
+    from shardsim.simulator.predict import predict
+
+    block = (
+        "workload: vit-630m\nbatch_per_device: 4\ninstance_type: ml.g4dn.12xlarge\ninstance_count: 8\n"
+        "distribution:\n  smdistributed:\n    modelparallel:\n      enabled: true\n"
+        "      parameters:\n        sharded_data_parallel_degree: {d}\n"
+    )
+    smp = load_config(write(tmp_path, block.format(d=16)))
+    flat = load_config(
+        write(tmp_path, "workload: vit-630m\ntopology: g4dn.12xlarge\nsharded_data_parallel_degree: 16\n")
+    )
+    assert (smp.library, flat.library) == ("smp", "pytorch")
+    assert load_config(None, {"library": "smp"}).library == "smp"
+    # a shard group over 4 nodes: SageMaker's hierarchical all-gather is another prediction
+    assert predict(smp).step_time_s != predict(smp.replace(library="pytorch")).step_time_s
+    # a group inside one node (4 T4s a g4dn.12xlarge): the same collectives either way
+    inside = load_config(write(tmp_path, block.format(d=4)))
+    assert predict(inside).step_time_s == predict(inside.replace(library="pytorch")).step_time_s
+    with pytest.raises(ConfigError, match="library"):
+        load_config(None, {"library": "deepspeed"})
