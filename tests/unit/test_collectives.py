@@ -198,7 +198,7 @@ def test_auto_follows_nccls_tuner_and_mics_only_under_sagemaker():
     assert algo_for("all_reduce", "auto", world, 8, "nccl", g, 1e6).name == "tree"
     assert algo_for("all_reduce", "auto", world, 8, "gloo", g, 1e6) == Algo("ring")  # gloo: rings only
     assert algo_for("all_gather", "auto", world, 8, "nccl", g, 1e6).name == "ring"  # FSDP2: flat NCCL
-    assert algo_for("all_gather", "auto", world, 8, "nccl", g, 1e6, mics=True) == Algo("hierarchical")
+    assert algo_for("all_gather", "auto", world, 8, "nccl", g, 1e6, mics=True) == Algo("hierarchical", "Simple")
     one_node = GroupLayout(0, 8, 8)
     assert algo_for("all_gather", "auto", one_node, 8, "nccl", g, 1e6, mics=True).name == "ring"  # within a node
     assert algo_for("all_gather", "ring", world, 8, "nccl", g, 1e6, proto="LL") == Algo("ring", "LL")  # forced

@@ -233,7 +233,7 @@ def algo_for(
     hier_ops = ("all_reduce", "all_gather", "reduce_scatter")
     if algo == "hierarchical" or (algo == "auto" and mics and op == "all_gather"):
         if op in hier_ops and (algo == "hierarchical" or _spans_nodes(layout, devices_per_node)):
-            return Algo("hierarchical")
+            return Algo("hierarchical", "Simple")  # SageMaker's, over NCCL's Simple sends
         algo = "auto" if algo == "auto" else "ring"
     if algo == "tree" and op != "all_reduce":
         algo = "ring"
@@ -346,6 +346,12 @@ def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str
         phases = _tree_phases(g, groups)
     elif algo.name == "hierarchical":
         phases = _hier_plan(g, op, groups)
+        figures = g.cluster.instance.nic.figures
+        if algo.proto and figures is not None:  # over NCCL: its NICs run as NCCL's do (EFA's rate by size)
+            phases = [
+                Phase(ph.links, nic_scaled(ph.load, g.is_nic(ph.links), nbytes, figures.factor), ph.latency_s, ph.sent)
+                for ph in phases
+            ]
     else:
         phases = _ring_plan(g, op, groups)
     return tuple(p for p in phases if p.links.size)
