@@ -75,8 +75,15 @@ class CalibrationResult:
 
 def default_params(runs: bool, collectives: bool) -> tuple[str, ...]:
     """What is fitted without ``--params``: `DEFAULT_FIT` to measured runs, `NETWORK_FIT` to
-    measured collectives, both to both."""
+    measured collectives; to both, both but ``nic_efficiency`` (`NIC_EFFICIENCY_NOTE`)."""
+    if runs and collectives:
+        return tuple(n for n in DEFAULT_FIT if n != "nic_efficiency") + NETWORK_FIT
     return (DEFAULT_FIT if runs else ()) + (NETWORK_FIT if collectives else ())
+
+
+# a choice: the size factors and nic_efficiency scale the same NIC rate (their product is what
+# the rows see), so the two together are not determined; the size factors say more
+NIC_EFFICIENCY_NOTE = "nic_efficiency: left out beside nccl-tests files, the NIC size factors scale the same rate"
 
 
 def collective_measurements(
@@ -147,6 +154,8 @@ def calibrate(
     rows: list[Row] = [*runs, *collectives]
     requested = default_params(bool(runs), bool(collectives)) if params is None else tuple(params)
     names, notes = F.fitted_names(inst, rows, requested)
+    if params is None and runs and collectives:
+        notes.append(NIC_EFFICIENCY_NOTE)
     if not names:
         raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
     if len(rows) <= len(names) and not force:  # refused before the fit: it cannot be determined
