@@ -111,3 +111,12 @@ def test_a_file_on_other_nodes_than_nodes_is_refused(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match="measured on 2 nodes, not --nodes 4"):
         calibrate(None, TOPOLOGY, nccl_tests=(str(text),), nodes=4)
+
+
+def test_the_api_takes_nccl_tests_files_alone() -> None:
+    import shardsim
+
+    r = shardsim.calibrate(None, TOPOLOGY, nccl_tests=P5, nodes=2, folds=0, params="latency_inter_us")
+    assert tuple(r.values) == ("latency_inter_us",) and r.errors["after"]["mae_pct"] < r.errors["before"]["mae_pct"]
+    with pytest.raises(ConfigError, match="nothing to fit to"):
+        shardsim.calibrate(None, TOPOLOGY)
