@@ -215,51 +215,63 @@ def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
 
 
 def calibrate(
-    measurements: str | PathLike,
+    measurements: str | PathLike | pd.DataFrame | None,
     topology: str,
     *,
     params: str | Iterable[str] | None = None,
     folds: int | None = None,
     force: bool = False,
     out: str | PathLike | None = None,
+    nccl_tests: str | PathLike | Iterable[str | PathLike] | None = None,
+    nodes: int | None = None,
 ) -> CalibrationResult:
-    """The model's named parameters fitted to measured runs (`CalibrationResult`: `values`,
-    `fit`, `errors` before / after / cross-validated, `calibration`), as `shardsim calibrate`.
+    """The model's named parameters fitted to measured runs and nccl-tests output
+    (`CalibrationResult`: `values`, `fit`, `errors` before / after / cross-validated,
+    `calibration`), as `shardsim calibrate`.
 
     measurements: a CSV of measurements, a runs.csv, a run JSON file or a folder of them, or a
-    pandas DataFrame with a CSV's columns (e.g. some rows of one);
+    pandas DataFrame with a CSV's columns (e.g. some rows of one); None with `nccl_tests`;
     topology: the topology they ran on (a name or YAML path); params: the parameters to fit
-    (default: `parameters.DEFAULT_FIT`); folds: k of the k-fold cross-validation (0: none;
-    default 5); force: keep a fit the rows do not determine (marked forced); out: write the
-    calibration file (YAML) that predict, sweep and validate take as ``calibration``."""
+    (default: `parameters.DEFAULT_FIT` to runs, `parameters.NETWORK_FIT` to nccl-tests files);
+    folds: k of the k-fold cross-validation (0: none; default 5); force: keep a fit the rows do
+    not determine (marked forced); out: write the calibration file (YAML) that predict, sweep
+    and validate take as ``calibration``; nccl_tests: nccl-tests output files (one path or
+    several), each size a row; nodes: the nodes of a file that names no ranks (the CSV form)."""
     import pandas as pd
 
     from shardsim.core.files import check_output_file
     from shardsim.simulator.calibration.apply import write_calibration
     from shardsim.simulator.calibration.calibrate import DEFAULT_FOLDS
     from shardsim.simulator.calibration.calibrate import calibrate as fit
-    from shardsim.simulator.calibration.parameters import DEFAULT_FIT
 
-    if not isinstance(measurements, str | PathLike | pd.DataFrame):
+    if measurements is not None and not isinstance(measurements, str | PathLike | pd.DataFrame):
         why = f"expected a file or folder path or a pandas DataFrame, got {type(measurements).__name__}"
         raise ConfigError(why, field="measurements")
     if not isinstance(topology, str):
         raise ConfigError(f"expected a topology name or YAML path, got {type(topology).__name__}", field="topology")
+    if nccl_tests is None:
+        files: tuple[str, ...] = ()
+    elif isinstance(nccl_tests, str | PathLike):
+        files = (str(nccl_tests),)
+    else:
+        files = tuple(str(f) for f in nccl_tests)
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1):
+        raise ConfigError(f"expected a node count of 1 or more, got {nodes!r}", field="nodes")
     if params is None:
-        names = DEFAULT_FIT
+        names = None
     elif isinstance(params, str):
         names = tuple(p.strip() for p in params.split(",") if p.strip())
     else:
         names = tuple(params)
-    if not names or not all(isinstance(n, str) for n in names):
+    if names is not None and (not names or not all(isinstance(n, str) for n in names)):
         raise ConfigError(f"expected parameter names, got {params!r}", field="params")
     if not isinstance(force, bool):
         raise ConfigError(f"expected True or False, got {force!r}", field="force")
     if out is not None:
         check_output_file(str(out), "out")
     folds = DEFAULT_FOLDS if folds is None else folds
-    source = measurements if isinstance(measurements, pd.DataFrame) else str(measurements)
-    result = fit(source, topology, params=names, folds=folds, force=force)
+    source = measurements if isinstance(measurements, pd.DataFrame) or measurements is None else str(measurements)
+    result = fit(source, topology, params=names, folds=folds, force=force, nccl_tests=files, nodes=nodes)
     if out is not None:
         write_calibration(out, result.calibration)
     return result

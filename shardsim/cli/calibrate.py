@@ -1,15 +1,17 @@
-"""`shardsim calibrate MEASURED --topology T [--out FILE]`: fit the model's named parameters to
-measured runs, print the error of every row before and after and a k-fold cross-validated error,
-and write a calibration file that predict, sweep and validate take with ``--calibration``. A fit
-the rows do not determine, or one that ends at a bound and still misses them by far, is refused
-in one line; ``--force`` prints and writes it, marked forced."""
+"""`shardsim calibrate [MEASURED] --topology T [--nccl-tests FILE ...] [--out FILE]`: fit the
+model's named parameters to measured runs and measured collectives (nccl-tests output), print the
+error of every row before and after and a k-fold cross-validated error, and write a calibration
+file that predict, sweep, validate and collective take with ``--calibration``. A fit the rows do
+not determine, or one that ends at a bound and still misses them by far, is refused in one line;
+``--force`` prints and writes it, marked forced."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 
-from shardsim.config.flags import str_list
+from shardsim.config.flags import setting_type, str_list
+from shardsim.core.errors import ConfigError
 from shardsim.core.files import check_output_file
 from shardsim.core.flagtypes import Count
 
@@ -21,21 +23,51 @@ def _line(name: str, e: dict[str, float]) -> str:
     return f"{name:<16} mean |error| {mae:5.1f} %, mean signed {signed:+5.1f} %, max {top:5.1f} %"
 
 
+def _row_text(m) -> tuple[str, str]:
+    """A row as the table names it, and its measured figure."""
+    from shardsim.core.units import format_bytes
+    from shardsim.simulator.calibration.collectives import CollectiveRow
+
+    if isinstance(m, CollectiveRow):
+        what = f"{m.op} {format_bytes(m.size_bytes)}, {m.ranks} ranks / {m.nodes} nodes"
+        t = m.measured_time_us  # as nccl-tests prints a time: 2 decimals below 100 µs, 1 below 10 ms
+        return what, f"{t:.2f} µs" if t < 100 else f"{t:.1f} µs" if t < 10_000 else f"{t:.0f} µs"
+    i = m.info
+    what = f"{i['model']} seq {i['seq_len']} gpus {i['gpus']} mb {i['microbatch']} ga {i['grad_accum']}"
+    return what, f"{m.measured:.4g}"
+
+
 def _cmd_calibrate(ns: argparse.Namespace) -> int:
     from shardsim.simulator.calibration.apply import write_calibration
     from shardsim.simulator.calibration.calibrate import calibrate
+    from shardsim.simulator.calibration.collectives import CollectiveRow
 
+    if ns.measured is None and not ns.nccl_tests:
+        raise ConfigError("nothing to fit to: give measured runs (MEASURED) or --nccl-tests FILE", field="measured")
     if ns.out:
         check_output_file(ns.out, "out")
-    r = calibrate(ns.measured, ns.topology, params=ns.params, folds=ns.folds, force=ns.force)
+    r = calibrate(
+        ns.measured,
+        ns.topology,
+        params=ns.params,
+        folds=ns.folds,
+        force=ns.force,
+        nccl_tests=tuple(ns.nccl_tests),
+        nodes=ns.nodes,
+    )
     inst, rows, before, after, cv, f = r.instance, r.rows, r.before, r.after, r.cv, r.fit
-    print(f"{len(rows)} measured rows from {ns.measured} on {inst.name} ({inst.device.model})")
+    n_coll = sum(isinstance(m, CollectiveRow) for m in rows)
+    sources = [f"{len(rows) - n_coll} measured rows from {ns.measured}"] if ns.measured is not None else []
+    if n_coll:
+        sources.append(f"{n_coll} collective sizes from {', '.join(ns.nccl_tests)}")
+    print(f"{' and '.join(sources)} on {inst.name} ({inst.device.model})")
     print(f"{'row':<44} {'measured':>12} {'before %':>9} {'after %':>8}" + (f" {'cv %':>7}" if cv is not None else ""))
     for i, m in enumerate(rows):
-        i_ = m.info
-        what = f"{i_['model']} seq {i_['seq_len']} gpus {i_['gpus']} mb {i_['microbatch']} ga {i_['grad_accum']}"
-        cells = f"{what:<44.44} {m.measured:>12.4g} {(before[i] - 1) * 100:>+9.1f} {(after[i] - 1) * 100:>+8.1f}"
+        what, measured = _row_text(m)
+        cells = f"{what:<44.44} {measured:>12} {(before[i] - 1) * 100:>+9.1f} {(after[i] - 1) * 100:>+8.1f}"
         print(cells + (f" {(cv[i] - 1) * 100:>+7.1f}" if cv is not None else ""))
+    if n_coll:
+        print("\n(a collective's throughput is 1 / its time: its error is predicted / measured busbw - 1)")
     print("\nthroughput error (predicted / measured - 1)")
     for k, e in r.errors.items():
         print(_line(k if k != "cross_validated" else f"{ns.folds}-fold CV", e))
@@ -57,17 +89,37 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from shardsim.simulator.calibration.calibrate import DEFAULT_FOLDS
-    from shardsim.simulator.calibration.parameters import DEFAULT_FIT, MAX_MAE_AT_BOUND_PCT, NAMES
+    from shardsim.simulator.calibration.parameters import DEFAULT_FIT, MAX_MAE_AT_BOUND_PCT, NAMES, NETWORK_FIT
 
     p = sub.add_parser(
         "calibrate",
-        help="fit the model's efficiency figures to measured runs; write a calibration file",
+        help="fit the model's efficiency and network figures to measured runs and nccl-tests output; write a "
+        "calibration file",
         description=__doc__.splitlines()[0] + " " + " ".join(__doc__.splitlines()[1:]),
     )
     p.add_argument(
-        "measured", metavar="MEASURED", help="a CSV of measurements, runs.csv, a run JSON file or a folder of them"
+        "measured",
+        metavar="MEASURED",
+        nargs="?",
+        default=None,
+        help="a CSV of measurements, runs.csv, a run JSON file or a folder of them (optional with --nccl-tests)",
     )
     p.add_argument("--topology", required=True, help="the topology the runs ran on (name or YAML path)")
+    p.add_argument(
+        "--nccl-tests",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="nccl-tests output (all_reduce, all_gather or reduce_scatter _perf: its text, or the CSV form of "
+        "experiments/calibration/data), each size a row; repeat for more files (default: none)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=setting_type("nodes"),
+        default=None,
+        help="the nodes an nccl-tests file ran on where it names no ranks (the CSV form; text files have "
+        "'# Rank' lines) (default: none)",
+    )
     p.add_argument(
         "--out", metavar="FILE", help="write the calibration file (YAML) here (default: none, print the fit only)"
     )
@@ -86,7 +138,8 @@ def register(sub) -> None:
     p.add_argument(
         "--params",
         type=str_list,
-        default=DEFAULT_FIT,
-        help=f"parameters to fit, of {','.join(NAMES)} (default: {','.join(DEFAULT_FIT)})",
+        default=None,
+        help=f"parameters to fit, of {','.join(NAMES)} (default: {','.join(DEFAULT_FIT)} to runs, "
+        f"{','.join(NETWORK_FIT)} to nccl-tests files, both to both)",
     )
     p.set_defaults(func=_cmd_calibrate)

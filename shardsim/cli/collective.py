@@ -25,9 +25,7 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
         raise ConfigError("--plot draws a comparison: give --compare FILE", field="plot")
     if ns.compare:
         return _compare(ns)
-    from shardsim.simulator.hardware.topology import make_cluster
-
-    cluster = make_cluster(ns.topology, ns.nodes)
+    cluster = _cluster(ns, ns.nodes)
     if ns.sizes:
         return _sweep(ns, cluster)
     from shardsim.core.units import format_bytes, format_seconds
@@ -46,6 +44,18 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
     print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
     return 0
+
+
+def _cluster(ns: argparse.Namespace, nodes: int | None):
+    """The topology's cluster, with the calibration file's fitted figures over its own (``--calibration``)."""
+    from shardsim.simulator.hardware.topology import make_cluster
+
+    cluster = make_cluster(ns.topology, nodes)
+    if ns.calibration is None:
+        return cluster
+    from shardsim.simulator.calibration.apply import calibrated
+
+    return calibrated(cluster, ns.calibration)
 
 
 def _algo_text(algo: str, protocol: str) -> str:
@@ -93,7 +103,7 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
         f"# shardsim collective: {op} over {r0.ranks} ranks on {r0.cluster}"
         f" ({ns.backend}, --algo {ns.algo}, --protocol {ns.protocol})"
     )
-    print("#")
+    print(f"# calibrated: {ns.calibration}'s fitted figures over the topology's" if ns.calibration else "#")
     print(_header(_SWEEP_LINE, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo"))
     print(_header(_SWEEP_LINE, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
     for row in rows:
@@ -106,7 +116,6 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
 
 def _compare(ns: argparse.Namespace) -> int:
     from shardsim.simulator.collective import compare_collective
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.network.nccl_tests import read_nccl_tests
 
     if ns.ranks:  # --size and --sizes are refused beside --compare by the parser
@@ -118,7 +127,7 @@ def _compare(ns: argparse.Namespace) -> int:
     measured = read_nccl_tests(ns.compare, ns.op)
     if ns.nodes is not None and measured.nodes is not None and ns.nodes != measured.nodes:
         raise ConfigError(f"{measured.path}: measured on {measured.nodes} nodes, not --nodes {ns.nodes}", field="nodes")
-    cluster = make_cluster(ns.topology, ns.nodes if ns.nodes is not None else measured.nodes)
+    cluster = _cluster(ns, ns.nodes if ns.nodes is not None else measured.nodes)
     doc = compare_collective(cluster, measured, ns.algo, ns.backend, _progress(ns), ns.protocol)
     if ns.plot:
         plot_comparison(doc, ns.plot)
@@ -130,6 +139,8 @@ def _compare(ns: argparse.Namespace) -> int:
         f" ({doc['backend']}, --algo {ns.algo}, --protocol {ns.protocol})"
     )
     print(f"# measured: {doc['file']} (out of place); error = predicted / measured - 1")
+    if ns.calibration:
+        print(f"# calibrated: {ns.calibration}'s fitted figures over the topology's")
     print(_header(_COMPARE_LINE, "size", "algo", "time (us)", "measured", "error", "busbw (GB/s)", "measured", "error"))
     for r in doc["rows"]:
         times = (_time_us(r["predicted_time_us"]), _time_us(r["measured_time_us"]), _pct(r["time_error_pct"]))
@@ -256,6 +267,12 @@ def register(sub) -> None:
         type=Count(MAX_WORLD, minimum=2),
         default=None,
         help="use only the first N ranks of the cluster, at least 2 (default: all)",
+    )
+    c.add_argument(
+        "--calibration",
+        metavar="FILE",
+        default=None,
+        help="a calibration file (shardsim calibrate): its fitted figures over the topology's (default: none)",
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=_cmd_collective)

@@ -1,13 +1,13 @@
 """A calibration file: fitted values of the model's parameters (`calibration.parameters`) for one
 device, what they were fitted to and how well; read back and applied over a topology's figures
-(``--calibration FILE`` of predict, sweep and validate).
+(``--calibration FILE`` of predict, sweep, validate and collective).
 
     device: NVIDIA A100 SXM4 40GB          # the device the values hold for
     topology: a100-40gb-roce
     parameters:
       matmul_efficiency.bf16: {value: 0.62, default: 0.8686, low: 0.05, high: 1.0}
       ...
-    fitted_to: {file: ..., rows: 78, sha256: ...}
+    fitted_to: {measured: ..., rows: 78, sha256: ..., nccl_tests: [{file: ..., rows: 32, sha256: ...}]}
     errors: {before: {...}, after: {...}, cross_validated: {...}}
     forced: true                           # only when written with --force: the rows do not
     warning: ...                           # determine the fit (why); predict warns on loading it

@@ -1,11 +1,12 @@
-"""A calibration end to end: measured runs read, the named parameters fitted to them, the fit
+"""A calibration end to end: measured runs and measured collectives (nccl-tests files, each size
+a row) read, the named parameters fitted to them, the fit
 checked (before / after errors, k-fold cross-validation) and the calibration file's content
 (`Calibration`), as `shardsim calibrate` and `shardsim.calibrate` both make it.
 
 A fit the rows do not determine, or one that ends at a bound and still misses them by far, is
 refused (ConfigError) unless `force`; forced, its `warning` says why it is not to be trusted.
-Messages name the command's flags (``--force``, ``--params``): the keyword arguments of
-`calibrate` have the same names.
+Messages name the command's flags (``--force``, ``--params``, ``--nodes``): the keyword arguments
+of `calibrate` have the same names (``--nccl-tests`` is `nccl_tests`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.calibration.parameters import DEFAULT_FIT
+from shardsim.simulator.calibration.parameters import DEFAULT_FIT, NETWORK_FIT
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
     from shardsim.simulator.calibration.apply import Calibration
-    from shardsim.simulator.calibration.fit import Fit
+    from shardsim.simulator.calibration.collectives import CollectiveRow
+    from shardsim.simulator.calibration.fit import Fit, Row
     from shardsim.simulator.calibration.measurements import Measurement
     from shardsim.simulator.hardware.topology import InstanceType
 
@@ -43,17 +45,18 @@ def errors(ratio: np.ndarray) -> dict[str, float]:
 class CalibrationResult:
     """A fit and how well it does.
 
-    instance: the topology the rows were predicted on; rows: the measurements, in file order;
-    names: the parameters fitted; notes: one line per requested parameter left out (nothing
-    depends on it); fit: values, defaults, bounds, standard errors; before / after / cv:
-    predicted over measured throughput of each row with the topology's figures, with the fitted
-    ones, and from a fit to the other folds (None without cross-validation); errors: `errors()`
-    of each (keys before, after, cross_validated, the last with its folds); warning: why a forced
-    fit is not to be trusted ("" otherwise); calibration: what a calibration file holds
-    (`apply.write_calibration` writes it; predict, sweep and validate take it)."""
+    instance: the topology the rows were predicted on; rows: the measured runs, then each
+    nccl-tests file's sizes (`CollectiveRow`), in file order; names: the parameters fitted;
+    notes: one line per requested parameter left out (nothing depends on it); fit: values,
+    defaults, bounds, standard errors; before / after / cv: predicted over measured throughput
+    (a collective's: measured over predicted time) of each row with the topology's figures, with
+    the fitted ones, and from a fit to the other folds (None without cross-validation); errors:
+    `errors()` of each (keys before, after, cross_validated, the last with its folds); warning:
+    why a forced fit is not to be trusted ("" otherwise); calibration: what a calibration file
+    holds (`apply.write_calibration` writes it; predict, sweep, validate and collective take it)."""
 
     instance: InstanceType
-    rows: list[Measurement]
+    rows: list[Row]
     names: tuple[str, ...]
     notes: list[str]
     fit: Fit
@@ -70,40 +73,98 @@ class CalibrationResult:
         return dict(self.fit.values)
 
 
+def default_params(runs: bool, collectives: bool) -> tuple[str, ...]:
+    """What is fitted without ``--params``: `DEFAULT_FIT` to measured runs, `NETWORK_FIT` to
+    measured collectives; to both, both but ``nic_efficiency`` (`NIC_EFFICIENCY_NOTE`)."""
+    if runs and collectives:
+        return tuple(n for n in DEFAULT_FIT if n != "nic_efficiency") + NETWORK_FIT
+    return (DEFAULT_FIT if runs else ()) + (NETWORK_FIT if collectives else ())
+
+
+# a choice: the size factors and nic_efficiency scale the same NIC rate (their product is what
+# the rows see), so the two together are not determined; the size factors say more
+NIC_EFFICIENCY_NOTE = "nic_efficiency: left out beside nccl-tests files, the NIC size factors scale the same rate"
+
+
+def collective_measurements(
+    paths: tuple[str | Path, ...], inst: InstanceType, nodes: int | None
+) -> tuple[list[CollectiveRow], list[dict[str, Any]]]:
+    """The rows of each nccl-tests file (`collectives.collective_rows`; `nodes` for a file that
+    names no ranks) and what the calibration file says of each: path, collective, ranks, nodes,
+    rows, sha256. A file given twice, or measured on other nodes than `nodes`, is refused."""
+    from shardsim.simulator.calibration.collectives import collective_rows
+    from shardsim.simulator.network.nccl_tests import read_nccl_tests
+
+    rows: list[CollectiveRow] = []
+    files: list[dict[str, Any]] = []
+    seen: set[Path] = set()
+    for path in paths:
+        if Path(path).resolve() in seen:
+            raise ConfigError(f"{path}: given twice", field="nccl_tests")
+        seen.add(Path(path).resolve())
+        result = read_nccl_tests(path)
+        if nodes is not None and result.nodes is not None and result.nodes != nodes:
+            raise ConfigError(f"{path}: measured on {result.nodes} nodes, not --nodes {nodes}", field="nodes")
+        these = collective_rows(result, inst, nodes)
+        if not these:
+            raise ConfigError(f"{path}: no sizes above 0 bytes with a time", field="nccl_tests")
+        rows += these
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        r0 = these[0]
+        files.append(
+            {"file": str(path), "op": r0.op, "ranks": r0.ranks, "nodes": r0.nodes, "rows": len(these), "sha256": digest}
+        )
+    return rows, files
+
+
 def calibrate(
-    measured: str | Path | pd.DataFrame,
+    measured: str | Path | pd.DataFrame | None,
     topology: str,
     *,
-    params: tuple[str, ...] = DEFAULT_FIT,
+    params: tuple[str, ...] | None = None,
     folds: int = DEFAULT_FOLDS,
     force: bool = False,
+    nccl_tests: tuple[str | Path, ...] = (),
+    nodes: int | None = None,
 ) -> CalibrationResult:
-    """Fit `params` to the measurements of `measured` (a CSV, runs.csv, a run JSON file or a
-    folder of them, or a pandas DataFrame with a CSV's columns) on `topology` (a name or YAML
-    path), with `folds`-fold cross-validation (0: none). Refused before the fit: folds 1 or more
-    folds than rows, nothing to fit, no more rows than parameters (unless `force`); after it: an
-    untrusted fit (unless `force`)."""
+    """Fit `params` (default: `default_params`) to the measurements of `measured` (a CSV,
+    runs.csv, a run JSON file or a folder of them, or a pandas DataFrame with a CSV's columns)
+    and of the nccl-tests files `nccl_tests` (each size a row; `nodes` for a file that names no
+    ranks) on `topology` (a name or YAML path), with `folds`-fold cross-validation (0: none).
+    Refused before the fit: neither kind of measurement, folds 1 or more folds than rows,
+    nothing to fit, no more rows than parameters (unless `force`); after it: an untrusted fit
+    (unless `force`)."""
     from shardsim.simulator.calibration import fit as F
     from shardsim.simulator.calibration.apply import Calibration, Fitted
     from shardsim.simulator.calibration.measurements import read_frame, read_measurements
     from shardsim.simulator.hardware.topology import load_instance
 
+    if measured is None and not nccl_tests:
+        raise ConfigError("nothing to fit to: give measured runs (MEASURED) or --nccl-tests FILE", field="measured")
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0 or folds == 1:
         raise ConfigError(f"expected 0 (none) or >= 2 folds, got {folds!r}", field="folds")
     inst = load_instance(topology)
     is_path = isinstance(measured, str | Path)
-    rows = read_measurements(measured, topology, inst) if is_path else read_frame(measured, topology, inst)
-    if not rows:
-        raise ConfigError("no measurements: the table has no rows", field="measurements")
-    names, notes = F.fitted_names(inst, rows, tuple(params))
+    runs: list[Measurement] = []
+    if measured is not None:
+        runs = read_measurements(measured, topology, inst) if is_path else read_frame(measured, topology, inst)
+        if not runs:
+            raise ConfigError("no measurements: the table has no rows", field="measurements")
+    collectives, files = collective_measurements(tuple(nccl_tests), inst, nodes)
+    rows: list[Row] = [*runs, *collectives]
+    requested = default_params(bool(runs), bool(collectives)) if params is None else tuple(params)
+    names, notes = F.fitted_names(inst, rows, requested)
+    if params is None and runs and collectives:
+        notes.append(NIC_EFFICIENCY_NOTE)
     if not names:
         raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
     if len(rows) <= len(names) and not force:  # refused before the fit: it cannot be determined
         why = f"{len(rows)} row(s) for {len(names)} parameter(s) ({', '.join(names)}): the fit needs more rows"
         raise ConfigError(f"{why} than parameters; measure more configurations or fit fewer (--params){FORCE}")
     if folds > len(rows):
-        source = measured if is_path else "the table"
-        why = f"{folds} folds need at least {folds} rows; {source} has {len(rows)} (0: no cross-validation)"
+        sources = ([str(measured) if is_path else "the table"] if runs else []) + [str(p) for p in nccl_tests]
+        has = f"{' and '.join(sources)} {'has' if len(sources) == 1 else 'have'} {len(rows)}"
+        why = f"{folds} folds need at least {folds} rows; {has} (0: no cross-validation)"
         raise ConfigError(why, field="folds")
     before = F.ratios(inst, rows, {})
     f = F.fit(inst, rows, names)
@@ -115,12 +176,17 @@ def calibrate(
     cv = F.cross_validated(inst, rows, names, folds) if folds else None
     if cv is not None:
         errs["cross_validated"] = errors(cv) | {"folds": folds}
-    digest = hashlib.sha256(Path(measured).read_bytes()).hexdigest() if is_path and Path(measured).is_file() else ""
+    fitted_to: dict[str, Any] = {"rows": len(rows)}
+    if runs:
+        digest = hashlib.sha256(Path(measured).read_bytes()).hexdigest() if is_path and Path(measured).is_file() else ""
+        fitted_to |= {"measured": str(measured) if is_path else "a table", "measured_rows": len(runs), "sha256": digest}
+    if files:
+        fitted_to["nccl_tests"] = files
     cal = Calibration(
         device=inst.device.model,
         topology=topology,
         parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in names},
-        fitted_to={"measured": str(measured) if is_path else "a table", "rows": len(rows), "sha256": digest},
+        fitted_to=fitted_to,
         errors=errs,
         warning=warning or "",
     )

@@ -39,7 +39,8 @@ def collective_rows(result: NcclTestsResult, inst: InstanceType, nodes: int | No
     ranks = result.ranks or (result.nodes * k if result.nodes else None) or (nodes * k if nodes else None)
     if ranks is None:
         raise ConfigError(
-            f"{result.path}: the file names no ranks or nodes (nccl-tests' '# Rank' lines); give the node count",
+            f"{result.path}: the file names no ranks or nodes (nccl-tests' '# Rank' lines); "
+            "give the node count (--nodes)",
             field="nodes",
         )
     if ranks % k and ranks > k:

@@ -57,25 +57,32 @@ class Fit:
 
 
 def fitted_names(
-    inst: InstanceType, rows: list[Measurement], requested: tuple[str, ...] = DEFAULT_FIT
+    inst: InstanceType, rows: list[Row], requested: tuple[str, ...] = DEFAULT_FIT
 ) -> tuple[tuple[str, ...], list[str]]:
-    """The parameters to fit (``matmul_efficiency`` once per precision the rows use) and one note
-    for each one left out because nothing in the rows or the topology depends on it."""
+    """The parameters to fit (``matmul_efficiency`` once per precision the runs use) and one note
+    for each one left out because nothing in the rows or the topology depends on it (a compute
+    figure without measured runs: a collective row depends on the network's figures only)."""
+    runs = [m for m in rows if isinstance(m, Measurement)]
     names: list[str] = []
     notes: list[str] = []
+    no_runs = "left out, no measured runs (collective rows depend on the network figures only)"
     for name in requested:
         if name == MATMUL:
-            names += [f"{MATMUL}.{p}" for p in sorted({m.cfg.precision for m in rows})]
+            names += [f"{MATMUL}.{p}" for p in sorted({m.cfg.precision for m in runs})]
+            if not runs:
+                notes.append(f"{name}: {no_runs}")
             continue
         if name.startswith(MATMUL + ".") and name.split(".", 1)[1] not in inst.device.matmul_efficiency:
             known = ", ".join(f"{MATMUL}.{p}" for p in inst.device.matmul_efficiency)
             raise ConfigError(f"{inst.name} has no {name}; expected one of {known}", field="params")
         p = parameter(name)
-        if p.needs in ("kernels", "ranks") and inst.device.kernels is None:
+        if p.needs != "nodes" and not runs:  # every figure but the network's is a compute one
+            notes.append(f"{name}: {no_runs}")
+        elif p.needs in ("kernels", "ranks") and inst.device.kernels is None:
             notes.append(f"{name}: left out, {inst.name} has no kernel figures (device.kernels)")
         elif p.needs == "nodes" and all(m.nodes == 1 for m in rows):
             notes.append(f"{name}: left out, every row runs on one node")
-        elif p.needs == "ranks" and all(m.nodes * inst.device.count == 1 for m in rows):
+        elif p.needs == "ranks" and all(m.nodes * inst.device.count == 1 for m in runs):
             notes.append(f"{name}: left out, every row runs on one rank")
         else:
             names.append(name)
@@ -102,7 +109,7 @@ def ratios(inst: InstanceType, rows: list[Row], values: dict[str, float]) -> np.
     return np.array([next(of_run) if isinstance(m, Measurement) else m.ratio_on(calibrated) for m in rows])
 
 
-def fit(inst: InstanceType, rows: list[Measurement], names: tuple[str, ...]) -> Fit:
+def fit(inst: InstanceType, rows: list[Row], names: tuple[str, ...]) -> Fit:
     """The values of `names` that minimise the rows' squared log errors, from the topology's figures."""
     params = [parameter(n) for n in names]
     lo = np.array([p.low for p in params])
@@ -153,7 +160,7 @@ def folds(n: int, k: int, seed: int = SEED) -> list[np.ndarray]:
     return [np.sort(f) for f in np.array_split(order, k)]
 
 
-def cross_validated(inst: InstanceType, rows: list[Measurement], names: tuple[str, ...], k: int) -> np.ndarray:
+def cross_validated(inst: InstanceType, rows: list[Row], names: tuple[str, ...], k: int) -> np.ndarray:
     """Each row's ratio predicted by a fit to the other folds' rows (row order)."""
     out = np.empty(len(rows))
     for held in folds(len(rows), k):

@@ -36,6 +36,9 @@ MATMUL = "matmul_efficiency"
 SIZE_FACTOR = "nic_size_factor"
 MAX_MAE_AT_BOUND_PCT = 25.0  # mean |error| after a fit with a parameter at a bound beyond which it is refused
 DEFAULT_FIT = (MATMUL, "attention_efficiency", "rank_time_cv", "kernel_floor_us", "nic_efficiency")
+# fitted to measured collectives (nccl-tests files) by default: the hop's latency and three points
+# of the NIC's achieved fraction by size, one a band (latency-, per-message- and rate-bound calls)
+NETWORK_FIT = ("latency_inter_us", "nic_size_factor.4KiB", "nic_size_factor.256KiB", "nic_size_factor.16MiB")
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ def parameter(name: str) -> Parameter:
         try:
             return _size_factor(name)
         except ConfigError as e:
-            raise ConfigError(f"{name}: {e.message}; expected a size such as 64KiB", field="params") from None
+            raise ConfigError(f"{name}: {e.message}", field="params") from None
     if name in FIXED:
         return FIXED[name]
     near = difflib.get_close_matches(name, NAMES, n=1)
