@@ -31,7 +31,7 @@ from shardsim.simulator.network.nccl_tests import read_nccl_tests  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DATA = (HERE.parent / "calibration" / "data" / "nccl-all-reduce-p5-2node.csv").relative_to(ROOT)
-FINE = ("1KiB", "16KiB", "128KiB", "1MiB", "8MiB", "64MiB", "512MiB")
+FINE = ("1KiB", "16KiB", "128KiB", "1MiB", "8MiB", "64MiB")
 PARAMS = ("latency_inter_us", *(f"nic_size_factor.{p}" for p in FINE))
 
 

@@ -27,7 +27,7 @@ TOPOLOGY, NODES = "p5.48xlarge", 2
 # the shipped default: three points of the NIC's achieved fraction (bytes a NIC carries per call)
 DEFAULT_POINTS = ("4KiB", "256KiB", "16MiB")
 # a finer fit, as `shardsim calibrate --params` would take it
-FINE_POINTS = ("1KiB", "16KiB", "128KiB", "1MiB", "8MiB", "64MiB", "512MiB")
+FINE_POINTS = ("1KiB", "16KiB", "128KiB", "1MiB", "8MiB", "64MiB")
 
 
 def names(points: tuple[str, ...]) -> tuple[str, ...]:
