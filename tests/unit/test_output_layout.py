@@ -113,7 +113,7 @@ def test_a_multi_cluster_sweep_fits_80_columns_without_cutting_a_cell(capsys, mo
     argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8"]
     text = _out(capsys, [*argv, "--precision", "fp16", "--batch-per-device", "2", "--top", "5"])
     assert max(map(len, text.splitlines())) <= 80
-    assert "52.30 GiB > 39.59 GiB ✗" in text and "$3,605.03" in text  # figures whole; a long name may fold
+    assert "52.30 GiB > 39.59 GiB ✗" in text and "$3,763.26" in text  # figures whole; a long name may fold
     assert not _cut_short(text) and "p3dn.24xlarge" in text
 
 
