@@ -11,7 +11,7 @@ on A100-40GB), predicted on topology a100-40gb-roce without the training figures
 `attention_efficiency` (a factor on the fused-attention rates: `attn_training_fraction`) and
 `rank_time_cv`. It takes about 20 CPU-seconds (about 25 predictions of the 78 rows).
 
-Rounding (`fit_figures`, `gemm_fraction`): `attn_training_fraction` to 2 decimals and `rank_time_cv` to 3, each to the
+Rounding (`fit_figures`, `gemm_fraction`): `attn_training_fraction` and `rank_time_cv` to 3 decimals, each to the
 nearest; `gemm_training_fraction` is the fitted GEMM efficiency to 3 decimals over the best measured
 GEMM, cut (rounded down) to 3 decimals: the largest such fraction whose GEMM rate is not above the
 fitted one. The nearest 3 decimals of the unrounded ratio can differ by one in the last place.
@@ -97,7 +97,7 @@ def fit_figures() -> Figures:
     stderr = {n: f.stderr[param[n]] / over[n] for n in TRAINING_FIGURES}
     shipped = {
         "gemm_training_fraction": gemm_fraction(f.values[matmul], bench),
-        "attn_training_fraction": _round(value["attn_training_fraction"], 2),
+        "attn_training_fraction": _round(value["attn_training_fraction"], 3),
         "rank_time_cv": _round(value["rank_time_cv"], 3),
     }
     return Figures(
@@ -130,7 +130,8 @@ def render(fig: Figures) -> str:
             f"{fitted}: GEMMs at {m} +- {fig.fit.stderr[fig.matmul]:.3f} of peak over the {fig.benchmark:g} of "
             f"the best measured GEMM ({TOPOLOGY}'s {fig.matmul}) = {m / Decimal(str(fig.benchmark)):.5f}, cut to "
             f"{g:g}. What it stands for: clocks that settle below the short benchmark's under sustained power "
-            f"draw, SMs and HBM bandwidth shared with overlapped NCCL kernels. {everywhere}"
+            f"draw, HBM bandwidth shared with overlapped NCCL kernels (the SMs they hold are modelled apart: "
+            f"engine.NCCL_SM_SHARE). {everywhere}"
         ),
         "attn_training_fraction": (
             f"{also}: the factor on the fused-attention rates, {fig.value['attn_training_fraction']:.3f} +- "

@@ -42,9 +42,9 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
-    if cfg.reduce_dtype not in (None, "fp32") and shard == 1:
+    if cfg.reduce_dtype == "bf16" and shard == 1 and cfg.backend == "gloo":
         raise ConfigError(
-            f"DDP reduces its fp32 gradients; reduce_dtype {cfg.reduce_dtype} applies to sharded (FSDP2) strategies",
+            "DDP's bf16 gradient all-reduce (PyTorch's bf16_compress_hook) needs nccl; on gloo use fp16 or fp32",
             where=where,
             field="reduce_dtype",
         )

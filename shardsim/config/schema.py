@@ -390,10 +390,10 @@ class RunConfig(Frozen):
     reduce_dtype: Annotated[
         Precision | None,
         Setting(
-            "dtype of gradient reduction and held gradients",
-            default_text="the precision",
+            "dtype of gradient reduction and held gradients (DDP: of its bucket all-reduce, by a compression hook)",
+            default_text="the precision; DDP: fp32",
             axis="reduce_dtypes",
-            axis_help="gradient reduction dtypes of sharded configurations (default: the file's, else the precision)",
+            axis_help="gradient reduction dtypes (default: the file's, else the precision; DDP rows: fp32)",
         ),
     ] = None
     backend: Annotated[Backend, Setting("communication library")] = "nccl"
@@ -487,6 +487,12 @@ class RunConfig(Frozen):
     def grad_dtype(self) -> str:
         """The dtype gradients are reduced in (FSDP2's MixedPrecisionPolicy.reduce_dtype)."""
         return self.reduce_dtype or self.precision
+
+    @property
+    def ddp_reduce_dtype(self) -> str:
+        """The dtype DDP all-reduces gradients in: fp32 (its own, no hook) unless reduce_dtype
+        names fp16 / bf16 (PyTorch's fp16_compress_hook / bf16_compress_hook)."""
+        return self.reduce_dtype or "fp32"
 
     def checkpointing_label(self) -> str:
         """on | off | selective op | selective k=2 | ..."""

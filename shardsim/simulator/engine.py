@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,18 @@ from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph
 from shardsim.simulator.plan import Op, Plan
+
+# SM sharing: while an NCCL kernel runs on a GPU, its CTAs (one per channel, each holding an SM)
+# leave compute kernels the other SMs, so compute on that GPU slows by this fraction. Source: a
+# kernel-level trace (Nsight Systems) of FSDP's all-gather overlapping a GEMM on an H100:
+# ncclAllGather launched 24 CTAs, 24 of its 132 SMs = 0.18 (NVIDIA developer forum, "Compute-
+# Communication Overlap Causes Severe GEMM Performance Degradation because of Tail Effect",
+# forums.developer.nvidia.com/t/337991). Assumptions (named): the same share on every GPU (NCCL
+# sizes its channel count to the links it finds, not to the SM count), for every collective and
+# send; compute slows in proportion to the SMs it loses (the wave-quantization tail that thread
+# shows for a single-wave GEMM, up to 2x, is not modelled; nor HBM bandwidth the collective
+# takes); communication is not slowed by compute. Applied with nccl only (gloo runs on the CPU).
+NCCL_SM_SHARE = 24 / 132
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 5x more to create, and a plan makes many
@@ -49,7 +62,10 @@ def simulate(
     such a host moving bytes costs the same cores (gloo copies and reduces, the kernel runs TCP
     on both ends), so every phase also loads the cores with its bytes sent; compute yields
     to it (fairshare.fill). `mics`: the collectives are SageMaker's library's (MiCS's
-    hierarchical all-gather under `auto`), not PyTorch's flat NCCL ones."""
+    hierarchical all-gather under `auto`), not PyTorch's flat NCCL ones.
+
+    With nccl, a compute op of a rank class runs at 1 - NCCL_SM_SHARE of its speed while a
+    collective or send of that class (or to it) is in flight (`SmSharing`)."""
     run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
     with paused_gc():
         run.ready.extend(op.id for op in p.ops if not op.deps)
@@ -120,6 +136,7 @@ class _Run:
         for op in p.ops:
             for d in op.deps:
                 self.children[d].append(op.id)
+        self.sm = SmSharing(self.env, len(p.classes), NCCL_SM_SHARE) if backend == "nccl" and not self.shared else None
         self.spans: list[Span | None] = [None] * len(p.ops)
         self.ready: deque[int] = deque()  # ops whose dependencies are all done, to start now
         self.ended = 0
@@ -127,7 +144,11 @@ class _Run:
     def begin(self, op: Op) -> None:
         start = self.env.now
         if op.kind == "comm":
+            if self.sm is not None:
+                self.sm.comm(op, +1)
             PhaseRun(self.net, self.steps[op.id], op.nbytes, op.name, lambda: self.end(op, start)).next()
+        elif op.duration > 0 and self.sm is not None:
+            self.sm.compute(op, lambda: self.end(op, start))
         elif op.duration > 0 and self.shared:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
             self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration, yields=True)
@@ -147,6 +168,8 @@ class _Run:
 
     def end(self, op: Op, start: float) -> None:
         """An op with a duration ends: record it, start what waited for it."""
+        if op.kind == "comm" and self.sm is not None:
+            self.sm.comm(op, -1)
         self.finish(op, start)
         self.drain()
 
@@ -154,3 +177,49 @@ class _Run:
         ops, ready = self.ops, self.ready
         while ready:
             self.begin(ops[ready.popleft()])
+
+
+class SmSharing:
+    """Compute ops whose speed drops to 1 - `share` while their rank class has communication in
+    flight: each running op keeps its work left (seconds at full speed) and is rescheduled when
+    the class's count of collectives in flight goes from 0 to 1 or back (a stale timeout is
+    recognised by its generation and ignored)."""
+
+    def __init__(self, env: simpy.Environment, classes: int, share: float) -> None:
+        self.env = env
+        self.share = share
+        self.in_flight = [0] * classes
+        self.running: list[dict[int, list]] = [{} for _ in range(classes)]  # op id → [left, since, rate, gen, done]
+
+    def _rate(self, rc: int) -> float:
+        return 1.0 - self.share if self.in_flight[rc] else 1.0
+
+    def compute(self, op: Op, done: Callable[[], None]) -> None:
+        """Start compute op `op`; `done()` when its work is done."""
+        job = [op.duration, self.env.now, self._rate(op.rank_class), 0, done]
+        self.running[op.rank_class][op.id] = job
+        self._schedule(op.rank_class, op.id, job)
+
+    def comm(self, op: Op, delta: int) -> None:
+        """A collective (or send) of `op`'s class starts (+1) or ends (-1)."""
+        for rc in {op.rank_class} if op.peer is None else {op.rank_class, op.peer}:
+            before = self._rate(rc)
+            self.in_flight[rc] += delta
+            rate = self._rate(rc)
+            if rate == before:
+                continue
+            now = self.env.now
+            for oid, job in self.running[rc].items():
+                job[0] -= (now - job[1]) * job[2]
+                job[1], job[2], job[3] = now, rate, job[3] + 1
+                self._schedule(rc, oid, job)
+
+    def _schedule(self, rc: int, oid: int, job: list) -> None:
+        gen = job[3]
+
+        def fire(_ev: object) -> None:
+            if job[3] == gen:  # not rescheduled since
+                del self.running[rc][oid]
+                job[4]()
+
+        self.env.timeout(max(job[0], 0.0) / job[2]).callbacks.append(fire)

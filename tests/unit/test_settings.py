@@ -86,12 +86,20 @@ def test_fsdp_keys_as_users_paste_them(tmp_path):
     assert (cfg.precision, cfg.reduce_dtype, cfg.grad_dtype) == ("bf16", "fp32", "fp32")
 
 
-def test_ddp_refuses_a_low_reduce_dtype():
-    cfg = RunConfig(strategy=Strategy("ddp"),
-                    precision="bf16", reduce_dtype="bf16")  # fmt: skip
+def test_ddp_reduces_fp32_unless_a_hook_dtype_is_named():
+    assert RunConfig(strategy=Strategy("ddp"), precision="bf16").ddp_reduce_dtype == "fp32"
+    cfg = RunConfig(strategy=Strategy("ddp"), precision="bf16", reduce_dtype="bf16")
+    cfg, _ = resolve(cfg, 8, 4)  # nccl: PyTorch's bf16_compress_hook
+    assert cfg.ddp_reduce_dtype == "bf16"
+
+
+def test_ddp_refuses_bf16_reduction_on_gloo():
+    cfg = RunConfig(strategy=Strategy("ddp"), backend="gloo", reduce_dtype="bf16")
     with pytest.raises(ConfigError) as e:
         resolve(cfg, 8, 4)
-    assert e.value.field == "reduce_dtype"
+    assert e.value.field == "reduce_dtype" and "nccl" in e.value.message
+    resolve(cfg.replace(reduce_dtype="fp16"), 8, 4)  # fp16_compress_hook runs on gloo
+    resolve(cfg.replace(strategy=Strategy("zero")), 8, 4)  # FSDP2 reduces bf16 on gloo
 
 
 def test_activation_memory_selective_between_none_and_full():
@@ -168,7 +176,8 @@ def test_cli_zero2_flag_for_a_pipeline_is_one_line_exit_2(capsys):
     assert run_main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "reshard_after_forward" in err, err
-    assert run_main(["predict", "--workload", "tiny-gpt", "--strategy", "ddp", "--reduce-dtype", "bf16"]) == 2
+    argv = ["predict", "--workload", "tiny-gpt", "--strategy", "ddp", "--reduce-dtype", "bf16", "--backend", "gloo"]
+    assert run_main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "reduce_dtype" in err, err
 

@@ -355,15 +355,16 @@ def test_settings_lists_multiply_the_space_with_unique_labels() -> None:
     for c in en.candidates:
         by_kind.setdefault(c.cfg.strategy.kind, []).append(c)
     # checkpointing full, selective op, selective 2 (3) x foreach, fused (2) for every strategy;
-    # x reduce fp32, fp16 (2) where parameters are sharded; x ZeRO-3, ZeRO-2 (2) for zero and zero2d
-    assert len(by_kind["ddp"]) == 6 and len(by_kind["zero"]) == 24
+    # x reduce fp32, fp16 (2); x ZeRO-3, ZeRO-2 (2) for zero and zero2d
+    assert len(by_kind["ddp"]) == 12 and len(by_kind["zero"]) == 24
     assert len(by_kind["zero2d"]) == 2 * 24  # d = 2, 4
     assert {c.cfg.strategy.reshard_after_forward for c in by_kind["pipeline"]} == {True}
-    assert {c.cfg.reduce_dtype for c in by_kind["ddp"]} == {"fp32"}  # DDP reduces fp32: no fp16 row
+    assert {c.cfg.ddp_reduce_dtype for c in by_kind["ddp"]} == {"fp32", "fp16"}  # fp16: its compression hook
+    assert "ddp, reduce fp32" not in labels and "ddp, reduce fp16" in labels  # DDP's base reduces fp32
     # the base's settings (full, reduce fp16 = the precision, foreach) give no suffix; the others name what differs
     assert "zero" in labels and "ddp" in labels
     assert "zero (ZeRO-2), ckpt selective k=2, reduce fp32, adam fused" in labels
-    assert "ddp, adam fused" in labels and not any(lb.startswith("ddp") and "reduce" in lb for lb in labels)
+    assert "ddp, adam fused" in labels and all("reduce fp16" in lb for lb in labels if lb.startswith("ddp, reduce"))
     # order: each strategy with all its settings, ZeRO-3 before ZeRO-2
     zero = [c.label for c in by_kind["zero"]]
     assert zero[:3] == ["zero, reduce fp32", "zero, reduce fp32, adam fused", "zero"]
@@ -384,6 +385,9 @@ def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
     assert zero2["checkpointing"] == "full" and zero2["optimizer_impl"] == "foreach"
     assert pd.isna(zero2["selective_ac_option"])
     assert df[df["strategy_kind"] == "ddp"]["strategy_reshard_after_forward"].isna().all()
+    ddp = df[df["label"] == "ddp"].iloc[0]
+    ddp16 = df[df["label"] == "ddp, reduce fp16"].iloc[0]
+    assert (ddp["reduce_dtype"], ddp16["reduce_dtype"]) == ("fp32", "fp16")  # the base (None): DDP's fp32
     k2 = df[df["label"] == "zero, ckpt selective k=2, reduce fp32"].iloc[0]
     assert k2["selective_ac_option"] == "2" and k2["reduce_dtype"] == "fp32"
     # ranking: fitting rows by samples/s; the settings change the predictions

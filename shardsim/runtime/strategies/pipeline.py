@@ -138,7 +138,7 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
             return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
         stage_module = stage_module.to(device)
         if R > 1:
-            return apply_ddp(stage_module, device, layout.dp_group)
+            return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
         return stage_module
 
     stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap)

@@ -1,7 +1,8 @@
 """Mixed precision as each engine does it: FSDP2 casts the parameters itself and reduces the
 gradients in the reduce dtype (`MixedPrecisionPolicy(param_dtype, reduce_dtype)`); DDP and plain
-pipeline stages run under `torch.autocast` and reduce fp32 gradients; fp16 scales the loss
-(`ShardedGradScaler`)."""
+pipeline stages run under `torch.autocast` and hold fp32 gradients, which DDP all-reduces in fp32
+or, with reduce_dtype fp16 / bf16, through a compression hook (`ddp.apply_ddp`); fp16 scales the
+loss (`ShardedGradScaler`)."""
 
 from __future__ import annotations
 

@@ -1,42 +1,69 @@
 """DDP (strategy ddp, and the replicated stages of a pipeline): DistributedDataParallel's
 reducer all-reduces gradient buckets as backward produces them, only on the last micro-step
-(no_sync), asynchronously (on gloo too), so its all-reduces overlap backward."""
+(no_sync), asynchronously (on gloo too), so its all-reduces overlap backward.
+
+Buckets as PyTorch's reducer holds them from the second step on (`Reducer::rebuild_buckets`,
+after the first step has recorded the order gradients became ready; the first step's single
+bucket is not modelled): in gradient-ready order (head, layers last to first, embedding), the
+first capped at `dist._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB), the rest at `bucket_cap_mb` (25 MiB),
+counted in the gradients' own fp32 bytes (`compute_bucket_assignment_by_size`). A bucket's
+all-reduce starts when its last gradient is ready; the last bucket's waits for the end of
+backward, and the optimizer step for it: it is never hidden. With `reduce_dtype` fp16 / bf16
+(PyTorch's fp16_compress_hook / bf16_compress_hook) the all-reduce moves 2-byte gradients."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from shardsim.config import Resolved, RunConfig
-from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.steps import Piece, compute_op, data_parallel_plan, run_through, split_blocks
 from shardsim.simulator.workload.model import Workload
 
-DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.nn.parallel.distributed._DEFAULT_FIRST_BUCKET_BYTES
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
-GRAD_BYTES = 4  # DDP keeps and all-reduces fp32 gradients under autocast (reduce_dtype other than fp32 is refused)
+GRAD_BYTES = 4  # DDP's gradients (and its buckets' caps) are fp32 under autocast
+# The compression hook's casts (default_hooks._compress_hook): `bucket.buffer().to(dtype)`
+# reads 4 and writes 2 bytes per gradient before the all-reduce, on the compute stream; the
+# copy back into the fp32 bucket (`copy_` in its future's callback) reads 2 and writes 4 after
+# it, on a stream of its own (a CUDA future's callbacks run on pool streams). The in-place
+# division by the world size is left out, as it is on the fp32 path.
+HOOK_CAST_BYTES = 6  # per gradient, each way
 
 
 @dataclass
 class GradBuckets:
-    """DDP's gradient buckets on rank class `rc`: gradients fill a bucket in the order backward
-    produces them; a full one (the first at DDP_FIRST_BUCKET_BYTES, then DDP_BUCKET_BYTES) is
-    all-reduced over `replica` once the op that filled it is done; `flush` sends the last one."""
+    """DDP's gradient buckets on rank class `rc`: gradients fill buckets in the order backward
+    produces them; a bucket that reaches its cap (the first DDP_FIRST_BUCKET_BYTES, then
+    DDP_BUCKET_BYTES, of fp32 gradients) is all-reduced over `replica` once the op that filled it
+    is done, moving `reduce_bytes` per gradient; `flush` sends the last one.
+
+    Approximation (named): a block's gradients fill the buckets as one stream of bytes, all
+    ready when its backward op ends; PyTorch closes a bucket at the first parameter tensor that
+    reaches the cap (so holds up to one tensor more), and that tensor's gradient may be ready
+    before the end of its block's backward."""
 
     p: Plan
     rc: int
     replica: GroupLayout
     tag: str
-    ops: list[int | None] = field(default_factory=list)  # the all-reduces
+    reduce_bytes: int = GRAD_BYTES  # per gradient on the wire: 4 (fp32) or 2 (compression hook)
+    cast_s_per_grad: float = 0.0  # the compression hook's casts, each way (0: no hook)
+    ops: list[int | None] = field(default_factory=list)  # the all-reduces (and the hook's copies back)
+    sizes: list[float] = field(default_factory=list)  # each bucket's fp32 bytes, in order
     _bytes: float = 0.0
     _cap: float = DDP_FIRST_BUCKET_BYTES
 
     def add(self, nbytes: float, ready: Dep) -> None:
-        """Gradients of `nbytes` produced by op `ready`."""
+        """Gradients of `nbytes` (fp32) produced by op `ready`."""
         self._bytes += nbytes
-        if self._bytes >= self._cap:
+        while self._bytes >= self._cap:
+            over = self._bytes - self._cap
+            self._bytes = self._cap
             self._all_reduce(ready)
+            self._bytes = over
 
     def flush(self, ready: Dep) -> None:
         """The end of backward (op `ready`): all-reduce what the last bucket holds."""
@@ -45,8 +72,26 @@ class GradBuckets:
 
     def _all_reduce(self, ready: Dep) -> None:
         name = f"AR bucket{self.tag}"
-        self.ops.append(self.p.comm(self.rc, "ar", "all_reduce", self.replica, self._bytes, name, [ready], "sync"))
+        grads = self._bytes / GRAD_BYTES
+        self.sizes.append(self._bytes)
+        cast = grads * self.cast_s_per_grad
+        if cast > 0:
+            ready = compute_op(self.p, self.rc, f"cast bucket{self.tag}", [ready], cast, "bwd")
+        ar = self.p.comm(self.rc, "ar", "all_reduce", self.replica, grads * self.reduce_bytes, name, [ready], "sync")
+        self.ops.append(ar)
+        if cast > 0 and ar is not None:
+            back = f"copy back bucket{self.tag}"
+            self.ops.append(self.p.add(self.rc, "hook", "compute", back, [ar], duration=cast, phase="sync"))
         self._bytes, self._cap = 0.0, DDP_BUCKET_BYTES
+
+
+def ddp_buckets(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, replica: GroupLayout, tag: str) -> GradBuckets:
+    """The buckets of `cfg`'s DDP: fp32 on the wire, or with a compression hook 2 bytes and its casts."""
+    dtype = cfg.ddp_reduce_dtype
+    if dtype == "fp32":
+        return GradBuckets(p, rc, replica, tag)
+    cast = HOOK_CAST_BYTES / cm.mem_bytes_per_s
+    return GradBuckets(p, rc, replica, tag, DTYPE_BYTES[dtype], cast)
 
 
 def ddp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after: Dep, tag: str) -> int:
@@ -68,7 +113,7 @@ def ddp_backward(
     prev = after
     for b in pc.head:
         prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
-    buckets = GradBuckets(p, rc, rep, tag)
+    buckets = ddp_buckets(p, rc, cm, cfg, rep, tag)
     for b in pc.head:
         buckets.add(b.params * GRAD_BYTES, prev)
     for b in pc.layers[::-1]:

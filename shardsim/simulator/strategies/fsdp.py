@@ -5,9 +5,17 @@ Gradients are reduced in the reduce dtype (MixedPrecisionPolicy.reduce_dtype), p
 gathered in the param dtype.
 
 Per micro-step: all-gather the root (kept through forward: FSDP2 does not reshard the root
-after forward), per layer all-gather → forward (the next layer's all-gather is issued as soon
-as the one before it is, at most FSDP_PREFETCH_LIMIT gathered layers ahead: implicit prefetch);
-in backward all-gather again (explicit prefetch of the next layer) → backward → reduce-scatter;
+after forward), per layer all-gather → copy-out → forward; in backward all-gather again →
+copy-out → backward → reduce-scatter. How far all-gathers run ahead of compute is FSDP2's
+(torch 2.x `_fsdp_param_group.py`, no explicit prefetch set): all-gathers run one at a time on
+their stream, each issued when the CPU reaches the unit (taken as never the bottleneck), and
+- forward (implicit prefetch): `wait_for_unshard` of a unit makes the all-gather streams wait
+  for the copy-out of the unit gathered before it, so a unit's all-gather waits for the
+  copy-out of the unit FSDP_FORWARD_AG_WAITS_FOR (2) gathers back: while a layer computes, the
+  next layer is gathered and the one after may be in flight;
+- backward (`_backward_prefetch`, FSDP_BACKWARD_PREFETCH = 1 unit): a unit's pre-backward
+  prefetches the next unit in backward order once its own copy-out is done (the last layer's
+  is issued when backward starts, by the root's pre-backward).
 for ZeRO-2D an all-reduce of the gradient shard across the replica group after each
 reduce-scatter, only on the last micro-step (set_requires_all_reduce). FSDP2's own work
 (copy-out after an all-gather, copy-in before a reduce-scatter) runs on the compute stream at
@@ -26,7 +34,9 @@ from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.steps import ROOT, Piece, compute_op, data_parallel_plan, run_through, split_blocks
 from shardsim.simulator.workload.model import Workload
 
-FSDP_PREFETCH_LIMIT = 2  # gathered layers allowed ahead of compute in forward (assumption)
+# FSDP2's prefetch depths (see the module docstring; torch.distributed.fsdp._fully_shard):
+FSDP_FORWARD_AG_WAITS_FOR = 2  # forward: a unit's all-gather waits for the copy-out this many gathers back
+FSDP_BACKWARD_PREFETCH = 1  # backward: units all-gathered ahead of the one whose backward starts
 
 
 @dataclass
@@ -86,23 +96,25 @@ def fsdp_forward(
         return run_through(p, rc, f"F{tag}", after, [cm.block(b, mb).fwd_s for b in pc.blocks], "fwd")
     ag_root = None
     prev = after
+    copied: list[Dep] = []  # per unit gathered in this forward: the op its copy-out ends with
     if res.unshard(ROOT):
         ag_root = p.comm(rc, "ag", "all_gather", sh, pc.root_params * pbytes, f"AG root{tag}", [after], "fwd")
         out = p.fsdp.gather_s_per_param * pc.root_params
         prev = _fsdp_work(p, rc, f"copy-out root{tag}", [ag_root, prev], out, "fwd")
+        copied.append(prev)
     for b in pc.embed:
         prev = compute_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
-    fwd_ids: list[int] = []
-    for i, b in enumerate(pc.layers):
+    back = FSDP_FORWARD_AG_WAITS_FOR
+    for b in pc.layers:
         ag = None
-        own = 0.0
         if res.unshard(b.name):
-            gate = fwd_ids[i - FSDP_PREFETCH_LIMIT] if i >= FSDP_PREFETCH_LIMIT else after
+            gate = copied[-back] if len(copied) >= back else after
             ag = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG {b.name}{tag}", [gate, ag_root], "fwd")
-            own = p.fsdp.gather_s_per_param * b.params
-        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag, prev], own + cm.block(b, mb).fwd_s, "fwd")
+            out = p.fsdp.gather_s_per_param * b.params
+            prev = _fsdp_work(p, rc, f"copy-out {b.name}{tag}", [ag, prev], out, "fwd")
+            copied.append(prev)
+        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag, prev], cm.block(b, mb).fwd_s, "fwd")
         res.post_forward(b.name)
-        fwd_ids.append(prev)
     for b in pc.head:
         prev = compute_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
     return prev
@@ -140,24 +152,25 @@ def fsdp_backward(
     prev = after
     for b in pc.head:
         prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
-    # the all-gather of layer i is issued when backward of layer i+1 starts (FSDP2's
-    # explicit backward prefetch of one unit); the last layer's when backward starts.
-    L = len(pc.layers)
-    pre: dict[int, Dep] = {L - 1: prev}  # the compute op just before B(i)
+    # FSDP_BACKWARD_PREFETCH (1): the all-gather of layer i waits for the copy-out of layer
+    # i+1 (issued in its pre-backward); the last layer's is issued when backward starts.
+    copied: list[Dep] = []  # per layer gathered in this backward: the op its copy-out ends with
+    ahead = FSDP_BACKWARD_PREFETCH
     syncs: list[int | None] = []
-    for i in range(L - 1, -1, -1):
+    for i in range(len(pc.layers) - 1, -1, -1):
         b = pc.layers[i]
         c = cm.block(b, mb)
-        agb = None
         dur = c.bwd_s + cm.recompute_s(b, mb)
+        agb = None
         if pc.residency.unshard(b.name):
-            gate = after if i == L - 1 else pre[i + 1]
+            gate = copied[-ahead] if len(copied) >= ahead else after
             agb = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG' {b.name}{tag}", [gate], "bwd")
-            dur += p.fsdp.gather_s_per_param * b.params
+            out = p.fsdp.gather_s_per_param * b.params
+            prev = _fsdp_work(p, rc, f"copy-out' {b.name}{tag}", [agb, prev], out, "bwd")
+            copied.append(prev)
         if reduce:
             dur += p.fsdp.reduce_s_per_param * b.params  # copy-in before its reduce-scatter
         prev = compute_op(p, rc, f"B {b.name}{tag}", [agb, prev], dur, "bwd")
-        pre[i - 1] = prev
         if reduce:
             rs = p.comm(rc, "rs", "reduce_scatter", sh, b.params * gbytes, f"RS {b.name}{tag}", [prev], "sync")
             syncs.append(rs)

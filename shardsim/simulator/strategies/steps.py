@@ -121,6 +121,10 @@ class BlockTimes:
             self._memo[key] = self.cm.block(b, batch)
         return self._memo[key]
 
+    @property
+    def mem_bytes_per_s(self) -> float:
+        return self.cm.mem_bytes_per_s
+
     def optimizer(self, local_params: float, tensors: int = 0) -> float:
         return self.cm.optimizer(local_params, tensors)
 

@@ -51,8 +51,8 @@ COLUMNS = (
     "rank",
 )
 # The settings of a row, after "global_batch", when the sweep lists any (`SweepSpace.spans_settings`):
-# checkpointing and its selective option, the dtype gradients are reduced in (fp32 where
-# parameters are not sharded), Adam's implementation. (ZeRO-2 or not is the key's
+# checkpointing and its selective option, the dtype gradients are reduced in (where parameters
+# are not sharded, DDP's: fp32 unless a compression hook), Adam's implementation. (ZeRO-2 or not is the key's
 # strategy_reshard_after_forward.)
 SETTING_COLUMNS = tuple(s.name for s in RUN_SETTING_AXES)
 # Added by `scaling()` when a sweep spans several cluster sizes.
@@ -85,7 +85,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "global_batch": p.global_batch,
         "checkpointing": c.cfg.checkpointing,
         "selective_ac_option": c.cfg.selective_ac_option if c.cfg.checkpointing == "selective" else None,
-        "reduce_dtype": c.cfg.grad_dtype if key.strategy.degree > 1 else "fp32",
+        "reduce_dtype": c.cfg.grad_dtype if key.strategy.degree > 1 else c.cfg.ddp_reduce_dtype,
         "optimizer_impl": c.cfg.optimizer_impl,
         "step_time_s": p.step_time_s,
         "samples_per_s": p.samples_per_s,

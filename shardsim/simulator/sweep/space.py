@@ -54,7 +54,8 @@ class SweepSpace:
     reshard_after_forward: for zero and zero2d (False: ZeRO-2); other kinds keep True.
     checkpointing: none | full | selective; selective_ac_options: "op" or k (every k-th
       block) for its selective rows.
-    reduce_dtypes: gradient reduction dtypes of the sharded rows (unsharded ones reduce fp32).
+    reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
+      its compression hook; sharded rows: None is the precision).
     optimizer_impls: Adam's foreach | fused | per-parameter.
     """
 
@@ -173,11 +174,10 @@ def strategies_count(
 def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
     """The RunConfig fields of every combination of the listed settings, in the order listed
     (the base's value where a setting is not listed); a selective option only with selective
-    checkpointing, and a reduce dtype equal to the precision as None (what it means)."""
+    checkpointing. Reduce dtypes that mean the same for a row (the precision and None where
+    sharded, fp32 and None for DDP) are one row by `settings_key`."""
     options = space.selective_ac_options or (base.selective_ac_option,)
     reduce = space.reduce_dtypes or (base.reduce_dtype,)
-    if space.reduce_dtypes is not None:
-        reduce = tuple(dict.fromkeys(None if r == base.precision else r for r in reduce))
     return [
         {"checkpointing": ck, "selective_ac_option": opt, "reduce_dtype": rd, "optimizer_impl": impl}
         for ck in space.checkpointing or (base.checkpointing,)
@@ -189,20 +189,21 @@ def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any
 
 def settings_key(cfg: RunConfig, shard: int) -> tuple:
     """The settings that change a prediction: a selective option only with selective
-    checkpointing, the reduce dtype only where parameters are sharded (DDP reduces fp32)."""
+    checkpointing, the reduce dtype as the row reduces in (FSDP2's, or DDP's: `ddp_reduce_dtype`)."""
     option = cfg.selective_ac_option if cfg.checkpointing == "selective" else None
-    return cfg.checkpointing, option, cfg.grad_dtype if shard > 1 else "fp32", cfg.optimizer, cfg.optimizer_impl
+    reduce = cfg.grad_dtype if shard > 1 else cfg.ddp_reduce_dtype
+    return cfg.checkpointing, option, reduce, cfg.optimizer, cfg.optimizer_impl
 
 
 def settings_suffix(cfg: RunConfig, shard: int, base: RunConfig) -> str:
     """ ", ckpt selective op, reduce fp32, adam fused": the settings of `cfg` that differ from
     the base's ("" when none do; ZeRO-2 is in the strategy's own label)."""
     ck, option, reduce, optimizer, impl = settings_key(cfg, shard)
-    base_ck, base_option, base_reduce, _, base_impl = settings_key(base, 2)
+    base_ck, base_option, base_reduce, _, base_impl = settings_key(base, shard)
     parts = []
     if (ck, option) != (base_ck, base_option):
         parts.append(f"ckpt {cfg.checkpointing_label()}")
-    if shard > 1 and reduce != base_reduce:
+    if reduce != base_reduce:
         parts.append(f"reduce {reduce}")
     if impl != base_impl:
         parts.append(f"{optimizer} {impl}")

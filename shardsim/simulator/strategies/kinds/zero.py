@@ -51,7 +51,8 @@ class Fsdp:
         return 1
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:
-        return 6 * grad_accum * (n_layers + 2) + 4
+        # a unit a micro-step: all-gather, copy-out, forward, again in backward, reduce-scatter, all-reduce
+        return 8 * grad_accum * (n_layers + 2) + 4
 
     def plan(self, p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
         from shardsim.simulator.strategies.fsdp import zero_plan

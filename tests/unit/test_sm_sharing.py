@@ -1,0 +1,53 @@
+"""SM sharing (`engine.NCCL_SM_SHARE`): with nccl, compute on a rank class runs slower by the
+share of SMs NCCL's kernel holds while that class has a collective or send in flight, and only
+then; with gloo, or another class's collective, compute keeps its speed."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardsim.simulator.engine import NCCL_SM_SHARE, simulate
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.network.links import links_for
+from shardsim.simulator.plan import Plan, RankClass
+
+G = links_for(make_cluster("p4d.24xlarge", 2))
+WORLD = GroupLayout.world(16)
+
+
+def _plan(nbytes: float, comm_class: int = 0, gap: float = 0.0) -> Plan:
+    """Class 0 computes 1 s (after `gap` s of other compute); class `comm_class` all-gathers
+    `nbytes` from the start."""
+    p = Plan()
+    p.classes = [RankClass("a", 0, 8, 1.0, 1.0, ()), RankClass("b", 8, 8, 1.0, 1.0, ())]
+    first = p.add(0, "compute", "compute", "before", [], duration=gap) if gap else None
+    p.add(0, "compute", "compute", "work", [first] if gap else [], duration=1.0)
+    p.add(comm_class, "comm", "comm", "gather", [], coll="all_gather", layout=WORLD, nbytes=nbytes)
+    return p
+
+
+def _ends(p: Plan, backend: str) -> dict[str, float]:
+    return {s.name: s.end for s in simulate(p, G, "ring", backend)}
+
+
+def test_compute_slows_only_while_the_collective_runs() -> None:
+    short = _ends(_plan(1e8), "nccl")
+    t = short["gather"]
+    assert 0 < t < 1.0
+    # work done by t: t x (1 - share); the rest at full speed
+    assert short["work"] == pytest.approx(t + (1.0 - t * (1 - NCCL_SM_SHARE)))
+    long = _ends(_plan(1e11), "nccl")
+    assert long["gather"] > 1.0 / (1 - NCCL_SM_SHARE)
+    assert long["work"] == pytest.approx(1.0 / (1 - NCCL_SM_SHARE))  # slowed throughout
+
+
+def test_compute_started_during_the_collective_is_slowed_from_its_start() -> None:
+    ends = _ends(_plan(1e11, gap=0.5), "nccl")
+    assert ends["before"] == pytest.approx(0.5 / (1 - NCCL_SM_SHARE))
+    assert ends["work"] == pytest.approx(1.5 / (1 - NCCL_SM_SHARE))
+
+
+def test_no_slowdown_on_gloo_or_from_another_class() -> None:
+    assert _ends(_plan(1e11), "gloo")["work"] == pytest.approx(1.0)
+    assert _ends(_plan(1e11, comm_class=1), "nccl")["work"] == pytest.approx(1.0)
