@@ -131,7 +131,7 @@ def render(fig: Figures) -> str:
             f"the best measured GEMM ({TOPOLOGY}'s {fig.matmul}) = {m / Decimal(str(fig.benchmark)):.5f}, cut to "
             f"{g:g}. What it stands for: clocks that settle below the short benchmark's under sustained power "
             f"draw, HBM bandwidth shared with overlapped NCCL kernels (the SMs they hold are modelled apart: "
-            f"engine.NCCL_SM_SHARE). {everywhere}"
+            f"engine.sm_share). {everywhere}"
         ),
         "attn_training_fraction": (
             f"{also}: the factor on the fused-attention rates, {fig.value['attn_training_fraction']:.3f} +- "

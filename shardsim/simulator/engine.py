@@ -10,24 +10,38 @@ import numpy as np
 import simpy
 
 from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.network.collectives import Algo, Phase, PhaseRun, Steps, algo_for
 from shardsim.simulator.network.collectives import plan as plan_collective
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph
+from shardsim.simulator.network.nccl_runs import CHANNELS_NVLINK, CHANNELS_PCIE
 from shardsim.simulator.plan import Op, Plan
 
-# SM sharing: while an NCCL kernel runs on a GPU, its CTAs (one per channel, each holding an SM)
-# leave compute kernels the other SMs, so compute on that GPU slows by this fraction. Source: a
-# kernel-level trace (Nsight Systems) of FSDP's all-gather overlapping a GEMM on an H100:
-# ncclAllGather launched 24 CTAs, 24 of its 132 SMs = 0.18 (NVIDIA developer forum, "Compute-
-# Communication Overlap Causes Severe GEMM Performance Degradation because of Tail Effect",
-# forums.developer.nvidia.com/t/337991). Assumptions (named): the same share on every GPU (NCCL
-# sizes its channel count to the links it finds, not to the SM count), for every collective and
-# send; compute slows in proportion to the SMs it loses (the wave-quantization tail that thread
-# shows for a single-wave GEMM, up to 2x, is not modelled; nor HBM bandwidth the collective
-# takes); communication is not slowed by compute. Applied with nccl only (gloo runs on the CPU).
+# SM sharing: while an NCCL kernel runs on a GPU, its CTAs (one per channel, each holding an SM:
+# NCCL launches a grid of nChannels blocks, src/enqueue.cc) leave compute kernels the other SMs,
+# so compute on that GPU slows by CTAs / SMs (`sm_share`): the channels NCCL opens as
+# `nccl_runs` assumes them (16 on NVLink / NVSwitch nodes, 2 on PCIe ones) over the device's SMs
+# (`device.kernels.sms`). A kernel-level trace (Nsight Systems) of FSDP's all-gather overlapping a
+# GEMM on an H100 showed 24 CTAs on 132 SMs = 0.18 (NVIDIA developer forum, "Compute-Communication
+# Overlap Causes Severe GEMM Performance Degradation because of Tail Effect",
+# forums.developer.nvidia.com/t/337991): the same order as 16 / 132 = 0.12, and the share taken
+# for a GPU whose SMs the topology does not give. Assumptions (named): the same share for every
+# collective and send; compute slows in proportion to the SMs it loses (the wave-quantization
+# tail that thread shows for a single-wave GEMM, up to 2x, is not modelled; nor HBM bandwidth the
+# collective takes); communication is not slowed by compute. Applied with nccl only (gloo runs on
+# the CPU).
 NCCL_SM_SHARE = 24 / 132
+
+
+def sm_share(cluster: Cluster) -> float:
+    """The fraction of a GPU's SMs NCCL's kernels hold while they run (see NCCL_SM_SHARE)."""
+    kernels = cluster.instance.device.kernels
+    if kernels is None:
+        return NCCL_SM_SHARE
+    nvlink = cluster.instance.fabric.kind in ("nvlink", "nvswitch")
+    return min(1.0, (CHANNELS_NVLINK if nvlink else CHANNELS_PCIE) / kernels.sms)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 5x more to create, and a plan makes many
@@ -64,7 +78,7 @@ def simulate(
     to it (fairshare.fill). `mics`: the collectives are SageMaker's library's (MiCS's
     hierarchical all-gather under `auto`), not PyTorch's flat NCCL ones.
 
-    With nccl, a compute op of a rank class runs at 1 - NCCL_SM_SHARE of its speed while a
+    With nccl, a compute op of a rank class runs at 1 - `sm_share` of its speed while a
     collective or send of that class (or to it) is in flight (`SmSharing`)."""
     run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
     with paused_gc():
@@ -136,7 +150,8 @@ class _Run:
         for op in p.ops:
             for d in op.deps:
                 self.children[d].append(op.id)
-        self.sm = SmSharing(self.env, len(p.classes), NCCL_SM_SHARE) if backend == "nccl" and not self.shared else None
+        share = sm_share(g.cluster)
+        self.sm = SmSharing(self.env, len(p.classes), share) if backend == "nccl" and not self.shared else None
         self.spans: list[Span | None] = [None] * len(p.ops)
         self.ready: deque[int] = deque()  # ops whose dependencies are all done, to start now
         self.ended = 0

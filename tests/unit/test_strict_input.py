@@ -195,7 +195,11 @@ def test_an_emulated_block_is_closed_too(tmp_path, capsys):
             "  rate_gbps: {value: .inf,",
             "field 'nic.rate_gbps': expected a finite number > 0, got inf",
         ),
-        ("  efficiency: {value: 0.98,", "  efficiency: {value: .inf,", "field 'nic.efficiency': expected a number <= 1"),
+        (
+            "  efficiency: {value: 0.98,",
+            "  efficiency: {value: .inf,",
+            "field 'nic.efficiency': expected a number <= 1",
+        ),
         (
             "  latency_us: {value: 30,",
             "  latency_us: {value: .nan,",
