@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardsim.simulator.engine import NCCL_SM_SHARE, sm_share, simulate
+from shardsim.simulator.engine import NCCL_SM_SHARE, simulate, sm_share
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.network.links import links_for
