@@ -156,18 +156,23 @@ def test_the_doc_lists_exactly_the_keys_fields():
     assert _doc_table("The strategy") == list(STRATEGY_FIELDS)
 
 
+PRE_KEY = ROOT / "tests" / "fixtures" / "pre-key"  # result files as committed before the key
+
+
 def test_a_committed_prediction_written_before_the_key_reads_as_todays():
-    """The seed's committed prediction, read in today's form, is today's prediction of its file."""
+    """The seed's prediction as committed before the key, read in today's form, has today's fields
+    and the key and memory of today's prediction of its file (its step time is an earlier
+    model's)."""
     from shardsim.config import load_config
     from shardsim.simulator.predict import predict, upgrade_prediction
 
-    committed = json.loads((ROOT / "experiments" / "seed" / "zero2d-4.prediction.json").read_text())
+    committed = json.loads((PRE_KEY / "zero2d-4.prediction.json").read_text())
     assert "label" not in committed  # written before the key
     today = json.loads(predict(load_config(ROOT / "experiments" / "seed" / "zero2d-4.yaml")).to_json())
     upgraded = upgrade_prediction(committed)
     assert upgraded.keys() == today.keys()
     assert {k: upgraded[k] for k in KEY_FIELDS} == {k: today[k] for k in KEY_FIELDS}
-    for name in ("memory_allocated_gib", "memory_reserved_gib", "memory_required_gib", "step_time_s"):
+    for name in ("memory_allocated_gib", "memory_reserved_gib", "memory_required_gib"):
         assert upgraded[name] == pytest.approx(today[name], rel=1e-12), name
     assert upgrade_prediction(today) == today
 
@@ -178,7 +183,7 @@ def test_a_committed_sweep_table_written_before_the_key_reads_as_todays(tmp_path
 
     from shardsim.simulator.sweep.rows import columns, native, upgrade_table
 
-    committed = pd.read_parquet(ROOT / "experiments" / "sweeps" / "seed" / "sweep.parquet")
+    committed = pd.read_parquet(PRE_KEY / "seed-sweep.parquet")
     assert "config" in committed and "label" not in committed  # written before the key
     table = upgrade_table(committed)
     assert tuple(table.columns) == columns(False)
