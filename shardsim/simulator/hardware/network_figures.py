@@ -17,6 +17,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml
 from shardsim.data import TOPOLOGIES
@@ -34,21 +36,23 @@ class NetworkFigures:
     latency_inter_us: float
     size_factor: tuple[tuple[float, float], ...]  # (bytes a NIC carries in one call, achieved fraction)
 
-    def factor(self, nic_bytes: float) -> float:
-        """The achieved fraction of the NIC's rate for a call that moves `nic_bytes` through it."""
+    @functools.cached_property
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        """log(bytes) and fractions, with the rise to 1 at FULL_RATE_BYTES."""
         pts = self.size_factor
         if pts[-1][0] < FULL_RATE_BYTES:
             pts = (*pts, (FULL_RATE_BYTES, 1.0))
-        if nic_bytes <= pts[0][0]:
-            return pts[0][1]
-        if nic_bytes >= pts[-1][0]:
-            return pts[-1][1]
-        x = math.log(nic_bytes)
-        for (b0, f0), (b1, f1) in zip(pts, pts[1:], strict=False):
-            if nic_bytes <= b1:
-                t = (x - math.log(b0)) / (math.log(b1) - math.log(b0))
-                return f0 + t * (f1 - f0)
-        return pts[-1][1]
+        return np.log([b for b, _ in pts]), np.array([f for _, f in pts])
+
+    def factors(self, nic_bytes: np.ndarray) -> np.ndarray:
+        """The achieved fraction of the NIC's rate for calls that move `nic_bytes` through it:
+        linear in log(bytes) between the points, flat beyond the ends."""
+        x, f = self._points
+        return np.interp(np.log(np.maximum(nic_bytes, 1e-300)), x, f)
+
+    def factor(self, nic_bytes: float) -> float:
+        """`factors` of one size."""
+        return float(self.factors(np.array([nic_bytes]))[0])
 
 
 def size_points(value: object, where: str, field: str) -> tuple[tuple[float, float], ...]:

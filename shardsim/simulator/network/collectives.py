@@ -330,7 +330,7 @@ def _nccl_phases(g: LinkGraph, op: str, groups: np.ndarray, algo: str, proto: st
     load = ph.load / factor  # the protocol's bandwidth relative to Simple (NCCL's model)
     figures = g.cluster.instance.nic.figures
     if figures is not None:
-        load = nic_scaled(load, g.is_nic(ph.links), nbytes, figures.factor)  # EFA's rate by size
+        load = nic_scaled(load, g.is_nic(ph.links), nbytes, figures.factors)  # EFA's rate by size
     return [Phase(ph.links, load, latency, ph.sent)]
 
 
@@ -349,7 +349,7 @@ def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str
         figures = g.cluster.instance.nic.figures
         if algo.proto and figures is not None:  # over NCCL: its NICs run as NCCL's do (EFA's rate by size)
             phases = [
-                Phase(ph.links, nic_scaled(ph.load, g.is_nic(ph.links), nbytes, figures.factor), ph.latency_s, ph.sent)
+                Phase(ph.links, nic_scaled(ph.load, g.is_nic(ph.links), nbytes, figures.factors), ph.latency_s, ph.sent)
                 for ph in phases
             ]
     else:

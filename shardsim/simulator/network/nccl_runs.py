@@ -29,8 +29,9 @@ from shardsim.simulator.network import nccl_model as nm
 from shardsim.simulator.network.links import LinkGraph
 
 # NCCL_CHANNELS (assumption, not NCCL's search): the rings NCCL opens per communicator. On
-# NVLink / NVSwitch nodes 16 (MAXCHANNELS/2, what NCCL logs on p4d / p5: "16 coll channels");
-# on PCIe nodes 2 (NCCL's search finds one PCIe path per GPU and duplicates it). The
+# NVLink / NVSwitch nodes 16 (MAXCHANNELS/2; NCCL's log on p5 shows rings of 16 channels,
+# awslabs/awsome-distributed-ai issue #386 "Channel 12/16"; assumed on every NVLink node); on
+# PCIe nodes 2 (NCCL's search finds one PCIe path per GPU and duplicates it). The
 # per-channel bandwidth is the GPU's share of the slower of the fabric and the node's NICs,
 # not quantized to search.cc's speed arrays.
 CHANNELS_NVLINK = 16
@@ -154,10 +155,9 @@ def nccl_call(g: LinkGraph, coll: str, shape: Shape, nbytes: float, algo: str, p
     return NcclCall(choice.algo, choice.proto, lat * 1e-6, min(factor, 1.0))
 
 
-def nic_scaled(load: np.ndarray, is_nic: np.ndarray, nbytes: float, factor) -> np.ndarray:
+def nic_scaled(load: np.ndarray, is_nic: np.ndarray, nbytes: float, factors) -> np.ndarray:
     """Loads with each NIC link's divided by its achieved fraction at the bytes it carries in
-    this call (`NetworkFigures.factor`): a NIC moving little per call runs below its rate."""
+    this call (`NetworkFigures.factors`): a NIC moving little per call runs below its rate."""
     out = load.copy()
-    for i in np.flatnonzero(is_nic):
-        out[i] = load[i] / factor(float(load[i]) * nbytes)
+    out[is_nic] = load[is_nic] / factors(load[is_nic] * nbytes)
     return out
