@@ -79,6 +79,16 @@ def simulate_collective(
     g = links_for(cluster)
     layout = GroupLayout(0, n, n)
     used = algo_for(op, algo, layout, cluster.devices_per_node, backend, g, float(size_bytes), proto)
+    if algo != "auto" and (used.name, used.proto) != (algo, used.proto if proto == "auto" else proto):
+        why = ""
+        if algo.startswith("nvls") and not cluster.instance.fabric.nvls:
+            why = " (no NVLink SHARP: fabric.nvls)"
+        elif algo == "nvls" and n > cluster.devices_per_node:
+            why = " (across nodes NCCL runs nvls_tree)"
+        forced = algo if proto == "auto" else f"{algo}/{proto}"
+        raise ConfigError(
+            f"NCCL offers no {forced} for {op} over {n:,} ranks on {cluster.describe()}{why}", field="algo"
+        )
     (t,) = time_collectives(g, [(op, layout, float(size_bytes))], used, backend)
     algbw = size_bytes / t / 1e9 if t > 0 else float("inf")
     return CollectiveResult(

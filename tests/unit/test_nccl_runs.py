@@ -75,3 +75,17 @@ def test_the_fabrics_latency_enters_each_network_hop() -> None:
     t_ib = simulate_collective(ib, "all_reduce", 8, algo="tree", proto="LL").time_s
     lat = inst.nic.figures.latency_inter_us * 1e-6
     assert t_efa - t_ib == pytest.approx(2 * lat, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("topology", "nodes", "args", "needle"),
+    [
+        ("p4d.24xlarge", 2, ("nvls", "auto"), "no NVLink SHARP"),
+        ("p5.48xlarge", 2, ("nvls", "auto"), "across nodes NCCL runs nvls_tree"),
+        ("g4dn.12xlarge", 2, ("ring", "LL128"), "LL128 needs NVLink"),
+    ],
+)
+def test_a_forced_pair_nccl_does_not_offer_is_refused_saying_why(topology, nodes, args, needle) -> None:
+    algo, proto = args
+    with pytest.raises(ConfigError, match=needle):
+        simulate_collective(make_cluster(topology, nodes), "all_reduce", 1 << 20, algo=algo, proto=proto)

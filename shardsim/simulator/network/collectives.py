@@ -315,7 +315,10 @@ def _nccl_phases(g: LinkGraph, op: str, groups: np.ndarray, algo: str, proto: st
     else:
         call = nccl_call(g, op, Shape(int(groups.shape[1]), nodes), float(nbytes), algo, proto)
         if call is None:
-            raise ConfigError(f"NCCL offers no {algo}/{proto} for {op} here", field="algo")
+            why = " (LL128 needs NVLink inside a node and GPUDirect RDMA across nodes)" if proto == "LL128" else ""
+            raise ConfigError(
+                f"NCCL offers no {algo}/{proto} for {op} on {g.cluster.describe()}{why}", field="protocol"
+            )
         if algo == "tree":
             (ph,) = _tree_phases(g, groups)
         elif algo == "nvls":
