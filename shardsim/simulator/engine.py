@@ -16,7 +16,7 @@ from shardsim.simulator.network.collectives import plan as plan_collective
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph
-from shardsim.simulator.network.nccl_runs import CHANNELS_NVLINK, CHANNELS_PCIE
+from shardsim.simulator.network.nccl_runs import channels
 from shardsim.simulator.plan import Op, Plan
 
 # SM sharing: while an NCCL kernel runs on a GPU, its CTAs (one per channel, each holding an SM:
@@ -40,8 +40,7 @@ def sm_share(cluster: Cluster) -> float:
     kernels = cluster.instance.device.kernels
     if kernels is None:
         return NCCL_SM_SHARE
-    nvlink = cluster.instance.fabric.kind in ("nvlink", "nvswitch")
-    return min(1.0, (CHANNELS_NVLINK if nvlink else CHANNELS_PCIE) / kernels.sms)
+    return min(1.0, channels(cluster) / kernels.sms)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs 5x more to create, and a plan makes many

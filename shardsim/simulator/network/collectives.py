@@ -35,7 +35,7 @@ from shardsim.config.schema import ALGOS, PROTOCOLS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph
-from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call, nic_scaled
+from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
@@ -202,13 +202,9 @@ class Algo:
         return f"{self.name}/{self.proto}" if self.proto else self.name
 
 
-def _spans_nodes(layout: GroupLayout, devices_per_node: int) -> bool:
-    grp = layout.groups()[0]
-    return grp.size > 1 and (grp[0] // devices_per_node) != (grp[-1] // devices_per_node)
-
-
-def _shape(layout: GroupLayout, devices_per_node: int) -> Shape:
-    grp = layout.groups()[0]
+def _shape(groups: np.ndarray, devices_per_node: int) -> Shape:
+    """A group as NCCL sees it (every group of a layout alike): its ranks and the nodes they span."""
+    grp = groups[0]
     return Shape(int(grp.size), int(np.unique(grp // devices_per_node).size))
 
 
@@ -230,18 +226,19 @@ def algo_for(
     rings only; an algorithm that does not apply to the collective falls back to ring."""
     if backend == "gloo":
         return Algo("ring")
+    shape = _shape(layout.groups(), devices_per_node)
     hier_ops = ("all_reduce", "all_gather", "reduce_scatter")
     if algo == "hierarchical" or (algo == "auto" and mics and op == "all_gather"):
-        if op in hier_ops and (algo == "hierarchical" or _spans_nodes(layout, devices_per_node)):
+        if op in hier_ops and (algo == "hierarchical" or shape.nodes > 1):
             return Algo("hierarchical", "Simple")  # SageMaker's, over NCCL's Simple sends
         algo = "auto" if algo == "auto" else "ring"
     if algo == "tree" and op != "all_reduce":
         algo = "ring"
     if g is None:
         return Algo("ring" if algo == "auto" else algo, "Simple" if proto == "auto" else proto)
-    call = nccl_call(g, op, _shape(layout, devices_per_node), float(nbytes), algo, proto)
+    call = nccl_call(g, op, shape, float(nbytes), algo, proto)
     if call is None:  # send/recv (outside NCCL's tuner), or a forced pair NCCL does not offer here
-        fallback = nccl_call(g, op, _shape(layout, devices_per_node), float(nbytes), "ring", proto)
+        fallback = nccl_call(g, op, shape, float(nbytes), "ring", proto)
         return Algo("ring", fallback.proto if fallback else ("Simple" if proto == "auto" else proto))
     return Algo(call.algo, call.proto)
 
@@ -295,25 +292,23 @@ def _nvls_tree_phase(g: LinkGraph, groups: np.ndarray) -> Phase:
     if arr is None:
         raise ConfigError("NVLS-tree needs the same number of group ranks on every node", field="algo")
     G, m, k = arr.shape
-    links_a, load_a = g.port_loads(groups, (1 + 1 / k) / NVLS_EFFICIENCY, (1 + 1 / k) / NVLS_EFFICIENCY)
+    nvls = _nvls_phase(g, "all_reduce", arr.reshape(G * m, k))  # inside each node
     (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m))  # the node-level trees, over one rank per node
-    links = np.concatenate([links_a, tree.links])
-    load = np.concatenate([load_a, tree.load])
+    links = np.concatenate([nvls.links, tree.links])
+    load = np.concatenate([nvls.load, tree.load])
     uniq, inv = np.unique(links, return_inverse=True)
-    return Phase(uniq, np.bincount(inv, weights=load), 0.0, float(groups.size * (1 + 1 / k)) + tree.sent)
+    return Phase(uniq, np.bincount(inv, weights=load), 0.0, nvls.sent + tree.sent)
 
 
 def _nccl_phases(g: LinkGraph, op: str, groups: np.ndarray, algo: str, proto: str, nbytes: float) -> list[Phase]:
     """One NCCL call as one phase: the algorithm's links, NCCL's latency, the protocol's factor
     and the NICs' achieved fraction at this size (module `nccl_runs`)."""
-    dpn = g.cluster.devices_per_node
-    nodes = int(np.unique(groups[0] // dpn).size)
     if op == "send_recv":  # outside NCCL's tuner: the link's own latency (fabric / nic latency_us)
         ph = _ring_plan(g, op, groups)[0]
         latency = ph.latency_s
         factor = 1.0 / WIRE_BYTES[proto or "Simple"]
     else:
-        call = nccl_call(g, op, Shape(int(groups.shape[1]), nodes), float(nbytes), algo, proto)
+        call = nccl_call(g, op, _shape(groups, g.cluster.devices_per_node), float(nbytes), algo, proto)
         if call is None:
             why = " (LL128 needs NVLink inside a node and GPUDirect RDMA across nodes)" if proto == "LL128" else ""
             raise ConfigError(
@@ -330,11 +325,20 @@ def _nccl_phases(g: LinkGraph, op: str, groups: np.ndarray, algo: str, proto: st
         latency, factor = call.latency_s, call.proto_factor
     if not ph.links.size:
         return []
-    load = ph.load / factor  # the protocol's bandwidth relative to Simple (NCCL's model)
+    # the protocol's bandwidth relative to Simple (NCCL's model), then the NICs' rate by size
+    return [_at_nic_rates(g, Phase(ph.links, ph.load / factor, latency, ph.sent), nbytes)]
+
+
+def _at_nic_rates(g: LinkGraph, ph: Phase, nbytes: float) -> Phase:
+    """`ph` with each NIC link's load divided by the fabric's achieved fraction at the bytes that
+    NIC carries in this call (`NetworkFigures.factors`: EFA's rate by size), as NCCL's NICs run."""
     figures = g.cluster.instance.nic.figures
-    if figures is not None:
-        load = nic_scaled(load, g.is_nic(ph.links), nbytes, figures.factors)  # EFA's rate by size
-    return [Phase(ph.links, load, latency, ph.sent)]
+    if figures is None:
+        return ph
+    is_nic = g.is_nic(ph.links)
+    load = ph.load.copy()
+    load[is_nic] = ph.load[is_nic] / figures.factors(ph.load[is_nic] * nbytes)
+    return Phase(ph.links, load, ph.latency_s, ph.sent)
 
 
 def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str, nbytes: float) -> tuple[Phase, ...]:
@@ -349,12 +353,8 @@ def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str
         phases = _tree_phases(g, groups)
     elif algo.name == "hierarchical":
         phases = _hier_plan(g, op, groups)
-        figures = g.cluster.instance.nic.figures
-        if algo.proto and figures is not None:  # over NCCL: its NICs run as NCCL's do (EFA's rate by size)
-            phases = [
-                Phase(ph.links, nic_scaled(ph.load, g.is_nic(ph.links), nbytes, figures.factors), ph.latency_s, ph.sent)
-                for ph in phases
-            ]
+        if algo.proto:  # over NCCL: its NICs run as NCCL's do
+            phases = [_at_nic_rates(g, ph, nbytes) for ph in phases]
     else:
         phases = _ring_plan(g, op, groups)
     return tuple(p for p in phases if p.links.size)

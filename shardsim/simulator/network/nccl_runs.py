@@ -13,7 +13,7 @@ For one call of S bytes over a group layout:
   multicast), each link at its rate. Two factors bend the links' rates, both named where
   they are applied: the protocol's bandwidth relative to Simple as NCCL's model states it
   (LL's and LL128's factors and caps; the tree correction by size), and the NIC's achieved
-  fraction by the bytes it carries in the call (`NetworkFigures.factor`). Contention with
+  fraction by the bytes it carries in the call (`NetworkFigures.factors`). Contention with
   other calls goes through the max-min fair network as every phase does.
 """
 
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-
-import numpy as np
 
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.network import nccl_model as nm
@@ -56,7 +54,6 @@ COMPUTE_CAPABILITY = (
 WIRE_BYTES = {"LL": 2.0, "LL128": 16.0 / 15.0, "Simple": 1.0}
 
 NCCL_ALGOS = ("ring", "tree", "nvls", "nvls_tree")  # the flat algorithms this module places
-PROTOCOLS = nm.PROTOS
 
 
 @dataclass(frozen=True)
@@ -65,6 +62,11 @@ class Shape:
 
     ranks: int
     nodes: int
+
+
+def channels(cluster: Cluster) -> int:
+    """The channels NCCL opens on `cluster`'s nodes (NCCL_CHANNELS): one CTA each while it runs."""
+    return CHANNELS_NVLINK if cluster.instance.fabric.kind in ("nvlink", "nvswitch") else CHANNELS_PCIE
 
 
 def compute_capability(model: str) -> int:
@@ -80,7 +82,7 @@ def nccl_system(cluster: Cluster, shape: Shape) -> nm.NcclSystem:
     inst = cluster.instance
     fab, nic = inst.fabric, inst.nic
     nvlink = fab.kind in ("nvlink", "nvswitch")
-    nch = CHANNELS_NVLINK if nvlink else CHANNELS_PCIE
+    nch = channels(cluster)
     k = cluster.devices_per_node
     intra = fab.port_GBps * fab.efficiency  # one GPU's share of the fabric, GB/s
     inter = nic.count * nic.rate_gbps / 8 * nic.efficiency  # the node's NICs, GB/s
@@ -153,11 +155,3 @@ def nccl_call(g: LinkGraph, coll: str, shape: Shape, nbytes: float, algo: str, p
     simple = table[coll, choice.algo, "Simple"].bandwidth_GBps
     factor = bw / simple if simple > 0 else 1.0
     return NcclCall(choice.algo, choice.proto, lat * 1e-6, min(factor, 1.0))
-
-
-def nic_scaled(load: np.ndarray, is_nic: np.ndarray, nbytes: float, factors) -> np.ndarray:
-    """Loads with each NIC link's divided by its achieved fraction at the bytes it carries in
-    this call (`NetworkFigures.factors`): a NIC moving little per call runs below its rate."""
-    out = load.copy()
-    out[is_nic] = load[is_nic] / factors(load[is_nic] * nbytes)
-    return out
