@@ -25,7 +25,9 @@ class StrategyKey:
     is sharded over (SageMaker's `sharded_data_parallel_degree`): 1 where every rank holds it
     whole (ddp, a pipeline stage not sharded), the world for zero. `pp` and `microbatches` are
     1 and `schedule` null without a pipeline; `reshard_after_forward` is null for kinds that do
-    not shard with FSDP2 (false: ZeRO-2)."""
+    not shard with FSDP2 (false: ZeRO-2). `tp` is the tensor-parallel degree (its ranks share
+    a parameter's shard: `degree` counts data-parallel ranks), with `sequence_parallel` and
+    `async_tp` (files written before tensor parallelism: 1, false, false)."""
 
     kind: str
     degree: int
@@ -33,6 +35,9 @@ class StrategyKey:
     microbatches: int
     schedule: str | None
     reshard_after_forward: bool | None
+    tp: int = 1
+    sequence_parallel: bool = False
+    async_tp: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,11 +97,14 @@ def strategy_key(s: Strategy, world: int) -> StrategyKey:
     spec = s.spec
     return StrategyKey(
         kind=s.kind,
-        degree=s.sharded_degree(world),
+        degree=s.sharded_degree(world // s.tp),
         pp=getattr(s, "pp", 1),
         microbatches=getattr(s, "microbatches", 1),
         schedule=getattr(s, "schedule", None) if spec.is_pipeline else None,
         reshard_after_forward=getattr(s, "reshard_after_forward", None) if spec.fsdp else None,
+        tp=s.tp,
+        sequence_parallel=s.sequence_parallel,
+        async_tp=s.async_tp,
     )
 
 

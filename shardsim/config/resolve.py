@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from shardsim.config.schema import MODELS, Resolved, RunConfig, Strategy
+from shardsim.config.schema import MESH_ORDERS, MODELS, Resolved, RunConfig, Strategy
+from shardsim.config.tp import check_tp
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import world_refusal
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.simulator.workload.arch import Arch
 
 # A pipeline of a model whose LM head reuses the token embedding would hold that matrix on its
 # first and on its last stage, and would have to sum the two copies' gradients (as Megatron-LM
@@ -13,11 +15,22 @@ from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 TIED_PIPELINE = "a pipeline of a model with tied embeddings (its first and last stage would share the embedding)"
 
 
-def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool = False) -> tuple[RunConfig, Resolved]:
+def resolve(
+    cfg: RunConfig,
+    world: int,
+    n_layers: int,
+    *,
+    tied_embeddings: bool = False,
+    arch: Arch | None = None,
+    devices_per_node: int | None = None,
+) -> tuple[RunConfig, Resolved]:
     """Check the configuration against the world size and the model; settle defaults.
 
-    Returns the normalized config (zero's degree = world; SMP's degree = world → zero) and
-    the derived sizes. Raises ConfigError with one clear line when something does not fit.
+    Returns the normalized config (zero's degree = the data-parallel world; SMP's degree = it →
+    zero) and the derived sizes. Raises ConfigError with one clear line when something does not
+    fit. Tensor parallelism (tp > 1) needs the model's `arch` (heads, FFN) and is checked against
+    `devices_per_node` when given (`config.tp`). The mesh is pp × dp × tp (`mesh_order`): the data
+    -parallel kinds see world / (pp × tp) ranks.
     """
     s = cfg.strategy
     where = cfg.source
@@ -37,10 +50,29 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
             where=where,
             field="pp",
         )
-    replicas_all = world // pp
-    shard = spec.shard(s, world, where)
+    tp = s.tp
+    tp_inner = s.mesh_order == MESH_ORDERS[0]
+    if tp > 1:
+        check_tp(
+            tp=tp,
+            sequence_parallel=s.sequence_parallel,
+            async_tp=s.async_tp,
+            tp_inner=tp_inner,
+            across_nodes=s.tp_across_nodes,
+            world=world,
+            pp=pp,
+            arch=arch,
+            devices_per_node=devices_per_node,
+            backend=cfg.backend,
+            where=where,
+        )
+    dp_world = world // tp  # the ranks the data-parallel kinds see (a tensor-parallel group acts as one)
+    replicas_all = dp_world // pp
+    shard = spec.shard(s, dp_world, where)
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
+        if tp > 1:
+            span = f"the data-parallel ranks (world / tp {tp}" + (f" / pp {pp})" if pp > 1 else ")")
         raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
     if cfg.reduce_dtype == "bf16" and shard == 1 and cfg.backend == "gloo":
         raise ConfigError(
@@ -48,7 +80,7 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
             where=where,
             field="reduce_dtype",
         )
-    kind = spec.resolved(shard, world)
+    kind = spec.resolved(shard, dp_world)
     settled = {"degree": None if KINDS[kind].replicates else shard, "pp": pp}
     own = MODELS[kind].model_fields
     strategy = Strategy(kind, **{k: v for k, v in {**s.model_dump(), **settled}.items() if k in own and k != "kind"})
@@ -70,6 +102,8 @@ def resolve(cfg: RunConfig, world: int, n_layers: int, *, tied_embeddings: bool 
         pp=pp,
         microbatches=m,
         microbatch_size=mbs,
-        global_batch=cfg.batch_per_device * world * cfg.grad_accum,
+        global_batch=cfg.batch_per_device * dp_world * cfg.grad_accum,
+        tp=tp,
+        tp_inner=tp_inner,
     )
     return cfg.replace(strategy=strategy), res

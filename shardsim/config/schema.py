@@ -23,6 +23,7 @@ from pydantic import (
     TypeAdapter,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic import ValidationError as _ValidationError
@@ -117,6 +118,36 @@ ScheduleField = Annotated[
     Schedule,
     Setting("pipeline schedule", axis="schedules", axis_help="pipeline schedules (default gpipe,1f1b)"),
 ]
+TpDegree = Annotated[
+    int,
+    bounded("tp"),
+    Setting(
+        "tensor-parallel degree: Megatron-style column / row parallel layers (DTensor) over groups of tp ranks",
+        axis="tp_degrees",
+        axis_help="tensor-parallel degrees (default 1; each must divide the heads, FFN and GPUs per node)",
+    ),
+]
+SequenceParallel = Annotated[
+    bool,
+    Setting(
+        "tensor parallelism with sequence parallelism: norms and residuals sharded along the sequence "
+        "(all-gather / reduce-scatter instead of all-reduce)",
+        axis="sequence_parallel",
+        axis_help="sequence parallelism: true, false or both, for tp > 1 (default: the file's, else false)",
+    ),
+]
+AsyncTp = Annotated[
+    bool,
+    Setting("tensor parallelism's collectives overlapped with its GEMMs (asyncTP; needs sequence parallelism)"),
+]
+# the device mesh's dimensions, outermost first: tensor parallelism innermost (consecutive ranks, on
+# one node's NVLink) by default; "pp,tp,dp" puts data parallelism innermost
+MeshOrder = Literal["pp,dp,tp", "pp,tp,dp"]
+MESH_ORDERS: tuple[str, ...] = get_args(MeshOrder)
+MeshOrderField = Annotated[MeshOrder, Setting("device mesh order, outermost first (tp innermost: on NVLink)")]
+TpAcrossNodes = Annotated[
+    bool, Setting("allow a tensor-parallel group to span nodes (by default tp must divide the GPUs per node)")
+]
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
@@ -137,8 +168,25 @@ class Frozen(BaseModel):
             raise config_error(exc, where, known=(k for k in type(self).model_fields if k != "source")) from None
 
 
+TP_FIELDS = ("tp", "sequence_parallel", "async_tp", "mesh_order", "tp_across_nodes")
+
+
 class StrategyBase(Frozen):
-    """What every kind's model answers, whatever fields it carries."""
+    """What every kind's model answers, whatever fields it carries; and tensor parallelism, which
+    composes with every kind (the mesh: pp × dp × tp, `mesh_order`)."""
+
+    tp: TpDegree = 1
+    sequence_parallel: SequenceParallel = False
+    async_tp: AsyncTp = False
+    mesh_order: MeshOrderField = "pp,dp,tp"
+    tp_across_nodes: TpAcrossNodes = False
+
+    @model_serializer(mode="wrap")
+    def _kind_first(self, handler: Any) -> dict[str, Any]:
+        """The kind and its own fields first, tensor parallelism's after them."""
+        d = handler(self)
+        tp = {k: d.pop(k) for k in TP_FIELDS if k in d}
+        return d | tp
 
     @property
     def spec(self) -> StrategyKind:
@@ -146,7 +194,17 @@ class StrategyBase(Frozen):
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
     def label(self) -> str:
-        return self.spec.label(self)  # type: ignore[arg-type]
+        """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
+        return self.spec.label(self) + self.tp_label()  # type: ignore[arg-type]
+
+    def tp_label(self) -> str:
+        """`` tp=2 sp async`` (and the mesh order when not the default): "" without tensor parallelism."""
+        if self.tp == 1:
+            return ""
+        sp = " sp" if self.sequence_parallel else ""
+        overlap = " async" if self.async_tp else ""
+        order = f" mesh {self.mesh_order}" if self.mesh_order != MESH_ORDERS[0] else ""
+        return f" tp={self.tp}{sp}{overlap}{order}"
 
     def sharded_degree(self, world: int) -> int:
         """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`
@@ -217,7 +275,7 @@ MODELS: dict[str, type[StrategyBase]] = {
 assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
 _STRATEGY = TypeAdapter(StrategyConfig)
 # the strategy's fields besides the kind, in the order flags list them
-STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward")
+STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward", *TP_FIELDS)
 assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fields if f != "kind"}
 
 
@@ -232,6 +290,11 @@ class _FlatStrategy:
     microbatches: Any = 1
     schedule: Any = "1f1b"
     reshard_after_forward: Any = True
+    tp: Any = 1
+    sequence_parallel: Any = False
+    async_tp: Any = False
+    mesh_order: Any = "pp,dp,tp"
+    tp_across_nodes: Any = False
 
 
 # SageMaker's and FSDP's keys that are no setting's name (`smp`), and beside them the keys of a
@@ -253,6 +316,11 @@ def check_flat(s: _FlatStrategy, where: str | None) -> None:
             if getattr(s, name) != neutral:
                 why = f"{name} {getattr(s, name)!r} applies to a pipeline, not {s.kind}"
                 raise ConfigError(why, where=where, field=name)
+    if s.sequence_parallel is True and s.tp == 1:
+        raise ConfigError("sequence parallelism applies with tp > 1", where=where, field="sequence_parallel")
+    if s.async_tp is True and s.sequence_parallel is not True:
+        why = "asyncTP overlaps sequence parallelism's all-gathers and reduce-scatters; set sequence_parallel"
+        raise ConfigError(why, where=where, field="async_tp")
     if s.reshard_after_forward is False and not spec.fsdp:
         fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
         why = f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {s.kind}"
@@ -528,12 +596,19 @@ class Resolved:
     """A configuration checked against its cluster: the numbers every consumer needs."""
 
     world: int
-    shard: int  # ranks a parameter is sharded over (1 = replicated)
+    shard: int  # ranks a parameter is sharded over (1 = replicated), within the data-parallel dimension
     replicas: int  # data-parallel replicas of each model piece (per stage for pipeline)
     pp: int
     microbatches: int
-    microbatch_size: int  # samples per microbatch on one pipeline replica / one rank
+    microbatch_size: int  # samples per microbatch on one pipeline replica / one data-parallel rank
     global_batch: int  # samples per optimizer step, all ranks, all accumulation steps
+    tp: int = 1  # tensor-parallel degree: the ranks of a group share their samples
+    tp_inner: bool = True  # tensor-parallel ranks consecutive (mesh pp,dp,tp), else dp innermost
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks of a pipeline stage (of the world without pipeline): shard × replicas."""
+        return self.world // (self.pp * self.tp)
 
 
 @dataclass(frozen=True)

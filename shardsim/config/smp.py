@@ -185,8 +185,8 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
     pps = {k: smp[k] for k in ("pipeline_parallel_degree", "partitions") if k in smp}
     if len(set(map(repr, pps.values()))) > 1:
         raise ConfigError(f"contradicting pipeline degrees {pps}", where=where, field="partitions")
-    if smp.get("tensor_parallel_degree", 1) not in (1, None):
-        raise ConfigError("tensor parallelism is not modelled; expected 1", where=where, field="tensor_parallel_degree")
+    if smp.get("tensor_parallel_degree") is not None:
+        put("tp", pos_int(smp["tensor_parallel_degree"], where, "tensor_parallel_degree"), "tensor_parallel_degree")
     pp = pos_int(next(iter(pps.values())), where, next(iter(pps))) if pps else 1
     if pp > 1:
         put("strategy", PIPELINE.name, next(iter(pps)))

@@ -212,6 +212,9 @@ class RunRow:
     strategy_microbatches: int
     strategy_schedule: str | None
     strategy_reshard_after_forward: bool | None
+    strategy_tp: int
+    strategy_sequence_parallel: bool
+    strategy_async_tp: bool
     label: str
     batch_per_device: int
     grad_accum: int

@@ -109,7 +109,14 @@ def predict(
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
     n_layers = len(w.layers) or len(w.blocks)
-    cfg, res = resolve(cfg, cluster.world, n_layers, tied_embeddings=w.tied_embeddings)
+    cfg, res = resolve(
+        cfg,
+        cluster.world,
+        n_layers,
+        tied_embeddings=w.tied_embeddings,
+        arch=w.arch,
+        devices_per_node=cluster.devices_per_node,
+    )
     check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
     if refusal := cluster.instance.device.backend_refusal(cfg.backend):
         raise ConfigError(refusal, field="backend")

@@ -26,7 +26,7 @@ from shardsim.config import (
 )
 from shardsim.config.flags import AXES
 from shardsim.config.load import load_config_json
-from shardsim.config.schema import MODELS, STRATEGY_FIELDS
+from shardsim.config.schema import MODELS, STRATEGY_FIELDS, TP_FIELDS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
 from shardsim.simulator.strategies.kinds import STRATEGIES
@@ -109,7 +109,10 @@ def test_the_union_carries_each_kinds_own_fields_only():
     assert isinstance(Strategy("zero2d", degree=4), Zero2DConfig)
     assert isinstance(Strategy("pipeline", pp=2, microbatches=4), PipelineConfig)
     assert set(MODELS) == set(STRATEGIES)
-    own = {k: set(m.model_fields) - {"kind"} for k, m in MODELS.items()}
+    own = {k: set(m.model_fields) - {"kind", *TP_FIELDS} for k, m in MODELS.items()}
+    assert all(
+        set(TP_FIELDS) <= set(m.model_fields) for m in MODELS.values()
+    )  # tensor parallelism composes with every kind
     assert own == {
         "ddp": set(),
         "zero": {"degree", "reshard_after_forward"},
@@ -117,7 +120,7 @@ def test_the_union_carries_each_kinds_own_fields_only():
         "pipeline": {"pp", "microbatches", "schedule", "degree"},
     }
     for kind, fields in own.items():
-        for other in set(STRATEGY_FIELDS) - fields:
+        for other in set(STRATEGY_FIELDS) - fields - set(TP_FIELDS):
             value = {"degree": 1, "pp": 1, "microbatches": 1, "schedule": "1f1b", "reshard_after_forward": True}
             needed = {"degree": 4} if kind == "zero2d" else {}
             with pytest.raises(ConfigError) as err:
@@ -149,7 +152,15 @@ def test_every_setting_has_a_flag_or_is_a_file_key_and_the_sweep_lists_come_from
     assert fields | set(STRATEGY_FIELDS) | {"strategy"} <= flat  # every field is a setting
     # the sweep's list flags: the strategy's kind and fields and the settings it spans, each
     # generated from its field (its bound for an integer: checked as the list is parsed)
-    spanned = {"strategy", *STRATEGY_FIELDS, "checkpointing", "selective_ac_option", "reduce_dtype", "optimizer_impl"}
+    no_axis = {"async_tp", "mesh_order", "tp_across_nodes"}  # a setting of the base, not a dimension
+    spanned = {
+        "strategy",
+        *(set(STRATEGY_FIELDS) - no_axis),
+        "checkpointing",
+        "selective_ac_option",
+        "reduce_dtype",
+        "optimizer_impl",
+    }
     assert {s.name for s in AXES} == spanned
     sweep = next(a for a in cli_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
     by_option = {o: a for a in sweep._actions for o in a.option_strings}

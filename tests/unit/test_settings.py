@@ -35,7 +35,9 @@ def test_to_dict_lists_every_setting_and_spells_checkpointing():
         "full", "op", None, "foreach")  # fmt: skip
     d = cfg.to_dict()
     assert d["checkpointing"] == "full" and d["reduce_dtype"] is None and d["optimizer_impl"] == "foreach"
-    assert d["strategy"] == {"kind": "zero", "degree": None, "reshard_after_forward": True}
+    tp = {"tp": 1, "sequence_parallel": False, "async_tp": False, "mesh_order": "pp,dp,tp", "tp_across_nodes": False}
+    assert d["strategy"] == {"kind": "zero", "degree": None, "reshard_after_forward": True, **tp}
+    assert list(d["strategy"])[0] == "kind"
     assert RunConfig(checkpointing=False).to_dict()["checkpointing"] == "none"
     d = RunConfig(checkpointing="selective", reduce_dtype="fp32").to_dict()
     assert d["checkpointing"] == "selective" and d["reduce_dtype"] == "fp32"

@@ -247,7 +247,14 @@ def _measurement(
     try:
         cfg = build_config(values, where)
         w = load_workload(cfg.workload, cfg.shape, where)
-        resolve(cfg, cfg.nodes * inst.device.count, len(w.layers) or len(w.blocks), tied_embeddings=w.tied_embeddings)
+        resolve(
+            cfg,
+            cfg.nodes * inst.device.count,
+            len(w.layers) or len(w.blocks),
+            tied_embeddings=w.tied_embeddings,
+            arch=w.arch,
+            devices_per_node=inst.device.count,
+        )
     except ConfigError as err:
         name = (err.field or "").removeprefix("workload.")
         raise ConfigError(err.message, where=where, field=cols.get(name, err.field)) from None

@@ -55,7 +55,10 @@ class GroupLayout:
 
     strided=False: groups are consecutive ranks (reshape(-1, size)); strided=True: groups
     are the columns of reshape(size, -1) (rank i goes with i + count/size, ...), the
-    replica groups of ZeRO-2D.
+    replica groups of ZeRO-2D. A device mesh with more dimensions adds two views first:
+    the range is cut into `outer` consecutive blocks, and in each block the ranks are read as
+    (n, `inner`), the layout applied along n for each inner index (ranks `inner` apart: the
+    data-parallel groups beside `inner` tensor-parallel ranks).
     """
 
     start: int
@@ -63,11 +66,21 @@ class GroupLayout:
     size: int
     strided: bool = False
     reverse: bool = False  # reverse each group's order (the backward direction of send/recv)
+    inner: int = 1
+    outer: int = 1
 
     def groups(self) -> np.ndarray:
         r = np.arange(self.start, self.start + self.count)
-        g = r.reshape(self.size, -1).T.copy() if self.strided else r.reshape(-1, self.size)
-        return g[:, ::-1].copy() if self.reverse else g
+        if self.inner > 1 or self.outer > 1:  # rows of n ranks, each laid out on its own
+            r = r.reshape(self.outer, -1, self.inner).transpose(0, 2, 1).reshape(self.outer * self.inner, -1)
+        else:
+            r = r.reshape(1, -1)
+        rows, n = r.shape
+        if self.strided:
+            g = r.reshape(rows, self.size, n // self.size).transpose(0, 2, 1).reshape(-1, self.size)
+        else:
+            g = r.reshape(-1, self.size)
+        return g[:, ::-1].copy() if self.reverse else g.copy()
 
     @staticmethod
     def world(world: int) -> GroupLayout:

@@ -140,6 +140,27 @@ RENAMED = {
 }
 
 
+# the strategy's columns a table written before tensor parallelism lacks, with what they were then
+TP_DEFAULTS = {"strategy_tp": 1, "strategy_sequence_parallel": False, "strategy_async_tp": False}
+
+
+def _with_tp(df: pd.DataFrame) -> pd.DataFrame:
+    """A table with the tensor-parallel columns (`TP_DEFAULTS` where it was written before them),
+    after the strategy's other columns."""
+    missing = {c: v for c, v in TP_DEFAULTS.items() if c not in df.columns}
+    if not missing:
+        return df
+    out = df.copy()
+    at = (
+        list(out.columns).index("strategy_reshard_after_forward") + 1
+        if "strategy_reshard_after_forward" in out
+        else len(out.columns)
+    )
+    for i, (c, v) in enumerate(missing.items()):
+        out.insert(at + i, c, v)
+    return out
+
+
 def upgrade_table(df: pd.DataFrame) -> pd.DataFrame:
     """A sweep table (sweep.parquet, or sweep.csv as pandas reads it) in today's columns: one
     written before the result key (`config` the label, `strategy` the kind, loose `degree`, ...,
@@ -147,8 +168,8 @@ def upgrade_table(df: pd.DataFrame) -> pd.DataFrame:
     label where the table has no reshard_after_forward column, and the allocated and reserved
     peaks from its parts (`simulator.memory.MemoryBreakdown`). Today's tables are returned as they are."""
     if "label" in df.columns or "config" not in df.columns:
-        return df
-    out = df.rename(columns=RENAMED)
+        return _with_tp(df)
+    out = _with_tp(df.rename(columns=RENAMED))
     if "strategy_reshard_after_forward" not in out:
         fsdp = out["strategy_kind"].map(lambda k: KINDS[k].fsdp)
         zero3 = ~out["label"].str.contains("(ZeRO-2)", regex=False)

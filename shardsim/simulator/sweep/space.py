@@ -30,6 +30,7 @@ from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_clu
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.strategies.kinds import StrategyKind
+from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
@@ -57,6 +58,10 @@ class SweepSpace:
     reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
       its compression hook; sharded rows: None is the precision).
     optimizer_impls: Adam's foreach | fused | per-parameter.
+    tp_degrees: tensor-parallel degrees; default every divisor of the GPUs per node that the
+      model admits (heads, key/value heads, FFN: `config.tp.check_tp`), 1 for models without heads.
+    sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
+      bytes as all-reduces, a tp-th of the norms' work and activations).
     """
 
     strategies: tuple[str, ...] = STRATEGIES
@@ -72,6 +77,8 @@ class SweepSpace:
     selective_ac_options: tuple[str, ...] | None = None
     reduce_dtypes: tuple[str, ...] | None = None
     optimizer_impls: tuple[str, ...] | None = None
+    tp_degrees: tuple[int, ...] | None = None
+    sequence_parallel: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
         for axis in AXES:  # the axes of the configuration's settings, each value checked as the setting is
@@ -160,6 +167,7 @@ def _kinds(space: SweepSpace) -> list[StrategyKind]:
 def _strategies_for(
     world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...] = (True,)
 ) -> Iterable[Strategy]:
+    """The data-parallel and pipeline strategies of `world` ranks (a tensor-parallel group counts as one)."""
     for kind in _kinds(space):
         yield from kind.sweep(world, n_layers, batch_per_device, space, reshard)
 
@@ -169,6 +177,36 @@ def strategies_count(
 ) -> int:
     """How many strategies `_strategies_for` yields, counted without making them."""
     return sum(kind.sweep_count(world, n_layers, batch_per_device, space, reshard) for kind in _kinds(space))
+
+
+DEFAULT_TP_SEARCH = False  # until the plans model tensor parallelism
+
+
+def tp_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch | None) -> list[tuple[int, bool]]:
+    """(tp, sequence_parallel) of the rows the space tries on `cluster`: the listed degrees (or
+    every divisor of the GPUs per node the model admits), each tp > 1 with the listed sequence
+    parallelism (default: on)."""
+    from shardsim.config.tp import check_tp
+
+    sps = space.sequence_parallel or (True,)
+    if space.tp_degrees is not None:
+        tps: Iterable[int] = space.tp_degrees
+    elif not DEFAULT_TP_SEARCH:
+        tps = [1]
+    else:
+        tps = []
+        for t in divisors(cluster.devices_per_node):
+            try:
+                check_tp(
+                    tp=t, sequence_parallel=False, async_tp=False, tp_inner=True, across_nodes=False,
+                    world=cluster.world, pp=1, arch=arch, devices_per_node=cluster.devices_per_node,
+                    backend=base.backend, where=None,
+                )  # fmt: skip
+            except ConfigError:
+                continue
+            tps.append(t)
+        tps = tps or [1]
+    return [(t, sp) for t in tps for sp in ((False,) if t == 1 else sps)]
 
 
 def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
@@ -243,6 +281,31 @@ def _cluster_base(
     return name, cluster, cfg0, _check_cluster(cfg0, cluster)
 
 
+def _layout_strategies(
+    cfg0: RunConfig,
+    space: SweepSpace,
+    cluster: Cluster,
+    layouts: list[tuple[int, bool]],
+    n_layers: int,
+    reshard: tuple[bool, ...],
+) -> Iterable[tuple[Strategy, int]]:
+    """Every strategy of the space on `cluster` with every (tp, sequence_parallel) of `layouts`,
+    and its batch per device: the base's, or under a fixed global batch its share over the
+    data-parallel ranks (world / tp)."""
+    s = cfg0.strategy
+    for tp, sp in layouts:
+        batch = cfg0.batch_per_device
+        if space.global_batch is not None:
+            batch = space.global_batch // (cluster.world // tp * cfg0.grad_accum)
+        if tp > 1:
+            extra = {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp}
+            extra |= {"mesh_order": s.mesh_order, "tp_across_nodes": s.tp_across_nodes}
+        else:
+            extra = {"tp": 1, "sequence_parallel": False, "async_tp": False}
+        for strat in _strategies_for(cluster.world // tp, n_layers, batch, space, reshard):
+            yield strat.replace(**extra), batch
+
+
 def enumerate_configs(
     base: RunConfig, space: SweepSpace | None = None, workload: Workload | None = None
 ) -> Enumeration:
@@ -266,10 +329,12 @@ def enumerate_configs(
     reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes) for topology, nodes in _clusters(base, space)]
+    layouts = {id(cluster): tp_layouts(base, space, cluster, w.arch) for _, cluster, _, why in clusters if not why}
     requested = len(variants) * sum(
-        strategies_count(cluster.world, n_layers, cfg0.batch_per_device, space, reshard)
+        strategies_count(cluster.world // tp, n_layers, cfg0.batch_per_device, space, reshard)
         for _, cluster, cfg0, why in clusters
         if not why
+        for tp, _ in layouts[id(cluster)]
     )
     if requested > MAX_SWEEP_SPACE:
         raise ConfigError(
@@ -283,11 +348,16 @@ def enumerate_configs(
             continue
         before = len(out.candidates)
         here: Counter[str] = Counter()  # this cluster's dropped configurations, by reason
-        for strat in _strategies_for(cluster.world, n_layers, cfg0.batch_per_device, space, reshard):
+        for strat, batch in _layout_strategies(cfg0, space, cluster, layouts[id(cluster)], n_layers, reshard):
             for settings in variants:
                 try:
                     cfg, res = resolve(
-                        cfg0.replace(strategy=strat, **settings), cluster.world, n_layers, tied_embeddings=tied
+                        cfg0.replace(strategy=strat, batch_per_device=batch, **settings),
+                        cluster.world,
+                        n_layers,
+                        tied_embeddings=tied,
+                        arch=w.arch,
+                        devices_per_node=cluster.devices_per_node,
                     )
                 except ConfigError as exc:
                     here[exc.message] += 1
