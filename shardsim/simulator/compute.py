@@ -61,6 +61,7 @@ class ComputeModel:
     extra_kernels: tuple[int, int] = (0, 0)
     sync_ranks: int = 1  # ranks that wait on each other every step (the slowest sets the pace)
     reduce_dtype: str | None = None  # FSDP's reduce-scatter dtype (None: the training precision)
+    tp: int = 1  # tensor-parallel degree: the blocks' kernels are one rank's shards of them
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -94,7 +95,7 @@ class ComputeModel:
     def _kernels(self, b: Block, batch: int) -> gk.BlockKernels | None:
         if self.device.kind != "gpu" or self.device.kernels is None or self.arch is None:
             return None
-        return gk.block_kernels(self.arch, b, batch)
+        return gk.block_kernels(self.arch, b, batch, self.tp)
 
     def _from_kernels(self, k: gk.BlockKernels, mem: float) -> BlockCost:
         """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound

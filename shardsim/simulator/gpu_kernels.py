@@ -33,7 +33,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from shardsim.simulator.hardware.topology import KernelSpec
-from shardsim.simulator.workload.families import layer_param_tensors
+from shardsim.simulator.workload.families import kv_heads_per_rank, layer_param_tensors
 from shardsim.simulator.workload.model import Arch, Block
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
@@ -118,21 +118,26 @@ HEAD_FWD_OTHER = 3  # final norm, log-softmax, NLL (cross-entropy over the vocab
 HEAD_BWD_OTHER = 4  # NLL and log-softmax backward, norm backward (2)
 
 
-def block_kernels(arch: Arch, b: Block, batch: int) -> BlockKernels | None:
-    """The kernels of block `b` of a model of `arch` for a microbatch of `batch` samples, or
-    None for a block this function does not know. Written from the architecture so that a
-    family with other projections (grouped KV heads, gated MLPs) adds its GEMMs here."""
-    h, f = arch.hidden, arch.ffn_size
+def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels | None:
+    """The kernels of block `b` of a model of `arch` for a microbatch of `batch` samples, as one
+    of `tp` tensor-parallel ranks runs them (its shards of the GEMMs: q/k/v and the MLP's first
+    matrices by columns, the output projections by rows, attention by heads, the LM head by
+    vocabulary columns; `families.from_arch`), or None for a block this function does not know.
+    Written from the architecture so that a family with other projections (grouped KV heads,
+    gated MLPs) adds its GEMMs here."""
+    h, f = arch.hidden, arch.ffn_size // tp
     t = batch * arch.tokens
     if b.kind == "layer" and arch.family == "mlp":
         gemms = (Gemm(batch, f, h), Gemm(batch, h, f))
         return BlockKernels(gemms, None, MLP_FWD_OTHER, MLP_BWD_OTHER, input_grad=b.name != "block0")
     if b.kind == "layer":
-        qkv = Gemm(t, h + 2 * arch.kv_dim, h)
+        kvd = kv_heads_per_rank(arch, tp) * arch.head_dim if tp > 1 else arch.kv_dim
+        hq = h // tp
+        qkv = Gemm(t, hq + 2 * kvd, h)
         gated = arch.traits.mlp == "swiglu"  # gate and up projections: one GEMM of twice the width
         up = Gemm(t, 2 * f if gated else f, h)
-        gemms = (qkv, Gemm(t, h, h), up, Gemm(t, h, f))
-        attn = Attention(batch * arch.heads, arch.tokens, arch.head_dim, causal=arch.traits.causal)
+        gemms = (qkv, Gemm(t, h, hq), up, Gemm(t, h, f))
+        attn = Attention(batch * arch.heads // tp, arch.tokens, arch.head_dim, causal=arch.traits.causal)
         return BlockKernels(gemms, attn, LAYER_FWD_OTHER, layer_bwd_other(arch))
     if b.kind == "embed":
         if arch.family == "vit":
@@ -143,7 +148,7 @@ def block_kernels(arch: Arch, b: Block, batch: int) -> BlockKernels | None:
     if b.kind == "head":
         if arch.family in ("vit", "mlp"):
             return BlockKernels((Gemm(batch, arch.classes, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
-        return BlockKernels((Gemm(t, arch.vocab, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
+        return BlockKernels((Gemm(t, -(-arch.vocab // tp), h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
     return None
 
 

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shardsim.simulator.compute import FsdpCpu
 from shardsim.simulator.network.collectives import GroupLayout
+
+if TYPE_CHECKING:
+    from shardsim.simulator.strategies.tensor_parallel import TensorParallel
 
 ASYNC_STREAMS = frozenset({"p2p_fwd", "p2p_bwd", "p2p_fwd_post", "p2p_bwd_post"})  # own streams even
 # without overlap: pipelining's isends (and their posting, with a rendezvous backend)
@@ -63,6 +67,7 @@ class Plan:
     classes: list[RankClass] = field(default_factory=list)
     overlap: bool = True
     fsdp: FsdpCpu = field(default_factory=FsdpCpu)  # FSDP2's own work per unit parameter
+    tp: TensorParallel | None = None  # each block's tensor-parallel collectives (none without)
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(self, rc: int, stream: str, kind: str, name: str, deps: list[Dep], **kw) -> int:

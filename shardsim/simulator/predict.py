@@ -22,6 +22,7 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
+from shardsim.simulator.workload.families import from_arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload, stage_ranges
 
@@ -134,8 +135,10 @@ def predict(
         w.arch,
         sync_ranks=cluster.world,
         reduce_dtype=cfg.grad_dtype,
+        tp=res.tp,
     )
-    plan = build_plan(cfg, res, w, cm)
+    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel)
+    plan = build_plan(cfg, res, ranks_w, cm)
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
     shared = cluster.instance.host.cores if cluster.instance.emulated else None
@@ -145,12 +148,21 @@ def predict(
         comm_cpu = profile.comm_cpu(cluster)
     mics = cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
     spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu, mics=mics)
-    return _summarize(cfg, res, w, cluster, cm, plan, spans)
+    return _summarize(cfg, res, w, ranks_w, cluster, cm, plan, spans)
+
+
+def rank_workload(w: Workload, tp: int, sequence_parallel: bool) -> Workload:
+    """The model as one rank runs it: `w` itself, or one tensor-parallel rank's shards of it."""
+    if tp == 1:
+        return w
+    assert w.arch is not None  # resolve refuses tensor parallelism of a model without an Arch
+    return from_arch(w.name, w.arch, tp, sequence_parallel)
 
 
 def _summarize(
-    cfg, res: Resolved, w: Workload, cluster: Cluster, cm: ComputeModel, plan: Plan, spans
+    cfg, res: Resolved, w: Workload, ranks_w: Workload, cluster: Cluster, cm: ComputeModel, plan: Plan, spans
 ) -> StepPrediction:
+    """The prediction of `w` (whose FLOPs the MFU counts), each rank running `ranks_w`."""
     ends = {}
     for s in spans:
         ends[s.rank_class] = max(ends.get(s.rank_class, 0.0), s.end)
@@ -162,17 +174,17 @@ def _summarize(
     tflops = flops / step / res.world / 1e12 if step > 0 else 0.0
     dev = cluster.instance.device
     # memory: the worst rank class
-    layers = [b for b in w.blocks if b.kind == "layer"]
+    layers = [b for b in ranks_w.blocks if b.kind == "layer"]
     ckpt = checkpointing_of(cfg, layers)
     mems: list[MemoryBreakdown] = []
     if cfg.strategy.spec.is_pipeline:
-        embed = [b for b in w.blocks if b.kind == "embed"]
-        head = [b for b in w.blocks if b.kind == "head"]
+        embed = [b for b in ranks_w.blocks if b.kind == "embed"]
+        head = [b for b in ranks_w.blocks if b.kind == "head"]
         for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp)):
             blocks = (embed if s == 0 else []) + layers[a:b] + (head if s == res.pp - 1 else [])
             mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev, ckpt))
     else:
-        mems.append(rank_memory(cfg, res, plan.classes[0], list(w.blocks), 0, dev, ckpt))
+        mems.append(rank_memory(cfg, res, plan.classes[0], list(ranks_w.blocks), 0, dev, ckpt))
     worst = max(mems, key=lambda m: m.required_gib)
     fits = worst.required_gib <= dev.memory_gib
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"

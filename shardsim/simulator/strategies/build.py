@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.checkpointing import checkpointing_of
-from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.plan import Plan
+from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import BlockTimes
+from shardsim.simulator.strategies.tensor_parallel import tensor_parallel
 from shardsim.simulator.workload.model import Workload
 
 
@@ -18,10 +20,19 @@ def overlaps(cfg: RunConfig, res: Resolved) -> bool:
 
 
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
-    """The plan of one training step of `cfg`'s strategy."""
+    """The plan of one training step of `cfg`'s strategy; `w` is the model as one rank runs it
+    (with tensor parallelism, one tensor-parallel rank's shards: `families.from_arch`)."""
     layer_params = sum(b.params for b in w.layers)
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
-    cm = BlockTimes(cm, checkpointing_of(cfg, w.layers))  # type: ignore[assignment]
+    ckpt = checkpointing_of(cfg, w.layers)
+    if res.tp > 1:
+        assert w.arch is not None and w.tp == res.tp, "tensor parallelism plans the per-rank workload of an Arch"
+        meshes = [stage_mesh(res, s) for s in range(res.pp)]
+        s = cfg.strategy
+        p.tp = tensor_parallel(
+            w.arch, w.blocks, meshes, s.sequence_parallel, DTYPE_BYTES[cfg.precision], ckpt.full, s.async_tp
+        )
+    cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     with paused_gc():
         cfg.strategy.spec.plan(p, cm, cfg, res, w)
     return p

@@ -19,7 +19,15 @@ from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
-from shardsim.simulator.strategies.steps import Piece, compute_op, data_parallel_plan, run_through, split_blocks
+from shardsim.simulator.strategies.mesh import stage_mesh
+from shardsim.simulator.strategies.steps import (
+    Piece,
+    block_op,
+    blocks_through,
+    compute_op,
+    data_parallel_plan,
+    split_blocks,
+)
 from shardsim.simulator.workload.model import Workload
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -94,9 +102,10 @@ def ddp_buckets(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, replica: Gro
     return GradBuckets(p, rc, replica, tag, DTYPE_BYTES[dtype], cast)
 
 
-def ddp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after: Dep, tag: str) -> int:
-    """Forward of a replicated piece: its blocks back to back (`run_through`)."""
-    return run_through(p, rc, f"F{tag}", after, [cm.block(b, mb).fwd_s for b in pc.blocks], "fwd")
+def ddp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after: Dep, tag: str) -> Dep:
+    """Forward of a replicated piece: its blocks back to back (`blocks_through`)."""
+    durs = [cm.block(b, mb).fwd_s for b in pc.blocks]
+    return blocks_through(p, rc, f"F{tag}", after, pc.blocks, durs, "fwd", mb, tag)
 
 
 def ddp_backward(
@@ -109,19 +118,20 @@ def ddp_backward(
         durs = [cm.block(b, mb).bwd_s for b in pc.head]
         durs += [cm.block(b, mb).bwd_s + cm.recompute_s(b, mb) for b in pc.layers[::-1]]
         durs += [cm.block(b, mb).bwd_s for b in pc.embed]
-        return run_through(p, rc, f"B{tag}", after, durs, "bwd"), []
-    prev = after
+        blocks = [*pc.head, *pc.layers[::-1], *pc.embed]
+        return blocks_through(p, rc, f"B{tag}", after, blocks, durs, "bwd", mb, tag), []
+    prev: Dep = after
     for b in pc.head:
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
+        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
     buckets = ddp_buckets(p, rc, cm, cfg, rep, tag)
     for b in pc.head:
         buckets.add(b.params * GRAD_BYTES, prev)
     for b in pc.layers[::-1]:
         c = cm.block(b, mb)
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], c.bwd_s + cm.recompute_s(b, mb), "bwd")
+        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], c.bwd_s + cm.recompute_s(b, mb), "bwd", b, mb, tag)
         buckets.add(b.params * GRAD_BYTES, prev)
     for b in pc.embed:
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
+        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
     for b in pc.embed:
         buckets.add(b.params * GRAD_BYTES, prev)
     buckets.flush(prev)
@@ -131,5 +141,6 @@ def ddp_backward(
 def ddp_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
     """Strategy ddp: every rank runs the whole model; gradients all-reduced over the world."""
     embed, layers, head = split_blocks(w)
-    piece = Piece(embed, layers, head, None, GroupLayout(0, res.world, res.world))
+    m = stage_mesh(res)
+    piece = Piece(embed, layers, head, None, m.dp_groups(m.dp))
     data_parallel_plan(p, cm, cfg, res, w, piece, ddp_forward, ddp_backward)

@@ -31,7 +31,16 @@ from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
-from shardsim.simulator.strategies.steps import ROOT, Piece, compute_op, data_parallel_plan, run_through, split_blocks
+from shardsim.simulator.strategies.mesh import stage_mesh
+from shardsim.simulator.strategies.steps import (
+    ROOT,
+    Piece,
+    block_op,
+    blocks_through,
+    compute_op,
+    data_parallel_plan,
+    split_blocks,
+)
 from shardsim.simulator.workload.model import Workload
 
 # FSDP2's prefetch depths (see the module docstring; torch.distributed.fsdp._fully_shard):
@@ -93,7 +102,8 @@ def fsdp_forward(
     if ROOT in res.unsharded and all(b.name in res.unsharded for b in pc.layers):
         for b in pc.layers:  # nothing to gather: nothing waits between the blocks (see run_through)
             res.post_forward(b.name)
-        return run_through(p, rc, f"F{tag}", after, [cm.block(b, mb).fwd_s for b in pc.blocks], "fwd")
+        durs = [cm.block(b, mb).fwd_s for b in pc.blocks]
+        return blocks_through(p, rc, f"F{tag}", after, pc.blocks, durs, "fwd", mb, tag)
     ag_root = None
     prev = after
     copied: list[Dep] = []  # per unit gathered in this forward: the op its copy-out ends with
@@ -103,7 +113,7 @@ def fsdp_forward(
         prev = _fsdp_work(p, rc, f"copy-out root{tag}", [ag_root, prev], out, "fwd")
         copied.append(prev)
     for b in pc.embed:
-        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
+        prev = block_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd", b, mb, tag)
     back = FSDP_FORWARD_AG_WAITS_FOR
     for b in pc.layers:
         ag = None
@@ -113,10 +123,10 @@ def fsdp_forward(
             out = p.fsdp.gather_s_per_param * b.params
             prev = _fsdp_work(p, rc, f"copy-out {b.name}{tag}", [ag, prev], out, "fwd")
             copied.append(prev)
-        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag, prev], cm.block(b, mb).fwd_s, "fwd")
+        prev = block_op(p, rc, f"F {b.name}{tag}", [ag, prev], cm.block(b, mb).fwd_s, "fwd", b, mb, tag)
         res.post_forward(b.name)
     for b in pc.head:
-        prev = compute_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd")
+        prev = block_op(p, rc, f"F {b.name}{tag}", [ag_root, prev], cm.block(b, mb).fwd_s, "fwd", b, mb, tag)
     return prev
 
 
@@ -151,7 +161,7 @@ def fsdp_backward(
     sh, rep = pc.shard, pc.replica
     prev = after
     for b in pc.head:
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
+        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
     # FSDP_BACKWARD_PREFETCH (1): the all-gather of layer i waits for the copy-out of layer
     # i+1 (issued in its pre-backward); the last layer's is issued when backward starts.
     copied: list[Dep] = []  # per layer gathered in this backward: the op its copy-out ends with
@@ -170,7 +180,7 @@ def fsdp_backward(
             copied.append(prev)
         if reduce:
             dur += p.fsdp.reduce_s_per_param * b.params  # copy-in before its reduce-scatter
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [agb, prev], dur, "bwd")
+        prev = block_op(p, rc, f"B {b.name}{tag}", [agb, prev], dur, "bwd", b, mb, tag)
         if reduce:
             rs = p.comm(rc, "rs", "reduce_scatter", sh, b.params * gbytes, f"RS {b.name}{tag}", [prev], "sync")
             syncs.append(rs)
@@ -178,7 +188,7 @@ def fsdp_backward(
                 shard_bytes = b.params * gbytes / sh.size
                 syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {b.name}{tag}", [rs, prev], "sync"))
     for b in pc.embed:
-        prev = compute_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd")
+        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
     if reduce and pc.root_params:
         prev = _fsdp_work(p, rc, f"copy-in root{tag}", [prev], p.fsdp.reduce_s_per_param * pc.root_params, "bwd")
         rs = p.comm(rc, "rs", "reduce_scatter", sh, pc.root_params * gbytes, f"RS root{tag}", [prev], "sync")
@@ -219,8 +229,8 @@ def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workl
     `res.shard` ranks; with several groups (ZeRO-2D) each gradient shard is all-reduced across
     the replica groups. Either as ZeRO-3 or, without resharding after forward, ZeRO-2."""
     embed, layers, head = split_blocks(w)
-    world, d = res.world, res.shard
-    replica = GroupLayout(0, world, world // d, strided=True) if world > d else None
+    m, d = stage_mesh(res), res.shard
+    replica = m.dp_groups(m.dp // d, strided=True) if m.dp > d else None
     residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
-    piece = FsdpPiece(embed, layers, head, GroupLayout(0, world, d), replica, residency)
+    piece = FsdpPiece(embed, layers, head, m.dp_groups(d), replica, residency)
     data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward)

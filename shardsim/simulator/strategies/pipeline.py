@@ -23,6 +23,7 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass, _ids, _join, moves
 from shardsim.simulator.strategies.ddp import ddp_backward, ddp_forward
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
+from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, split_blocks
 from shardsim.simulator.workload.model import Workload, stage_ranges
 
@@ -74,12 +75,13 @@ def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
     pieces: list[Piece] = []
     for s, (a, b) in enumerate(stage_ranges(len(layers), P)):
         blocks = (embed if s == 0 else [], layers[a:b], head if s == P - 1 else [])
+        m = stage_mesh(res, s)
         if d > 1:
-            replica = GroupLayout(s * R, R, R // d, strided=True) if R > d else None
+            replica = m.dp_groups(m.dp // d, strided=True) if m.dp > d else None
             residency = Residency(reshard_after_backward=False)
-            pc: Piece = FsdpPiece(*blocks, GroupLayout(s * R, R, d), replica, residency)
+            pc: Piece = FsdpPiece(*blocks, m.dp_groups(d), replica, residency)
         else:
-            pc = Piece(*blocks, None, GroupLayout(s * R, R, R) if R > 1 else None)
+            pc = Piece(*blocks, None, m.dp_groups(m.dp) if m.dp > 1 else None)
         pieces.append(pc)
         params = sum(x.params for x in pc.blocks)
         p.classes.append(RankClass(f"stage {s}", s * R, R, float(params), params / d, pc.units))

@@ -57,6 +57,26 @@ def compute_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: 
     return p.add(rc, "compute", "compute", name, deps, duration=dur, phase=phase)
 
 
+def block_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str, b: Block, mb: int, tag: str) -> Dep:
+    """The compute op of block `b`'s pass `phase`, and its tensor-parallel collectives where the
+    plan has them (`Plan.tp`): what the next op waits for."""
+    op = compute_op(p, rc, name, deps, dur, phase)
+    return op if p.tp is None else p.tp.after(p, rc, b, mb, phase, op, deps, tag)
+
+
+def blocks_through(
+    p: Plan, rc: int, name: str, after: Dep, blocks: list[Block], durations: list[float], phase: str, mb: int, tag: str
+) -> Dep:
+    """Blocks that run back to back: one op (`run_through`), or, with tensor parallelism, each
+    block's op and its collectives."""
+    if p.tp is None:
+        return run_through(p, rc, name, after, durations, phase)
+    prev = after
+    for b, dur in zip(blocks, durations, strict=True):
+        prev = block_op(p, rc, f"{name[0]} {b.name}{tag}", [prev], dur, phase, b, mb, tag)
+    return prev
+
+
 def run_through(p: Plan, rc: int, name: str, after: Dep, durations: list[float], phase: str) -> int:
     """Blocks that run back to back on one compute stream, with no op waiting on any but the
     last, as one compute op of their summed duration: exact (a chain of ops on one stream

@@ -43,18 +43,32 @@ def attention_flops(a: Arch) -> float:
     return full / 2 if a.traits.causal else full
 
 
-def _layer(a: Arch, index: int) -> Block:
-    """A pre-norm transformer layer of any family (see `Traits`)."""
+def kv_heads_per_rank(a: Arch, tp: int) -> int:
+    """Key/value heads one tensor-parallel rank holds: kv / tp, or 1 when tp exceeds kv (each
+    key/value head replicated over tp / kv ranks, as Megatron-LM does; `config.tp` checks kv | tp)."""
+    return max(1, a.kv // tp)
+
+
+def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
+    """A pre-norm transformer layer of any family (see `Traits`), as one of `tp` tensor-parallel
+    ranks runs it (Megatron's split: q/k/v and the MLP's first matrices by columns, attention's
+    output projection and the MLP's last matrix by rows, attention by heads); with sequence
+    parallelism (`sp`) the norms and residual adds on a tp-th of the tokens, the column-parallel
+    matrices' inputs gathered whole (what they save for backward). Norms and the row-parallel
+    matrices' biases are replicated."""
     t = a.traits
-    h, f, s, kvd = a.hidden, a.ffn_size, a.tokens, a.kv_dim
+    h, f, s, hd = a.hidden, a.ffn_size // tp, a.tokens, a.head_dim
+    kvd = kv_heads_per_rank(a, tp) * hd if tp > 1 else a.kv_dim
+    hq = h // tp  # this rank's query width (heads / tp)
+    sn = s // tp if sp else s  # tokens the norms and residuals see
     swiglu = t.mlp == "swiglu"
     mlp_mats = 3 if swiglu else 2
-    qkv = h + 2 * kvd  # fused q, k, v projection width
-    params = h * qkv + h * h + mlp_mats * h * f + 2 * norm_params(a)
+    qkv = hq + 2 * kvd  # fused q, k, v projection width
+    params = h * qkv + hq * h + mlp_mats * h * f + 2 * norm_params(a)
     if t.bias:
         params += qkv + h + (mlp_mats - 1) * f + h
-    matmul = 2.0 * s * (h * qkv + h * h + mlp_mats * h * f)
-    attn = attention_flops(a)
+    matmul = 2.0 * s * (h * qkv + hq * h + mlp_mats * h * f)
+    attn = attention_flops(a) / tp
     fwd = matmul + attn
     # Backward: 2x the forward for the matmuls (input + weight gradients); 2.5x for attention,
     # because the fused kernels recompute QK^T in backward: 5 bmm against 2 in forward (that is
@@ -64,22 +78,24 @@ def _layer(a: Arch, index: int) -> Block:
     # adds (read 2, write 1), the activation (GELU: read+write s*f; SwiGLU: SiLU read+write s*f
     # and the product read 2 write 1), rotary embeddings (about 10 reads and writes per rotated
     # element of q and k), attention softmax fused in SDPA.
-    mem = s * (2 * 2 * h + 2 * 3 * h + (5 * f if swiglu else 2 * f))
+    mem = sn * (2 * 2 * h + 2 * 3 * h) + s * (5 * f if swiglu else 2 * f)
     rope = a.position_kind == "rope"
     if rope:
-        mem += 10 * s * (h + kvd)
+        mem += 10 * s * (hq + kvd)
     # Saved for backward (flash/efficient SDPA keeps no s*s matrix): per norm its input, output
-    # and per-token statistics; the fused qkv output (v is a view of it); the rotated q and k
-    # (rotary); attention out and its log-sum-exp per head and token; the MLP: GELU's fc1 out and
-    # GELU out, or SwiGLU's gate out, up out, SiLU out and the product.
+    # and per-token statistics (with sequence parallelism a tp-th of them, and the column-parallel
+    # matrix's gathered input beside); the fused qkv output (v is a view of it); the rotated q
+    # and k (rotary); attention out and its log-sum-exp per head and token; the MLP: GELU's fc1
+    # out and GELU out, or SwiGLU's gate out, up out, SiLU out and the product.
     stats = _norm_saved(a)
     mlp_saved = 4 * f if swiglu else 2 * f
-    act = s * (2 * (2 * h + stats) + qkv + h + a.heads + mlp_saved) + (s * (h + kvd) if rope else 0)
+    norms = 2 * (sn * (2 * h + stats) + (s * h if sp else 0))
+    act = norms + s * (qkv + hq + a.heads // tp + mlp_saved) + (s * (hq + kvd) if rope else 0)
     # Of those, the outputs of matmuls and of the attention kernel (op-level selective
     # checkpointing keeps these): qkv, attention out and log-sum-exp, fc1 (gate and up).
-    act_mm = s * (qkv + h + a.heads + (2 * f if swiglu else f))
+    act_mm = s * (qkv + hq + a.heads // tp + (2 * f if swiglu else f))
     return Block(
-        f"layer{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=act_mm,
+        f"layer{index}", params, fwd, bwd, mem, act, sn * h, sn * h, act_matmul_elems=act_mm,
         param_tensors=layer_param_tensors(a),
     )  # fmt: skip
 
@@ -100,8 +116,13 @@ def _mlp_block(a: Arch, index: int) -> Block:
     return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * f, param_tensors=4)
 
 
-def _embed(a: Arch) -> Block | None:
+def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
+    """The embedding as one of `tp` ranks runs it: a text model's token table split by vocabulary
+    rows (ceil(vocab / tp) each), learned positions replicated (split along the sequence with
+    sequence parallelism), its output whole (a tp-th of the tokens with sequence parallelism);
+    a ViT's patch embedding replicated."""
     h, s = a.hidden, a.tokens
+    sn = s // tp if sp else s
     if a.family == "mlp":
         return None
     if a.family == "vit":
@@ -118,13 +139,18 @@ def _embed(a: Arch) -> Block | None:
     # Token embeddings (+ learned positions); rotary and ALiBi positions have no parameters.
     # A tied LM head's matrix is counted here, once (the head costs its matmul, not its weight).
     learned = a.position_kind == "learned"
-    params = a.vocab * h + (s * h if learned else 0)
-    mem = 3 * s * h if learned else s * h
+    rows = -(-a.vocab // tp)
+    params = rows * h + (sn * h if learned else 0)
+    mem = 3 * sn * h if learned else sn * h
     # saved: the token ids (the embedding's backward needs them)
-    return Block("embed", params, 0.0, 0.0, mem, s, s, s * h, "embed", 0.0, 2 if learned else 1)
+    return Block("embed", params, 0.0, 0.0, mem, s, s, sn * h, "embed", 0.0, 2 if learned else 1)
 
 
-def _head(a: Arch) -> Block:
+def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
+    """The head as one of `tp` ranks runs it: an LM head split by vocabulary columns with the
+    vocabulary-parallel cross-entropy (each rank its tp-th of the logits), its final norm on a
+    tp-th of the tokens with sequence parallelism (its output gathered whole for the matmul);
+    a classifier replicated."""
     # The head's figures include the cross-entropy loss, which saves its log-softmax output
     # (one element per logit) and the targets (one per prediction).
     h, s = a.hidden, a.tokens
@@ -139,24 +165,32 @@ def _head(a: Arch) -> Block:
         params = 2 * h + h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
         act = 2 * s * h + 2 * s + a.classes + 1  # LN in, LN out, LN mean+rstd, log-softmax, target
-        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, s * h, a.classes, "head", 0.0, 2 + norm_tensors(a))
+        sn = s // tp if sp else s
+        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, sn * h, a.classes, "head", 0.0, 2 + norm_tensors(a))
     # final norm + LM head over every token (its matrix tied to the embedding's, or its own)
-    params = norm_params(a) + (0 if a.tied_embeddings else h * a.vocab)
-    fwd = 2.0 * s * h * a.vocab
+    sn = s // tp if sp else s
+    v = -(-a.vocab // tp)  # this rank's vocabulary columns
+    params = norm_params(a) + (0 if a.tied_embeddings else h * v)
+    fwd = 2.0 * s * h * v
     stats = _norm_saved(a)
-    act = 2 * s * h + stats * s + s * a.vocab + s  # norm in, norm out, its statistics, log-softmax, targets
+    # norm in, norm out (and the gathered out with sequence parallelism), its statistics, log-softmax, targets
+    act = sn * (2 * h + stats) + (s * h if sp else 0) + s * v + s
     tensors = norm_tensors(a) + (0 if a.tied_embeddings else 1)
-    mem = 2 * s * h + 3 * s * a.vocab
-    return Block("head", params, fwd, 2 * fwd, mem, act, s * h, s * a.vocab, "head", 0.0, param_tensors=tensors)
+    mem = 2 * sn * h + 3 * s * v
+    return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, s * v, "head", 0.0, param_tensors=tensors)
 
 
-def from_arch(name: str, a: Arch) -> Workload:
-    """The analytic workload of an architecture."""
+def from_arch(name: str, a: Arch, tp: int = 1, sequence_parallel: bool = False) -> Workload:
+    """The analytic workload of an architecture, as one of `tp` tensor-parallel ranks runs it
+    (the whole model with tp = 1)."""
+    sp = sequence_parallel and tp > 1
     blocks: list[Block] = []
-    emb = _embed(a)
+    emb = _embed(a, tp, sp)
     if emb is not None:
         blocks.append(emb)
-    layer = _mlp_block if a.family == "mlp" else _layer
-    blocks.extend(layer(a, i) for i in range(a.layers))
-    blocks.append(_head(a))
-    return Workload(name=name, blocks=tuple(blocks), tokens_per_sample=a.tokens, arch=a)
+    if a.family == "mlp":
+        blocks.extend(_mlp_block(a, i) for i in range(a.layers))
+    else:
+        blocks.extend(_layer(a, i, tp, sp) for i in range(a.layers))
+    blocks.append(_head(a, tp, sp))
+    return Workload(name=name, blocks=tuple(blocks), tokens_per_sample=a.tokens, arch=a, tp=tp, sequence_parallel=sp)

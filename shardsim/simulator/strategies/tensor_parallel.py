@@ -1,0 +1,130 @@
+"""Tensor parallelism's collectives in a step's plan: what each block's forward and backward
+issue on its tensor-parallel group, as PyTorch's DTensor plans issue them
+(`runtime.strategies.tensor_parallel`; a test compares the two under the fake process group).
+
+Per transformer layer, activations of t tokens x hidden, in the compute dtype:
+- without sequence parallelism: forward all-reduces the outputs of the two row-parallel matrices
+  (attention's output projection, the MLP's last), backward the input gradients of the two
+  column-parallel ones (q/k/v, the MLP's first);
+- with sequence parallelism: forward all-gathers each column-parallel input and reduce-scatters
+  each row-parallel output (the same bytes on the wire as the all-reduces, a tp-th of the norms'
+  work), backward the converse.
+The vocabulary-parallel embedding reduces its output (all-reduce, or reduce-scatter with sequence
+parallelism), the LM head's gradient of its input likewise, and the vocabulary-parallel
+cross-entropy all-reduces three numbers per token (max, sum of exponentials, the target's logit)
+in fp32.
+
+Placement (a named simplification): a block's collectives follow its compute op on the
+tensor-parallel stream and the next op waits for them, rather than sitting between its
+attention and MLP halves: the same critical path, since nothing runs beside them. A layer that
+full activation checkpointing recomputes issues its forward's collectives again in backward
+(op-level selective checkpointing does not: it keeps the matmul outputs the collectives
+produce). With asyncTP (`async_tp`) the collectives run beside the block's compute (a
+collective-matmul decomposition) and the next op waits for the later of the two: the decomposed
+GEMMs' loss of efficiency is not modelled (an optimistic bound, named).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.plan import Dep, Plan, _join
+from shardsim.simulator.strategies.mesh import StageMesh
+from shardsim.simulator.workload.arch import Arch
+from shardsim.simulator.workload.model import Block
+
+LOSS_REDUCTIONS = 3  # vocabulary-parallel cross-entropy: max, sum of exp, target logit per token
+LOSS_BYTES = 4  # its reductions are fp32 (the loss runs in fp32)
+
+
+@dataclass(frozen=True)
+class TpCall:
+    """One collective of a block's pass on its tensor-parallel group: `elems` per sample (the
+    whole array, as nccl-tests counts it: a gather's output, a scatter's input), of `esize`
+    bytes each (0: the activations' dtype)."""
+
+    coll: str  # all_reduce | all_gather | reduce_scatter
+    elems: float
+    what: str
+    esize: int = 0
+
+
+def block_calls(b: Block, a: Arch, sp: bool) -> tuple[tuple[TpCall, ...], tuple[TpCall, ...]]:
+    """The (forward, backward) tensor-parallel collectives of block `b` of a model of `a`."""
+    full = a.tokens * a.hidden  # one activation, every token
+    if b.kind == "layer":
+        if sp:
+            fwd = (
+                TpCall("all_gather", full, "attn in"),
+                TpCall("reduce_scatter", full, "attn out"),
+                TpCall("all_gather", full, "mlp in"),
+                TpCall("reduce_scatter", full, "mlp out"),
+            )
+            bwd = (
+                TpCall("all_gather", full, "mlp out grad"),
+                TpCall("reduce_scatter", full, "mlp in grad"),
+                TpCall("all_gather", full, "attn out grad"),
+                TpCall("reduce_scatter", full, "attn in grad"),
+            )
+            return fwd, bwd
+        fwd = (TpCall("all_reduce", full, "attn out"), TpCall("all_reduce", full, "mlp out"))
+        bwd = (TpCall("all_reduce", full, "mlp in grad"), TpCall("all_reduce", full, "attn in grad"))
+        return fwd, bwd
+    text = a.traits.tokens == "text"
+    if b.kind == "embed" and text:
+        if sp:
+            return (TpCall("reduce_scatter", full, "embed out"),), (TpCall("all_gather", full, "embed out grad"),)
+        return (TpCall("all_reduce", full, "embed out"),), ()
+    if b.kind == "head" and text:
+        loss = tuple(TpCall("all_reduce", a.tokens, "loss", LOSS_BYTES) for _ in range(LOSS_REDUCTIONS))
+        if sp:
+            return (TpCall("all_gather", full, "head in"), *loss), (TpCall("reduce_scatter", full, "head in grad"),)
+        return loss, (TpCall("all_reduce", full, "head in grad"),)
+    if b.kind == "head" and sp:  # a replicated classifier: its input gathered whole
+        return (TpCall("all_gather", full, "head in"),), ()
+    return (), ()
+
+
+@dataclass
+class TensorParallel:
+    """A plan's tensor parallelism: each block's collectives, the blocks whose backward recomputes
+    its forward (and its collectives), and whether they overlap compute (asyncTP)."""
+
+    meshes: list[StageMesh]  # of each rank class (pipeline stage)
+    esize: int  # bytes per activation element (the compute dtype)
+    calls: dict[str, tuple[tuple[TpCall, ...], tuple[TpCall, ...]]]
+    recomputed: frozenset[str] = frozenset()
+    overlap: bool = False
+    _layouts: dict[int, GroupLayout] = field(default_factory=dict)
+
+    def layout(self, rc: int) -> GroupLayout:
+        if rc not in self._layouts:
+            self._layouts[rc] = self.meshes[rc].tp_groups()
+        return self._layouts[rc]
+
+    def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, start: list[Dep], tag: str) -> Dep:
+        """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first)
+        after its compute op `op` (beside it, from what it waited for, `start`, with asyncTP);
+        what the next op waits for."""
+        fwd, bwd = self.calls.get(b.name, ((), ()))
+        calls = fwd if phase == "fwd" else (fwd if b.name in self.recomputed else ()) + bwd
+        if not calls:
+            return op
+        lay = self.layout(rc)
+        deps: list[Dep] = list(start) if self.overlap else [op]
+        last = None
+        for c in calls:
+            nbytes = c.elems * mb * (c.esize or self.esize)
+            name = f"TP {c.coll} {b.name} {c.what}{tag}"
+            last = p.comm(rc, "tp", c.coll, lay, nbytes, name, deps, phase) or last
+            deps = [last] if last is not None else deps
+        return op if last is None else _join(op, last)
+
+
+def tensor_parallel(
+    arch: Arch, blocks: tuple[Block, ...], meshes: list[StageMesh], sp: bool, esize: int, recomputed, overlap: bool
+) -> TensorParallel:
+    """The plan's tensor parallelism for a model of `arch` whose (per-rank) `blocks` run on `meshes`."""
+    calls = {b.name: block_calls(b, arch, sp) for b in blocks}
+    return TensorParallel(meshes, esize, calls, frozenset(recomputed), overlap)

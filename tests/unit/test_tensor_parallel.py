@@ -1,0 +1,172 @@
+"""Tensor parallelism in the simulator: one rank's shards of the model, the collectives of its
+plan on the tensor-parallel groups, the mesh, and the refusals of what cannot work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardsim.config import RunConfig, Strategy, resolve
+from shardsim.core.errors import ConfigError
+from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.predict import predict, rank_workload
+from shardsim.simulator.strategies.build import build_plan
+from shardsim.simulator.strategies.mesh import StageMesh
+from shardsim.simulator.workload.families import from_arch
+from shardsim.simulator.workload.load import load_workload
+
+LLAMA = {"workload": "llama-3.1-70b", "topology": "p5.48xlarge", "precision": "bf16", "shape": {"seq_len": 4096}}
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("tp", [2, 8])
+def test_a_rank_holds_a_tp_th_of_the_weights_and_does_a_tp_th_of_the_flops(tp, sp):
+    w = load_workload("llama-3.1-70b")
+    r = from_arch(w.name, w.arch, tp, sp)
+    assert r.train_flops * tp == pytest.approx(w.train_flops, rel=1e-12)
+    norms = 2 * w.arch.hidden  # two RMSNorm weights a layer, replicated
+    for full, mine in zip(w.layers, r.layers, strict=True):
+        assert mine.params == (full.params - norms) // tp + norms
+    # sequence parallelism splits what the norms save (the matmuls' gathered inputs stay whole)
+    other = from_arch(w.name, w.arch, tp, not sp)
+    assert (r.layers[0].act_elems < other.layers[0].act_elems) == sp
+    assert r.layers[0].act_elems < w.layers[0].act_elems / tp * 3
+    if sp:
+        assert r.layers[0].out_elems * tp == w.layers[0].out_elems  # a stage sends its tp-th of the tokens
+
+
+def test_gqa_with_fewer_kv_heads_than_tp_replicates_them():
+    w = load_workload("llama-3.1-70b")  # 8 key/value heads
+    r16 = from_arch(w.name, w.arch, 16)
+    r8 = from_arch(w.name, w.arch, 8)
+    hd = w.arch.head_dim
+    # one kv head a rank either way: the q part halves, the k/v part stays
+    q8, q16 = w.arch.hidden * w.arch.hidden // 8, w.arch.hidden * w.arch.hidden // 16
+    assert r8.layers[0].params - r16.layers[0].params == pytest.approx(
+        (q8 - q16) * 2 + 3 * w.arch.hidden * (w.arch.ffn_size // 8 - w.arch.ffn_size // 16), abs=2 * hd
+    )
+
+
+def _plan(cfg: RunConfig):
+    cluster = make_cluster(cfg.topology, cfg.nodes)
+    w = load_workload(cfg.workload, cfg.shape)
+    cfg, res = resolve(cfg, cluster.world, len(w.layers), arch=w.arch, devices_per_node=cluster.devices_per_node)
+    wr = rank_workload(w, res.tp, cfg.strategy.sequence_parallel)
+    cm = ComputeModel(cluster.instance.device, cfg.precision, arch=w.arch, tp=res.tp)
+    return build_plan(cfg, res, wr, cm), res, w
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "full", "selective"])
+@pytest.mark.parametrize("sp", [False, True])
+def test_each_layer_issues_its_tp_collectives_on_consecutive_ranks(sp, checkpointing):
+    cfg = RunConfig(**LLAMA, nodes=2, checkpointing=checkpointing, batch_per_device=1,
+                    strategy=Strategy("zero", tp=8, sequence_parallel=sp))  # fmt: skip
+    plan, res, w = _plan(cfg)
+    tp_ops = [o for o in plan.ops if o.stream == "tp"]
+    per_layer = [o for o in tp_ops if " layer3 " in o.name]
+    recompute = 4 if checkpointing == "full" else 0  # full checkpointing re-runs forward's collectives
+    if sp:
+        kinds = sorted(o.coll for o in per_layer)
+        assert kinds.count("all_gather") == kinds.count("reduce_scatter") == (8 + recompute) // 2
+    else:
+        assert [o.coll for o in per_layer] == ["all_reduce"] * (4 + recompute // 2)
+    a = w.arch
+    assert all(o.nbytes == a.tokens * a.hidden * 2 for o in per_layer)  # one activation, bf16, batch 1
+    groups = per_layer[0].layout.groups()
+    assert groups.shape == (2, 8) and (np.diff(groups, axis=1) == 1).all()  # one node's GPUs each
+    fsdp = next(o for o in plan.ops if o.coll == "all_gather" and o.stream == "ag")
+    g = fsdp.layout.groups()
+    assert g.shape == (8, 2) and (g[:, 1] - g[:, 0] == 8).all()  # data parallel across the tp groups
+
+
+def test_the_mesh_orders():
+    inner, outer = StageMesh(0, 16, tp=4), StageMesh(0, 16, tp=4, tp_inner=False)
+    assert inner.tp_groups().groups()[1].tolist() == [4, 5, 6, 7]
+    assert inner.dp_groups(2).groups()[0].tolist() == [0, 4]
+    assert inner.dp_groups(2, strided=True).groups()[0].tolist() == [0, 8]
+    assert outer.tp_groups().groups()[1].tolist() == [1, 5, 9, 13]
+    assert outer.dp_groups(2).groups()[0].tolist() == [0, 1]
+    assert outer.dp_groups(2, strided=True).groups()[0].tolist() == [0, 2]
+    every = np.sort(np.concatenate([m.groups().ravel() for m in (outer.dp_groups(2, strided=True),)]))
+    assert every.tolist() == list(range(16))
+
+
+def test_tp_within_a_node_beats_tp_across_nodes_and_memory_falls_with_tp():
+    base = RunConfig(**LLAMA, nodes=4, batch_per_device=1)
+    inside = predict(base.replace(strategy=Strategy("zero", tp=8, sequence_parallel=True)))
+    across = predict(base.replace(strategy=Strategy("zero", tp=16, sequence_parallel=True, tp_across_nodes=True)))
+    assert inside.samples_per_s > across.samples_per_s
+    tp2 = predict(base.replace(strategy=Strategy("zero", tp=2, sequence_parallel=True)))
+    assert inside.memory_allocated_gib < tp2.memory_allocated_gib
+    assert inside.collectives["reduce_scatter"] > tp2.collectives["reduce_scatter"] // 2  # TP's and FSDP's
+
+
+def test_async_tp_hides_the_collectives_behind_the_gemms():
+    base = RunConfig(**LLAMA, nodes=2, batch_per_device=1)
+    plain = predict(base.replace(strategy=Strategy("zero", tp=8, sequence_parallel=True)))
+    overlapped = predict(base.replace(strategy=Strategy("zero", tp=8, sequence_parallel=True, async_tp=True)))
+    assert overlapped.step_time_s < plain.step_time_s
+    assert overlapped.samples_per_s * (1 - 1e-9) <= predict(base.replace(strategy=Strategy("zero"))).samples_per_s * 8
+
+
+@pytest.mark.parametrize(
+    ("strategy", "workload", "field", "match"),
+    [
+        (Strategy("zero", tp=3), "llama-3.1-70b", "tp", "does not divide the world"),
+        (Strategy("zero", tp=16), "llama-3.1-70b", "tp", "would span nodes"),
+        (Strategy("zero", tp=4), "tiny-mlp", "tp", "transformer families"),
+        (Strategy("zero", tp=16, tp_across_nodes=True), "llama-3.1-70b", None, None),
+        (Strategy("zero", tp=16, tp_across_nodes=True), "mistral-7b", None, None),
+        (Strategy("zero", tp=8, sequence_parallel=True), "bert-large", None, None),
+    ],
+)
+def test_tp_refusals_name_the_field(strategy, workload, field, match):
+    cfg = RunConfig(workload=workload, topology="p5.48xlarge", nodes=2, strategy=strategy)
+    w = load_workload(workload)
+    if field is None:
+        resolve(cfg, 16, len(w.layers), arch=w.arch, devices_per_node=8)
+        return
+    with pytest.raises(ConfigError, match=match) as err:
+        resolve(cfg, 16, len(w.layers), arch=w.arch, devices_per_node=8)
+    assert err.value.field == field
+
+
+def test_tp_refusals_of_the_model():
+    heads = RunConfig(
+        workload="llama-3.1-70b",
+        shape={"heads": 24, "kv_heads": 8, "hidden": 3072, "ffn": 8192},
+        strategy=Strategy("zero", tp=16),
+    )
+    w = load_workload(heads.workload, heads.shape)
+    with pytest.raises(ConfigError, match="24 attention heads") as err:
+        resolve(heads, 16, 80, arch=w.arch)
+    assert err.value.field == "tp"
+    kv = RunConfig(workload="llama-3.1-70b", shape={"kv_heads": 8}, strategy=Strategy("zero", tp=16))
+    resolve(kv, 16, 80, arch=load_workload(kv.workload, kv.shape).arch)  # kv 8 divides 16: replicated
+    odd = RunConfig(workload="llama-3.1-70b", shape={"heads": 48, "kv_heads": 3, "hidden": 6144},
+                    strategy=Strategy("zero", tp=2))  # fmt: skip
+    with pytest.raises(ConfigError, match="neither divides") as err:
+        resolve(odd, 16, 80, arch=load_workload(odd.workload, odd.shape).arch)
+    with pytest.raises(ConfigError, match="import path") as err:
+        resolve(RunConfig(strategy=Strategy("zero", tp=2)), 16, 8, arch=None)
+    with pytest.raises(ConfigError, match="asyncTP needs NCCL") as err:
+        cfg = RunConfig(backend="gloo", workload="tiny-gpt", strategy=Strategy("zero", tp=2, sequence_parallel=True,
+                                                                              async_tp=True))  # fmt: skip
+        resolve(cfg, 4, 2, arch=load_workload("tiny-gpt").arch)
+    assert err.value.field == "async_tp"
+    with pytest.raises(ConfigError, match="applies with tp > 1") as err:
+        Strategy("zero", sequence_parallel=True)
+    assert err.value.field == "sequence_parallel"
+
+
+def test_sagemaker_tensor_parallel_degree_is_tp(tmp_path):
+    from shardsim.config import load_config
+
+    p = tmp_path / "smp.yaml"
+    p.write_text(
+        "workload: llama-3.1-70b\ndistribution:\n  torch_distributed: {enabled: true}\n  smdistributed:\n"
+        "    modelparallel:\n      enabled: true\n      parameters: {hybrid_shard_degree: 8, tensor_parallel_degree: 8}\n"
+    )
+    cfg = load_config(p)
+    assert cfg.strategy.tp == 8 and cfg.strategy.degree == 8
