@@ -166,7 +166,8 @@ def test_sagemaker_tensor_parallel_degree_is_tp(tmp_path):
     p = tmp_path / "smp.yaml"
     p.write_text(
         "workload: llama-3.1-70b\ndistribution:\n  torch_distributed: {enabled: true}\n  smdistributed:\n"
-        "    modelparallel:\n      enabled: true\n      parameters: {hybrid_shard_degree: 8, tensor_parallel_degree: 8}\n"
+        "    modelparallel:\n      enabled: true\n"
+        "      parameters: {hybrid_shard_degree: 8, tensor_parallel_degree: 8}\n"
     )
     cfg = load_config(p)
     assert cfg.strategy.tp == 8 and cfg.strategy.degree == 8
