@@ -15,16 +15,17 @@ from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.engine import Span, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
-from shardsim.simulator.hardware.topology import Cluster, make_cluster
+from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
 from shardsim.simulator.memory import MemoryBreakdown, rank_memory
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
+from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.families import from_arch
 from shardsim.simulator.workload.load import load_workload
-from shardsim.simulator.workload.model import Workload, stage_ranges
+from shardsim.simulator.workload.model import Workload
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,15 @@ def predict(
     workload: Workload | None = None,
     cluster: Cluster | None = None,
     profile: Profile | None = None,
+    prune_unfit: bool = False,
 ) -> StepPrediction:
     """Predict one optimizer step (all gradient-accumulation micro-steps) of `cfg`. Already
     built, `workload`, `cluster` and `profile` take the place of what `cfg.workload`,
     `cfg.topology` × `cfg.nodes` and `cfg.profile` name, unchecked: the sweep and the calibration
     pass the ones they built from the same configuration, tests pass synthetic ones. The public
-    `shardsim.predict` (`shardsim.api`) takes none of them: there the configuration says it all."""
+    `shardsim.predict` (`shardsim.api`) takes none of them: there the configuration says it all.
+    `prune_unfit` (the sweep's): a step that does not fit in memory, which memory says before
+    anything is planned, is not simulated; its times are NaN."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
     n_layers = len(w.layers) or len(w.blocks)
@@ -138,6 +142,9 @@ def predict(
         tp=res.tp,
     )
     ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel)
+    memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
+    if prune_unfit and memory.required_gib > cluster.instance.device.memory_gib:
+        return _summarize(cfg, res, w, cluster, cm, memory, None, [])
     plan = build_plan(cfg, res, ranks_w, cm)
     g = links_for(cluster)
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
@@ -148,7 +155,7 @@ def predict(
         comm_cpu = profile.comm_cpu(cluster)
     mics = cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
     spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu, mics=mics)
-    return _summarize(cfg, res, w, ranks_w, cluster, cm, plan, spans)
+    return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
 
 
 def rank_workload(w: Workload, tp: int, sequence_parallel: bool) -> Workload:
@@ -159,36 +166,45 @@ def rank_workload(w: Workload, tp: int, sequence_parallel: bool) -> Workload:
     return from_arch(w.name, w.arch, tp, sequence_parallel)
 
 
+def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpec) -> MemoryBreakdown:
+    """Memory of the worst rank class of `cfg`'s step, each rank running `ranks_w`: estimated
+    before (and without) planning or simulating the step."""
+    ckpt = checkpointing_of(cfg, ranks_w.layers)
+    classes = rank_classes(res, ranks_w, cfg.strategy.spec.is_pipeline)
+    mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt) for s, (rc, blocks) in enumerate(classes)]
+    return max(mems, key=lambda m: m.required_gib)
+
+
 def _summarize(
-    cfg, res: Resolved, w: Workload, ranks_w: Workload, cluster: Cluster, cm: ComputeModel, plan: Plan, spans
+    cfg,
+    res: Resolved,
+    w: Workload,
+    cluster: Cluster,
+    cm: ComputeModel,
+    worst: MemoryBreakdown,
+    plan: Plan | None,
+    spans,
 ) -> StepPrediction:
-    """The prediction of `w` (whose FLOPs the MFU counts), each rank running `ranks_w`."""
-    ends = {}
-    for s in spans:
-        ends[s.rank_class] = max(ends.get(s.rank_class, 0.0), s.end)
-    critical = max(ends, key=lambda rc: ends[rc])
-    step = ends[critical]
-    bd = _critical_breakdown(plan, spans, critical)
-    samples = res.global_batch
-    flops = w.train_flops * samples  # model FLOPs (recompute not counted), the MFU convention
-    tflops = flops / step / res.world / 1e12 if step > 0 else 0.0
+    """The prediction of `w` (whose FLOPs the MFU counts); without a plan (not simulated: it does
+    not fit in memory) its times are NaN."""
     dev = cluster.instance.device
-    # memory: the worst rank class
-    layers = [b for b in ranks_w.blocks if b.kind == "layer"]
-    ckpt = checkpointing_of(cfg, layers)
-    mems: list[MemoryBreakdown] = []
-    if cfg.strategy.spec.is_pipeline:
-        embed = [b for b in ranks_w.blocks if b.kind == "embed"]
-        head = [b for b in ranks_w.blocks if b.kind == "head"]
-        for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp)):
-            blocks = (embed if s == 0 else []) + layers[a:b] + (head if s == res.pp - 1 else [])
-            mems.append(rank_memory(cfg, res, plan.classes[s], blocks, s, dev, ckpt))
+    samples = res.global_batch
+    if plan is not None:
+        ends = {}
+        for s in spans:
+            ends[s.rank_class] = max(ends.get(s.rank_class, 0.0), s.end)
+        critical = max(ends, key=lambda rc: ends[rc])
+        step = ends[critical]
+        bd = _critical_breakdown(plan, spans, critical)
+        counts = Counter(op.coll for op in plan.ops if op.kind == "comm")
     else:
-        mems.append(rank_memory(cfg, res, plan.classes[0], list(ranks_w.blocks), 0, dev, ckpt))
-    worst = max(mems, key=lambda m: m.required_gib)
+        step = float("nan")
+        bd = dict.fromkeys(("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "comm_total_s"), step)
+        counts = Counter()
+    flops = w.train_flops * samples  # model FLOPs (recompute not counted), the MFU convention
+    tflops = flops / step / res.world / 1e12 if step > 0 else 0.0 if step == 0 else step
     fits = worst.required_gib <= dev.memory_gib
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
-    counts = Counter(op.coll for op in plan.ops if op.kind == "comm")
     price = cluster.price_per_hour_usd
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
@@ -197,7 +213,7 @@ def _summarize(
         cluster=cluster.describe(),
         global_batch=samples,
         step_time_s=step,
-        samples_per_s=samples / step if step > 0 else float("inf"),
+        samples_per_s=samples / step if step > 0 else float("inf") if step == 0 else step,
         breakdown=bd,
         tflops_per_device=tflops,
         mfu=tflops * 1e12 / cm.peak_flops,
@@ -212,7 +228,9 @@ def _summarize(
         cost_per_hour_usd=price,
         params=w.params,
         spans=spans,
-        class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes],
+        class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
+        if plan is not None
+        else [],
     )
 
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
-from shardsim.simulator.plan import Dep, Plan, RankClass, _ids, _join, moves
+from shardsim.simulator.plan import Dep, Plan, _ids, _join, moves
 from shardsim.simulator.strategies.ddp import ddp_backward, ddp_forward
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import stage_mesh
-from shardsim.simulator.strategies.steps import Piece, optimizer_step, split_blocks
+from shardsim.simulator.strategies.steps import Piece, optimizer_step, rank_classes, split_blocks
 from shardsim.simulator.workload.model import Workload, stage_ranges
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
@@ -71,7 +71,7 @@ def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
     """One piece and rank class per stage. A sharded stage (FSDP2 over its replicas) keeps
     units unsharded after backward (pipelining's set_reshard_after_backward(False))."""
     embed, layers, head = split_blocks(w)
-    P, R, d = res.pp, res.world // res.pp, res.shard
+    P, d = res.pp, res.shard
     pieces: list[Piece] = []
     for s, (a, b) in enumerate(stage_ranges(len(layers), P)):
         blocks = (embed if s == 0 else [], layers[a:b], head if s == P - 1 else [])
@@ -83,8 +83,7 @@ def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
         else:
             pc = Piece(*blocks, None, m.dp_groups(m.dp) if m.dp > 1 else None)
         pieces.append(pc)
-        params = sum(x.params for x in pc.blocks)
-        p.classes.append(RankClass(f"stage {s}", s * R, R, float(params), params / d, pc.units))
+    p.classes += [rc for rc, _ in rank_classes(res, w, pipeline=True)]
     return pieces
 
 

@@ -11,7 +11,7 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import BlockCost, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.simulator.workload.model import Block, Workload, stage_ranges
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
 
@@ -50,6 +50,27 @@ class Piece:
         if self.root_params:
             units = ((ROOT, float(self.root_params)),) + units
         return units
+
+
+def rank_classes(res: Resolved, w: Workload, pipeline: bool) -> list[tuple[RankClass, list[Block]]]:
+    """The rank classes of a step's plan (one of every rank, or one a pipeline stage), each with
+    the blocks it runs: what the plans are made of and what memory is estimated from, before
+    any op is planned."""
+    embed, layers, head = split_blocks(w)
+    if pipeline:
+        R = res.world // res.pp
+        parts = [
+            (f"stage {s}", s * R, R, embed if s == 0 else [], layers[a:b], head if s == res.pp - 1 else [])
+            for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp))
+        ]
+    else:
+        parts = [("all ranks", 0, res.world, embed, layers, head)]
+    out = []
+    for label, first, count, e, ls, h in parts:
+        pc = Piece(e, ls, h, None, None)
+        params = sum(b.params for b in pc.blocks)
+        out.append((RankClass(label, first, count, float(params), params / res.shard, pc.units), pc.blocks))
+    return out
 
 
 def compute_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str) -> int:
@@ -109,7 +130,7 @@ def data_parallel_plan(
 ) -> None:
     """One rank class of every rank running the whole model: `cfg.grad_accum` micro-steps of
     `forward` and `backward` (gradients synced on the last), then the optimizer step."""
-    p.classes.append(RankClass("all ranks", 0, res.world, float(w.params), w.params / res.shard, piece.units))
+    p.classes.append(rank_classes(res, w, pipeline=False)[0][0])
     prev: Dep = None
     syncs: list[int | None] = []
     K = cfg.grad_accum

@@ -28,13 +28,14 @@ SECONDS_PER_COST = 7e-6  # `Candidate.cost_estimate` units → seconds of one co
 
 
 def predict_row(c: Candidate, w: Workload, algo: str) -> dict[str, Any]:
-    """One prediction as a sweep row. The cyclic garbage collector stays off until the
-    prediction is freed (it makes no cycles): re-enabled in between, it would scan the plan's
-    and the timeline's objects once or twice for nothing."""
+    """One prediction as a sweep row; a configuration that does not fit in memory is not simulated
+    (its row has the memory, NaN times: pruned by memory before simulation). The cyclic garbage
+    collector stays off until the prediction is freed (it makes no cycles): re-enabled in
+    between, it would scan the plan's and the timeline's objects once or twice for nothing."""
     from shardsim.simulator.predict import predict  # the engine: imported here, and by the pool before it forks
 
     with paused_gc():
-        return row_of(c, predict(c.cfg, algo=algo, workload=w, cluster=c.cluster))
+        return row_of(c, predict(c.cfg, algo=algo, workload=w, cluster=c.cluster, prune_unfit=True))
 
 
 def _predict_task(task: tuple[int, Candidate, Workload, str]) -> tuple[int, dict[str, Any]]:

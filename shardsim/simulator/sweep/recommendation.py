@@ -58,6 +58,7 @@ def _summary(r: pd.Series | None) -> dict[str, Any] | None:
         return None
     keys = (
         *KEY_COLUMNS,
+        "layout",
         *(k for k in SETTING_COLUMNS if k in r.index),
         "step_time_s",
         "samples_per_s",
@@ -67,7 +68,13 @@ def _summary(r: pd.Series | None) -> dict[str, Any] | None:
         "fits",
         "cost_per_million_samples_usd",
     )
-    return nest({k: native(r[k]) for k in keys})
+    out = nest({k: native(r[k]) for k in keys if k in r.index})
+    tp, pp, shard = int(r["strategy_tp"]), int(r["strategy_pp"]), int(r["strategy_degree"])
+    dp = int(r["world"]) // (tp * pp)
+    out["degrees"] = {"tp": tp, "pp": pp, "dp": dp, "shard": shard}
+    # SageMaker model parallelism's keys for the layout (v2's hybrid_shard_degree: ranks a parameter is sharded over)
+    out["sagemaker"] = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp, "hybrid_shard_degree": shard}
+    return out
 
 
 def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:

@@ -36,6 +36,10 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
     """The ranked rows (and how many were left below `top`); `breakdown` False leaves out the four
     columns of where the step goes."""
     cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
+    # the layout, tp×pp×dp(shard), where a row has tensor or pipeline parallelism (else its label says it all)
+    layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
+    if layouts:
+        cols.append(Column("layout"))
     figures = ["step", "samples/s", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", "$/M samples"]
     g = Grid(title, cols + [Column(name, figure=True) for name in figures])
     shown = df if top <= 0 else df.head(top)
@@ -43,7 +47,9 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
         cells = [str(int(r["rank"])) if not with_cluster else str(i)]
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
-        cells += [r["label"], format_seconds(r["step_time_s"]), f"{r['samples_per_s']:.1f}"]
+        cells += [r["label"], *([r["layout"].replace(" ", "")] if layouts else [])]
+        rate = "-" if r["samples_per_s"] != r["samples_per_s"] else f"{r['samples_per_s']:.1f}"  # NaN: not simulated
+        cells += [format_seconds(r["step_time_s"]), rate]
         if breakdown:
             cells += [format_seconds(r[k]) for k in BREAKDOWN]
         cells += [_mem_cell(r), _fmt_cost(r["cost_per_million_samples_usd"])]
@@ -80,6 +86,16 @@ def _describe(s: dict | None) -> str:
     return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {s['samples_per_s']:.1f} samples/s)"
 
 
+def _degrees_line(b: dict) -> str:
+    """The best layout's three degrees, and SageMaker model parallelism's keys for them."""
+    d = b["degrees"]
+    smp = ", ".join(f"{k} {v}" for k, v in b["sagemaker"].items())
+    return (
+        f"  layout {b['layout']}: tensor parallel {d['tp']}, pipeline {d['pp']}, data parallel {d['dp']} "
+        f"sharded over {d['shard']} (SageMaker: {smp})"
+    )
+
+
 def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
     if rec["best"] is None:
         return [f"[bold red]No recommendation:[/bold red] {rec['reason']}"]
@@ -110,6 +126,9 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
     else:
         line += "; it is the only configuration that fits"
     lines.append(line)
+    d = rec["best"].get("degrees")
+    if d and (d["tp"] > 1 or d["pp"] > 1):  # a data-parallel layout: its degree is named above
+        lines.append(_degrees_line(rec["best"]))
     if KINDS[rec["best"]["strategy"]["kind"]].is_pipeline and rec.get("margin_over_sdp") is not None:
         than = f"the best sharded data parallel configuration ({rec['sdp']['label']})"
         lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
@@ -248,13 +267,16 @@ def print_report(
         out.print(f"… {more} more rows" + (" in the CSV" if files else " (--top 0 shows all, --out DIR saves them)"))
     unfit = df[~df["fits"]]
     if len(unfit):
-        line = f"{len(unfit)} of {len(df)} configurations do not fit in memory (marked ✗; never recommended)"
-        if more:  # some of them may be below the table's cut: name the leading ones
+        line = (
+            f"{len(unfit)} of {len(df)} configurations do not fit in memory (marked ✗; never recommended; "
+            "not simulated)"
+        )
+        if more:  # some of them may be below the table's cut: name those that come closest to fitting
             names = [
                 f"{r['label']}"
                 + (f" on {int(r['nodes'])} x {r['topology']}" if multi else "")
                 + f" ({format_bytes(r['memory_required_gib'] * GIB)})"
-                for _, r in unfit.sort_values("samples_per_s", ascending=False, kind="mergesort").head(3).iterrows()
+                for _, r in unfit.sort_values("memory_required_gib", kind="mergesort").head(3).iterrows()
             ]
             line += ": " + ", ".join(names) + (", …" if len(unfit) > 3 else ".")
         else:

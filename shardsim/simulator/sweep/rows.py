@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # (`config.key`, docs/results.md), then the settings and the prediction.
 COLUMNS = (
     *KEY_COLUMNS,
+    "layout",
     "precision",
     "batch_per_device",
     "grad_accum",
@@ -68,6 +69,12 @@ def columns(spans_settings: bool) -> tuple[str, ...]:
     return COLUMNS[:at] + SETTING_COLUMNS + COLUMNS[at:]
 
 
+def layout_of(world: int, tp: int, pp: int, shard: int) -> str:
+    """The layout as ``tp × pp × dp(shard)``: tensor-parallel degree, pipeline stages, data-parallel
+    ranks of a stage and the ranks a parameter is sharded over among them (1: replicated)."""
+    return f"{tp} × {pp} × {world // (tp * pp)}({shard})"
+
+
 def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     """The row of one prediction: every column of `columns(True)` but the rank."""
     bd = p.breakdown
@@ -79,6 +86,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     )
     return {
         **key.columns(),
+        "layout": layout_of(p.world, key.strategy.tp, key.strategy.pp, key.strategy.degree),
         "precision": c.cfg.precision,
         "batch_per_device": c.cfg.batch_per_device,
         "grad_accum": c.cfg.grad_accum,
@@ -148,7 +156,7 @@ def _with_tp(df: pd.DataFrame) -> pd.DataFrame:
     """A table with the tensor-parallel columns (`TP_DEFAULTS` where it was written before them),
     after the strategy's other columns."""
     missing = {c: v for c, v in TP_DEFAULTS.items() if c not in df.columns}
-    if not missing:
+    if not missing and ("layout" in df.columns or "label" not in df.columns):
         return df
     out = df.copy()
     at = (
@@ -158,6 +166,9 @@ def _with_tp(df: pd.DataFrame) -> pd.DataFrame:
     )
     for i, (c, v) in enumerate(missing.items()):
         out.insert(at + i, c, v)
+    if "layout" not in out.columns and "label" in out.columns:
+        cells = zip(out["world"], out["strategy_tp"], out["strategy_pp"], out["strategy_degree"], strict=True)
+        out.insert(list(out.columns).index("label") + 1, "layout", [layout_of(*map(int, c)) for c in cells])
     return out
 
 

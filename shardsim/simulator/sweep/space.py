@@ -179,7 +179,7 @@ def strategies_count(
     return sum(kind.sweep_count(world, n_layers, batch_per_device, space, reshard) for kind in _kinds(space))
 
 
-DEFAULT_TP_SEARCH = False  # until the plans model tensor parallelism
+DEFAULT_TP_SEARCH = False
 
 
 def tp_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch | None) -> list[tuple[int, bool]]:
