@@ -104,7 +104,22 @@ def world_refusal(world: int) -> str | None:
 def plan_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """About how many ops the plan of one step of `cfg` (normalized by resolve) holds: between
     one and four times as many as it does (tests/unit/test_scale.py), without building it."""
-    return cfg.strategy.spec.ops_estimate(cfg.strategy, cfg.grad_accum, n_layers)
+    s = cfg.strategy
+    return s.spec.ops_estimate(s, cfg.grad_accum, n_layers) + tp_ops_estimate(cfg, n_layers)
+
+
+def tp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
+    """The ops tensor parallelism adds to a step's plan: each block's pass becomes its own op (no
+    longer run through with its neighbours), followed by its collectives (`strategies.tensor_parallel`:
+    a layer's 2 all-reduces a pass, or 4 all-gathers and reduce-scatters with sequence parallelism,
+    its forward's again where full checkpointing recomputes it), in every microbatch."""
+    s = cfg.strategy
+    if s.tp == 1:
+        return 0
+    per_pass = 4 if s.sequence_parallel else 2
+    recompute = per_pass if cfg.checkpointing == "full" else 0
+    passes = cfg.grad_accum * (s.microbatches if s.spec.is_pipeline else 1)
+    return passes * ((n_layers + 2) * (2 + 2 * per_pass + recompute) + 4)
 
 
 @dataclass(frozen=True)

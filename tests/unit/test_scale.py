@@ -47,8 +47,22 @@ P5_16K = {"topology": "p5.48xlarge", "nodes": 2048}  # 16,384 H100s
         {"strategy": "zero"},  # the seed workload's strategy: a hierarchical all-gather over every rank
         # 32 sharded stages: 32 x 4 layouts of 512 ranks each, 12k ops
         {"strategy": "pipeline", "pp": 32, "degree": 8, "microbatches": 64, "schedule": "1f1b"},
+        # the 3D layout: tensor parallel 8 in each node, 8 stages, FSDP2 over groups of 8 of the 256
+        # data-parallel ranks; 21k ops (0.5 s / 95 MiB measured)
+        {
+            "workload": "llama-3.1-70b",
+            "precision": "bf16",
+            "seq_len": 4096,
+            "batch_per_device": 2,
+            "strategy": "pipeline",
+            "pp": 8,
+            "degree": 8,
+            "microbatches": 16,
+            "tp": 8,
+            "sequence_parallel": True,
+        },
     ],
-    ids=["zero", "pipeline-32-sharded"],
+    ids=["zero", "pipeline-32-sharded", "tp8-pp8-dp256"],
 )
 def test_a_16384_gpu_prediction_takes_seconds_and_well_under_2_gb(strategy) -> None:
     # measured on a loaded 2-core machine: 0.2-0.4 s / 65 MiB (zero), 0.9 s / 65 MiB (pipeline; it
@@ -101,18 +115,22 @@ def test_a_sweep_beyond_the_bound_refuses_and_one_that_spans_it_says_what_it_lef
 @pytest.mark.parametrize("workload", ["tiny-gpt", "vit-630m", "gpt2-xl"])
 def test_the_plan_size_estimate_is_within_four_times_the_plan(workload) -> None:
     from shardsim.simulator.compute import ComputeModel
+    from shardsim.simulator.predict import rank_workload
     from shardsim.simulator.strategies.build import build_plan
 
     base = RunConfig(workload=workload, topology="g4dn.12xlarge", nodes=4, grad_accum=2, batch_per_device=8)
     w = load_workload(base.workload, base.shape, base.source)
     n_layers = len(w.layers)
-    configs = [c.cfg for c in enumerate_configs(base, SweepSpace(microbatches=(4, 32))).candidates]
+    space = SweepSpace(microbatches=(4, 32), tp_degrees=(1, 2, 4), sequence_parallel=(False, True))
+    configs = [c.cfg for c in enumerate_configs(base, space).candidates]
     assert len({c.strategy.kind for c in configs}) == (4 if not w.tied_embeddings else 3)
+    assert {c.strategy.tp for c in configs} == ({1} if w.arch.heads % 2 else {1, 2, 4})  # gpt2-xl: 25 heads
     for cfg in configs:
-        cfg, res = resolve(cfg, 16, n_layers, tied_embeddings=w.tied_embeddings)
+        cfg, res = resolve(cfg, 16, n_layers, tied_embeddings=w.tied_embeddings, arch=w.arch)
         cluster = make_cluster(cfg.topology, cfg.nodes)
-        cm = ComputeModel(cluster.instance.device, cfg.precision, None, cfg.optimizer_impl, w.arch)
-        ops = len(build_plan(cfg, res, w, cm).ops)
+        cm = ComputeModel(cluster.instance.device, cfg.precision, None, cfg.optimizer_impl, w.arch, tp=res.tp)
+        ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel)
+        ops = len(build_plan(cfg, res, ranks_w, cm).ops)
         est = plan_ops_estimate(cfg, n_layers)
         assert ops <= est <= 4 * ops, (cfg.strategy.label(), ops, est)
 
