@@ -3,8 +3,10 @@
 PyTorch's fake process group pretends to be rank 0 of any world size; under
 FakeTensorMode no real memory is allocated, so FSDP2 over 1,024 ranks traces in about a
 second. Both spellings of each collective are recorded (FSDP2 in torch 2.13 calls
-`all_gather_single` / `reduce_scatter_single`). The simulator's plan is compared with
-this trace by test.
+`all_gather_single` / `reduce_scatter_single`), and the functional collectives DTensor issues
+(tensor parallelism: ``torch.ops._c10d_functional.*``, seen by a dispatch mode below the DTensor
+subclass). The simulator's plan is compared with this trace by test. `trace_step` traces one
+optimizer step of a configuration as the runtime applies it (TP, TP + FSDP2; a pipeline stage).
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from shardsim.config import RunConfig
 from shardsim.core.files import atomic_write
 from shardsim.runtime.trainer import Observer, Trainer
 
@@ -43,13 +47,75 @@ class TracedCollective:
     numel: int  # the whole array as nccl-tests counts it (gather output, scatter input)
     group_size: int
     itemsize: int = field(default=0, compare=False)  # bytes per element (not saved in rank traces)
+    group: str = field(default="", compare=False)  # the mesh dimension(s) of the group where known ("tp", ...)
+    ranks: tuple[int, ...] = field(default=(), compare=False)  # the group's global ranks (not saved)
+
+    def __str__(self) -> str:
+        where = self.group or f"ranks {list(self.ranks)}"
+        return f"{self.kind:<14} numel {self.numel:>10}  x{self.itemsize}B  group {self.group_size} ({where})"
+
+
+_FUNCTIONAL = {
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+}
+
+
+def _group_info(group, names: dict[str, str]) -> tuple[int, str, tuple[int, ...]]:
+    """(size, mesh dimension name or "", global ranks) of a process group or its name."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    pg = _resolve_process_group(group) if isinstance(group, str) else group
+    if pg is None:
+        pg = dist.group.WORLD
+    ranks = tuple(dist.get_process_group_ranks(pg))
+    return len(ranks), names.get(pg.group_name, ""), ranks
+
+
+def _functional_recorder(calls: list[TracedCollective], names: dict[str, str]):
+    """A dispatch mode recording ``_c10d_functional`` collectives; it steps aside for tensor
+    subclasses (DTensor) so that it sees the collectives their dispatch issues on local tensors."""
+    from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
+
+    class FunctionalCollectives(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if any(is_traceable_wrapper_subclass_type(t) for t in types):
+                return NotImplemented
+            out = func(*args, **kwargs)
+            kind = _FUNCTIONAL.get(func._opname) if func.namespace == "_c10d_functional" else None
+            if kind is not None:
+                group = next(a for a in (*args, *kwargs.values()) if isinstance(a, str) and a not in _REDUCE_OPS)
+                size, name, ranks = _group_info(group, names)
+                big = max((args[0], out), key=lambda t: t.numel())  # gather output, scatter input
+                calls.append(TracedCollective(kind, int(big.numel()), size, big.element_size(), name, ranks))
+            return out
+
+    return FunctionalCollectives()
+
+
+_REDUCE_OPS = {"sum", "avg", "max", "min", "product", "premul_sum"}
+
+
+def mesh_group_names(mesh) -> dict[str, str]:
+    """{process group name: mesh dimension name} of every dimension of a named DeviceMesh."""
+    if mesh is None or not mesh.mesh_dim_names:
+        return {}
+    return {mesh.get_group(n).group_name: n for n in mesh.mesh_dim_names}
 
 
 @contextlib.contextmanager
-def record_collectives() -> Iterator[list[TracedCollective]]:
-    """Patch torch.distributed's collectives (every spelling) to record kind, size, group."""
+def record_collectives(group_names: dict[str, str] | None = None) -> Iterator[list[TracedCollective]]:
+    """Record the collectives issued inside, in issue order: torch.distributed's (every spelling,
+    patched) and the functional ones DTensor issues (a dispatch mode). `group_names` (from
+    `mesh_group_names`) names each group's mesh dimension."""
     calls: list[TracedCollective] = []
     originals = {}
+    names = group_names or {}
 
     def wrap(name: str, orig):
         def recorder(*args, **kwargs):
@@ -57,10 +123,10 @@ def record_collectives() -> Iterator[list[TracedCollective]]:
             group = kwargs.get("group")
             if group is None:
                 group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
-            size = dist.get_world_size(group)
+            size, dim, ranks = _group_info(group, names)
             big = max(tensors, key=lambda t: t.numel(), default=None)
             numel, itemsize = (big.numel(), big.element_size()) if big is not None else (0, 0)
-            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize)))
+            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize), dim, ranks))
             return orig(*args, **kwargs)
 
         return recorder
@@ -70,7 +136,8 @@ def record_collectives() -> Iterator[list[TracedCollective]]:
             originals[name] = getattr(dist, name)
             setattr(dist, name, wrap(name, originals[name]))
     try:
-        yield calls
+        with _functional_recorder(calls, names):
+            yield calls
     finally:
         for name, orig in originals.items():
             setattr(dist, name, orig)
@@ -146,3 +213,99 @@ def trace_fsdp_step(
         return list(calls)
     finally:
         dist.destroy_process_group()
+
+
+def trace_step(
+    cfg: RunConfig, world: int, *, rank: int = 0, devices_per_node: int | None = None
+) -> list[TracedCollective]:
+    """Collectives of one optimizer step of `cfg` on `world` ranks, seen from `rank`, as the
+    runtime applies it (`runtime.strategies`: its layout, tensor parallelism, checkpointing,
+    FSDP2), under the fake process group and FakeTensorMode.
+
+    - zero / zero2d: TP then FSDP2, `grad_accum` micro-steps of `batch_per_device` samples;
+    - ddp: the TP collectives only (DDP's gradient all-reduce runs in its C++ reducer, unseen);
+    - pipeline: the collectives of `rank`'s stage module (TP, then FSDP2 where sharded; DDP's not
+      seen) for the forward and backward of one microbatch (the stage's output gradient is ones;
+      point-to-point sends are not collectives); pick a rank of the last stage for the LM head."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from shardsim.config import resolve
+    from shardsim.runtime.models import build as workloads
+    from shardsim.runtime.strategies import STRATEGIES, build_layout
+    from shardsim.runtime.strategies.fsdp import parallelize
+    from shardsim.runtime.strategies.pipeline import split_stage
+    from shardsim.runtime.strategies.tensor_parallel import loss_context
+    from shardsim.simulator.workload.load import resolve_arch
+    from shardsim.simulator.workload.model import stage_ranges
+
+    _, arch = resolve_arch(cfg.workload, cfg.shape)
+    n_layers = arch.layers if arch is not None else workloads.n_blocks(cfg.workload, cfg.shape)
+    tied = bool(arch and arch.tied_embeddings)
+    cfg, res = resolve(cfg, world, n_layers, tied_embeddings=tied, arch=arch, devices_per_node=devices_per_node)
+    kind = cfg.strategy.kind
+    dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+    try:
+        layout = build_layout(STRATEGIES[kind].layout, res, rank, "cpu", timedelta(minutes=5))
+        names = mesh_group_names(layout.mesh)
+        with FakeTensorMode(), _real_mesh_tensors(), record_collectives(names) as calls:
+            model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=res.tp)
+            loss_of = model.loss
+            sample = model.sample_batch
+            if kind == "pipeline":
+                first = stage_ranges(n_layers, res.pp)[layout.stage][0]
+                stage = split_stage(model, layout.stage, res.pp)
+                module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
+                _stage_step(module, layout.stage, res, sample, loss_of, arch, cfg.strategy.sequence_parallel)
+            else:
+                module = parallelize(model, cfg, res, layout, shard=kind != "ddp")
+                K = cfg.grad_accum
+                for k in range(K):
+                    if hasattr(module, "set_requires_all_reduce"):
+                        module.set_requires_all_reduce(k == K - 1)
+                    x, y = sample(cfg.batch_per_device)
+                    with loss_context(res.tp):
+                        loss_of(module(x), y).backward()
+        return list(calls)
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _real_mesh_tensors() -> Iterator[None]:
+    """FSDP2 over a 2-D (data-parallel, tp) parameter concatenates device meshes, whose rank
+    tensors are real: compute `DeviceMesh.mesh` and `_concatenate` outside FakeTensorMode (a tracing-only patch)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    prop, concatenate = DeviceMesh.mesh, DeviceMesh._concatenate
+
+    def mesh(self):
+        with unset_fake_temporarily():
+            return prop.fget(self)
+
+    def real_concatenate(meshes):
+        with unset_fake_temporarily():
+            return concatenate(meshes)
+
+    DeviceMesh.mesh, DeviceMesh._concatenate = property(mesh), staticmethod(real_concatenate)
+    try:
+        yield
+    finally:
+        DeviceMesh.mesh, DeviceMesh._concatenate = prop, staticmethod(concatenate)
+
+
+def _stage_step(module: nn.Module, stage: int, res, sample, loss_of, arch, sp: bool) -> None:
+    """Forward and backward of one microbatch through a pipeline stage's module."""
+    from shardsim.runtime.strategies.tensor_parallel import loss_context
+
+    x, y = sample(res.microbatch_size)
+    if stage > 0:  # the previous stage's activations, local to this TP rank (a sequence shard under SP)
+        seq = arch.tokens // (res.tp if sp else 1)
+        x = torch.randn(res.microbatch_size, seq, arch.hidden, requires_grad=True)
+    with loss_context(res.tp):
+        out = module(x)
+        if stage == res.pp - 1:
+            loss_of(out, y).backward()
+        else:
+            out.backward(torch.ones_like(out))

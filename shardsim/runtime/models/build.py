@@ -21,15 +21,16 @@ from shardsim.simulator.workload.importpath import first_line, resolve_import_pa
 from shardsim.simulator.workload.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
 
 
-def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE) -> Callable[[], Any]:
-    """A function that builds the workload's torch model (ConfigError if there is none)."""
+def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE, tp: int = 1) -> Callable[[], Any]:
+    """A function that builds the workload's torch model (ConfigError if there is none); `tp`
+    groups a described model's fused qkv rows for that tensor-parallel degree."""
     name, arch = resolve_arch(spec, shape)
     if arch is not None:
 
         def build():
             from shardsim.runtime.models.transformer import build_model
 
-            return build_model(arch)
+            return build_model(arch, qkv_groups=tp)
 
         return build
     return resolve_import_path(name)
@@ -69,13 +70,13 @@ def n_blocks(spec: WorkloadSpec, shape: Shape = NO_SHAPE, *, pipeline: bool = Fa
     return len(model.blocks)
 
 
-def build(spec: WorkloadSpec, seed: int, shape: Shape = NO_SHAPE):
+def build(spec: WorkloadSpec, seed: int, shape: Shape = NO_SHAPE, tp: int = 1):
     """The model with seeded initialization: the same weights on every rank and in the
-    single-process reference."""
+    single-process reference (built with the same `tp`: the qkv rows' grouping)."""
     import torch
 
     name = spec_name(spec)
-    builder = resolve_builder(spec, shape)
+    builder = resolve_builder(spec, shape, tp)
     torch.manual_seed(seed)
     model = builder()
     check_model(model, name)

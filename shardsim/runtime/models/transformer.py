@@ -8,7 +8,9 @@ One transformer layer serves every family, as its `Traits` say: the norm (LayerN
 without bias, RMSNorm), biases or none, a GELU or a SwiGLU MLP, learned or rotary positions,
 grouped-query attention through `F.scaled_dot_product_attention` (``enable_gqa``).
 Simplifications, named: q, k and v come from one fused projection (its output is what
-attention saves); rotary embeddings rotate the whole head dimension (GPT-NeoX rotates a
+attention saves), its rows in ``qkv_groups`` groups [q_g, k_g, v_g] (one per tensor-parallel rank, so
+that a contiguous row shard holds a rank's query heads and their key/value heads; one group is
+plain [q, k, v]); rotary embeddings rotate the whole head dimension (GPT-NeoX rotates a
 quarter: no parameters, no matmul FLOPs either way); MPT's ALiBi bias is not applied (no
 position parameters, and the attention runs as a plain causal kernel); GPT-NeoX's parallel
 residual runs sequentially (same parameters and FLOPs).
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.arch import Arch
 
 
@@ -43,9 +46,15 @@ def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor
 
 
 class Attention(nn.Module):
-    def __init__(self, a: Arch):
+    """Self-attention with a fused qkv projection whose rows are `groups` blocks [q_g, k_g, v_g].
+
+    ``forward`` reads its head counts from the width of the qkv output it gets: the whole
+    projection (every group) or a tensor-parallel rank's row shard (its own groups)."""
+
+    def __init__(self, a: Arch, groups: int = 1):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = a.heads, a.kv, a.head_dim
+        self.q_width, self.kv_width = a.hidden // groups, a.kv_dim // groups  # per group
         self.causal = a.traits.causal
         bias = a.traits.bias
         self.qkv = nn.Linear(a.hidden, a.hidden + 2 * a.kv_dim, bias=bias)
@@ -57,17 +66,19 @@ class Attention(nn.Module):
             self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, h = x.shape
-        kvd = self.kv_heads * self.head_dim
-        q, k, v = self.qkv(x).split([h, kvd, kvd], dim=-1)
-        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        b, s, _ = x.shape
+        qkv = self.qkv(x)
+        qw, kvw, hd = self.q_width, self.kv_width, self.head_dim
+        g = qkv.shape[-1] // (qw + 2 * kvw)  # groups held here (all, or a TP rank's)
+        q, k, v = qkv.view(b, s, g, qw + 2 * kvw).split([qw, kvw, kvw], dim=-1)
+        q = q.reshape(b, s, -1, hd).transpose(1, 2)
+        k = k.reshape(b, s, -1, hd).transpose(1, 2)
+        v = v.reshape(b, s, -1, hd).transpose(1, 2)
         if self.rope:
             q, k = rotate(q, self.cos[:s], self.sin[:s]), rotate(k, self.cos[:s], self.sin[:s])
-        gqa = self.kv_heads != self.heads
+        gqa = k.shape[1] != q.shape[1]
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
-        return self.proj(y.transpose(1, 2).reshape(b, s, h))
+        return self.proj(y.transpose(1, 2).reshape(b, s, q.shape[1] * hd))
 
 
 class GeluMLP(nn.Module):
@@ -96,11 +107,11 @@ class SwiGLU(nn.Module):
 class TransformerLayer(nn.Module):
     """Pre-norm transformer layer: x + attn(norm1(x)), then x + mlp(norm2(x))."""
 
-    def __init__(self, a: Arch):
+    def __init__(self, a: Arch, qkv_groups: int = 1):
         super().__init__()
         t = a.traits
         self.ln1 = norm(t.norm, a.hidden)
-        self.attn = Attention(a)
+        self.attn = Attention(a, qkv_groups)
         self.ln2 = norm(t.norm, a.hidden)
         mlp = SwiGLU if t.mlp == "swiglu" else GeluMLP
         self.mlp = mlp(a.hidden, a.ffn_size, t.bias)
@@ -128,7 +139,12 @@ class TokenEmbed(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.tok(ids)
-        return x + self.pos if self.pos is not None else x
+        if self.pos is None:
+            return x
+        pos = self.pos
+        if hasattr(pos, "to_local"):  # tensor parallel: a DTensor, sharded along the sequence under SP
+            pos = pos.to_local()
+        return x + pos
 
 
 class PatchEmbed(nn.Module):
@@ -209,12 +225,21 @@ class _MLPHead(nn.Module):
         return self.out(x)
 
 
-def build_model(a: Arch) -> ShardsimModel:
-    """The torch model of an architecture (build under `torch.device('meta')` to cost it free)."""
+def build_model(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
+    """The torch model of an architecture (build under `torch.device('meta')` to cost it free).
+    `qkv_groups`: the tensor-parallel degree the fused qkv rows are grouped for (1: [q, k, v]);
+    it must divide the key/value heads (ConfigError naming `tp`: GQA replicating a key/value
+    head over several ranks is modelled by the simulator only)."""
+    if qkv_groups > 1 and a.kv % qkv_groups:
+        raise ConfigError(
+            f"tp {qkv_groups} exceeds the model's {a.kv} key/value heads: the runtime does not replicate "
+            "key/value heads over tensor-parallel ranks (the simulator models it)",
+            field="tp",
+        )
     if a.family == "mlp":
         blocks = [MLPBlock(a.hidden, a.ffn_size) for _ in range(a.layers)]
         return ShardsimModel(a, None, blocks, _MLPHead(a.hidden, a.classes))
-    blocks = [TransformerLayer(a) for _ in range(a.layers)]
+    blocks = [TransformerLayer(a, qkv_groups) for _ in range(a.layers)]
     if a.family == "vit":
         return ShardsimModel(a, PatchEmbed(a), blocks, ClsHead(a.hidden, a.classes))
     embed = TokenEmbed(a.vocab, a.seq_len, a.hidden, a.position_kind == "learned")

@@ -11,8 +11,10 @@ from collections.abc import Iterator
 
 from torch import nn
 
+from shardsim.config import Resolved, RunConfig
 from shardsim.runtime.strategies.blocks import blocks_of
 from shardsim.runtime.strategies.checkpointing import apply_checkpointing
+from shardsim.runtime.strategies.layout import Layout
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext, data_parallel_step
 
 
@@ -38,11 +40,26 @@ def fsdp_replica_sync(module: nn.Module, sync: bool) -> Iterator[None]:
     yield
 
 
+def parallelize(
+    model: nn.Module, cfg: RunConfig, res: Resolved, layout: Layout, *, mp_policy=None, first: int = 0, shard: bool
+) -> nn.Module:
+    """In torchtitan's order: tensor parallelism over the layout's "tp" mesh (tp > 1), activation
+    checkpointing as configured (`first`: the model's first block's index in the whole model),
+    then FSDP2 over the layout's data-parallel mesh where `shard` (ZeRO-2: the blocks not resharded
+    after forward)."""
+    s = cfg.strategy
+    if res.tp > 1:
+        from shardsim.runtime.strategies.tensor_parallel import apply_tp
+
+        apply_tp(model, layout.tp_mesh, sequence_parallel=s.sequence_parallel, async_tp=s.async_tp)
+    apply_checkpointing(model, cfg.checkpointing, cfg.selective_ac_option, first)
+    if not shard:
+        return model
+    rest = getattr(s, "reshard_after_forward", True)
+    return apply_fsdp(model, layout.fsdp_mesh, mp_policy=mp_policy, reshard_after_forward=rest)
+
+
 def fsdp(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
-    """Strategies zero and zero2d: checkpointing as configured, then FSDP2 over the layout's mesh
-    (ZeRO-2 without resharding the blocks after forward)."""
-    cfg = ctx.cfg
-    apply_checkpointing(model, cfg.checkpointing, cfg.selective_ac_option)
-    rest = cfg.strategy.reshard_after_forward
-    module = apply_fsdp(model, ctx.layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy, reshard_after_forward=rest)
+    """Strategies zero and zero2d: `parallelize` (TP, checkpointing, FSDP2 over the layout's mesh)."""
+    module = parallelize(model, ctx.cfg, ctx.res, ctx.layout, mp_policy=ctx.precision.mp_policy, shard=True)
     return data_parallel_step(module, ctx, fsdp_replica_sync)

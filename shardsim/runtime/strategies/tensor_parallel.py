@@ -1,0 +1,135 @@
+"""Tensor parallelism with PyTorch's DTensor API (`parallelize_module`), as torchtitan applies it.
+
+Per transformer layer (`runtime.models.transformer`): attn.qkv and the MLP's fc1 / gate / up
+column-parallel (`ColwiseParallel`), attn.proj and fc2 / down row-parallel (`RowwiseParallel`): an
+all-reduce of the layer's activations after each row-parallel matmul in forward, and of the
+input gradients of each column-parallel one in backward. With sequence parallelism the norms run
+on a sequence shard (`SequenceParallel`), attention and MLP gather their input (all-gather, whose
+backward reduce-scatters) and the row-parallel outputs reduce-scatter along the sequence.
+
+Text embedding: vocabulary-parallel (`RowwiseParallel` on the nn.Embedding: an all-reduce of its
+output, a reduce-scatter under SP); learned positions replicated without SP, with SP sharded along
+the sequence (each rank adds its own rows). LM head: the output projection column-parallel, its
+logits kept sharded over the vocabulary (a DTensor) for a vocabulary-parallel cross-entropy under
+`loss_parallel()` (`loss_context`). Tied embeddings: the embedding's Shard(0) weight is the head's
+Shard(0) weight; the two modules are parallelized separately and the DTensor parameter is tied
+again afterwards. ViT: the patch embedding and classifier stay replicated; under SP the first
+layer's input is split along the tokens and the classifier's norm input gathered.
+
+Parameters of modules without a plan (norms without SP, the ViT's embedding and classifier) stay
+plain tensors, identical on the ranks of a tensor-parallel group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from torch import nn
+
+from shardsim.core.errors import ConfigError
+from shardsim.runtime.strategies.blocks import blocks_of
+
+ASYNC_TP_REFUSED = (
+    "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "
+    "pass (torch._inductor.config._micro_pipeline_tp), which the runtime's eager step does not use"
+)
+
+
+def _layer_plan(layer: nn.Module, sp: bool) -> dict:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    out = Shard(1) if sp else Replicate()
+    plan: dict = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(output_layouts=out)}
+    mlp = layer.mlp
+    ins = ("gate", "up") if hasattr(mlp, "gate") else ("fc1",)
+    outs = "down" if hasattr(mlp, "down") else "fc2"
+    plan.update({f"mlp.{n}": ColwiseParallel() for n in ins})
+    plan[f"mlp.{outs}"] = RowwiseParallel(output_layouts=out)
+    if sp:
+        # the gathered input stays a DTensor into the column-parallel matmuls, so that backward
+        # reduce-scatters its gradient (a local tensor there would all-reduce it)
+        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn": gather, "mlp": gather})
+    return plan
+
+
+def _unwrap(module: nn.Module) -> nn.Module:
+    """The transformer layer under a checkpoint wrapper (TP is applied first; this is a guard)."""
+    return getattr(module, "_checkpoint_wrapped_module", module)
+
+
+def apply_tp(model: nn.Module, tp_mesh, *, sequence_parallel: bool = False, async_tp: bool = False) -> nn.Module:
+    """Parallelize `model` (a `ShardsimModel` or a pipeline `StageModule`: ``embed`` or None,
+    ``blocks``, ``head`` or None) over the 1-D `tp_mesh`, in place; returns it."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    from shardsim.runtime.models.transformer import ClsHead, LMHead, PatchEmbed, TokenEmbed
+
+    if async_tp:
+        raise ConfigError(ASYNC_TP_REFUSED, field="async_tp")
+    sp = sequence_parallel
+    seq = Shard(1) if sp else Replicate()
+    embed = getattr(model, "embed", None)
+    head = getattr(model, "head", None)
+    tied = (
+        isinstance(embed, TokenEmbed) and isinstance(head, LMHead) and head.out.weight is embed.tok.weight
+    )  # a pipeline stage never holds both (resolve refuses tied pipelines)
+
+    if isinstance(embed, TokenEmbed):
+        parallelize_module(embed, tp_mesh, {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)})
+        if embed.pos is not None:
+            placement = Shard(0) if sp else Replicate()
+            embed.pos = nn.Parameter(distribute_tensor(embed.pos.data, tp_mesh, [placement]))
+    for i, block in enumerate(blocks_of(model)):
+        layer = _unwrap(block)
+        parallelize_module(layer, tp_mesh, _layer_plan(layer, sp))
+        if sp and i == 0 and isinstance(embed, PatchEmbed):
+            split = PrepareModuleInput(
+                input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True
+            )
+            parallelize_module(layer, tp_mesh, split)
+    if isinstance(head, LMHead):
+        plan: dict = {"out": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)}
+        if sp:
+            plan["norm"] = SequenceParallel()
+        parallelize_module(head, tp_mesh, plan)
+        if tied:
+            head.out.weight = embed.tok.weight  # one Shard(0) parameter: vocabulary rows on each rank
+    elif isinstance(head, ClsHead) and sp:
+        gather = PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+        )
+        parallelize_module(head, tp_mesh, gather)
+    return model
+
+
+@contextlib.contextmanager
+def loss_context(tp: int) -> Iterator[None]:
+    """`loss_parallel()` (the cross-entropy of vocabulary-sharded logits) around a step's forward
+    and backward when tensor parallel; nothing otherwise."""
+    if tp > 1:
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        with loss_parallel():
+            yield
+    else:
+        yield
+
+
+def local_loss(loss):
+    """The loss as a plain tensor (a replicated DTensor under `loss_parallel`)."""
+    return loss.to_local() if hasattr(loss, "to_local") else loss
