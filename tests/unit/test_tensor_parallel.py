@@ -65,14 +65,16 @@ def test_each_layer_issues_its_tp_collectives_on_consecutive_ranks(sp, checkpoin
     plan, res, w = _plan(cfg)
     tp_ops = [o for o in plan.ops if o.stream == "tp"]
     per_layer = [o for o in tp_ops if " layer3 " in o.name]
-    recompute = 4 if checkpointing == "full" else 0  # full checkpointing re-runs forward's collectives
-    if sp:
-        kinds = sorted(o.coll for o in per_layer)
-        assert kinds.count("all_gather") == kinds.count("reduce_scatter") == (8 + recompute) // 2
-    else:
-        assert [o.coll for o in per_layer] == ["all_reduce"] * (4 + recompute // 2)
+    recomputed = checkpointing != "none"  # full and op-level both re-run the forward, all but its last reduction
     a = w.arch
-    assert all(o.nbytes == a.tokens * a.hidden * 2 for o in per_layer)  # one activation, bf16, batch 1
+    acts = [o for o in per_layer if o.nbytes == a.tokens * a.hidden * 2]  # one activation, bf16, batch 1
+    if sp:
+        kinds = sorted(o.coll for o in acts)
+        assert kinds.count("all_gather") == 4 + 2 * recomputed and kinds.count("reduce_scatter") == 4 + recomputed
+        norm_grads = [o for o in per_layer if o.nbytes == a.hidden * 2]  # RMSNorm weights' gradients, bf16
+        assert [o.coll for o in norm_grads] == ["all_reduce"] * 2 and len(acts) + 2 == len(per_layer)
+    else:
+        assert [o.coll for o in per_layer] == ["all_reduce"] * (4 + recomputed) and acts == per_layer
     groups = per_layer[0].layout.groups()
     assert groups.shape == (2, 8) and (np.diff(groups, axis=1) == 1).all()  # one node's GPUs each
     fsdp = next(o for o in plan.ops if o.coll == "all_gather" and o.stream == "ag")

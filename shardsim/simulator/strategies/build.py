@@ -28,10 +28,9 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     if res.tp > 1:
         assert w.arch is not None and w.tp == res.tp, "tensor parallelism plans the per-rank workload of an Arch"
         meshes = [stage_mesh(res, s) for s in range(res.pp)]
-        s = cfg.strategy
-        p.tp = tensor_parallel(
-            w.arch, w.blocks, meshes, s.sequence_parallel, DTYPE_BYTES[cfg.precision], ckpt.full, s.async_tp
-        )
+        s, esize, gsize = cfg.strategy, DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
+        recomputed = frozenset(b.name for b in w.layers) if ckpt.op_level else ckpt.full
+        p.tp = tensor_parallel(w.arch, w.blocks, meshes, s.sequence_parallel, esize, gsize, recomputed, s.async_tp)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     with paused_gc():
         cfg.strategy.spec.plan(p, cm, cfg, res, w)

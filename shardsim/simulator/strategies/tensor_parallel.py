@@ -4,8 +4,8 @@ issue on its tensor-parallel group, as PyTorch's DTensor plans issue them
 
 Per transformer layer, activations of t tokens x hidden, in the compute dtype:
 - without sequence parallelism: forward all-reduces the outputs of the two row-parallel matrices
-  (attention's output projection, the MLP's last), backward the input gradients of the two
-  column-parallel ones (q/k/v, the MLP's first);
+  (attention's output projection, the MLP's last), backward the input gradients of the
+  column-parallel ones (q/k/v, the MLP's first; SwiGLU's gate and up each reduce their own);
 - with sequence parallelism: forward all-gathers each column-parallel input and reduce-scatters
   each row-parallel output (the same bytes on the wire as the all-reduces, a tp-th of the norms'
   work), backward the converse.
@@ -14,14 +14,21 @@ parallelism), the LM head's gradient of its input likewise, and the vocabulary-p
 cross-entropy all-reduces three numbers per token (max, sum of exponentials, the target's logit)
 in fp32.
 
+With sequence parallelism a norm's parameters see a tp-th of the tokens: backward all-reduces
+each one's gradient over the group (DTensor's Partial → Replicate). A ViT's replicated patch
+embedding hands the first layer its tp-th of the tokens (no communication) and gathers that
+layer's input gradient; its classifier gathers its input.
+
 Placement (a named simplification): a block's collectives follow its compute op on the
 tensor-parallel stream and the next op waits for them, rather than sitting between its
-attention and MLP halves: the same critical path, since nothing runs beside them. A layer that
-full activation checkpointing recomputes issues its forward's collectives again in backward
-(op-level selective checkpointing does not: it keeps the matmul outputs the collectives
-produce). With asyncTP (`async_tp`) the collectives run beside the block's compute (a
-collective-matmul decomposition) and the next op waits for the later of the two: the decomposed
-GEMMs' loss of efficiency is not modelled (an optimistic bound, named).
+attention and MLP halves: the same critical path, since nothing runs beside them. A layer whose
+backward recomputes its forward (full checkpointing, selective of every k-th layer, and op-level
+selective: the runtime keeps no collective's output) issues its forward's collectives again but
+the last: the recomputation stops once backward has what it needs (torch.utils.checkpoint's
+early stop), before the reduction of the layer's output. With asyncTP (`async_tp`) the
+collectives run beside the block's compute (a collective-matmul decomposition) and the next op
+waits for the later of the two: the decomposed GEMMs' loss of efficiency is not modelled (an
+optimistic bound, named).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _join
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.simulator.workload.arch import Arch
+from shardsim.simulator.workload.families import norm_tensors
 from shardsim.simulator.workload.model import Block
 
 LOSS_REDUCTIONS = 3  # vocabulary-parallel cross-entropy: max, sum of exp, target logit per token
@@ -41,18 +49,26 @@ LOSS_BYTES = 4  # its reductions are fp32 (the loss runs in fp32)
 @dataclass(frozen=True)
 class TpCall:
     """One collective of a block's pass on its tensor-parallel group: `elems` per sample (the
-    whole array, as nccl-tests counts it: a gather's output, a scatter's input), of `esize`
-    bytes each (0: the activations' dtype)."""
+    whole array, as nccl-tests counts it: a gather's output, a scatter's input; per call where
+    not `per_sample`), of `esize` bytes each (0: the activations' dtype)."""
 
     coll: str  # all_reduce | all_gather | reduce_scatter
     elems: float
     what: str
     esize: int = 0
+    per_sample: bool = True  # False: `elems` whatever the batch (a parameter's gradient)
 
 
-def block_calls(b: Block, a: Arch, sp: bool) -> tuple[tuple[TpCall, ...], tuple[TpCall, ...]]:
-    """The (forward, backward) tensor-parallel collectives of block `b` of a model of `a`."""
+def block_calls(b: Block, a: Arch, sp: bool, grad_esize: int) -> tuple[tuple[TpCall, ...], tuple[TpCall, ...]]:
+    """The (forward, backward) tensor-parallel collectives of block `b` of a model of `a`;
+    `grad_esize` the bytes of a gradient element (the norms' gradients under sequence parallelism)."""
     full = a.tokens * a.hidden  # one activation, every token
+    text = a.traits.tokens == "text"
+    # sequence parallelism: a norm's weight (and bias) sees a tp-th of the tokens, its gradient is
+    # summed over the group (an all-reduce a parameter tensor)
+    norm_grads = tuple(
+        TpCall("all_reduce", a.hidden, "norm grad", grad_esize, per_sample=False) for _ in range(norm_tensors(a))
+    )
     if b.kind == "layer":
         if sp:
             fwd = (
@@ -66,20 +82,26 @@ def block_calls(b: Block, a: Arch, sp: bool) -> tuple[tuple[TpCall, ...], tuple[
                 TpCall("reduce_scatter", full, "mlp in grad"),
                 TpCall("all_gather", full, "attn out grad"),
                 TpCall("reduce_scatter", full, "attn in grad"),
+                *norm_grads,
+                *norm_grads,
             )
             return fwd, bwd
         fwd = (TpCall("all_reduce", full, "attn out"), TpCall("all_reduce", full, "mlp out"))
-        bwd = (TpCall("all_reduce", full, "mlp in grad"), TpCall("all_reduce", full, "attn in grad"))
-        return fwd, bwd
-    text = a.traits.tokens == "text"
-    if b.kind == "embed" and text:
-        if sp:
+        # each column-parallel matrix reduces its own input gradient: SwiGLU's gate and up two
+        mlp_in = tuple(TpCall("all_reduce", full, "mlp in grad") for _ in range(2 if a.traits.mlp == "swiglu" else 1))
+        return fwd, (*mlp_in, TpCall("all_reduce", full, "attn in grad"))
+    if b.kind == "embed":
+        if text and sp:
             return (TpCall("reduce_scatter", full, "embed out"),), (TpCall("all_gather", full, "embed out grad"),)
-        return (TpCall("all_reduce", full, "embed out"),), ()
+        if text:
+            return (TpCall("all_reduce", full, "embed out"),), ()
+        if sp:  # a replicated patch embedding: the first layer takes its tp-th of the tokens, gathers its gradient
+            return (), (TpCall("all_gather", full, "layer0 in grad"),)
     if b.kind == "head" and text:
         loss = tuple(TpCall("all_reduce", a.tokens, "loss", LOSS_BYTES) for _ in range(LOSS_REDUCTIONS))
         if sp:
-            return (TpCall("all_gather", full, "head in"), *loss), (TpCall("reduce_scatter", full, "head in grad"),)
+            fwd = (TpCall("all_gather", full, "head in"), *loss)
+            return fwd, (TpCall("reduce_scatter", full, "head in grad"), *norm_grads)
         return loss, (TpCall("all_reduce", full, "head in grad"),)
     if b.kind == "head" and sp:  # a replicated classifier: its input gathered whole
         return (TpCall("all_gather", full, "head in"),), ()
@@ -108,14 +130,16 @@ class TensorParallel:
         after its compute op `op` (beside it, from what it waited for, `start`, with asyncTP);
         what the next op waits for."""
         fwd, bwd = self.calls.get(b.name, ((), ()))
-        calls = fwd if phase == "fwd" else (fwd if b.name in self.recomputed else ()) + bwd
+        # a recomputed forward stops once it has rebuilt what backward needs: before the
+        # reduction of the layer's output (torch.utils.checkpoint's early stop)
+        calls = fwd if phase == "fwd" else (fwd[:-1] if b.name in self.recomputed else ()) + bwd
         if not calls:
             return op
         lay = self.layout(rc)
         deps: list[Dep] = list(start) if self.overlap else [op]
         last = None
         for c in calls:
-            nbytes = c.elems * mb * (c.esize or self.esize)
+            nbytes = c.elems * (mb if c.per_sample else 1) * (c.esize or self.esize)
             name = f"TP {c.coll} {b.name} {c.what}{tag}"
             last = p.comm(rc, "tp", c.coll, lay, nbytes, name, deps, phase) or last
             deps = [last] if last is not None else deps
@@ -123,8 +147,16 @@ class TensorParallel:
 
 
 def tensor_parallel(
-    arch: Arch, blocks: tuple[Block, ...], meshes: list[StageMesh], sp: bool, esize: int, recomputed, overlap: bool
+    arch: Arch,
+    blocks: tuple[Block, ...],
+    meshes: list[StageMesh],
+    sp: bool,
+    esize: int,
+    grad_esize: int,
+    recomputed: frozenset[str],
+    overlap: bool,
 ) -> TensorParallel:
-    """The plan's tensor parallelism for a model of `arch` whose (per-rank) `blocks` run on `meshes`."""
-    calls = {b.name: block_calls(b, arch, sp) for b in blocks}
-    return TensorParallel(meshes, esize, calls, frozenset(recomputed), overlap)
+    """The plan's tensor parallelism for a model of `arch` whose (per-rank) `blocks` run on
+    `meshes`; `recomputed`: the layers whose backward recomputes their forward."""
+    calls = {b.name: block_calls(b, arch, sp, grad_esize) for b in blocks}
+    return TensorParallel(meshes, esize, calls, recomputed, overlap)
