@@ -260,25 +260,29 @@ def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
 
 
 def _cluster_base(
-    base: RunConfig, space: SweepSpace, topology: str | InstanceType, nodes: int | None
-) -> tuple[str, Cluster, RunConfig, str | None]:
-    """A cluster of the space: its name, the base configuration on it, and why it is skipped (or None)."""
+    base: RunConfig, space: SweepSpace, topology: str | InstanceType, nodes: int | None, arch: Arch | None
+) -> tuple[str, Cluster, RunConfig, str | None, list[tuple[int, bool]]]:
+    """A cluster of the space: its name, the base configuration on it, why it is skipped (or
+    None), and its (tp, sequence_parallel) layouts (`tp_layouts`; under a fixed global batch,
+    those whose data-parallel ranks it divides over)."""
     cluster = make_cluster(topology, nodes)
     name = f"{cluster.nodes} x {cluster.instance.name}"
     too_big = world_refusal(cluster.world)  # before a configuration is built of its sizes
     if too_big:
-        return name, cluster, base, too_big
+        return name, cluster, base, too_big, []
     cfg0 = base.replace(topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
     cfg0 = cfg0.replace(nodes=cluster.nodes)
+    layouts = tp_layouts(base, space, cluster, arch)
     if space.global_batch is not None:
-        per = cluster.world * base.grad_accum
-        if space.global_batch % per:
+        ga = base.grad_accum
+        layouts = [(t, sp) for t, sp in layouts if space.global_batch % (cluster.world // t * ga) == 0]
+        if not layouts:
             why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
-                f" x grad_accum {base.grad_accum}" if base.grad_accum > 1 else ""
+                f" x grad_accum {ga}" if ga > 1 else ""
             )
-            return name, cluster, cfg0, why
-        cfg0 = cfg0.replace(batch_per_device=space.global_batch // per)
-    return name, cluster, cfg0, _check_cluster(cfg0, cluster)
+            return name, cluster, cfg0, why, []
+        cfg0 = cfg0.replace(batch_per_device=space.global_batch // (cluster.world // layouts[0][0] * ga))
+    return name, cluster, cfg0, _check_cluster(cfg0, cluster), layouts
 
 
 def _layout_strategies(
@@ -328,13 +332,12 @@ def enumerate_configs(
         raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
     reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
-    clusters = [_cluster_base(base, space, topology, nodes) for topology, nodes in _clusters(base, space)]
-    layouts = {id(cluster): tp_layouts(base, space, cluster, w.arch) for _, cluster, _, why in clusters if not why}
+    clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]
     requested = len(variants) * sum(
         strategies_count(cluster.world // tp, n_layers, cfg0.batch_per_device, space, reshard)
-        for _, cluster, cfg0, why in clusters
+        for _, cluster, cfg0, why, layouts in clusters
         if not why
-        for tp, _ in layouts[id(cluster)]
+        for tp, _ in layouts
     )
     if requested > MAX_SWEEP_SPACE:
         raise ConfigError(
@@ -342,13 +345,13 @@ def enumerate_configs(
             f"{MAX_SWEEP_SPACE:,}; narrow it (--strategies, --degrees, --pp, --microbatches, fewer clusters or "
             "settings)"
         )
-    for name, cluster, cfg0, why in clusters:
+    for name, cluster, cfg0, why, layouts in clusters:
         if why:
             out.skipped.append(f"{name}: {why}")
             continue
         before = len(out.candidates)
         here: Counter[str] = Counter()  # this cluster's dropped configurations, by reason
-        for strat, batch in _layout_strategies(cfg0, space, cluster, layouts[id(cluster)], n_layers, reshard):
+        for strat, batch in _layout_strategies(cfg0, space, cluster, layouts, n_layers, reshard):
             for settings in variants:
                 try:
                     cfg, res = resolve(
