@@ -14,6 +14,7 @@ the roofline stays for CPUs and for models given by import path (no `Arch`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardsim.core.errors import ConfigError
 from shardsim.simulator import gpu_kernels as gk
@@ -30,6 +31,14 @@ ADAM_BYTES_PER_PARAM = 7 * 4  # fp32 Adam: read param, grad, m, v; write param, 
 # parameter tensor, one launch per elementwise op of torch's _single_tensor_adam.
 ADAM_OPS_PER_TENSOR = 10  # lerp, mul, addcmul, sqrt, div, add, addcdiv, step +1, two bias corrections
 KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
+
+
+@lru_cache(maxsize=16)
+def _whole_blocks(arch: Arch) -> dict[str, Block]:
+    """The blocks of a model of `arch` as one rank holds them whole, by name."""
+    from shardsim.simulator.workload.families import from_arch
+
+    return {b.name: b for b in from_arch("whole", arch).blocks}
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,8 @@ class ComputeModel:
         esize = DTYPE_BYTES[self.precision]
         mem = b.fwd_mem_elems * batch * esize / self.mem_bytes_per_s
         measured = self.profile.block_time(b.name, batch) if self.profile else None
+        if measured is not None and self.tp > 1:
+            measured = self._tp_share(b, batch, measured)
         if measured is not None:  # its memory-bound part from the roofline, at most the measured forward
             return BlockCost(measured[0], measured[1], min(mem, measured[0]))
         kernels = self._kernels(b, batch)
@@ -91,6 +102,16 @@ class ComputeModel:
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
         bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
         return BlockCost(fwd, bwd, mem)
+
+    def _tp_share(self, b: Block, batch: int, measured: tuple[float, float]) -> tuple[float, float]:
+        """A tensor-parallel rank's share of a block the profile measured whole: the measured
+        times scaled by the roofline's time of the rank's shard over the whole block's (a named
+        approximation: a profile measures the model's blocks, not their shards)."""
+        assert self.arch is not None  # resolve refuses tensor parallelism without an Arch
+        whole = _whole_blocks(self.arch)[b.name]
+        one = ComputeModel(self.device, self.precision)  # the roofline alone
+        mine, full = one.block(b, batch), one.block(whole, batch)
+        return measured[0] * mine.fwd_s / full.fwd_s, measured[1] * mine.bwd_s / full.bwd_s
 
     def _kernels(self, b: Block, batch: int) -> gk.BlockKernels | None:
         if self.device.kind != "gpu" or self.device.kernels is None or self.arch is None:
