@@ -233,9 +233,10 @@ def trace_step(
     from shardsim.config import resolve
     from shardsim.runtime.models import build as workloads
     from shardsim.runtime.strategies import STRATEGIES, build_layout
+    from shardsim.runtime.strategies.ddp import localize_tp
     from shardsim.runtime.strategies.fsdp import parallelize
     from shardsim.runtime.strategies.pipeline import split_stage
-    from shardsim.runtime.strategies.tensor_parallel import loss_context
+    from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
     from shardsim.simulator.workload.load import resolve_arch
     from shardsim.simulator.workload.model import stage_ranges
 
@@ -252,13 +253,16 @@ def trace_step(
             model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=res.tp)
             loss_of = model.loss
             sample = model.sample_batch
-            if kind == "pipeline":
+            spec = cfg.strategy.spec
+            if spec.is_pipeline:
                 first = stage_ranges(n_layers, res.pp)[layout.stage][0]
                 stage = split_stage(model, layout.stage, res.pp)
                 module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
                 _stage_step(module, layout.stage, res, sample, loss_of, arch, cfg.strategy.sequence_parallel)
             else:
-                module = parallelize(model, cfg, res, layout, shard=kind != "ddp")
+                module = parallelize(model, cfg, res, layout, shard=spec.fsdp)
+                if not spec.fsdp and res.tp > 1:
+                    localize_tp(module)  # as the runtime: DDP's local shards (DDP's own all-reduce unseen)
                 K = cfg.grad_accum
                 for k in range(K):
                     if hasattr(module, "set_requires_all_reduce"):
@@ -266,6 +270,8 @@ def trace_step(
                     x, y = sample(cfg.batch_per_device)
                     with loss_context(res.tp):
                         loss_of(module(x), y).backward()
+                if res.tp > 1:
+                    reduce_partial_grads(module)  # as the step does (pending sums of SP norms' gradients)
         return list(calls)
     finally:
         dist.destroy_process_group()
@@ -297,7 +303,7 @@ def _real_mesh_tensors() -> Iterator[None]:
 
 def _stage_step(module: nn.Module, stage: int, res, sample, loss_of, arch, sp: bool) -> None:
     """Forward and backward of one microbatch through a pipeline stage's module."""
-    from shardsim.runtime.strategies.tensor_parallel import loss_context
+    from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
 
     x, y = sample(res.microbatch_size)
     if stage > 0:  # the previous stage's activations, local to this TP rank (a sequence shard under SP)
@@ -309,3 +315,5 @@ def _stage_step(module: nn.Module, stage: int, res, sample, loss_of, arch, sp: b
             loss_of(out, y).backward()
         else:
             out.backward(torch.ones_like(out))
+    if res.tp > 1:
+        reduce_partial_grads(module)

@@ -12,7 +12,7 @@ from shardsim.runtime.collective_trace import trace_step
 from shardsim.simulator.workload.library import PRESETS
 
 GPT = PRESETS["tiny-gpt"]  # 4 layers, hidden 64, 32 tokens
-B = 2
+B = 3  # B x tokens differs from hidden: the loss's all-reduces tell apart from the norms'
 
 
 def traced(kind: str, world: int, tp: int, sp: bool) -> Counter:
@@ -42,6 +42,9 @@ def test_tp_with_sp_gathers_and_scatters_along_the_sequence():
     assert calls[("all_gather", act, tp, "tp")] == 2 * (2 * L + 1)
     assert calls[("reduce_scatter", act, tp, "tp")] == 2 * (2 * L + 1)
     assert calls[("all_reduce", tokens, tp, "tp")] == 3
+    # the norms' weight and bias gradients, computed from a sequence shard: one all-reduce each
+    assert calls[("all_reduce", GPT.hidden, tp, "tp")] == 2 * (2 * L + 1)
+    assert sum(calls.values()) == 6 * (2 * L + 1) + 3
 
 
 def test_tp_under_fsdp_shards_over_the_data_parallel_dimension():

@@ -133,3 +133,17 @@ def loss_context(tp: int) -> Iterator[None]:
 def local_loss(loss):
     """The loss as a plain tensor (a replicated DTensor under `loss_parallel`)."""
     return loss.to_local() if hasattr(loss, "to_local") else loss
+
+
+def reduce_partial_grads(module: nn.Module) -> None:
+    """Sum the gradients DTensor left pending over the tensor-parallel ranks (Partial: the weights
+    of sequence-parallel norms, computed from a sequence shard) into their parameter's placement:
+    one all-reduce each, at the end of the step's backward. FSDP2 does this itself in its
+    reduce-scatter, and a DDP module's gradients are local tensors: nothing is left for them."""
+    from torch.distributed.tensor import DTensor
+
+    for p in module.parameters():
+        g = p.grad
+        if isinstance(g, DTensor) and isinstance(p, DTensor) and g.placements != p.placements:
+            if any(pl.is_partial() for pl in g.placements):
+                p.grad = g.redistribute(p.device_mesh, p.placements)
