@@ -49,10 +49,30 @@ class TracedCollective:
     itemsize: int = field(default=0, compare=False)  # bytes per element (not saved in rank traces)
     group: str = field(default="", compare=False)  # the mesh dimension(s) of the group where known ("tp", ...)
     ranks: tuple[int, ...] = field(default=(), compare=False)  # the group's global ranks (not saved)
+    phase: str = field(default="", compare=False)  # "forward" | "backward" (autograd's, or labelled by `phase`)
 
     def __str__(self) -> str:
         where = self.group or f"ranks {list(self.ranks)}"
-        return f"{self.kind:<14} numel {self.numel:>10}  x{self.itemsize}B  group {self.group_size} ({where})"
+        size = f"numel {self.numel:>10}  x{self.itemsize}B"
+        return f"{self.phase:<8} {self.kind:<14} {size}  group {self.group_size} ({where})"
+
+
+_PHASE = [""]  # set by `phase` (trace_step); "" outside it
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Label the collectives issued inside ("forward", "backward"); inside autograd's backward
+    they are "backward" whatever the label."""
+    _PHASE.append(name)
+    try:
+        yield
+    finally:
+        _PHASE.pop()
+
+
+def _phase() -> str:
+    return "backward" if torch._C._current_autograd_node() is not None else _PHASE[-1]
 
 
 _FUNCTIONAL = {
@@ -92,7 +112,7 @@ def _functional_recorder(calls: list[TracedCollective], names: dict[str, str]):
                 group = next(a for a in (*args, *kwargs.values()) if isinstance(a, str) and a not in _REDUCE_OPS)
                 size, name, ranks = _group_info(group, names)
                 big = max((args[0], out), key=lambda t: t.numel())  # gather output, scatter input
-                calls.append(TracedCollective(kind, int(big.numel()), size, big.element_size(), name, ranks))
+                calls.append(TracedCollective(kind, int(big.numel()), size, big.element_size(), name, ranks, _phase()))
             return out
 
     return FunctionalCollectives()
@@ -126,7 +146,7 @@ def record_collectives(group_names: dict[str, str] | None = None) -> Iterator[li
             size, dim, ranks = _group_info(group, names)
             big = max(tensors, key=lambda t: t.numel(), default=None)
             numel, itemsize = (big.numel(), big.element_size()) if big is not None else (0, 0)
-            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize), dim, ranks))
+            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize), dim, ranks, _phase()))
             return orig(*args, **kwargs)
 
         return recorder
@@ -269,12 +289,28 @@ def trace_step(
                         module.set_requires_all_reduce(k == K - 1)
                     x, y = sample(cfg.batch_per_device)
                     with loss_context(res.tp):
-                        loss_of(module(x), y).backward()
+                        with phase("forward"):
+                            loss = loss_of(module(x), y)
+                        with phase("backward"):
+                            loss.backward()
                 if res.tp > 1:
-                    reduce_partial_grads(module)  # as the step does (pending sums of SP norms' gradients)
+                    with phase("backward"):
+                        reduce_partial_grads(module)  # as the step does (pending sums of SP norms' gradients)
         return list(calls)
     finally:
         dist.destroy_process_group()
+        _forget_meshes()
+
+
+def _forget_meshes() -> None:
+    """Clear DTensor's caches of sharding decisions and redistribution plans: they hold the device
+    meshes (and so the process-group names) of the fake world just destroyed, equal by layout to
+    those of the next trace, whose rank may differ."""
+    from torch.distributed.tensor._redistribute import clear_redistribute_planner_cache
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    clear_redistribute_planner_cache()
 
 
 @contextlib.contextmanager
@@ -310,10 +346,14 @@ def _stage_step(module: nn.Module, stage: int, res, sample, loss_of, arch, sp: b
         seq = arch.tokens // (res.tp if sp else 1)
         x = torch.randn(res.microbatch_size, seq, arch.hidden, requires_grad=True)
     with loss_context(res.tp):
-        out = module(x)
-        if stage == res.pp - 1:
-            loss_of(out, y).backward()
-        else:
-            out.backward(torch.ones_like(out))
-    if res.tp > 1:
-        reduce_partial_grads(module)
+        with phase("forward"):
+            out = module(x)
+            if stage == res.pp - 1:
+                out = loss_of(out, y)
+        with phase("backward"):
+            if stage == res.pp - 1:
+                out.backward()
+            else:
+                out.backward(torch.ones_like(out))
+            if res.tp > 1:
+                reduce_partial_grads(module)

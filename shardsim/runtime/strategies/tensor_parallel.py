@@ -27,13 +27,8 @@ from collections.abc import Iterator
 
 from torch import nn
 
-from shardsim.core.errors import ConfigError
+from shardsim.runtime.models.build import check_runtime_tp
 from shardsim.runtime.strategies.blocks import blocks_of
-
-ASYNC_TP_REFUSED = (
-    "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "
-    "pass (torch._inductor.config._micro_pipeline_tp), which the runtime's eager step does not use"
-)
 
 
 def _layer_plan(layer: nn.Module, sp: bool) -> dict:
@@ -79,8 +74,7 @@ def apply_tp(model: nn.Module, tp_mesh, *, sequence_parallel: bool = False, asyn
 
     from shardsim.runtime.models.transformer import ClsHead, LMHead, PatchEmbed, TokenEmbed
 
-    if async_tp:
-        raise ConfigError(ASYNC_TP_REFUSED, field="async_tp")
+    check_runtime_tp(None, 1, async_tp)
     sp = sequence_parallel
     seq = Shard(1) if sp else Replicate()
     embed = getattr(model, "embed", None)
