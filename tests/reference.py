@@ -62,8 +62,12 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     zero and zero2d at a lower precision, FSDP2's mixed precision), then compute (not apply)
     the gradients of step `steps` (`data_batches` as a run's --data-batches). Returns
     {"params", "grads", "losses"}: what a run with ``SHARDSIM_SAVE_PARAMS`` saves
-    (`shardsim.runtime.testing.SaveParams`), and the loss of each step."""
-    model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
+    (`shardsim.runtime.testing.SaveParams`), and the loss of each step. With tensor parallelism
+    the model's qkv rows are grouped as the run's (`tp`) and the global batch is that of the
+    world / tp data-parallel ranks (a TP group shares its samples)."""
+    tp = cfg.strategy.tp
+    world //= tp
+    model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=tp)
     opt = build_adam(model.parameters(), cfg.optimizer_impl)
     # FSDP2's mixed precision, where the run applies a MixedPrecisionPolicy (`precision_for`): a
     # low param dtype or a reduce dtype other than fp32, on zero / zero2d

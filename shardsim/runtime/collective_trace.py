@@ -49,10 +49,30 @@ class TracedCollective:
     itemsize: int = field(default=0, compare=False)  # bytes per element (not saved in rank traces)
     group: str = field(default="", compare=False)  # the mesh dimension(s) of the group where known ("tp", ...)
     ranks: tuple[int, ...] = field(default=(), compare=False)  # the group's global ranks (not saved)
+    phase: str = field(default="", compare=False)  # "forward" | "backward" (autograd's, or labelled by `phase`)
 
     def __str__(self) -> str:
         where = self.group or f"ranks {list(self.ranks)}"
-        return f"{self.kind:<14} numel {self.numel:>10}  x{self.itemsize}B  group {self.group_size} ({where})"
+        size = f"numel {self.numel:>10}  x{self.itemsize}B"
+        return f"{self.phase:<8} {self.kind:<14} {size}  group {self.group_size} ({where})"
+
+
+_PHASE = [""]  # set by `phase` (trace_step); "" outside it
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Label the collectives issued inside ("forward", "backward"); inside autograd's backward
+    they are "backward" whatever the label."""
+    _PHASE.append(name)
+    try:
+        yield
+    finally:
+        _PHASE.pop()
+
+
+def _phase() -> str:
+    return "backward" if torch._C._current_autograd_node() is not None else _PHASE[-1]
 
 
 _FUNCTIONAL = {
@@ -92,7 +112,7 @@ def _functional_recorder(calls: list[TracedCollective], names: dict[str, str]):
                 group = next(a for a in (*args, *kwargs.values()) if isinstance(a, str) and a not in _REDUCE_OPS)
                 size, name, ranks = _group_info(group, names)
                 big = max((args[0], out), key=lambda t: t.numel())  # gather output, scatter input
-                calls.append(TracedCollective(kind, int(big.numel()), size, big.element_size(), name, ranks))
+                calls.append(TracedCollective(kind, int(big.numel()), size, big.element_size(), name, ranks, _phase()))
             return out
 
     return FunctionalCollectives()
@@ -126,7 +146,7 @@ def record_collectives(group_names: dict[str, str] | None = None) -> Iterator[li
             size, dim, ranks = _group_info(group, names)
             big = max(tensors, key=lambda t: t.numel(), default=None)
             numel, itemsize = (big.numel(), big.element_size()) if big is not None else (0, 0)
-            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize), dim, ranks))
+            calls.append(TracedCollective(_KINDS[name], int(numel), int(size), int(itemsize), dim, ranks, _phase()))
             return orig(*args, **kwargs)
 
         return recorder
@@ -233,9 +253,10 @@ def trace_step(
     from shardsim.config import resolve
     from shardsim.runtime.models import build as workloads
     from shardsim.runtime.strategies import STRATEGIES, build_layout
+    from shardsim.runtime.strategies.ddp import localize_tp
     from shardsim.runtime.strategies.fsdp import parallelize
     from shardsim.runtime.strategies.pipeline import split_stage
-    from shardsim.runtime.strategies.tensor_parallel import loss_context
+    from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
     from shardsim.simulator.workload.load import resolve_arch
     from shardsim.simulator.workload.model import stage_ranges
 
@@ -252,23 +273,44 @@ def trace_step(
             model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=res.tp)
             loss_of = model.loss
             sample = model.sample_batch
-            if kind == "pipeline":
+            spec = cfg.strategy.spec
+            if spec.is_pipeline:
                 first = stage_ranges(n_layers, res.pp)[layout.stage][0]
                 stage = split_stage(model, layout.stage, res.pp)
                 module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
                 _stage_step(module, layout.stage, res, sample, loss_of, arch, cfg.strategy.sequence_parallel)
             else:
-                module = parallelize(model, cfg, res, layout, shard=kind != "ddp")
+                module = parallelize(model, cfg, res, layout, shard=spec.fsdp)
+                if not spec.fsdp and res.tp > 1:
+                    localize_tp(module)  # as the runtime: DDP's local shards (DDP's own all-reduce unseen)
                 K = cfg.grad_accum
                 for k in range(K):
                     if hasattr(module, "set_requires_all_reduce"):
                         module.set_requires_all_reduce(k == K - 1)
                     x, y = sample(cfg.batch_per_device)
                     with loss_context(res.tp):
-                        loss_of(module(x), y).backward()
+                        with phase("forward"):
+                            loss = loss_of(module(x), y)
+                        with phase("backward"):
+                            loss.backward()
+                if res.tp > 1:
+                    with phase("backward"):
+                        reduce_partial_grads(module)  # as the step does (pending sums of SP norms' gradients)
         return list(calls)
     finally:
         dist.destroy_process_group()
+        _forget_meshes()
+
+
+def _forget_meshes() -> None:
+    """Clear DTensor's caches of sharding decisions and redistribution plans: they hold the device
+    meshes (and so the process-group names) of the fake world just destroyed, equal by layout to
+    those of the next trace, whose rank may differ."""
+    from torch.distributed.tensor._redistribute import clear_redistribute_planner_cache
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    clear_redistribute_planner_cache()
 
 
 @contextlib.contextmanager
@@ -297,15 +339,21 @@ def _real_mesh_tensors() -> Iterator[None]:
 
 def _stage_step(module: nn.Module, stage: int, res, sample, loss_of, arch, sp: bool) -> None:
     """Forward and backward of one microbatch through a pipeline stage's module."""
-    from shardsim.runtime.strategies.tensor_parallel import loss_context
+    from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
 
     x, y = sample(res.microbatch_size)
     if stage > 0:  # the previous stage's activations, local to this TP rank (a sequence shard under SP)
         seq = arch.tokens // (res.tp if sp else 1)
         x = torch.randn(res.microbatch_size, seq, arch.hidden, requires_grad=True)
     with loss_context(res.tp):
-        out = module(x)
-        if stage == res.pp - 1:
-            loss_of(out, y).backward()
-        else:
-            out.backward(torch.ones_like(out))
+        with phase("forward"):
+            out = module(x)
+            if stage == res.pp - 1:
+                out = loss_of(out, y)
+        with phase("backward"):
+            if stage == res.pp - 1:
+                out.backward()
+            else:
+                out.backward(torch.ones_like(out))
+            if res.tp > 1:
+                reduce_partial_grads(module)

@@ -12,5 +12,13 @@ ADAM_IMPLS = {"foreach": {"foreach": True}, "fused": {"fused": True}, "per-param
 
 
 def build_adam(params: Iterable[torch.nn.Parameter], impl: str) -> torch.optim.Adam:
-    """Adam over `params` in implementation `impl` (a key of ADAM_IMPLS)."""
+    """Adam over `params` in implementation `impl` (a key of ADAM_IMPLS). Under tensor
+    parallelism without FSDP2 some parameters are DTensors and some plain (norms without
+    sequence parallelism): a foreach or fused kernel takes one kind per call, so each kind is
+    its own parameter group (same hyperparameters, same math)."""
+    params = list(params)
+    dtensor = [p for p in params if hasattr(p, "placements")]
+    if dtensor and len(dtensor) < len(params):
+        plain = [p for p in params if not hasattr(p, "placements")]
+        return torch.optim.Adam([{"params": dtensor}, {"params": plain}], lr=LR, **ADAM_IMPLS[impl])
     return torch.optim.Adam(params, lr=LR, **ADAM_IMPLS[impl])

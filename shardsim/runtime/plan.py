@@ -48,8 +48,9 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
 
     `emulate` (default: whenever the topology is an emulated one and the run is on CPU) runs
     the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
-    from shardsim.runtime.models.build import n_blocks
+    from shardsim.runtime.models.build import check_runtime_tp, n_blocks
     from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.workload.load import resolve_arch
 
     cluster = make_cluster(cfg.topology, cfg.nodes)
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
@@ -96,7 +97,12 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
             check_privileges()
         except ConfigError as exc:
             raise ConfigError(f"{exc} (or pass --no-emulate to run every rank over loopback)") from None
-    resolved, res = resolve(cfg, n, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline))
+    arch = resolve_arch(cfg.workload, cfg.shape)[1]
+    blocks = n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline)
+    tied = bool(arch and arch.tied_embeddings)
+    per_node = cluster.devices_per_node if emulate else n  # without emulation every rank runs on this machine
+    resolved, res = resolve(cfg, n, blocks, tied_embeddings=tied, arch=arch, devices_per_node=per_node)
+    check_runtime_tp(arch, res.tp, resolved.strategy.async_tp)
     return RunPlan(cfg, resolved, res, n, on_gpu, emulate)
 
 

@@ -17,6 +17,7 @@ collectives.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -90,16 +91,22 @@ def _full_state(module, keep: bool):
     """A function returning {name: full tensor} of parameters and gradients; every rank
     calls it (gathers of sharded tensors), ranks with `keep` get the dict."""
 
-    def full(t):
+    def full(t, spec=None):
+        if spec is not None:  # a DTensor's local shard under DDP (tensor parallel + ddp: LocalShards)
+            from torch.distributed.tensor import DTensor
+
+            mesh, placements, shape, stride = spec
+            t = DTensor.from_local(t.detach(), mesh, placements, run_check=False, shape=shape, stride=stride)
         t = t.full_tensor() if hasattr(t, "full_tensor") else t
         return t.detach().float().cpu()
 
     def state():
         params, grads = {}, {}
         for name, p in module.named_parameters():
-            params[_canonical(name)] = full(p)
+            spec = getattr(p, "_tp_spec", None)
+            params[_canonical(name)] = full(p, spec)
             if p.grad is not None:
-                grads[_canonical(name)] = full(p.grad)
+                grads[_canonical(name)] = full(p.grad, spec)
         return {"params": params, "grads": grads} if keep else None
 
     return state
@@ -112,8 +119,11 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     from shardsim.runtime.optimizer import build_adam
     from shardsim.runtime.strategies import apply_strategy
 
-    model = workloads.build(cfg.workload, cfg.seed, cfg.shape)
-    cfg, res = resolve(cfg, world, len(model.blocks))
+    model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=cfg.strategy.tp)
+    arch = getattr(model, "arch", None)
+    tied = bool(getattr(arch, "tied_embeddings", False))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 0)) or None  # torchrun's ranks on this node
+    cfg, res = resolve(cfg, world, len(model.blocks), tied_embeddings=tied, arch=arch, devices_per_node=local)
     if cfg.strategy.spec.is_pipeline:
         workloads.check_model(model, spec_name(cfg.workload), pipeline=True)
     applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)

@@ -16,9 +16,28 @@ from typing import Any
 
 from shardsim.config.resolve import TIED_PIPELINE
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Shape
+from shardsim.simulator.workload.arch import Arch, Shape
 from shardsim.simulator.workload.importpath import first_line, resolve_import_path
 from shardsim.simulator.workload.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
+
+ASYNC_TP_REFUSED = (
+    "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "
+    "pass (torch._inductor.config._micro_pipeline_tp), which the runtime's eager step does not use"
+)
+
+
+def check_runtime_tp(arch: Arch | None, tp: int, async_tp: bool = False) -> None:
+    """What the runtime refuses of a tensor-parallel configuration `resolve` accepts (ConfigError,
+    one line): asyncTP, and fewer key/value heads than tp (GQA replicating a key/value head over
+    several TP ranks is modelled by the simulator only)."""
+    if async_tp:
+        raise ConfigError(ASYNC_TP_REFUSED, field="async_tp")
+    if arch is not None and tp > 1 and arch.kv % tp:
+        raise ConfigError(
+            f"tp {tp} exceeds the model's {arch.kv} key/value heads: the runtime does not replicate "
+            "key/value heads over tensor-parallel ranks (the simulator models it)",
+            field="tp",
+        )
 
 
 def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE, tp: int = 1) -> Callable[[], Any]:

@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.arch import Arch
 
 
@@ -230,12 +229,9 @@ def build_model(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
     `qkv_groups`: the tensor-parallel degree the fused qkv rows are grouped for (1: [q, k, v]);
     it must divide the key/value heads (ConfigError naming `tp`: GQA replicating a key/value
     head over several ranks is modelled by the simulator only)."""
-    if qkv_groups > 1 and a.kv % qkv_groups:
-        raise ConfigError(
-            f"tp {qkv_groups} exceeds the model's {a.kv} key/value heads: the runtime does not replicate "
-            "key/value heads over tensor-parallel ranks (the simulator models it)",
-            field="tp",
-        )
+    from shardsim.runtime.models.build import check_runtime_tp
+
+    check_runtime_tp(a, qkv_groups)
     if a.family == "mlp":
         blocks = [MLPBlock(a.hidden, a.ffn_size) for _ in range(a.layers)]
         return ShardsimModel(a, None, blocks, _MLPHead(a.hidden, a.classes))

@@ -38,6 +38,11 @@ class Layout:
     replica: int  # index of this rank's data-parallel slice (its chunk of the global batch)
     tp_mesh: object | None = None  # the 1-D "tp" submesh (tensor parallelism), else None
 
+    @property
+    def tp_rank(self) -> int:
+        """This rank's index in its tensor-parallel group (0 without TP)."""
+        return self.tp_mesh.get_local_rank() if self.tp_mesh is not None else 0  # type: ignore[attr-defined]
+
 
 def _gloo_options(timeout: timedelta):
     opts = dist.ProcessGroupGloo._Options()

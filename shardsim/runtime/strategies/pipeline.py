@@ -1,6 +1,8 @@
 """Pipeline parallelism with `torch.distributed.pipelining`: each rank runs one stage (a run of
 consecutive blocks, split as the simulator splits them) in a manual `PipelineStage`, driven by
-`ScheduleGPipe` or `Schedule1F1B`; a stage's replicas are plain, under DDP, or sharded by FSDP2."""
+`ScheduleGPipe` or `Schedule1F1B`; a stage's replicas are plain, under DDP, or sharded by FSDP2.
+With tensor parallelism each stage's module is TP'd first (`fsdp.parallelize`); the stages send
+each other their local activations (a sequence shard under sequence parallelism)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from torch import nn
 
 from shardsim.runtime.strategies.blocks import blocks_of
 from shardsim.runtime.strategies.checkpointing import apply_checkpointing
-from shardsim.runtime.strategies.ddp import apply_ddp
-from shardsim.runtime.strategies.fsdp import apply_fsdp
+from shardsim.runtime.strategies.ddp import apply_ddp, localize_tp
+from shardsim.runtime.strategies.fsdp import apply_fsdp, parallelize
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
+from shardsim.runtime.strategies.tensor_parallel import local_loss, loss_context, reduce_partial_grads
 from shardsim.simulator.workload.model import stage_ranges
 
 
@@ -131,8 +134,20 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     first, last = layout.stage == 0, layout.stage == pp - 1
     n_blocks = len(blocks_of(model))
 
+    shards: list = [None]  # LocalShards of a TP stage under DDP
+
     def wrap(stage_module: StageModule) -> nn.Module:
         first = stage_ranges(n_blocks, pp)[layout.stage][0]
+        if res.tp > 1:  # TP, checkpointing, then FSDP2 or DDP over the stage's data-parallel ranks
+            mp = ctx.precision.mp_policy
+            stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
+            if res.shard > 1:
+                return stage_module
+            stage_module = stage_module.to(device)
+            if res.dp > 1:
+                stage_module, shards[0] = localize_tp(stage_module)
+                return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
+            return stage_module
         apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)
         if res.shard > 1:
             return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
@@ -167,7 +182,7 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
         for k, (x, y) in enumerate(micro_batches):
             stage.replica_sync = k == K - 1
             mb: list = []  # the schedule clears the list it is given
-            with amp():
+            with amp(), loss_context(res.tp):
                 if first and last:
                     schedule.step(x, target=y, losses=mb)
                 elif first:
@@ -176,11 +191,22 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
                     schedule.step(target=y, losses=mb)
                 else:
                     schedule.step()
-            losses += mb
+            losses += [local_loss(t) for t in mb]
+        if res.tp > 1:
+            reduce_partial_grads(module)
         if not losses:
             return torch.zeros((), device=device)
         return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
 
     weight = 1.0 / R if last else 0.0
-    keeps = layout.replica == 0
+    if shards[0] is not None:
+        step = forward_backward
+
+        def forward_backward(micro_batches: list[Batch]) -> torch.Tensor:
+            try:
+                return step(micro_batches)
+            finally:
+                shards[0].restore()
+
+    keeps = layout.replica == 0 and layout.tp_rank == 0  # one rank per stage saves the full state
     return AppliedStrategy(module, forward_backward, make_batches, weight, keeps, scaler, {"stage": layout.stage})

@@ -59,8 +59,14 @@ class AppliedStrategy:
 def data_parallel_step(module: nn.Module, ctx: StepContext, replica_sync: ReplicaSync) -> AppliedStrategy:
     """Every rank runs the whole model on its own chunk of the global batch, accumulating
     `grad_accum` micro-steps; `replica_sync(module, k == K - 1)` wraps each micro-step, so
-    gradients are synchronized across replicas only at the accumulation boundary."""
+    gradients are synchronized across replicas only at the accumulation boundary. With tensor
+    parallelism the ranks of a group run the same samples: the loss is vocabulary-parallel
+    (`loss_parallel`) and each rank's loss, repeated over its group, weighs 1 / world all the same
+    (the sum over ranks is the mean over data-parallel ranks)."""
+    from shardsim.runtime.strategies.tensor_parallel import local_loss, loss_context, reduce_partial_grads
+
     K = ctx.cfg.grad_accum
+    tp = ctx.res.tp
     inv_k = 1.0 / K
     amp, scaler, loss_fn = ctx.precision.autocast, ctx.precision.scaler, ctx.loss_fn
 
@@ -71,14 +77,17 @@ def data_parallel_step(module: nn.Module, ctx: StepContext, replica_sync: Replic
         total = None
         for k, (x, y) in enumerate(micro_batches):
             sync = replica_sync(module, k == K - 1) if K > 1 else contextlib.nullcontext()
-            with sync:
+            with sync, loss_context(tp):
                 with amp():
                     loss = loss_fn(module(x), y)
                 if K > 1:
                     loss = loss * inv_k
                 (scaler.scale(loss) if scaler else loss).backward()
-            total = loss.detach() if total is None else total + loss.detach()
+            loss = local_loss(loss.detach())
+            total = loss if total is None else total + loss
+        if tp > 1:
+            reduce_partial_grads(module)
         return total
 
-    keeps = ctx.layout.replica == 0
+    keeps = ctx.layout.replica == 0 and ctx.layout.tp_rank == 0  # one rank saves the full state
     return AppliedStrategy(module, forward_backward, make_batches, 1.0 / ctx.res.world, keeps, scaler)

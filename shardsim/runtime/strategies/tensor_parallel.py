@@ -27,13 +27,8 @@ from collections.abc import Iterator
 
 from torch import nn
 
-from shardsim.core.errors import ConfigError
+from shardsim.runtime.models.build import check_runtime_tp
 from shardsim.runtime.strategies.blocks import blocks_of
-
-ASYNC_TP_REFUSED = (
-    "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "
-    "pass (torch._inductor.config._micro_pipeline_tp), which the runtime's eager step does not use"
-)
 
 
 def _layer_plan(layer: nn.Module, sp: bool) -> dict:
@@ -79,8 +74,7 @@ def apply_tp(model: nn.Module, tp_mesh, *, sequence_parallel: bool = False, asyn
 
     from shardsim.runtime.models.transformer import ClsHead, LMHead, PatchEmbed, TokenEmbed
 
-    if async_tp:
-        raise ConfigError(ASYNC_TP_REFUSED, field="async_tp")
+    check_runtime_tp(None, 1, async_tp)
     sp = sequence_parallel
     seq = Shard(1) if sp else Replicate()
     embed = getattr(model, "embed", None)
@@ -133,3 +127,17 @@ def loss_context(tp: int) -> Iterator[None]:
 def local_loss(loss):
     """The loss as a plain tensor (a replicated DTensor under `loss_parallel`)."""
     return loss.to_local() if hasattr(loss, "to_local") else loss
+
+
+def reduce_partial_grads(module: nn.Module) -> None:
+    """Sum the gradients DTensor left pending over the tensor-parallel ranks (Partial: the weights
+    of sequence-parallel norms, computed from a sequence shard) into their parameter's placement:
+    one all-reduce each, at the end of the step's backward. FSDP2 does this itself in its
+    reduce-scatter, and a DDP module's gradients are local tensors: nothing is left for them."""
+    from torch.distributed.tensor import DTensor
+
+    for p in module.parameters():
+        g = p.grad
+        if isinstance(g, DTensor) and isinstance(p, DTensor) and g.placements != p.placements:
+            if any(pl.is_partial() for pl in g.placements):
+                p.grad = g.redistribute(p.device_mesh, p.placements)

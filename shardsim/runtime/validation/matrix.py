@@ -20,7 +20,7 @@ from shardsim.simulator.strategies import STRATEGIES as KINDS
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
 _RUN_KEYS = ("steps", "warmup", "timeout", "max_steal", "retries")
-_STRATEGY_KEYS = ("strategy", "degree", "pp", "microbatches", "schedule")
+_STRATEGY_KEYS = ("strategy", "degree", "pp", "microbatches", "schedule", "tp", "sequence_parallel", "mesh_order")
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,20 @@ class Matrix:
         out = set()
         for cfg in self.configs:
             cluster = make_cluster(cfg.topology, cfg.nodes)
-            out.add(_resolve(cfg, cluster.world)[1].microbatch_size)
+            out.add(_resolve(cfg, cluster.world, cluster.devices_per_node)[1].microbatch_size)
         return sorted(out)
 
 
-def _resolve(cfg: RunConfig, world: int):
+def _resolve(cfg: RunConfig, world: int, devices_per_node: int | None = None):
+    """`resolve` against the model (its arch: tensor parallelism is checked against it) and, where
+    given, the cluster's devices per node."""
     from shardsim.runtime.models.build import n_blocks
+    from shardsim.simulator.workload.load import resolve_arch
 
-    return resolve(cfg, world, n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline))
+    arch = resolve_arch(cfg.workload, cfg.shape)[1]
+    blocks = n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline)
+    tied = bool(arch and arch.tied_embeddings)
+    return resolve(cfg, world, blocks, tied_embeddings=tied, arch=arch, devices_per_node=devices_per_node)
 
 
 def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]]:
@@ -114,7 +120,7 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
                     cfg = build_config(
                         {**base, **fields, "topology": str(top), "nodes": cluster.nodes}, f"{where} {at}"
                     )
-                    cfg = _resolve(cfg, cluster.world)[0]
+                    cfg = _resolve(cfg, cluster.world, cluster.devices_per_node)[0]
                 except ConfigError as exc:
                     if exc.where is not None:
                         raise

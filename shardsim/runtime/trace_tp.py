@@ -2,7 +2,7 @@
 group, FakeTensorMode; `runtime.collective_trace.trace_step`): tiny-gpt and a tiny llama-like GQA
 model, tp 2 and 4, with and without sequence parallelism, alone and under ZeRO over 4 / 8 ranks.
 
-    .venv/bin/python experiments/trace_tp.py [--brief]
+    .venv/bin/python -m shardsim.runtime.trace_tp [--brief]
 """
 
 from __future__ import annotations
