@@ -6,7 +6,9 @@ parallelism), pipelines of every stage count (1F1B, default microbatch counts), 
 replicated (DDP), sharded over all (ZeRO-3) or over groups (ZeRO-2D / HSDP), and every split of
 the 256 sequences into micro-batches and gradient accumulation steps (grad_accum 1 ... 64: the
 micro-batch per data-parallel rank follows). bf16, full activation checkpointing, fused Adam.
-Configurations that do not fit in memory are pruned before simulation.
+Configurations that do not fit in memory are pruned before simulation. The tensor-parallel
+layouts once more with asyncTP (their collectives beside the GEMMs: the simulator's optimistic
+bound of that overlap).
 
     python experiments/sweeps/llama70b-layouts/study.py [--nodes 4,8,16] [--topologies p5.48xlarge]
 
@@ -25,7 +27,7 @@ HERE = Path(__file__).parent
 GLOBAL_BATCH = 256  # sequences of 8192 tokens: 2M tokens a step
 SEQ = 8192
 ACCUM = (1, 2, 4, 8, 16, 32, 64)
-KEEP = ["topology", "nodes", "world", "label", "layout", "strategy_kind", "strategy_tp", "strategy_pp",
+KEEP = ["topology", "nodes", "world", "label", "layout", "strategy_kind", "strategy_tp", "async_tp", "strategy_pp",
         "strategy_degree", "strategy_microbatches", "batch_per_device", "grad_accum", "step_time_s", "samples_per_s",
         "tokens_per_s_per_gpu", "mfu", "exposed_comm_s", "bubble_s", "memory_required_gib", "device_memory_gib",
         "cost_per_million_samples_usd"]  # fmt: skip
@@ -42,14 +44,23 @@ def cluster_rows(topology: str, nodes: int, workers: int):
     base = RunConfig(workload="llama-3.1-70b", topology=topology, nodes=nodes, precision="bf16",
                      shape={"seq_len": SEQ}, checkpointing="full", optimizer_impl="fused")  # fmt: skip
     tables, seen = [], 0
-    for ga in ACCUM:
-        try:
-            r = shardsim.sweep(base.replace(grad_accum=ga), global_batch=GLOBAL_BATCH, schedules=["1f1b"],
-                               tp_degrees=[1, 2, 4, 8], workers=workers)  # fmt: skip
-        except ConfigError:  # the global batch does not divide over this many ranks and steps
-            continue
-        seen += len(r.table)
-        tables.append(r.table[r.table["fits"]].assign(grad_accum=ga))
+    variants = (
+        (base, [1, 2, 4, 8], False),
+        (
+            base.replace(strategy={"kind": "zero", "tp": 2, "sequence_parallel": True, "async_tp": True}),
+            [2, 4, 8],
+            True,
+        ),
+    )
+    for cfg, tps, overlap in variants:
+        for ga in ACCUM:
+            try:
+                r = shardsim.sweep(cfg.replace(grad_accum=ga), global_batch=GLOBAL_BATCH, schedules=["1f1b"],
+                                   tp_degrees=tps, workers=workers)  # fmt: skip
+            except ConfigError:  # the global batch does not divide over this many ranks and steps
+                continue
+            seen += len(r.table)
+            tables.append(r.table[r.table["fits"]].assign(grad_accum=ga, async_tp=overlap))
     df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if len(df):
         df["tokens_per_s_per_gpu"] = df["samples_per_s"] * SEQ / df["world"]
@@ -64,18 +75,23 @@ def plot(best_tp, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tops = list(dict.fromkeys(best_tp["topology"]))
+    colors = {1: "#4C72B0", 2: "#DD8452", 4: "#55A868", 8: "#C44E52"}
     fig, axes = plt.subplots(1, len(tops), figsize=(6 * len(tops), 4.2), sharey=False, squeeze=False)
     for ax, top in zip(axes[0], tops, strict=True):
         g = best_tp[best_tp["topology"] == top]
-        for tp, h in g.groupby("strategy_tp"):
+        for (tp, overlap), h in g.groupby(["strategy_tp", "async_tp"]):
             h = h.sort_values("nodes")
-            ax.plot(h["nodes"], h["tokens_per_s_per_gpu"], marker="o", label=f"tp {tp} (best pp × dp for it)")
+            style = (
+                dict(linestyle="--", marker="x", color=colors[tp]) if overlap else dict(marker="o", color=colors[tp])
+            )
+            name = f"tp {tp}" + (" asyncTP (bound)" if overlap else "")
+            ax.plot(h["nodes"], h["tokens_per_s_per_gpu"], label=name, **style)
         ax.set_xscale("log", base=2)
         nodes = sorted(set(g["nodes"]))
         ax.set_xticks(nodes, [str(n) for n in nodes])
         ax.set_xlabel("nodes")
         ax.set_ylabel("tokens/s per GPU")
-        ax.set_title(f"Llama 3.1 70B, seq 8192, 2M-token batch: {top}")
+        ax.set_title(f"Llama 3.1 70B, seq 8192, 2M-token batch: {top}\n(each line: the best pp × dp for that tp)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -108,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out / "rows.csv", index=False, float_format="%.6g")
     best = df.groupby(["topology", "nodes"], sort=False).head(1).assign(best="overall")
-    best_tp = df.groupby(["topology", "nodes", "strategy_tp"], sort=False).head(1)
+    best_tp = df.groupby(["topology", "nodes", "strategy_tp", "async_tp"], sort=False).head(1)
     pd.concat([best, best_tp.assign(best="of its tp")]).to_csv(a.out / "best.csv", index=False, float_format="%.6g")
     plot(best_tp, a.out / "layouts.png")
     print(f"{total} configurations in {time.time() - t0:.0f} s; wrote rows.csv, best.csv, layouts.png to {a.out}")
