@@ -48,6 +48,11 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         ),
         ("collectives", json.dumps(pred.collectives)),
     ]
+    k = pred.strategy
+    if k.tp > 1 or k.pp > 1:  # a data-parallel layout: the label says it all
+        dp = pred.world // (k.tp * k.pp)
+        text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
+        lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
     if ns.trace:
         lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
     print(f"{pred.workload} on {pred.cluster}, {pred.label}, global batch {pred.global_batch}")
