@@ -29,13 +29,21 @@ CSV_COLUMNS = tuple(
 )
 
 
+def _per_sample(r: Row, col: str) -> float:
+    """Seconds of `col` per data-parallel rank's samples: the ranks of a tensor-parallel group
+    share theirs, so a layout with tp > 1 trains world / tp ranks' batches a step (the matrix's
+    batch per device is the same for every row)."""
+    return getattr(r, col) * r.strategy.tp / r.world
+
+
 def _best(rows: list[Row], col: str) -> Row:
-    return min(rows, key=lambda r: (getattr(r, col), r.label))
+    """The fastest row by `col` (predicted_s or measured_s), per sample."""
+    return min(rows, key=lambda r: (_per_sample(r, col), r.label))
 
 
 def summarize(rows: list[Row]) -> dict[str, Any]:
     """MAPE, largest error, and per topology whether the predicted best (configuration, and
-    data-parallel degree) is the measured best."""
+    data-parallel degree), by time per sample, is the measured best."""
     ok = [r for r in rows if r.status == "ok" and not math.isnan(r.error_pct)]
     errs = [abs(r.error_pct) for r in ok]
     per_top = {}
@@ -47,7 +55,7 @@ def summarize(rows: list[Row]) -> dict[str, Any]:
             "measured_best": mb.label,
             "best_agrees": pb.label == mb.label,
             # how much slower, measured, the predicted-best configuration is than the measured best
-            "regret_pct": 100 * (pb.measured_s - mb.measured_s) / mb.measured_s,
+            "regret_pct": 100 * (_per_sample(pb, "measured_s") / _per_sample(mb, "measured_s") - 1),
         }
         dp = [r for r in mine if r.strategy.kind in DATA_PARALLEL]
         if dp:
