@@ -9,7 +9,8 @@ Studies (experiments/README.md says what they show):
 - mics-gpt-10b, mics-gpt-100b: ZeRO vs ZeRO-2D (MiCS, as SageMaker's library runs it: `library: smp`,
   the hierarchical all-gather across nodes) on p4d.24xlarge (bf16) and p3dn.24xlarge
   (fp16: V100 has no bf16) from 4 to 64 nodes, weak scaling at a fixed batch per device; degree
-  8 (one node), 16 and up to 128 (where gpt-100b's states fit).
+  8 (one node), 16 and up to 128 (where gpt-100b's states fit); no tensor parallelism (the
+  question is ZeRO's partition group).
 - pipeline-gpt2-xl: pipeline vs sharding for GPT-2 XL's shape with an untied head
   (experiments/models/gpt2-xl-untied.yaml, 1.6 B params: does not fit one T4 with Adam; a
   pipeline of the tied model is refused) on 4 x g4dn.12xlarge, fp16: every configuration.
@@ -54,39 +55,39 @@ STUDIES: dict[str, tuple[str, list[Part]]] = {
     "seed": ("shardsim sweep", [Part(RunConfig(), SweepSpace())]),
     "mics-gpt-10b": (
         "shardsim sweep --workload gpt-10b --batch-per-device 2 --strategies zero,zero2d --degrees 8,16,32,64,128 "
-        "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16 --library smp "
+        "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16 --library smp --tp 1 "
         "(and p3dn.24xlarge with --precision fp16)",
         [
             Part(
                 RunConfig(
                     workload="gpt-10b", topology="p4d.24xlarge", batch_per_device=2, precision="bf16", library="smp"
                 ),
-                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES, tp_degrees=(1,)),
             ),
             Part(
                 RunConfig(
                     workload="gpt-10b", topology="p3dn.24xlarge", batch_per_device=2, precision="fp16", library="smp"
                 ),
-                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES, tp_degrees=(1,)),
             ),
         ],
     ),
     "mics-gpt-100b": (
         "shardsim sweep --workload gpt-100b --batch-per-device 1 --strategies zero,zero2d --degrees 8,16,32,64,128 "
-        "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16 --library smp "
+        "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16 --library smp --tp 1 "
         "(and p3dn.24xlarge with --precision fp16)",
         [
             Part(
                 RunConfig(
                     workload="gpt-100b", topology="p4d.24xlarge", batch_per_device=1, precision="bf16", library="smp"
                 ),
-                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES, tp_degrees=(1,)),
             ),
             Part(
                 RunConfig(
                     workload="gpt-100b", topology="p3dn.24xlarge", batch_per_device=1, precision="fp16", library="smp"
                 ),
-                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES),
+                SweepSpace(strategies=("zero", "zero2d"), degrees=MICS_DEGREES, nodes=MICS_NODES, tp_degrees=(1,)),
             ),
         ],
     ),
