@@ -278,6 +278,8 @@ def trace_step(
                 first = stage_ranges(n_layers, res.pp)[layout.stage][0]
                 stage = split_stage(model, layout.stage, res.pp)
                 module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
+                if res.shard == 1 and res.tp > 1:
+                    localize_tp(module)  # as the runtime: local shards (DDP's own all-reduce unseen)
                 _stage_step(module, layout.stage, res, sample, loss_of, arch, cfg.strategy.sequence_parallel)
             else:
                 module = parallelize(model, cfg, res, layout, shard=spec.fsdp)

@@ -90,11 +90,23 @@ def test_tensor_parallel_equals_single_process_reference(tmp_path, case):
     assert rec["global_batch"] == 4 * (world // 2) * rec["config"]["grad_accum"]  # a TP group shares its samples
 
 
+SLOW = {  # 8 ranks
+    # tp 2 x HSDP (2 replicas x shard 2): mesh (replicate, shard, tp) = (2, 2, 2)
+    "gqa-tp2-x-zero2d-d2-accum2": ["--workload", GQA, "--strategy", "zero2d", "--degree", "2", "--tp", "2",
+                                   "--grad-accum", "2"],
+    # pp 2 x dp 2 x tp 2: each stage's TP shards under DDP
+    "gpt-tp2-x-pp2-x-ddp2-sp-accum2": ["--workload", "tiny-gpt", "--strategy", "pipeline", "--pp", "2",
+                                       "--microbatches", "2", "--tp", "2", "--sequence-parallel", "--grad-accum", "2"],
+    # pp 2 x zero 2 x tp 2: each stage's TP shards under FSDP2
+    "gpt-tp2-x-pp2-x-zero2": ["--workload", "tiny-gpt", "--strategy", "pipeline", "--pp", "2", "--degree", "2",
+                              "--microbatches", "2", "--tp", "2"],
+}  # fmt: skip
+
+
 @pytest.mark.slow
-def test_tp_x_zero2d_equals_reference(tmp_path):
-    """tp 2 x HSDP (2 replicas x shard 2): mesh (replicate, shard, tp) = (2, 2, 2), 8 ranks."""
-    args = ["--workload", GQA, "--strategy", "zero2d", "--degree", "2", "--tp", "2", "--grad-accum", "2"]
-    check_equals_reference(tmp_path, 8, args)
+@pytest.mark.parametrize("case", list(SLOW))
+def test_3d_layouts_equal_reference(tmp_path, case):
+    check_equals_reference(tmp_path, 8, SLOW[case])
 
 
 ARCHS = {

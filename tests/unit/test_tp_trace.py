@@ -9,6 +9,7 @@ import pytest
 
 from shardsim.config import RunConfig, Strategy
 from shardsim.runtime.collective_trace import trace_step
+from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.library import PRESETS
 
 GPT = PRESETS["tiny-gpt"]  # 4 layers, hidden 64, 32 tokens
@@ -90,3 +91,13 @@ def test_a_pipeline_stage_runs_its_blocks_tensor_parallel():
     assert last[("all_reduce", act, "tp")] == 2 * L + (2 * L + 1)  # layers forward; head + layers backward
     assert (first[("all_reduce", tokens, "tp")], last[("all_reduce", tokens, "tp")]) == (0, 3)
     assert first.keys() - {("all_reduce", act, "tp")} and all(g == "shard" for _, _, g in first if g != "tp")
+
+
+def test_swiglu_gradients_leave_the_mlp_in_one_all_reduce():
+    """gate and up both read the MLP's input: their input gradients add up before one all-reduce."""
+    llama = Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, seq_len=32, vocab=256)
+    cfg = RunConfig(workload=llama, strategy=Strategy("ddp", tp=2), batch_per_device=B, checkpointing=False)
+    calls = trace_step(cfg, 2)
+    act = B * llama.tokens * llama.hidden
+    phases = Counter(c.phase for c in calls if (c.kind, c.numel) == ("all_reduce", act))
+    assert phases == {"forward": 2 * llama.layers + 1, "backward": 2 * llama.layers + 1}

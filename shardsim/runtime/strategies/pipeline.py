@@ -143,9 +143,10 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
             stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
             if res.shard > 1:
                 return stage_module
-            stage_module = stage_module.to(device)
+            # local shards as under DDP, also for a lone replica: plain parameters only (one kind for
+            # Adam's and the fp16 scaler's foreach kernels)
+            stage_module, shards[0] = localize_tp(stage_module.to(device))
             if res.dp > 1:
-                stage_module, shards[0] = localize_tp(stage_module)
                 return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
             return stage_module
         apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)

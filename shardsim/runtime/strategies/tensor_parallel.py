@@ -2,10 +2,11 @@
 
 Per transformer layer (`runtime.models.transformer`): attn.qkv and the MLP's fc1 / gate / up
 column-parallel (`ColwiseParallel`), attn.proj and fc2 / down row-parallel (`RowwiseParallel`): an
-all-reduce of the layer's activations after each row-parallel matmul in forward, and of the
-input gradients of each column-parallel one in backward. With sequence parallelism the norms run
-on a sequence shard (`SequenceParallel`), attention and MLP gather their input (all-gather, whose
-backward reduce-scatters) and the row-parallel outputs reduce-scatter along the sequence.
+all-reduce of the layer's activations after each row-parallel matmul in forward, and in backward
+one of the input gradients of attention and one of the MLP (their input enters as one DTensor).
+With sequence parallelism the norms run on a sequence shard (`SequenceParallel`), attention and
+MLP gather their input (all-gather, whose backward reduce-scatters) and the row-parallel outputs
+reduce-scatter along the sequence.
 
 Text embedding: vocabulary-parallel (`RowwiseParallel` on the nn.Embedding: an all-reduce of its
 output, a reduce-scatter under SP); learned positions replicated without SP, with SP sharded along
@@ -47,11 +48,14 @@ def _layer_plan(layer: nn.Module, sp: bool) -> dict:
     outs = "down" if hasattr(mlp, "down") else "fc2"
     plan.update({f"mlp.{n}": ColwiseParallel() for n in ins})
     plan[f"mlp.{outs}"] = RowwiseParallel(output_layouts=out)
+    # attention's and the MLP's input enter as one replicated DTensor (gathered along the sequence
+    # under SP): the gradients of its column-parallel consumers (SwiGLU's gate and up) add up
+    # before one all-reduce (one reduce-scatter under SP), as Megatron's f operator, instead of
+    # one per consumer
+    enter = PrepareModuleInput(input_layouts=(out,), desired_input_layouts=(Replicate(),))
+    plan.update({"attn": enter, "mlp": enter})
     if sp:
-        # the gathered input stays a DTensor into the column-parallel matmuls, so that backward
-        # reduce-scatters its gradient (a local tensor there would all-reduce it)
-        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn": gather, "mlp": gather})
+        plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel()})
     return plan
 
 

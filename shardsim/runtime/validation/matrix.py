@@ -20,7 +20,17 @@ from shardsim.simulator.strategies import STRATEGIES as KINDS
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
 _RUN_KEYS = ("steps", "warmup", "timeout", "max_steal", "retries")
-_STRATEGY_KEYS = ("strategy", "degree", "pp", "microbatches", "schedule", "tp", "sequence_parallel", "mesh_order")
+_STRATEGY_KEYS = (
+    "strategy",
+    "degree",
+    "pp",
+    "microbatches",
+    "schedule",
+    "tp",
+    "sequence_parallel",
+    "mesh_order",
+    "tp_across_nodes",
+)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 group, FakeTensorMode; `runtime.collective_trace.trace_step`): tiny-gpt and a tiny llama-like GQA
 model, tp 2 and 4, with and without sequence parallelism, alone and under ZeRO over 4 / 8 ranks.
 
-    .venv/bin/python -m shardsim.runtime.trace_tp [--brief]
+    .venv/bin/python -m tests.tp_trace_demo [--brief]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(brief: bool) -> None:
                     cfg = RunConfig(
                         workload=arch,
                         strategy=Strategy(kind, tp=tp, sequence_parallel=sp),
-                        batch_per_device=2,
+                        batch_per_device=3,  # 96 tokens: the loss's all-reduces unlike the norms' (64)
                         checkpointing=False,
                         backend="gloo",
                     )
@@ -42,9 +42,9 @@ def main(brief: bool) -> None:
                     label = "TP alone" if kind == "ddp" else f"TP + FSDP2 over {world // tp} ranks"
                     print(f"\n# {name} tp {tp} sp {sp} world {world}: {label}, {len(calls)} collectives")
                     if brief:
-                        counts = Counter((c.kind, c.numel, c.group_size, c.group) for c in calls)
-                        for (k, n, g, grp), m in sorted(counts.items()):
-                            print(f"  {m:3d} x {k:<14} numel {n:>8} group {g} ({grp})")
+                        counts = Counter((c.phase, c.kind, c.numel, c.group_size, c.group) for c in calls)
+                        for (ph, k, n, g, grp), m in sorted(counts.items()):
+                            print(f"  {m:3d} x {ph:<8} {k:<14} numel {n:>8} group {g} ({grp})")
                     else:
                         for c in calls:
                             print(f"  {c}")
