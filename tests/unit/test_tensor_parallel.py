@@ -74,8 +74,8 @@ def test_each_layer_issues_its_tp_collectives_on_consecutive_ranks(sp, checkpoin
         norm_grads = [o for o in per_layer if o.nbytes == a.hidden * 2]  # RMSNorm weights' gradients, bf16
         assert [o.coll for o in norm_grads] == ["all_reduce"] * 2 and len(acts) + 2 == len(per_layer)
     else:
-        # forward 2; backward 3: q/k/v and SwiGLU's gate and up each reduce their input gradient
-        assert [o.coll for o in per_layer] == ["all_reduce"] * (5 + recomputed) and acts == per_layer
+        # forward 2; backward 2: attention's and the MLP's input gradients (SwiGLU's gate and up share one)
+        assert [o.coll for o in per_layer] == ["all_reduce"] * (4 + recomputed) and acts == per_layer
     groups = per_layer[0].layout.groups()
     assert groups.shape == (2, 8) and (np.diff(groups, axis=1) == 1).all()  # one node's GPUs each
     fsdp = next(o for o in plan.ops if o.coll == "all_gather" and o.stream == "ag")

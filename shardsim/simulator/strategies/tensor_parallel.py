@@ -5,7 +5,7 @@ issue on its tensor-parallel group, as PyTorch's DTensor plans issue them
 Per transformer layer, activations of t tokens x hidden, in the compute dtype:
 - without sequence parallelism: forward all-reduces the outputs of the two row-parallel matrices
   (attention's output projection, the MLP's last), backward the input gradients of the
-  column-parallel ones (q/k/v, the MLP's first; SwiGLU's gate and up each reduce their own);
+  column-parallel ones (q/k/v, the MLP's first: SwiGLU's gate and up share one input, reduced once);
 - with sequence parallelism: forward all-gathers each column-parallel input and reduce-scatters
   each row-parallel output (the same bytes on the wire as the all-reduces, a tp-th of the norms'
   work), backward the converse.
@@ -87,9 +87,8 @@ def block_calls(b: Block, a: Arch, sp: bool, grad_esize: int) -> tuple[tuple[TpC
             )
             return fwd, bwd
         fwd = (TpCall("all_reduce", full, "attn out"), TpCall("all_reduce", full, "mlp out"))
-        # each column-parallel matrix reduces its own input gradient: SwiGLU's gate and up two
-        mlp_in = tuple(TpCall("all_reduce", full, "mlp in grad") for _ in range(2 if a.traits.mlp == "swiglu" else 1))
-        return fwd, (*mlp_in, TpCall("all_reduce", full, "attn in grad"))
+        bwd = (TpCall("all_reduce", full, "mlp in grad"), TpCall("all_reduce", full, "attn in grad"))
+        return fwd, bwd
     if b.kind == "embed":
         if text and sp:
             return (TpCall("reduce_scatter", full, "embed out"),), (TpCall("all_gather", full, "embed out grad"),)
