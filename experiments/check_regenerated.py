@@ -170,7 +170,8 @@ def main() -> int:
     p.add_argument("--keep", type=Path, default=None, help="regenerate into this folder and keep it")
     p.add_argument("--no-seed", action="store_true", help="skip the seed predictions")
     ns = p.parse_args()
-    studies = ns.studies.split(",") if ns.studies else sorted(d.name for d in SWEEPS.iterdir() if d.is_dir())
+    committed = (d.name for d in SWEEPS.iterdir() if (d / "sweep.csv").exists())  # not a study's script alone
+    studies = ns.studies.split(",") if ns.studies else sorted(committed)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = ns.keep or Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)

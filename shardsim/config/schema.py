@@ -124,7 +124,7 @@ TpDegree = Annotated[
     Setting(
         "tensor-parallel degree: Megatron-style column / row parallel layers (DTensor) over groups of tp ranks",
         axis="tp_degrees",
-        axis_help="tensor-parallel degrees (default 1; each must divide the heads, FFN and GPUs per node)",
+        axis_help="tensor-parallel degrees (default: each divisor of the GPUs per node that divides the heads and FFN)",
     ),
 ]
 SequenceParallel = Annotated[
@@ -133,7 +133,7 @@ SequenceParallel = Annotated[
         "tensor parallelism with sequence parallelism: norms and residuals sharded along the sequence "
         "(all-gather / reduce-scatter instead of all-reduce)",
         axis="sequence_parallel",
-        axis_help="sequence parallelism: true, false or both, for tp > 1 (default: the file's, else false)",
+        axis_help="sequence parallelism for tp > 1: true, false or both (default: true where tp divides the tokens)",
     ),
 ]
 AsyncTp = Annotated[

@@ -116,7 +116,8 @@ def test_predict_writes_a_trace(tmp_path) -> None:
 
 
 def test_sweep_returns_table_recommendation_skipped_and_dropped() -> None:
-    space = SweepSpace(strategies=("zero", "pipeline"), nodes=(1, 2, 4), pp=(2, 8), global_batch=24)
+    # tp 1 only: tp 2 would keep 16 devices (24 over 8 data-parallel ranks) and leave nothing skipped
+    space = SweepSpace(strategies=("zero", "pipeline"), nodes=(1, 2, 4), pp=(2, 8), global_batch=24, tp_degrees=(1,))
     result = shardsim.sweep(TINY, space, workers=1)
     assert isinstance(result, shardsim.SweepResult) and isinstance(result.recommendation, shardsim.Recommendation)
     assert result.recommendation == recommend(result.table) == shardsim.recommend(result)
@@ -132,7 +133,7 @@ def test_sweep_returns_table_recommendation_skipped_and_dropped() -> None:
 
 def test_sweep_calls_progress() -> None:
     seen: list[tuple[int, int]] = []
-    shardsim.sweep(TINY, strategies=["ddp"], workers=1, progress=lambda done, n, work: seen.append((done, n)))
+    shardsim.sweep(TINY, strategies=["ddp"], tp_degrees=[1], workers=1, progress=lambda d, n, w: seen.append((d, n)))
     assert seen[0] == (0, 1) and seen[-1] == (1, 1)
 
 

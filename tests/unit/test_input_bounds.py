@@ -32,16 +32,21 @@ from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
 from tests.unit.test_readme_examples import examples_of
 
-# the settings lists of the sweep's docs, in full: 2,304 configurations of the seed scenario (DDP and
-# replicated pipeline stages reduce fp16 too, by the compression hook)
+# the settings lists of the sweep's docs, in full: with `--tp 1`, 2,304 configurations of the seed scenario
+# (DDP and replicated pipeline stages reduce fp16 too, by the compression hook)
 MANY = ["--checkpointing", "none,full,selective", "--selective-ac-options", "op,2", "--reduce-dtypes", "fp32,fp16",
         "--optimizer-impls", "foreach,fused,per-parameter"]  # fmt: skip
 
 
 @pytest.fixture
 def nothing_built(monkeypatch):
-    """Building a model into blocks fails the test."""
-    monkeypatch.setattr(families, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))
+    """Building a model into blocks fails the test, wherever `from_arch` is looked up (the modules
+    that import it by name are imported first, so that none keeps this test's stand-in for good)."""
+    import shardsim.simulator.predict as predict
+    import shardsim.simulator.workload.load as load
+
+    for module in (families, load, predict):
+        monkeypatch.setattr(module, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))
 
 
 @pytest.fixture
@@ -190,7 +195,7 @@ def test_the_readme_sweeps_start_without_asking() -> None:
 
 def test_a_big_sweep_says_its_size_and_needs_yes_off_a_terminal(capsys, monkeypatch, nothing_predicted) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    err = refused(capsys, ["sweep", *MANY])
+    err = refused(capsys, ["sweep", *MANY, "--tp", "1"])
     assert "2,304 configurations" in err and "about" in err and "--yes" in err, err
 
 
@@ -201,14 +206,14 @@ class _Terminal(io.StringIO):
 
 def test_a_big_sweep_on_a_terminal_asks_first(capsys, monkeypatch, nothing_predicted) -> None:
     monkeypatch.setattr("sys.stdin", _Terminal("n\n"))
-    assert exit_status(["sweep", *MANY]) == 2
+    assert exit_status(["sweep", *MANY, "--tp", "1"]) == 2
     err = capsys.readouterr().err
     assert "2,304 configurations" in err and "start it? [y/N]" in err and "was not started" in err, err
 
 
 def test_a_big_sweep_starts_on_a_yes_typed_or_given(capsys, monkeypatch) -> None:
     monkeypatch.setattr(sweep_cli, "SWEEP_CONFIRM_ABOVE", 1)  # so that a sweep of two configurations is big
-    small = ["sweep", "--workload", "tiny-gpt", "--nodes", "1", "--strategies", "ddp,zero", "--workers", "1"]
+    small = "sweep --workload tiny-gpt --nodes 1 --strategies ddp,zero --tp 1 --workers 1".split()
     monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
     assert exit_status(small) == 0
     out, err = capsys.readouterr()

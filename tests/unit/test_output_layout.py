@@ -96,7 +96,7 @@ def test_wide_shows_every_column_whatever_the_width(capsys, monkeypatch):
 
 def test_piped_without_columns_the_table_has_every_column_on_one_line_a_row(capsys, monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
-    text = _out(capsys, SWEEP)
+    text = _out(capsys, [*SWEEP, "--tp", "1"])  # three rows: ddp, zero2d d=4, d=8
     assert "exp. comm" in text and "left out" not in text
     rows = [line for line in text.splitlines() if re.match(r"^│ \d", line)]
     assert len(rows) == 3 and all("GiB" in r and ("$" in r or "✗" in r) for r in rows)
@@ -110,7 +110,7 @@ def test_columns_wide_enough_keeps_the_breakdown(capsys, monkeypatch):
 
 def test_a_multi_cluster_sweep_fits_80_columns_without_cutting_a_cell(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8"]
+    argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8", "--tp", "1"]
     text = _out(capsys, [*argv, "--precision", "fp16", "--batch-per-device", "2", "--top", "5"])
     assert max(map(len, text.splitlines())) <= 80
     assert "52.30 GiB > 39.59 GiB ✗" in text  # figures whole; a long name may fold

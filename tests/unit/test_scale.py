@@ -105,7 +105,7 @@ def test_a_sweep_beyond_the_bound_refuses_and_one_that_spans_it_says_what_it_lef
     assert main(["sweep", "--workload", "tiny-gpt", "--nodes", "65536", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{MAX_WORLD:,} devices" in err, err
-    space = SweepSpace(strategies=("ddp",), nodes=(1, 100000))
+    space = SweepSpace(strategies=("ddp",), nodes=(1, 100000), tp_degrees=(1,))  # a row a cluster kept
     result = sweep(RunConfig(workload="tiny-gpt"), space, workers=1)
     df, skipped = result.table, result.skipped
     assert df["nodes"].tolist() == [1]

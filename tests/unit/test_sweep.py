@@ -49,28 +49,44 @@ def tiny_df() -> pd.DataFrame:
 
 
 def test_enumeration_covers_every_kind_degree_and_only_valid_configs() -> None:
+    # The default space tries every tensor-parallel degree that divides the 4 GPUs per node and that
+    # tiny-gpt admits (4 heads, FFN 256: tp 1, 2, 4; sequence parallel above 1, its 32 tokens divide),
+    # each with the data-parallel and pipeline strategies of the world / tp = 8, 4, 2 ranks left.
     w = load_workload("tiny-gpt")
     en = enumerate_configs(TINY, workload=w)
     strategies = [c.cfg.strategy for c in en.candidates]
-    kinds = {s.kind for s in strategies}
-    assert kinds == {"ddp", "zero", "zero2d", "pipeline"}
-    assert sorted(s.degree for s in strategies if s.kind == "zero2d") == [2, 4]  # divisors of 8, not 1 or 8
-    assert [s.degree for s in strategies if s.kind == "zero"] == [8]
-    pipes = [s for s in strategies if s.kind == "pipeline"]
-    assert {s.pp for s in pipes} == {2, 4}  # divisors of 8 up to the 4 layers
-    assert {s.schedule for s in pipes} == {"gpipe", "1f1b"}
-    assert {s.degree for s in pipes if s.pp == 2} == {1, 2, 4}  # sharded stages too
-    for s in pipes:
+    assert {(s.tp, s.sequence_parallel) for s in strategies} == {(1, False), (2, True), (4, True)}
+    by_tp = {tp: [s for s in strategies if s.tp == tp] for tp in (1, 2, 4)}
+    assert {s.kind for s in by_tp[1]} == {s.kind for s in by_tp[2]} == {"ddp", "zero", "zero2d", "pipeline"}
+    assert {s.kind for s in by_tp[4]} == {"ddp", "zero", "pipeline"}  # no zero2d degree strictly inside 1..2
+    # zero2d: the divisors of the data-parallel ranks, not 1 or all of them; zero: all of them
+    assert {tp: sorted(s.degree for s in ss if s.kind == "zero2d") for tp, ss in by_tp.items()} == {
+        1: [2, 4],
+        2: [2],
+        4: [],
+    }
+    assert {tp: [s.degree for s in ss if s.kind == "zero"] for tp, ss in by_tp.items()} == {1: [8], 2: [4], 4: [2]}
+    pipes = {tp: [s for s in ss if s.kind == "pipeline"] for tp, ss in by_tp.items()}
+    # pp: the divisors of the data-parallel ranks up to the 4 layers; sharded stages too (divisors of dp / pp)
+    assert {tp: {s.pp for s in ps} for tp, ps in pipes.items()} == {1: {2, 4}, 2: {2, 4}, 4: {2}}
+    assert {tp: {s.degree for s in ps if s.pp == 2} for tp, ps in pipes.items()} == {1: {1, 2, 4}, 2: {1, 2}, 4: {1}}
+    for s in (s for ps in pipes.values() for s in ps):
         assert s.microbatches in default_microbatches(s.pp, TINY.batch_per_device)
+    assert {s.schedule for ps in pipes.values() for s in ps} == {"gpipe", "1f1b"}
     # each is valid, and none twice
     for c in en.candidates:
-        assert resolve(c.cfg, c.cluster.world, len(w.layers))[0] == c.cfg
+        assert resolve(c.cfg, c.cluster.world, len(w.layers), arch=w.arch, devices_per_node=4)[0] == c.cfg
     assert len({(c.cfg.strategy, c.cluster.nodes) for c in en.candidates}) == len(en.candidates)
 
 
 def test_restrictions_keep_only_valid_combinations() -> None:
-    space = SweepSpace(
-        strategies=("zero2d", "pipeline"), degrees=(2, 3), pp=(2, 3), microbatches=(3, 4, 8), schedules=("1f1b",)
+    space = SweepSpace(  # tp 1: the restrictions of the data-parallel and pipeline axes over 8 ranks
+        strategies=("zero2d", "pipeline"),
+        degrees=(2, 3),
+        pp=(2, 3),
+        microbatches=(3, 4, 8),
+        schedules=("1f1b",),
+        tp_degrees=(1,),
     )
     strategies = [c.cfg.strategy for c in enumerate_configs(TINY, space).candidates]
     assert [s.degree for s in strategies if s.kind == "zero2d"] == [2]  # 3 does not divide 8
@@ -239,7 +255,7 @@ def test_topology_without_price_says_unknown(capsys) -> None:
         (["--strategies", "pipeline", "--pp", "16"], "empty sweep space"),
         (["--topology", "emu-2x2"], "nccl needs GPUs"),
         (["--topology", "p3dn.24xlarge", "--precision", "bf16"], "no bf16"),
-        (["--global-batch", "12", "--nodes", "2"], "does not divide"),
+        (["--global-batch", "12", "--nodes", "2", "--tp", "1"], "does not divide"),  # (tp 2: 12 over 4 ranks)
         (["--topology", "no-such-instance"], "unknown topology"),
         (["--nodes", "two"], "comma-separated integers"),
         (["--strategies", "ddp,fsdp"], "expected some of"),
@@ -289,7 +305,8 @@ def test_weak_scaling_rows_and_efficiency(capsys) -> None:
 
 
 def test_strong_scaling_fixes_the_global_batch_and_skips_worlds_it_does_not_divide() -> None:
-    space = SweepSpace(strategies=("zero",), nodes=(1, 2, 4), global_batch=24)  # 24 = 6 x 4, 3 x 8, not 16
+    # 24 = 6 x 4, 3 x 8, not 16 (tp 1: test_sweep_tp.py has tensor parallelism under a global batch)
+    space = SweepSpace(strategies=("zero",), nodes=(1, 2, 4), global_batch=24, tp_degrees=(1,))
     result = sweep(TINY, space, workers=1)
     df, skipped = result.table, result.skipped
     assert sorted(df["world"]) == [4, 8]
@@ -299,7 +316,8 @@ def test_strong_scaling_fixes_the_global_batch_and_skips_worlds_it_does_not_divi
 
 
 def test_several_topologies_in_one_sweep(tmp_path) -> None:
-    space = SweepSpace(strategies=("zero",), topologies=("g4dn.12xlarge", "p3dn.24xlarge"), nodes=(1, 2))
+    topologies = ("g4dn.12xlarge", "p3dn.24xlarge")
+    space = SweepSpace(strategies=("zero",), topologies=topologies, nodes=(1, 2), tp_degrees=(1,))  # a row a cluster
     df = sweep(TINY.replace(precision="fp16"), space, workers=1).table
     assert df.groupby("topology")["world"].apply(sorted).to_dict() == {
         "g4dn.12xlarge": [4, 8],
@@ -323,7 +341,7 @@ def test_space_rejects_nonsense() -> None:
 
 def test_synthetic_cluster_object_is_accepted() -> None:
     inst = instance(devices=2)
-    df = sweep(TINY, SweepSpace(strategies=("ddp",), topologies=(inst,), nodes=(2,)), workers=1).table
+    df = sweep(TINY, SweepSpace(strategies=("ddp",), topologies=(inst,), nodes=(2,), tp_degrees=(1,)), workers=1).table
     assert df["world"].tolist() == [Cluster(inst, 2).world]
     assert df["cost_per_million_samples_usd"].isna().all()  # no price: unknown, not zero
 
@@ -339,6 +357,7 @@ SETTINGS_SPACE = SweepSpace(
     selective_ac_options=("op", 2),
     reduce_dtypes=("fp32", "fp16"),
     optimizer_impls=("foreach", "fused"),
+    tp_degrees=(1,),  # the settings' dimensions over the data-parallel and pipeline strategies alone
 )
 
 
@@ -408,7 +427,7 @@ def test_settings_rows_columns_ranking_and_recommendation(capsys) -> None:
 
 
 def test_cli_settings_lists(tmp_path, capsys) -> None:
-    argv = ["sweep", "--workload", "tiny-gpt", "--nodes", "2", "--strategies", "ddp,zero", "--workers", "1"]
+    argv = "sweep --workload tiny-gpt --nodes 2 --strategies ddp,zero --tp 1 --workers 1".split()  # tp 1: the settings
     rc = main(
         [
             *argv,

@@ -12,7 +12,8 @@ from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 
-TINY = RunConfig(workload="tiny-gpt")  # 4 layers, on 8 x g4dn.12xlarge (32 T4s)
+# 4 layers, on 8 x g4dn.12xlarge (32 T4s); the counts below are of tp 1 (`--tp 1`), its 32 data-parallel ranks
+TINY = RunConfig(workload="tiny-gpt")
 
 
 def _why(strategy: Strategy) -> str:
@@ -23,7 +24,7 @@ def _why(strategy: Strategy) -> str:
 
 
 def test_the_enumeration_counts_what_it_drops_by_reason() -> None:
-    out = enumerate_configs(TINY, SweepSpace(pp=(2, 8), microbatches=(3, 4)))
+    out = enumerate_configs(TINY, SweepSpace(pp=(2, 8), microbatches=(3, 4), tp_degrees=(1,)))  # 32 ranks
     too_deep = _why(Strategy("pipeline", pp=8, microbatches=4))
     odd_microbatches = _why(Strategy("pipeline", pp=2, microbatches=3))
     # pp 8: shard degrees 1, 2, 4 (of its 4 ranks per stage) x 2 microbatch counts x 2 schedules
@@ -37,7 +38,7 @@ def test_the_default_space_drops_nothing() -> None:
 
 
 def test_a_sweep_reports_what_it_dropped_on_stderr_and_in_json(capsys) -> None:
-    argv = ["sweep", "--workload", "tiny-gpt", "--pp", "8,2", "--workers", "1", "--no-progress"]
+    argv = ["sweep", "--workload", "tiny-gpt", "--pp", "8,2", "--tp", "1", "--workers", "1", "--no-progress"]
     assert main([*argv, "--json"]) == 0
     captured = capsys.readouterr()
     too_deep = _why(Strategy("pipeline", pp=8, microbatches=8))
@@ -48,7 +49,7 @@ def test_a_sweep_reports_what_it_dropped_on_stderr_and_in_json(capsys) -> None:
 
 
 def test_an_empty_space_says_why_in_one_line(capsys) -> None:
-    argv = ["sweep", "--workload", "tiny-gpt", "--strategies", "pipeline", "--pp", "8", "--workers", "1"]
+    argv = ["sweep", "--workload", "tiny-gpt", "--strategies", "pipeline", "--pp", "8", "--tp", "1", "--workers", "1"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     too_deep = _why(Strategy("pipeline", pp=8, microbatches=8))

@@ -61,7 +61,8 @@ class SweepSpace:
     tp_degrees: tensor-parallel degrees; default every divisor of the GPUs per node that the
       model admits (heads, key/value heads, FFN: `config.tp.check_tp`), 1 for models without heads.
     sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
-      bytes as all-reduces, a tp-th of the norms' work and activations).
+      bytes as all-reduces, a tp-th of the norms' work and activations) where tp divides a
+      sample's tokens, false where it does not.
     """
 
     strategies: tuple[str, ...] = STRATEGIES
@@ -179,34 +180,37 @@ def strategies_count(
     return sum(kind.sweep_count(world, n_layers, batch_per_device, space, reshard) for kind in _kinds(space))
 
 
-DEFAULT_TP_SEARCH = False
+def default_tp_degrees(base: RunConfig, cluster: Cluster, arch: Arch | None) -> list[int]:
+    """Every divisor of the cluster's GPUs per node that the model admits (heads, key/value heads,
+    FFN: `config.tp.check_tp`, tensor-parallel groups within a node); [1] where none above 1 does."""
+    from shardsim.config.tp import check_tp
+
+    def admitted(t: int) -> bool:
+        try:
+            check_tp(
+                tp=t, sequence_parallel=False, async_tp=False, tp_inner=True, across_nodes=False,
+                world=cluster.world, pp=1, arch=arch, devices_per_node=cluster.devices_per_node,
+                backend=base.backend, where=None,
+            )  # fmt: skip
+        except ConfigError:
+            return False
+        return True
+
+    return [t for t in divisors(cluster.devices_per_node) if t == 1 or admitted(t)]
 
 
 def tp_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch | None) -> list[tuple[int, bool]]:
-    """(tp, sequence_parallel) of the rows the space tries on `cluster`: the listed degrees (or
-    every divisor of the GPUs per node the model admits), each tp > 1 with the listed sequence
-    parallelism (default: on)."""
-    from shardsim.config.tp import check_tp
+    """(tp, sequence_parallel) of the rows the space tries on `cluster`: the listed degrees or
+    `default_tp_degrees`, each tp > 1 with the listed sequence parallelism, by default on where
+    tp divides a sample's tokens and off where it does not (a ViT's 197)."""
+    tps = space.tp_degrees if space.tp_degrees is not None else default_tp_degrees(base, cluster, arch)
 
-    sps = space.sequence_parallel or (True,)
-    if space.tp_degrees is not None:
-        tps: Iterable[int] = space.tp_degrees
-    elif not DEFAULT_TP_SEARCH:
-        tps = [1]
-    else:
-        tps = []
-        for t in divisors(cluster.devices_per_node):
-            try:
-                check_tp(
-                    tp=t, sequence_parallel=False, async_tp=False, tp_inner=True, across_nodes=False,
-                    world=cluster.world, pp=1, arch=arch, devices_per_node=cluster.devices_per_node,
-                    backend=base.backend, where=None,
-                )  # fmt: skip
-            except ConfigError:
-                continue
-            tps.append(t)
-        tps = tps or [1]
-    return [(t, sp) for t in tps for sp in ((False,) if t == 1 else sps)]
+    def sps(t: int) -> tuple[bool, ...]:
+        if t == 1:
+            return (False,)
+        return space.sequence_parallel or (arch is None or arch.tokens % t == 0,)
+
+    return [(t, sp) for t in tps for sp in sps(t)]
 
 
 def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
@@ -272,17 +276,29 @@ def _cluster_base(
         return name, cluster, base, too_big, []
     cfg0 = base.replace(topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
     cfg0 = cfg0.replace(nodes=cluster.nodes)
-    layouts = tp_layouts(base, space, cluster, arch)
-    if space.global_batch is not None:
-        ga = base.grad_accum
-        layouts = [(t, sp) for t, sp in layouts if space.global_batch % (cluster.world // t * ga) == 0]
-        if not layouts:
-            why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
-                f" x grad_accum {ga}" if ga > 1 else ""
-            )
-            return name, cluster, cfg0, why, []
-        cfg0 = cfg0.replace(batch_per_device=space.global_batch // (cluster.world // layouts[0][0] * ga))
+    tried = tp_layouts(base, space, cluster, arch)
+    if space.global_batch is None:
+        return name, cluster, cfg0, _check_cluster(cfg0, cluster), tried
+    ga = base.grad_accum
+    layouts = [(t, sp) for t, sp in tried if space.global_batch % (cluster.world // t * ga) == 0]
+    if not layouts:
+        why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
+            f" x grad_accum {ga}" if ga > 1 else ""
+        )
+        tps = sorted({t for t, _ in tried})
+        if tps != [1]:  # nor over the data-parallel ranks that tensor parallelism leaves
+            why += " (data-parallel ranks: " + ", ".join(f"{cluster.world // t} at tp {t}" for t in tps) + ")"
+        return name, cluster, cfg0, why, []
+    cfg0 = cfg0.replace(batch_per_device=layout_batch(base, space, cluster.world, layouts[0][0]))
     return name, cluster, cfg0, _check_cluster(cfg0, cluster), layouts
+
+
+def layout_batch(base: RunConfig, space: SweepSpace, world: int, tp: int) -> int:
+    """A device's batch at tensor-parallel degree `tp`: the base's, or under a fixed global batch
+    its share over the world / tp data-parallel ranks (× grad_accum)."""
+    if space.global_batch is None:
+        return base.batch_per_device
+    return space.global_batch // (world // tp * base.grad_accum)
 
 
 def _layout_strategies(
@@ -298,9 +314,7 @@ def _layout_strategies(
     data-parallel ranks (world / tp)."""
     s = cfg0.strategy
     for tp, sp in layouts:
-        batch = cfg0.batch_per_device
-        if space.global_batch is not None:
-            batch = space.global_batch // (cluster.world // tp * cfg0.grad_accum)
+        batch = layout_batch(cfg0, space, cluster.world, tp)
         if tp > 1:
             extra = {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp}
             extra |= {"mesh_order": s.mesh_order, "tp_across_nodes": s.tp_across_nodes}
@@ -334,7 +348,7 @@ def enumerate_configs(
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]
     requested = len(variants) * sum(
-        strategies_count(cluster.world // tp, n_layers, cfg0.batch_per_device, space, reshard)
+        strategies_count(cluster.world // tp, n_layers, layout_batch(cfg0, space, cluster.world, tp), space, reshard)
         for _, cluster, cfg0, why, layouts in clusters
         if not why
         for tp, _ in layouts
