@@ -140,6 +140,7 @@ def predict(
         sync_ranks=cluster.world,
         reduce_dtype=cfg.grad_dtype,
         tp=res.tp,
+        sequence_parallel=cfg.strategy.sequence_parallel,
     )
     ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel)
     memory = step_memory(cfg, res, ranks_w, cluster.instance.device)

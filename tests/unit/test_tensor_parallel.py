@@ -174,3 +174,21 @@ def test_sagemaker_tensor_parallel_degree_is_tp(tmp_path):
     )
     cfg = load_config(p)
     assert cfg.strategy.tp == 8 and cfg.strategy.degree == 8
+
+
+def test_a_profile_s_measured_tp_share_scales_its_blocks_else_the_roofline_does():
+    from dataclasses import replace
+
+    from shardsim.simulator.hardware.profile import load_profile
+
+    w = load_workload("small-gpt")
+    prof = load_profile("experiments/validation/tp/profile.json", w.name)
+    dev = make_cluster("emu-2x2", None).instance.device
+    layer = from_arch(w.name, w.arch, 2).layers[0]
+    whole = prof.block_time(layer.name, 4)
+    assert (2, False) in prof.tp_share and (2, True) in prof.tp_share  # validate measured both layouts
+    measured = ComputeModel(dev, "fp32", prof, arch=w.arch, tp=2).block(layer, 4)
+    f, b = prof.tp_share[(2, False)]
+    assert measured.fwd_s == pytest.approx(whole[0] * f) and measured.bwd_s == pytest.approx(whole[1] * b)
+    roofline = ComputeModel(dev, "fp32", replace(prof, tp_share={}), arch=w.arch, tp=2).block(layer, 4)
+    assert roofline.fwd_s < measured.fwd_s  # the roofline's share leaves out DTensor's dispatch on a CPU

@@ -16,6 +16,7 @@ from shardsim.runtime.profile.blocks import block_times, optimizer_step, setup_b
 from shardsim.runtime.profile.cores import measure_core_sharing, yardstick
 from shardsim.runtime.profile.fsdp import FSDP_WORLD, fsdp_overhead, sharded_optimizer_step
 from shardsim.runtime.profile.links import measure_links
+from shardsim.runtime.profile.tensor_parallel import tp_shares
 
 # Rounds the whole model is timed in, each through every microbatch size in turn, so that a host
 # whose speed changes within seconds does not set one size's figure alone (timed size by size,
@@ -33,9 +34,12 @@ def profile_workload(
     warmup: int = 2,
     precision: str = "fp32",
     fsdp_world: int = FSDP_WORLD,
+    tp_layouts: Sequence[tuple[int, bool]] = (),
 ) -> dict:
     """Forward/backward seconds of every block at each microbatch size in `batch` (per
-    microbatch, and per sample at the first size), and Adam seconds per parameter.
+    microbatch, and per sample at the first size), and Adam seconds per parameter; on CPU, for
+    each (tp, sequence_parallel) of `tp_layouts`, a tensor-parallel rank's passes over the
+    model's (`tensor_parallel.tp_shares`, at the largest size).
 
     Blocks timed one by one pay per-call costs (autograd start-up, a backward seed) that a
     training step pays once: the block times are scaled so that, per size, their forward
@@ -58,7 +62,9 @@ def profile_workload(
     n_params = sum(p.numel() for p in model.parameters())
     t_opt = optimizer_step(ctx, repeats, warmup, speed)
     sharded = fsdp = None
+    shares: dict[str, list[float]] = {}
     if ctx.device.type == "cpu":
+        shares = tp_shares(workload, batches[-1], tp_layouts, repeats, warmup, speed) if tp_layouts else {}
         fsdp = fsdp_overhead(ctx, batches[-1], fsdp_world, repeats, warmup, speed)
         t_sharded = sharded_optimizer_step(model, repeats, warmup, speed)
         sharded = None if t_sharded is None else max(0.0, t_sharded - t_opt)
@@ -90,6 +96,8 @@ def profile_workload(
         "optimizer_per_param_s": t_opt / n_params,
         "sharded_optimizer_overhead_s": sharded,
         "fsdp_overhead_s": fsdp,
+        # a tensor-parallel rank's forward and backward over the model's, per layout (2, 2+sp, ...)
+        "tp_share": shares or None,
         # runtime.emulation.hostspeed: every figure above is stated at the host speed where its probe takes
         # `probe_s` (each timed pass divided by the probe read before it); the readings
         "probe_s": ref if speed.readings else None,
@@ -107,6 +115,7 @@ def build_profile(
     precision: str = "fp32",
     topologies: Sequence[tuple[str, int | None]] = (),
     ranks: Sequence[int] = (),
+    tp_layouts: Sequence[tuple[int, bool]] = (),
 ) -> dict:
     """A whole profile: blocks at each microbatch size; for each emulated topology its measured
     links; and the cores that each count of ranks in `ranks` really gets on this host."""
@@ -122,6 +131,7 @@ def build_profile(
         repeats=repeats,
         precision=precision,
         fsdp_world=max(ranks, default=FSDP_WORLD),
+        tp_layouts=tp_layouts,
     )
     if host:
         yards.append(yardstick(workload, max(batches)))

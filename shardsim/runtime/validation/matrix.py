@@ -62,6 +62,10 @@ class Matrix:
             out.add(_resolve(cfg, cluster.world, cluster.devices_per_node)[1].microbatch_size)
         return sorted(out)
 
+    def tp_layouts(self) -> list[tuple[int, bool]]:
+        """Every (tp, sequence_parallel) with tp > 1 a row runs (the profile times each rank's share)."""
+        return sorted({(c.strategy.tp, c.strategy.sequence_parallel) for c in self.configs if c.strategy.tp > 1})
+
 
 def _resolve(cfg: RunConfig, world: int, devices_per_node: int | None = None):
     """`resolve` against the model (its arch: tensor parallelism is checked against it) and, where

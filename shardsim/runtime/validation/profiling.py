@@ -42,6 +42,7 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
     path = out / "profile.json"
     sizes = matrix.microbatch_sizes()
     worlds = sorted({make_cluster(t).world for t, _ in matrix.topologies})
+    layouts = matrix.tp_layouts()
     if path.exists():
         try:
             prof = load_profile(path, workload)
@@ -51,6 +52,9 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
         lacks = [f"microbatch {b}" for b in sizes if b not in prof.blocks]
         lacks += [f"{t}'s links" for t, _ in matrix.topologies if t not in prof.links]
         lacks += [f"the cores of {w} ranks" for w in worlds if w not in prof.effective_cores]
+        lacks += [
+            f"tensor parallel {tp}{' with sp' if sp else ''}" for tp, sp in layouts if (tp, sp) not in prof.tp_share
+        ]
         if not lacks:
             log(f"profile: reusing {path}")
             return str(path)
@@ -64,6 +68,7 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
         precision=matrix.base.get("precision", "fp32"),
         topologies=[(t, None) for t, _ in matrix.topologies],
         ranks=worlds,
+        tp_layouts=layouts,
     )
     write_json_atomic(path, doc)
     return str(path)

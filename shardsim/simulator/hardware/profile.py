@@ -77,6 +77,9 @@ class Profile:
     # over the same passes unsharded (copies in and out of its collectives' buffers, hooks):
     # timed on this host with collectives that move nothing (runtime.profile.fsdp_overhead)
     fsdp_overhead_s: tuple[float, float] | None = None
+    # a tensor-parallel rank's whole-model forward and backward over the model's, per (tp,
+    # sequence_parallel), timed with collectives that move nothing (runtime.profile.tensor_parallel)
+    tp_share: dict[tuple[int, bool], tuple[float, float]] = field(default_factory=dict)
 
     def slowed(self, factor: float, among_ranks: bool = False, steal_share: float | None = None) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
@@ -207,7 +210,14 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         sharded_optimizer_overhead_s=d.sharded_optimizer_overhead_s,
         probe_s=d.probe_s,
         fsdp_overhead_s=None if fo is None else (fo.fwd_s, fo.bwd_s),
+        tp_share={_tp_layout(k): (v[0], v[1]) for k, v in (d.tp_share or {}).items()},
     )
+
+
+def _tp_layout(key: str) -> tuple[int, bool]:
+    """A `tp_share` key (``2``, ``2+sp``) as (tp, sequence_parallel)."""
+    tp, _, sp = key.partition("+")
+    return int(tp), sp == "sp"
 
 
 def load_profile(path: str | Path, workload: str) -> Profile:

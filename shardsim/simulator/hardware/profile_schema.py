@@ -77,5 +77,6 @@ class ProfileDoc(Document):
     sharded_optimizer_overhead_s: Seconds | None = None
     probe_s: PositiveSeconds | None = None
     fsdp_overhead_s: FsdpOverheadDoc | None = None
+    tp_share: dict[str, Pair] | None = None  # "2" / "2+sp" → a tensor-parallel rank's [fwd, bwd] over the model's
     links: dict[str, LinksDoc] | None = None
     host: HostDoc | None = None
