@@ -67,7 +67,15 @@ def _cluster_title(top: str, nodes: int, g: pd.DataFrame) -> str:
 
 
 def short_label(r: pd.Series) -> str:
-    return _strategy_label(r) + _settings_of(r["label"])
+    return _strategy_label(r) + _tp_of(r) + _settings_of(r["label"])
+
+
+def _tp_of(r: pd.Series) -> str:
+    """ " tp=2 sp": a row's tensor parallelism ("" without)."""
+    tp = int(r.get("strategy_tp", 1) or 1)
+    if tp == 1:
+        return ""
+    return f" tp={tp}" + (" sp" if bool(r.get("strategy_sequence_parallel")) else "")
 
 
 def _strategy_label(r: pd.Series) -> str:
@@ -82,13 +90,18 @@ def _settings_of(config: str) -> str:
 
 
 def representative_rows(g: pd.DataFrame) -> pd.DataFrame:
-    """The bars of one cluster: every ddp/zero/zero2d row by degree, then the best pipeline
-    (fitting first, by samples/s) of each pipeline degree."""
-    dp = g[~g["strategy_kind"].isin(PIPELINES)].sort_values("strategy_degree", kind="mergesort")
-    pipe = g[g["strategy_kind"].isin(PIPELINES)]
-    best = []
-    for _, pg in pipe.groupby("strategy_pp", sort=True):
-        best.append(pg.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort").iloc[:1])
+    """The bars of one cluster: every ddp/zero/zero2d row without tensor parallelism by degree,
+    then the best (fitting first, by samples/s) pipeline of each pipeline degree, then the best
+    layout of each tensor-parallel degree above 1."""
+
+    def best_of(rows: pd.DataFrame) -> pd.DataFrame:
+        return rows.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort").iloc[:1]
+
+    tp = g["strategy_tp"] if "strategy_tp" in g else pd.Series(1, index=g.index)
+    plain = g[tp == 1]
+    dp = plain[~plain["strategy_kind"].isin(PIPELINES)].sort_values("strategy_degree", kind="mergesort")
+    best = [best_of(pg) for _, pg in plain[plain["strategy_kind"].isin(PIPELINES)].groupby("strategy_pp", sort=True)]
+    best += [best_of(tg) for _, tg in g[tp > 1].groupby(tp[tp > 1], sort=True)]
     return pd.concat([dp, *best]) if best else dp
 
 
@@ -150,7 +163,12 @@ def plot_breakdown(df: pd.DataFrame, out: Path, stem: str = "breakdown") -> list
     for ax in list(axes.flat)[len(clusters) :]:
         ax.set_visible(False)
     _legend(fig, BREAKDOWN, not df["fits"].all())
-    fig.suptitle(f"{df['workload'].iloc[0]}: step time by sharded degree (and the best pipeline per pp)", fontsize=10)
+    fig.suptitle(
+        f"{df['workload'].iloc[0]}: step time by sharded degree (and the best pipeline per pp, the best layout per "
+        "tensor-parallel degree: its group shares its samples, so its step trains world / tp ranks' batches)",
+        fontsize=10,
+        wrap=True,
+    )
     return _save(fig, out, stem)
 
 
