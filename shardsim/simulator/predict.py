@@ -203,7 +203,11 @@ def _summarize(
         bd = dict.fromkeys(("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "comm_total_s"), step)
         counts = Counter()
     flops = w.train_flops * samples  # model FLOPs (recompute not counted), the MFU convention
-    tflops = flops / step / res.world / 1e12 if step > 0 else 0.0 if step == 0 else step
+    if plan is None:  # not simulated: no rate either
+        tflops, rate = step, step
+    else:
+        tflops = flops / step / res.world / 1e12 if step > 0 else 0.0
+        rate = samples / step if step > 0 else float("inf")
     fits = worst.required_gib <= dev.memory_gib
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     price = cluster.price_per_hour_usd
@@ -214,7 +218,7 @@ def _summarize(
         cluster=cluster.describe(),
         global_batch=samples,
         step_time_s=step,
-        samples_per_s=samples / step if step > 0 else float("inf") if step == 0 else step,
+        samples_per_s=rate,
         breakdown=bd,
         tflops_per_device=tflops,
         mfu=tflops * 1e12 / cm.peak_flops,
