@@ -107,11 +107,12 @@ class ComputeModel:
     def _tp_share(self, b: Block, batch: int, measured: tuple[float, float]) -> tuple[float, float]:
         """A tensor-parallel rank's share of a block the profile measured whole: the measured
         times scaled by the profile's measured share of the rank's whole model over the model's
-        (`Profile.tp_share`: its shards and DTensor's dispatch), or without one by the
+        at this microbatch size or the nearest measured (`Profile.tp_share_at`: its shards and
+        DTensor's dispatch), or without one by the
         roofline's time of the rank's shard over the whole block's (a named approximation: on a
         CPU it takes a rank of small-gpt for 0.54 of the model, where it runs 0.81)."""
         assert self.profile is not None and self.arch is not None  # tensor parallelism needs an Arch
-        share = self.profile.tp_share.get((self.tp, self.sequence_parallel))
+        share = self.profile.tp_share_at(self.tp, self.sequence_parallel, batch)
         if share is not None:
             return measured[0] * share[0], measured[1] * share[1]
         whole = _whole_blocks(self.arch)[b.name]

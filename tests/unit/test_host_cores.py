@@ -160,3 +160,32 @@ def test_a_speed_read_among_the_ranks_takes_the_cores_cpu_time_not_the_effective
     assert old.slowed(1.1, among_ranks=True).cores_for(4, 2) == 1.8  # not measured: as before
     with pytest.raises(Exception, match="host.cpu_capacity.x"):
         parse_profile({**PROFILE, "host": {"cpu_capacity": {"x": 1.0}}}, "p.json", "small-gpt")
+
+
+def test_a_measured_pair_gather_rate_slows_gloo_two_rank_all_gathers_across_the_nic_only():
+    """gloo's all-gather over 2-rank groups across the NICs runs at the profile's measured share
+    of the ring's rate; a 4-rank all-gather, a 2-rank all-reduce, a 2-rank all-gather inside a
+    node, NCCL and a profile without the figure are as before."""
+    from shardsim.simulator.network.collectives import phase_time
+
+    base = {"nic_Bps": 2.4e7, "nic_latency_s": 4e-5}
+    plain = parse_profile({**PROFILE, "links": {"emu-2x2": base}}, "p.json", "small-gpt")
+    paired = parse_profile(
+        {**PROFILE, "links": {"emu-2x2": {**base, "nic_pair_gather_Bps": 1.8e7}}}, "p.json", "small-gpt"
+    )
+    slow, fast = links_for(paired.apply(make_cluster("emu-2x2"))), links_for(plain.apply(make_cluster("emu-2x2")))
+    assert slow.cluster.instance.nic.pair_gather_efficiency == pytest.approx(0.75)
+    assert fast.cluster.instance.nic.pair_gather_efficiency == 1.0
+
+    def t(g, op, layout, backend="gloo"):
+        return sum(phase_time(g, ph, 1.6e7) for ph in plan_collective(g, op, layout, "ring", backend))
+
+    cross = GroupLayout(0, 4, 2, inner=2)  # {0, 2} and {1, 3}: each across the NIC
+    assert t(slow, "all_gather", cross) == pytest.approx(t(fast, "all_gather", cross) / 0.75, rel=1e-3)
+    for op, layout, backend in [
+        ("all_gather", GroupLayout(0, 4, 4), "gloo"),  # the ring over every rank: what nic_Bps is
+        ("all_reduce", cross, "gloo"),
+        ("all_gather", GroupLayout(0, 4, 2), "gloo"),  # each node's two ranks: loopback
+        ("all_gather", cross, "nccl"),
+    ]:
+        assert t(slow, op, layout, backend) == pytest.approx(t(fast, op, layout, backend))

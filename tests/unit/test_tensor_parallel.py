@@ -188,7 +188,32 @@ def test_a_profile_s_measured_tp_share_scales_its_blocks_else_the_roofline_does(
     whole = prof.block_time(layer.name, 4)
     assert (2, False) in prof.tp_share and (2, True) in prof.tp_share  # validate measured both layouts
     measured = ComputeModel(dev, "fp32", prof, arch=w.arch, tp=2).block(layer, 4)
-    f, b = prof.tp_share[(2, False)]
+    f, b = prof.tp_share_at(2, False, 4)
     assert measured.fwd_s == pytest.approx(whole[0] * f) and measured.bwd_s == pytest.approx(whole[1] * b)
-    roofline = ComputeModel(dev, "fp32", replace(prof, tp_share={}), arch=w.arch, tp=2).block(layer, 4)
+    bare = replace(prof, tp_share={}, tp_share_by_batch={})
+    roofline = ComputeModel(dev, "fp32", bare, arch=w.arch, tp=2).block(layer, 4)
     assert roofline.fwd_s < measured.fwd_s  # the roofline's share leaves out DTensor's dispatch on a CPU
+
+
+def test_a_tp_share_is_taken_at_the_microbatch_size_or_the_nearest_measured():
+    """DTensor's dispatch costs the same per op at every size: a profile measures a rank's share
+    at each microbatch size, and a block of microbatch b is scaled by the share at b (the nearest
+    size by ratio when b was not measured; the single-size `tp_share` of an older profile else)."""
+    from dataclasses import replace
+
+    from shardsim.simulator.hardware.profile import load_profile
+
+    w = load_workload("small-gpt")
+    prof = load_profile("experiments/validation/tp/profile.json", w.name)
+    by = {2: {(2, False): (1.1, 0.9)}, 4: {(2, False): (0.7, 0.6)}}
+    p = replace(prof, tp_share={(2, False): (0.5, 0.5)}, tp_share_by_batch=by)
+    assert p.tp_share_at(2, False, 2) == (1.1, 0.9) and p.tp_share_at(2, False, 4) == (0.7, 0.6)
+    assert p.tp_share_at(2, False, 1) == (1.1, 0.9) and p.tp_share_at(2, False, 16) == (0.7, 0.6)
+    assert p.tp_share_at(2, False, 3) == (0.7, 0.6)  # 3 is nearer 4 by ratio (4/3 against 3/2)
+    assert p.tp_share_at(2, True, 2) is None  # not measured with sequence parallelism
+    assert replace(p, tp_share_by_batch={}).tp_share_at(2, False, 2) == (0.5, 0.5)
+    dev = make_cluster("emu-2x2", None).instance.device
+    layer = from_arch(w.name, w.arch, 2).layers[0]
+    whole = prof.block_time(layer.name, 2)
+    got = ComputeModel(dev, "fp32", p, arch=w.arch, tp=2).block(layer, 2)
+    assert got.fwd_s == pytest.approx(whole[0] * 1.1) and got.bwd_s == pytest.approx(whole[1] * 0.9)

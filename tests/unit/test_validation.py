@@ -265,6 +265,7 @@ def test_a_ring_step_costs_at_least_the_links_one_way_trip():
     got = ring_figures(bench, 1.6e-5, 2.2e-5)
     assert got["loopback_latency_s"] == 1e-3 and got["nic_latency_s"] == 2e-3
     assert "nic_Bps" not in ring_figures(bench, 1.6e-5, None)  # one node: no NIC
+    assert ring_figures(bench | {"nic_pair_gather_Bps": 1.8e7}, 1.6e-5, 2.2e-5)["nic_pair_gather_Bps"] == 1.8e7
 
 
 def test_the_sharded_optimizer_overhead_goes_to_fsdp_ranks_only(tmp_path):

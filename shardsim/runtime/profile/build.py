@@ -39,7 +39,8 @@ def profile_workload(
     """Forward/backward seconds of every block at each microbatch size in `batch` (per
     microbatch, and per sample at the first size), and Adam seconds per parameter; on CPU, for
     each (tp, sequence_parallel) of `tp_layouts`, a tensor-parallel rank's passes over the
-    model's (`tensor_parallel.tp_shares`, at the largest size).
+    model's (`tensor_parallel.tp_shares`, at each size: DTensor's dispatch costs the same per op
+    at every size, so a smaller microbatch's share is larger).
 
     Blocks timed one by one pay per-call costs (autograd start-up, a backward seed) that a
     training step pays once: the block times are scaled so that, per size, their forward
@@ -62,9 +63,10 @@ def profile_workload(
     n_params = sum(p.numel() for p in model.parameters())
     t_opt = optimizer_step(ctx, repeats, warmup, speed)
     sharded = fsdp = None
-    shares: dict[str, list[float]] = {}
+    shares: dict[str, dict[str, list[float]]] = {}
     if ctx.device.type == "cpu":
-        shares = tp_shares(workload, batches[-1], tp_layouts, repeats, warmup, speed) if tp_layouts else {}
+        if tp_layouts:
+            shares = {str(b): tp_shares(workload, b, tp_layouts, repeats, warmup, speed) for b in batches}
         fsdp = fsdp_overhead(ctx, batches[-1], fsdp_world, repeats, warmup, speed)
         t_sharded = sharded_optimizer_step(model, repeats, warmup, speed)
         sharded = None if t_sharded is None else max(0.0, t_sharded - t_opt)
@@ -96,8 +98,10 @@ def profile_workload(
         "optimizer_per_param_s": t_opt / n_params,
         "sharded_optimizer_overhead_s": sharded,
         "fsdp_overhead_s": fsdp,
-        # a tensor-parallel rank's forward and backward over the model's, per layout (2, 2+sp, ...)
-        "tp_share": shares or None,
+        # a tensor-parallel rank's forward and backward over the model's, per layout (2, 2+sp, ...):
+        # at the largest microbatch, and at each
+        "tp_share": shares.get(str(batches[-1])) or None,
+        "tp_share_by_batch": shares or None,
         # runtime.emulation.hostspeed: every figure above is stated at the host speed where its probe takes
         # `probe_s` (each timed pass divided by the probe read before it); the readings
         "probe_s": ref if speed.readings else None,

@@ -30,6 +30,10 @@ NIC_REPEATS = 2
 # shared host stalls now and then for a fraction of a second, and a stall inside a plain mean
 # of a few calls counts whole (profiles of one day had the NIC 14 % apart).
 ROUNDS = 5
+# 2-rank groups across the NICs (`_pair_gather_Bps`): one call a round, and more rounds, since
+# how two TCP pairs share a shaped NIC varies from call to call (18-22 MB/s of 23 on emu-2x2)
+PAIR_SIZE = 8 * 1024 * 1024
+PAIR_ROUNDS = 9
 # The CPU an all-reduce costs (gloo's reduction on top of the moving): over every rank, this
 # size, fewer rounds (process CPU time does not count a stall, so it needs no median).
 REDUCE_SIZE = 4 * 1024 * 1024
@@ -64,7 +68,7 @@ def fit(k: int, sizes: tuple[int, int], times: tuple[float, float]) -> tuple[flo
     return bw, alpha
 
 
-def _gather_time(size: int, k: int, group, repeats: int) -> tuple[float, float]:
+def _gather_time(size: int, k: int, group, repeats: int, rounds: int = ROUNDS) -> tuple[float, float]:
     """(seconds, this rank's CPU seconds) of one all-gather of `size` bytes (the whole array)
     over a group of `k` ranks."""
     import torch
@@ -72,7 +76,7 @@ def _gather_time(size: int, k: int, group, repeats: int) -> tuple[float, float]:
 
     n = size // 4 // k
     shard, whole = torch.ones(n), torch.empty(n * k)
-    return _time(lambda: dist.all_gather_into_tensor(whole, shard, group=group), repeats)
+    return _time(lambda: dist.all_gather_into_tensor(whole, shard, group=group), repeats, rounds)
 
 
 def _reduce_cpu(size: int, world: int) -> float:
@@ -83,6 +87,34 @@ def _reduce_cpu(size: int, world: int) -> float:
     x = torch.ones(size // 4)
     _, cpu = _time(lambda: dist.all_reduce(x), NIC_REPEATS, REDUCE_ROUNDS)
     return cpu / (2 * (world - 1) / world * size)
+
+
+def _pair_gather_Bps(size: int, world: int, k: int) -> float | None:
+    """Payload bytes/s one NIC sends while every rank all-gathers `size` bytes with the rank of
+    the same local index on its partner node (nodes 0-1, 2-3, ...), all at once: the 2-rank
+    groups that cross the NIC in a tensor-parallel layout's data-parallel dimension, timed
+    until the slowest group is done (they share the NIC, not always evenly). None with fewer
+    than two nodes. (gloo's ring over two ranks runs both ways on one TCP pair; on the shaped
+    NICs it gets less of the link than a ring over more ranks does.)"""
+    import torch
+    import torch.distributed as dist
+
+    nodes = world // k
+    if nodes < 2:
+        return None
+    rank, mine = dist.get_rank(), None
+    for m in range(0, nodes - 1, 2):
+        for r in range(k):
+            pair = [m * k + r, (m + 1) * k + r]
+            group = dist.new_group(pair)  # every rank creates every group
+            mine = group if rank in pair else mine
+    if mine is None:  # a last, odd node: it idles through the rounds
+        t = _time(lambda: None, 1, PAIR_ROUNDS)[0] * 0.0
+    else:  # one call a round, as FSDP2's gathers come between a layer's compute on CPU
+        t = _gather_time(size, 2, mine, 1, PAIR_ROUNDS)[0]
+    slowest = torch.tensor([t], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return k * (size / 2) / float(slowest.item())  # k ranks of a node each send half the array across its NIC
 
 
 def _mean_over_ranks(v: float, world: int) -> float:
@@ -116,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     size = NIC_SIZES[-1] if ring_cpu else SIZES[-1]
     gather_cpu = _mean_over_ranks(gather_cpu / ((n - 1) / n * size), world)
     reduce_cpu = _mean_over_ranks(_reduce_cpu(REDUCE_SIZE, world), world)
+    pair_Bps = _pair_gather_Bps(PAIR_SIZE, world, k) if world > k else None
     if rank == 0:
         bw, alpha = fit(k, (SIZES[0], SIZES[1]), (times[0], times[1]))
         doc = {"ranks_per_node": k, "sizes": list(SIZES), "times_s": times}
@@ -125,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             nic_bw, nic_alpha = fit(world, (NIC_SIZES[0], NIC_SIZES[1]), (ring[0], ring[1]))
             doc |= {"ring_sizes": list(NIC_SIZES), "ring_times_s": ring}
             doc |= {"nic_ring_Bps": nic_bw, "nic_ring_latency_s": nic_alpha}
+        if pair_Bps is not None:
+            doc["nic_pair_gather_Bps"] = pair_Bps
         atomic_write(out, json.dumps(doc))
     dist.destroy_process_group()
     return 0

@@ -85,4 +85,6 @@ def ring_figures(bench: dict, loopback_tcp_latency_s: float, nic_tcp_latency_s: 
     out["loopback_latency_s"] = max(bench["loopback_latency_s"], loopback_tcp_latency_s)
     if "nic_ring_Bps" in bench and nic_tcp_latency_s is not None:
         out |= {"nic_Bps": bench["nic_ring_Bps"], "nic_latency_s": max(bench["nic_ring_latency_s"], nic_tcp_latency_s)}
+        if "nic_pair_gather_Bps" in bench:
+            out["nic_pair_gather_Bps"] = bench["nic_pair_gather_Bps"]
     return out

@@ -53,7 +53,10 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
         lacks += [f"{t}'s links" for t, _ in matrix.topologies if t not in prof.links]
         lacks += [f"the cores of {w} ranks" for w in worlds if w not in prof.effective_cores]
         lacks += [
-            f"tensor parallel {tp}{' with sp' if sp else ''}" for tp, sp in layouts if (tp, sp) not in prof.tp_share
+            f"tensor parallel {tp}{' with sp' if sp else ''} at microbatch {b}"
+            for tp, sp in layouts
+            for b in sizes
+            if (tp, sp) not in prof.tp_share_by_batch.get(b, {})
         ]
         if not lacks:
             log(f"profile: reusing {path}")

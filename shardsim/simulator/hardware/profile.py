@@ -18,6 +18,7 @@ efficiently, so measure the sizes you predict; `shardsim validate` does).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ class LinkProfile:
 
     nic_Bps: float | None = None  # payload bytes/s of one node's NIC, one direction
     nic_latency_s: float | None = None
+    # payload bytes/s of one NIC while each of its node's ranks all-gathers with its peer on
+    # another node at once (gloo's 2-rank ring: `runtime.profile.linkbench._pair_gather_Bps`)
+    nic_pair_gather_Bps: float | None = None
     loopback_Bps: float | None = None  # payload bytes/s between two ranks of one node
     loopback_latency_s: float | None = None
     # core-seconds a rank spends per byte it sends in gloo's all-gather / all-reduce over all
@@ -80,6 +84,18 @@ class Profile:
     # a tensor-parallel rank's whole-model forward and backward over the model's, per (tp,
     # sequence_parallel), timed with collectives that move nothing (runtime.profile.tensor_parallel)
     tp_share: dict[tuple[int, bool], tuple[float, float]] = field(default_factory=dict)
+    # the same per microbatch size (a profile since 2026-11-28; older ones have tp_share only)
+    tp_share_by_batch: dict[int, dict[tuple[int, bool], tuple[float, float]]] = field(default_factory=dict)
+
+    def tp_share_at(self, tp: int, sequence_parallel: bool, batch: int) -> tuple[float, float] | None:
+        """A tensor-parallel rank's measured share at microbatch `batch`: at that size, or the
+        nearest measured one (by ratio), or `tp_share` (one size) when none is by size."""
+        key = (tp, sequence_parallel)
+        sizes = [b for b, shares in self.tp_share_by_batch.items() if key in shares]
+        if not sizes:
+            return self.tp_share.get(key)
+        near = min(sizes, key=lambda b: (abs(math.log(b / batch)), -b))
+        return self.tp_share_by_batch[near][key]
 
     def slowed(self, factor: float, among_ranks: bool = False, steal_share: float | None = None) -> Profile:
         """This profile on a host `factor` times slower than when it was measured: block and
@@ -162,6 +178,8 @@ class Profile:
             nic = replace(nic, rate_gbps=lp.nic_Bps * 8 / 1e9 / nic.count, efficiency=1.0)
         if lp.nic_latency_s is not None:
             nic = replace(nic, latency_us=lp.nic_latency_s * 1e6)
+        if lp.nic_Bps and lp.nic_pair_gather_Bps:
+            nic = replace(nic, pair_gather_efficiency=min(1.0, lp.nic_pair_gather_Bps / lp.nic_Bps))
         if lp.loopback_Bps:
             fabric = replace(fabric, port_GBps=lp.loopback_Bps / 1e9, efficiency=1.0)
         if lp.loopback_latency_s is not None:
@@ -211,6 +229,10 @@ def parse_profile(doc: Any, where: str, workload: str) -> Profile:
         probe_s=d.probe_s,
         fsdp_overhead_s=None if fo is None else (fo.fwd_s, fo.bwd_s),
         tp_share={_tp_layout(k): (v[0], v[1]) for k, v in (d.tp_share or {}).items()},
+        tp_share_by_batch={
+            int(b): {_tp_layout(k): (v[0], v[1]) for k, v in shares.items()}
+            for b, shares in (d.tp_share_by_batch or {}).items()
+        },
     )
 
 

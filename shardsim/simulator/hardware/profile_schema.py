@@ -45,6 +45,7 @@ class LinksDoc(Document):
 
     nic_Bps: Positive | None = None
     nic_latency_s: PositiveSeconds | None = None
+    nic_pair_gather_Bps: Positive | None = None
     loopback_Bps: Positive | None = None
     loopback_latency_s: PositiveSeconds | None = None
     gather_cpu_s_per_B: PositiveSeconds | None = None
@@ -78,5 +79,6 @@ class ProfileDoc(Document):
     probe_s: PositiveSeconds | None = None
     fsdp_overhead_s: FsdpOverheadDoc | None = None
     tp_share: dict[str, Pair] | None = None  # "2" / "2+sp" → a tensor-parallel rank's [fwd, bwd] over the model's
+    tp_share_by_batch: dict[Count, dict[str, Pair]] | None = None  # the same at each microbatch size
     links: dict[str, LinksDoc] | None = None
     host: HostDoc | None = None

@@ -102,6 +102,9 @@ class NicSpec:
     generation: str = ""  # e.g. "EFA v2"
     gpudirect_rdma: bool = False  # the NIC reads and writes GPU memory directly
     figures: NetworkFigures | None = None  # the fabric's fitted figures (fitted/network.yaml), or a profile's
+    # gloo's all-gather over 2-rank groups across the NICs: its achieved share of the ring's rate
+    # (measured by a profile of an emulated topology; 1.0, no penalty, otherwise)
+    pair_gather_efficiency: float = 1.0
 
 
 @dataclass(frozen=True)

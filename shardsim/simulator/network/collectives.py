@@ -370,7 +370,23 @@ def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str
             phases = [_at_nic_rates(g, ph, nbytes) for ph in phases]
     else:
         phases = _ring_plan(g, op, groups)
+        if backend == "gloo" and op == "all_gather" and groups.shape[1] == 2:
+            phases = [_pair_gather(g, ph) for ph in phases]
     return tuple(p for p in phases if p.links.size)
+
+
+def _pair_gather(g: LinkGraph, ph: Phase) -> Phase:
+    """gloo's all-gather over 2-rank groups: each NIC link's load over the NIC's measured
+    `pair_gather_efficiency` (both halves of the ring run both ways on one TCP pair; on the
+    emulated NICs that gets about 3/4 of what a longer ring does: a measured figure, 1.0 unless
+    a profile has it)."""
+    eff = g.cluster.instance.nic.pair_gather_efficiency
+    if eff >= 1.0:
+        return ph
+    is_nic = g.is_nic(ph.links)
+    load = ph.load.copy()
+    load[is_nic] = ph.load[is_nic] / eff
+    return Phase(ph.links, load, ph.latency_s, ph.sent)
 
 
 PLAN_CACHE_BYTES = 128 * 2**20  # the planned phases' arrays a process keeps (a phase of 16,384 ranks: ~3 MB)
