@@ -98,6 +98,22 @@ def bench(out: str) -> None:
         shard, whole = torch.ones(size // 4 // k), torch.empty(size // 4 // k * k)
         gather = partial(dist.all_gather_into_tensor, whole, shard, group=local)
         res[f"local_all_gather_{size}"] = _median_time(_times(10, gather)) / 10
+    # node 0's tensor-parallel group alone, then while every other rank computes (8 ranks on the
+    # host's cores: does a small call wait for its ranks to be scheduled?)
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def busy():
+        t_end = time.perf_counter() + 0.05
+        while time.perf_counter() < t_end:
+            a @ b
+
+    for size in TP_SIZES:
+        y = torch.ones(size // 4)
+        calls = _times(10, partial(dist.all_reduce, y, group=local))
+        res[f"node0_all_reduce_{size}"] = _median_time(_only(rank < k, calls)) / 10
+        res[f"loaded_all_reduce_{size}"] = _median_time(calls if rank < k else _times(2, busy)) / 10
+    if rank >= k:  # node 0's figures are node 0's
+        res |= {key: 0.0 for key in res if key.startswith(("node0", "loaded"))}
     t = torch.tensor(list(res.values()), dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's figure
     if rank == 0:
@@ -145,7 +161,7 @@ def main() -> int:
     nodes = world // k
     for key, t in doc["times_s"].items():
         kind, op, size = key.split("_", 1)[0], key.split("_", 1)[1].rsplit("_", 1)[0], int(key.rsplit("_", 1)[1])
-        n = {"world": world, "pair": 2, "local": k}.get(kind, nodes)
+        n = {"world": world, "pair": 2, "local": k, "node0": k, "loaded": k}.get(kind, nodes)
         per_rank = (n - 1) / n * size * (2 if op == "all_reduce" else 1)  # bytes each rank sends (ring)
         print(f"{key:32s} {t * 1e3:9.1f} ms   {per_rank / t / 1e6:7.2f} MB/s sent per rank")
     return 0
