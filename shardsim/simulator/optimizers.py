@@ -17,7 +17,7 @@ State (fp32 words per parameter): adam, adamw, lamb 2 (m, v); sgd 1 (its momentu
 none without momentum, which this setting does not offer); adafactor's factored second
 moment: a matrix R x C keeps R + C (its row and column means), a vector n keeps n, so
 words = (sum over matrices of R + C + the vectors' elements) / parameters (`adafactor_words`):
-about 0 for large matrices (3e-4 for llama-7b).
+about 0 for large matrices (3.8e-4 for llama-2-7b).
 """
 
 from __future__ import annotations
