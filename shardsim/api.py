@@ -164,7 +164,8 @@ def sweep(
     the seed scenario); space: a `SweepSpace` or a mapping of its axes, or the axes as keywords
     (``strategies``, ``degrees``, ``pp``, ``microbatches``, ``schedules``, ``topologies``,
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
-    ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``; a list each but
+    ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``precisions``,
+    ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``; a list each but
     ``global_batch``; an axis left out: every valid value, or the base's setting); workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""

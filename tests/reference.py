@@ -13,7 +13,8 @@ import torch
 from shardsim.config import RunConfig
 from shardsim.runtime import data
 from shardsim.runtime.models import build as workloads
-from shardsim.runtime.optimizer import build_adam
+from shardsim.runtime.optimizer import build_optimizer
+from shardsim.runtime.stack import apply_model_settings
 from shardsim.runtime.strategies.precision import DTYPES
 
 
@@ -36,7 +37,7 @@ def _accumulate_mixed(model, cfg: RunConfig, world: int, step: int) -> float:
     by their number in that dtype, then set on the fp32 parameters. Returns the loss averaged
     over the ranks."""
     K, bpd = cfg.grad_accum, cfg.batch_per_device
-    low = copy.deepcopy(model).to(DTYPES[cfg.precision])
+    low = copy.deepcopy(model).to(DTYPES[cfg.storage_precision])
     reduce = DTYPES[cfg.grad_dtype]
     sums = {name: torch.zeros_like(p, dtype=reduce) for name, p in model.named_parameters()}
     total = 0.0
@@ -67,11 +68,11 @@ def reference_run(cfg: RunConfig, world: int, steps: int, data_batches: int = 0)
     world / tp data-parallel ranks (a TP group shares its samples)."""
     tp = cfg.strategy.tp
     world //= tp
-    model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=tp)
-    opt = build_adam(model.parameters(), cfg.optimizer_impl)
+    model = apply_model_settings(workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=tp), cfg)
+    opt = build_optimizer(model.parameters(), cfg.optimizer, cfg.optimizer_impl)
     # FSDP2's mixed precision, where the run applies a MixedPrecisionPolicy (`precision_for`): a
     # low param dtype or a reduce dtype other than fp32, on zero / zero2d
-    low = cfg.precision != "fp32" or cfg.grad_dtype != "fp32"
+    low = cfg.storage_precision != "fp32" or cfg.grad_dtype != "fp32"
     mixed = low and cfg.strategy.spec.fsdp
     accumulate = _accumulate_mixed if mixed else _accumulate
     threads = torch.get_num_threads()

@@ -63,6 +63,11 @@ def _build(ns: argparse.Namespace):
         selective_ac_options=spanned["selective_ac_option"],
         reduce_dtypes=spanned["reduce_dtype"],
         optimizer_impls=spanned["optimizer_impl"],
+        precisions=spanned["precision"],
+        optimizers=spanned["optimizer"],
+        attentions=spanned["attention"],
+        compile=spanned["compile"],
+        mlm_fractions=spanned["mlm_fraction"],
     )
     return base, space
 

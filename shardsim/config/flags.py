@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shardsim.config.load import load_config
-from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig
+from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig, fraction_value
+from shardsim.core.errors import ConfigError
 from shardsim.core.flagtypes import Count, CountList
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -62,8 +63,26 @@ def _default_text(s: FlatSetting) -> str:
     return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def fraction(text: str) -> float:
+    """A number in (0, 1] (``--mlm-fraction 0.15``)."""
+    try:
+        return fraction_value(text, None)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+
+
+def fraction_list(text: str) -> tuple[float, ...]:
+    """``0.15,0.3`` → (0.15, 0.3): numbers in (0, 1], duplicates dropped, order kept."""
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    if not vals:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return tuple(dict.fromkeys(fraction(v) for v in vals))
+
+
 def list_type(s: FlatSetting) -> Callable[[str], tuple[Any, ...]]:
     """The parser of a comma-separated list of `s`'s values."""
+    if s.kind is float:
+        return fraction_list
     if s.kind is int:
         return setting_list(s.name)
     if s.kind is bool:
@@ -100,7 +119,7 @@ def add_config_arguments(
                 s.option, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + default
             )
         else:
-            kind = setting_type(s.name) if s.kind is int else s.kind
+            kind = setting_type(s.name) if s.kind is int else fraction if s.kind is float else s.kind
             p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=s.help + default)
 
 

@@ -11,6 +11,7 @@ the member. A wrong name or value is one `ConfigError` naming the field (`errors
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -37,10 +38,16 @@ from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 
 Schedule = Literal["gpipe", "1f1b"]
-Precision = Literal["fp32", "fp16", "bf16"]
+# tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
+Precision = Literal["fp32", "fp16", "bf16", "tf32"]
+ReduceDtype = Literal["fp32", "fp16", "bf16"]  # the dtypes gradients are reduced in (no tf32 storage type)
 Backend = Literal["nccl", "gloo"]
 Library = Literal["pytorch", "smp"]  # whose collectives: PyTorch's flat NCCL ones, or SageMaker's (MiCS)
-Optimizer = Literal["adam"]
+# torch.optim.Adam, AdamW, SGD(momentum=0.9), Adafactor; LAMB (NVIDIA apex / DeepSpeed) simulated only
+Optimizer = Literal["adam", "adamw", "sgd", "lamb", "adafactor"]
+# the scaled-dot-product-attention backend (torch.nn.attention.SDPBackend FLASH_ATTENTION,
+# EFFICIENT_ATTENTION, MATH): fused flash, fused memory-efficient (xformers' kernel), or unfused
+AttentionImpl = Literal["flash", "efficient", "math"]
 # torch.optim.Adam(foreach=True) | Adam(fused=True) | Adam(foreach=False)
 OptimizerImpl = Literal["foreach", "fused", "per-parameter"]
 # of the layers; selective as torchtitan: every k-th layer, or op-level
@@ -49,6 +56,8 @@ Checkpointing = Literal["none", "full", "selective"]
 STRATEGIES = tuple(KINDS)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
+ATTENTIONS: tuple[str, ...] = get_args(AttentionImpl)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
@@ -433,7 +442,14 @@ class RunConfig(Frozen):
         int, bounded("grad_accum"), Setting("micro-steps per optimizer step (gradient accumulation)")
     ] = 1
     # the parameters' compute dtype (FSDP2's param_dtype, autocast's dtype)
-    precision: Annotated[Precision, Setting("training precision")] = "fp32"
+    precision: Annotated[
+        Precision,
+        Setting(
+            "training precision (tf32: fp32 storage, matmuls on TF32 tensor cores: A100, H100 and later)",
+            axis="precisions",
+            axis_help=f"training precisions, some of {','.join(PRECISIONS)} (default: the file's, else fp32)",
+        ),
+    ] = "fp32"
     checkpointing: Annotated[
         Checkpointing,
         Setting(
@@ -456,7 +472,7 @@ class RunConfig(Frozen):
     ] = SAC_OP
     # dtype of gradient reduction and of held gradients; None: the precision
     reduce_dtype: Annotated[
-        Precision | None,
+        ReduceDtype | None,
         Setting(
             "dtype of gradient reduction and held gradients (DDP: of its bucket all-reduce, by a compression hook)",
             default_text="the precision; DDP: fp32",
@@ -472,16 +488,50 @@ class RunConfig(Frozen):
             "(SageMaker model parallel: MiCS's hierarchical all-gather across nodes; set by a distribution block)"
         ),
     ] = "pytorch"
-    optimizer: Annotated[Optimizer, Setting("the optimizer", flag=False)] = "adam"
+    optimizer: Annotated[
+        Optimizer,
+        Setting(
+            "the optimizer: adam, adamw, sgd (momentum 0.9), lamb (simulated only: not in PyTorch), adafactor",
+            axis="optimizers",
+            axis_help=f"optimizers, some of {','.join(get_args(Optimizer))} (default: the file's, else adam)",
+        ),
+    ] = "adam"
     optimizer_impl: Annotated[
         OptimizerImpl,
         Setting(
-            "Adam's implementation",
+            "the optimizer's implementation (torch.optim's foreach, fused or per-parameter loop)",
             axis="optimizer_impls",
-            axis_help=f"Adam's implementations, some of {','.join(OPTIMIZER_IMPLS)} (default: the file's, else "
+            axis_help=f"optimizer implementations, some of {','.join(OPTIMIZER_IMPLS)} (default: the file's, else "
             "foreach)",
         ),
     ] = "foreach"
+    attention: Annotated[
+        AttentionImpl,
+        Setting(
+            "attention kernel (SDPA backend): flash, efficient (memory-efficient) or math (unfused: the S x S "
+            "scores in memory)",
+            axis="attentions",
+            axis_help=f"attention kernels, some of {','.join(ATTENTIONS)} (default: the file's, else flash)",
+        ),
+    ] = "flash"
+    compile: Annotated[
+        bool,
+        Setting(
+            "torch.compile the transformer blocks (memory-bound chains fused into fewer kernels)",
+            axis="compile",
+            axis_help="torch.compile: true, false or both (default: the file's, else false)",
+        ),
+    ] = False
+    mlm_fraction: Annotated[
+        Annotated[float, Field(gt=0, le=1)] | None,
+        Setting(
+            "masked-LM head: the LM head and loss on this fraction of each sequence's tokens (BERT: 0.15); "
+            "bidirectional text models only",
+            default_text="every token",
+            axis="mlm_fractions",
+            axis_help="masked-LM fractions (default: the file's, else every token)",
+        ),
+    ] = None
     profile: Annotated[str | None, Setting("measured profile file (shardsim profile)")] = None
     # a calibration file (shardsim calibrate): fitted figures over the topology's
     calibration: Annotated[
@@ -553,8 +603,13 @@ class RunConfig(Frozen):
 
     @property
     def grad_dtype(self) -> str:
-        """The dtype gradients are reduced in (FSDP2's MixedPrecisionPolicy.reduce_dtype)."""
-        return self.reduce_dtype or self.precision
+        """The dtype gradients are reduced in (FSDP2's MixedPrecisionPolicy.reduce_dtype); tf32 stores fp32."""
+        return self.reduce_dtype or self.storage_precision
+
+    @property
+    def storage_precision(self) -> str:
+        """The dtype parameters and activations are held in: the precision's, fp32 for tf32."""
+        return "fp32" if self.precision == "tf32" else self.precision
 
     @property
     def ddp_reduce_dtype(self) -> str:
@@ -648,7 +703,7 @@ def _flat(name: str, info: Any, default: Any) -> FlatSetting:
         setting = setting or next((m for m in base.__metadata__ if isinstance(m, Setting)), None)
         base = get_args(base)[0]
     choices = get_args(base) if get_origin(base) is Literal else None
-    kind = str if choices else base if base in (int, bool) else str
+    kind = str if choices else base if base in (int, bool, float) else str
     b = SETTING_BOUNDS.get(name)
     assert setting is not None, f"setting {name} has no Setting"
     return FlatSetting(
@@ -696,6 +751,17 @@ AXES = tuple(s for s in SETTINGS if s.axis)  # the settings a sweep spans with l
 RUN_SETTING_AXES = tuple(s for s in AXES if s.name != "strategy" and s.name not in STRATEGY_FIELDS)
 
 
+def fraction_value(v: Any, field: str | None) -> float:
+    """A fraction in (0, 1] (a number or its text), or ConfigError naming `field`."""
+    try:
+        x = float(v) if not isinstance(v, bool) else math.nan
+    except (TypeError, ValueError):
+        x = math.nan
+    if not 0 < x <= 1:
+        raise ConfigError(f"expected numbers in (0, 1], got {v!r}", field=field)
+    return x
+
+
 def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
     """A sweep's list of values of setting `s`, each checked as the setting is (its type, bound
     or choices); ConfigError naming the list (`s.axis`) on an empty list or the first bad value."""
@@ -709,6 +775,8 @@ def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
             v = sac_option(v, s.axis)
         elif s.kind is bool and not isinstance(v, bool):
             raise ConfigError(f"expected true or false, got {v!r}", field=s.axis)
+        elif s.kind is float:
+            v = fraction_value(v, s.axis)
         elif s.kind is int:
             if isinstance(v, bool) or not isinstance(v, int) or v < (s.minimum or 0):
                 raise ConfigError(f"expected integers >= {s.minimum}, got {v!r}", field=s.axis)

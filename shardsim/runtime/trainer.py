@@ -116,20 +116,30 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     """Build the configured model, apply its strategy (`runtime.strategies.apply_strategy`) and
     an Adam optimizer: everything this rank trains with."""
     from shardsim.runtime.models import build as workloads
-    from shardsim.runtime.optimizer import build_adam
+    from shardsim.runtime.optimizer import build_optimizer
+    from shardsim.runtime.stack import (
+        apply_device_settings,
+        apply_model_settings,
+        check_runtime_stack,
+        compile_blocks,
+    )
     from shardsim.runtime.strategies import apply_strategy
 
+    stack_notes = apply_device_settings(cfg, device)
     model = workloads.build(cfg.workload, cfg.seed, cfg.shape, tp=cfg.strategy.tp)
+    apply_model_settings(model, cfg)
     arch = getattr(model, "arch", None)
     tied = bool(getattr(arch, "tied_embeddings", False))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 0)) or None  # torchrun's ranks on this node
     cfg, res = resolve(cfg, world, len(model.blocks), tied_embeddings=tied, arch=arch, devices_per_node=local)
+    check_runtime_stack(cfg, device.type == "cuda", cfg.strategy.spec.sharded(res))
     if cfg.strategy.spec.is_pipeline:
         workloads.check_model(model, spec_name(cfg.workload), pipeline=True)
+    compile_blocks(model, cfg)  # before the strategy wraps the blocks (torchtitan's order for FSDP2)
     applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
     del model  # a pipeline stage keeps only its own blocks
     module = applied.module
-    optimizer = build_adam(module.parameters(), cfg.optimizer_impl)
+    optimizer = build_optimizer(module.parameters(), cfg.optimizer, cfg.optimizer_impl)
     return Job(
         cfg,
         res,
@@ -142,7 +152,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
         applied.make_batches,
         _full_state(module, applied.keeps_state),
         applied.loss_weight,
-        applied.notes,
+        {**applied.notes, **stack_notes},
     )
 
 

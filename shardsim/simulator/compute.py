@@ -17,19 +17,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shardsim.core.errors import ConfigError
+from shardsim.simulator import attention_impl as ai
+from shardsim.simulator import fusion, optimizers
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.hardware.topology import DeviceSpec
 from shardsim.simulator.workload.model import Arch, Block
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "tf32": 4}  # tf32 stores fp32
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
-ADAM_BYTES_PER_PARAM = 7 * 4  # fp32 Adam: read param, grad, m, v; write param, m, v (foreach kernels)
-# Adam's implementations (torch.optim.Adam foreach=True | fused=True | foreach=False) in time. The
-# roofline charges foreach and fused the same minimal traffic (ADAM_BYTES_PER_PARAM; foreach's
-# extra passes over its temporaries are not counted: an assumption); per-parameter adds, per
-# parameter tensor, one launch per elementwise op of torch's _single_tensor_adam.
-ADAM_OPS_PER_TENSOR = 10  # lerp, mul, addcmul, sqrt, div, add, addcdiv, step +1, two bias corrections
+ADAM_BYTES_PER_PARAM = optimizers.OPTIMIZERS["adam"].step_words * 4  # read param, grad, m, v; write param, m, v
+# The optimizers' implementations (torch.optim's foreach=True | fused=True | foreach=False) in time:
+# foreach and fused are charged the same minimal traffic (`optimizers`: foreach's extra passes
+# over its temporaries are not counted, an assumption); per-parameter adds, per parameter tensor,
+# one launch per elementwise op of torch's _single_tensor_<optimizer>.
+ADAM_OPS_PER_TENSOR = optimizers.OPTIMIZERS["adam"].ops_per_tensor
 KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
 
 
@@ -72,6 +74,9 @@ class ComputeModel:
     reduce_dtype: str | None = None  # FSDP's reduce-scatter dtype (None: the training precision)
     tp: int = 1  # tensor-parallel degree: the blocks' kernels are one rank's shards of them
     sequence_parallel: bool = False
+    optimizer_kind: str = "adam"  # `simulator.optimizers` (the `optimizer` setting)
+    attention: str = "flash"  # flash | efficient | math (`simulator.attention_impl`)
+    compile: bool = False  # torch.compile of the layers (`simulator.fusion`)
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -91,7 +96,7 @@ class ComputeModel:
 
     def block(self, b: Block, batch: int) -> BlockCost:
         esize = DTYPE_BYTES[self.precision]
-        mem = b.fwd_mem_elems * batch * esize / self.mem_bytes_per_s
+        mem = b.fwd_mem_elems * self._fused_share(b) * batch * esize / self.mem_bytes_per_s
         measured = self.profile.block_time(b.name, batch) if self.profile else None
         if measured is not None and self.tp > 1:
             measured = self._tp_share(b, batch, measured)
@@ -99,10 +104,38 @@ class ComputeModel:
             return BlockCost(measured[0], measured[1], min(mem, measured[0]))
         kernels = self._kernels(b, batch)
         if kernels is not None:
-            return self._from_kernels(kernels, mem)
+            return self._from_kernels(kernels, mem, self._layer(b))
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
         bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
+        attn = self._attention(b, batch)
+        if self.attention == "math" and attn is not None:
+            # the roofline's unfused attention: the work beyond the fused kernels' (full S x S;
+            # backward 4 GEMMs against their 2.5) and the score tensor's traffic
+            ff, bf = ai.math_flops(attn)
+            fm, bm = ai.math_mem_elems(attn)
+            sb = ai.SCORE_BYTES  # (the roofline keeps the precision's matmul rate for them: CPUs have fp32 only)
+            fwd += (ff - attn.fwd_flops) / self.flops_per_s + fm * sb / self.mem_bytes_per_s
+            bwd += (bf - gk.BWD_ATTN_WORK * attn.fwd_flops) / self.flops_per_s + bm * sb / self.mem_bytes_per_s
         return BlockCost(fwd, bwd, mem)
+
+    def _layer(self, b: Block) -> bool:
+        """Whether `b` is a transformer layer of a described model (what compile and the attention choice change)."""
+        return b.kind == "layer" and self.arch is not None and self.arch.family != "mlp"
+
+    def _fused_share(self, b: Block) -> float:
+        """The share of a block's memory-bound traffic left under torch.compile (1 in eager)."""
+        if not self.compile or not self._layer(b):
+            return 1.0
+        assert self.arch is not None
+        return fusion.compiled_share(self.arch, self.tp, self.sequence_parallel)
+
+    def _attention(self, b: Block, batch: int) -> gk.Attention | None:
+        """The attention call of a transformer layer for `batch` samples (one rank's heads)."""
+        if not self._layer(b):
+            return None
+        a = self.arch
+        assert a is not None
+        return gk.Attention(batch * a.heads // self.tp, a.tokens, a.head_dim, causal=a.traits.causal)
 
     def _tp_share(self, b: Block, batch: int, measured: tuple[float, float]) -> tuple[float, float]:
         """A tensor-parallel rank's share of a block the profile measured whole: the measured
@@ -125,9 +158,11 @@ class ComputeModel:
             return None
         return gk.block_kernels(self.arch, b, batch, self.tp)
 
-    def _from_kernels(self, k: gk.BlockKernels, mem: float) -> BlockCost:
+    def _from_kernels(self, k: gk.BlockKernels, mem: float, layer: bool = False) -> BlockCost:
         """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound
-        forward time (the same traffic as the roofline's, at the achieved HBM bandwidth)."""
+        forward time (the same traffic as the roofline's, at the achieved HBM bandwidth); the
+        attention as configured (`attention_impl`); `layer`: a transformer layer, whose
+        memory-bound kernels torch.compile fuses (`fusion`)."""
         spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
         assert spec is not None
         # a training step's GEMMs and attention run at the device's training fractions of the
@@ -135,13 +170,35 @@ class ComputeModel:
         rate = self.flops_per_s * spec.gemm_training_fraction
         fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
         bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
-        if k.attention is not None:
-            # the attention figures are the half-precision tensor path's; fp32 runs at its own peak's share
-            scale = self.peak_flops / (max(self.device.peak_tflops.values()) * 1e12) * spec.attn_training_fraction
+        if k.attention is not None and self.attention == "math":
+            # in fp32 (`attention_impl`): its GEMMs at the fp32 rate (TF32's under tf32), fp32 scores
+            fp = "tf32" if self.precision == "tf32" else "fp32"
+            fp_rate = (
+                self.device.peak_tflops[fp] * 1e12 * self.device.matmul_efficiency[fp] * spec.gemm_training_fraction
+            )
+            sb = ai.SCORE_BYTES
+            fg, bg = ai.math_gemms(k.attention)
+            fwd_k += [gk.gemm_time(g, spec, fp_rate, bw, sb) for g in fg]
+            bwd_k += [gk.gemm_time(g, spec, fp_rate, bw, sb) for g in bg]
+            # the score tensor's memory-bound kernels, each its own (softmax, the causal mask's add)
+            e = ai.score_elems(k.attention) * sb / bw
+            fwd_k.append(ai.SCORE_FWD_PASSES * e)
+            if k.attention.causal:
+                fwd_k.append(ai.CAUSAL_MASK_PASSES * e)
+            bwd_k.append(ai.SCORE_BWD_PASSES * e)
+        elif k.attention is not None:
+            # the attention figures are the half-precision tensor path's; fp32 runs at its own peak's
+            # share, and so does tf32: the fused kernels take fp32 inputs in fp32 whatever allow_tf32 says
+            attn_peak = self.device.peak_tflops["fp32" if self.precision == "tf32" else self.precision]
+            scale = attn_peak / max(self.device.peak_tflops.values()) * spec.attn_training_fraction
+            if self.attention == "efficient":
+                scale *= ai.EFFICIENT_RATE
             fwd_k.append(gk.attention_time(spec, k.attention, bwd=False, scale=scale))
             bwd_k.append(gk.attention_time(spec, k.attention, bwd=True, scale=scale))
         mem_bytes = mem * bw
         ef, eb = self.extra_kernels
+        if layer and self.compile:
+            ef, eb = ef - fusion.FWD_KERNELS_SAVED, eb - fusion.BWD_KERNELS_SAVED
         slowest = gk.slowest_of(self.sync_ranks, spec.rank_time_cv)
         fwd = gk.pass_time(fwd_k, mem_bytes, k.fwd_other_kernels + ef, spec, bw) * slowest
         bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw) * slowest
@@ -149,13 +206,16 @@ class ComputeModel:
         return BlockCost(fwd, bwd, min(fwd, max(mem, k.fwd_other_kernels * floor)))
 
     def optimizer(self, local_params: float, tensors: int = 0) -> float:
-        """Adam step over the parameters this rank owns (memory-bound), held in `tensors`
-        parameter tensors (what per-parameter Adam launches its ops for)."""
+        """The optimizer's step over the parameters this rank owns (memory-bound: its words read
+        and written, `optimizers`), held in `tensors` parameter tensors (what the per-parameter
+        loop launches its ops for). A profile's measured (Adam) time per parameter is scaled by
+        the optimizer's traffic over Adam's (named)."""
+        opt = optimizers.spec(self.optimizer_kind)
         if self.profile and self.profile.optimizer_per_param_s is not None:
-            return self.profile.optimizer_per_param_s * local_params
-        t = local_params * ADAM_BYTES_PER_PARAM / self.mem_bytes_per_s
+            return self.profile.optimizer_per_param_s * local_params * opt.step_words * 4 / ADAM_BYTES_PER_PARAM
+        t = local_params * opt.step_words * 4 / self.mem_bytes_per_s
         if self.optimizer_impl == "per-parameter":
-            t += tensors * ADAM_OPS_PER_TENSOR * KERNEL_LAUNCH_S
+            t += tensors * opt.ops_per_tensor * KERNEL_LAUNCH_S
         return t
 
     def sharded_optimizer_overhead(self) -> float:

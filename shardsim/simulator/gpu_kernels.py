@@ -148,6 +148,7 @@ def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels
     if b.kind == "head":
         if arch.family in ("vit", "mlp"):
             return BlockKernels((Gemm(batch, arch.classes, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
+        t = batch * (b.tokens or arch.tokens)  # a masked-LM head: its masked positions
         return BlockKernels((Gemm(t, -(-arch.vocab // tp), h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
     return None
 

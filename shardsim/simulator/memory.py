@@ -8,21 +8,22 @@ Adam's moments) and the runtime overhead are alive at both."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.core.units import GIB
+from shardsim.simulator import attention_impl, optimizers
 from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.hardware.topology import DeviceSpec
 from shardsim.simulator.plan import RankClass
-from shardsim.simulator.workload.model import Block
+from shardsim.simulator.workload.families import kv_heads_per_rank
+from shardsim.simulator.workload.model import Block, Workload
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
-# torch.optim.Adam(foreach=True), the default on CUDA, materializes sqrt(exp_avg_sq) for all of a
-# rank's parameters at once during step(): one fp32 temporary the size of the local parameters.
-# fused=True and the per-parameter loop keep none the size of the parameters.
-ADAM_STEP_TEMPORARIES = {"foreach": 1.0, "fused": 0.0, "per-parameter": 0.0}
+# the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's
+# foreach path materializes sqrt(exp_avg_sq) for all of a rank's parameters at once
+ADAM_STEP_TEMPORARIES = optimizers.OPTIMIZERS["adam"].temporaries
 # PyTorch's caching allocator reserves more than it hands out (large blocks rounded up to 2 MiB,
 # cached segments split and kept): a GPU needs the peak of allocated memory plus this share of it
 # (assumption, named; not measured here: the committed runs record the allocated peak only).
@@ -91,6 +92,28 @@ def autocast_copies(rc: RankClass, param_bytes: int) -> float:
     return rc.params * param_bytes if param_bytes != 4 else 0.0
 
 
+def state_words(optimizer: str, w: Workload) -> float:
+    """fp32 words of optimizer state per parameter (`optimizers`): adafactor's from the model's matrices."""
+    if optimizer == "adafactor":
+        return optimizers.adafactor_words(w.arch, w.params * w.tp)
+    return optimizers.spec(optimizer).state_words
+
+
+def attention_saves(w: Workload, attention: str, esize: int) -> Workload:
+    """`w` with what its layers save for backward under the attention implementation, in
+    elements of `esize` bytes: the unfused path's fp32 score tensor and more
+    (`attention_impl.saved_extra_bytes`) on each transformer layer of a described model; the
+    fused kernels' (flash, efficient) as `families` counts them."""
+    a = w.arch
+    if attention != "math" or a is None or a.family == "mlp":
+        return w
+    tp = w.tp
+    kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
+    extra = attention_impl.saved_extra_bytes(a.heads // tp, a.tokens, a.hidden // tp + 2 * kvd, esize) / esize
+    blocks = tuple(replace(b, act_elems=b.act_elems + extra) if b.kind == "layer" else b for b in w.blocks)
+    return replace(w, blocks=blocks)
+
+
 def rank_memory(
     cfg: RunConfig,
     res: Resolved,
@@ -99,8 +122,10 @@ def rank_memory(
     stage: int,
     device: DeviceSpec,
     ckpt: Checkpointing,
+    words: float = 2.0,
 ) -> MemoryBreakdown:
-    """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`)."""
+    """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
+    optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -110,8 +135,8 @@ def rank_memory(
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    optim = local * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
-    temporaries = local * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
+    optim = local * 4 * words  # e.g. Adam's exp_avg, exp_avg_sq (fp32)
+    temporaries = local * 4 * optimizers.spec(cfg.optimizer).temporaries[cfg.optimizer_impl]
     kind = cfg.strategy.spec  # what the kind holds unsharded, and how many microbatches' activations
     gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
     acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)

@@ -12,18 +12,18 @@ from shardsim.config.key import KEY_FIELDS, StrategyKey, legacy_strategy, result
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
-from shardsim.simulator.compute import ComputeModel
+from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.engine import Span, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
-from shardsim.simulator.memory import MemoryBreakdown, rank_memory
+from shardsim.simulator.memory import MemoryBreakdown, attention_saves, rank_memory, state_words
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
-from shardsim.simulator.workload.families import from_arch
+from shardsim.simulator.workload.families import check_mlm, from_arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
@@ -113,6 +113,9 @@ def predict(
     anything is planned, is not simulated; its times are NaN."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
+    if cfg.mlm_fraction is not None:  # the masked-LM head on a fraction of the tokens
+        check_mlm(w.arch, cfg.mlm_fraction, cfg.source)
+        w = from_arch(w.name, w.arch, mlm_fraction=cfg.mlm_fraction)  # type: ignore[arg-type]
     n_layers = len(w.layers) or len(w.blocks)
     cfg, res = resolve(
         cfg,
@@ -141,8 +144,11 @@ def predict(
         reduce_dtype=cfg.grad_dtype,
         tp=res.tp,
         sequence_parallel=cfg.strategy.sequence_parallel,
+        optimizer_kind=cfg.optimizer,
+        attention=cfg.attention,
+        compile=cfg.compile,
     )
-    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel)
+    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction)
     memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
     if prune_unfit and memory.required_gib > cluster.instance.device.memory_gib:
         return _summarize(cfg, res, w, cluster, cm, memory, None, [])
@@ -159,20 +165,23 @@ def predict(
     return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
 
 
-def rank_workload(w: Workload, tp: int, sequence_parallel: bool) -> Workload:
-    """The model as one rank runs it: `w` itself, or one tensor-parallel rank's shards of it."""
+def rank_workload(w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: float | None = None) -> Workload:
+    """The model as one rank runs it: `w` itself, or one tensor-parallel rank's shards of it
+    (with its masked-LM head where `mlm_fraction` is given)."""
     if tp == 1:
         return w
     assert w.arch is not None  # resolve refuses tensor parallelism of a model without an Arch
-    return from_arch(w.name, w.arch, tp, sequence_parallel)
+    return from_arch(w.name, w.arch, tp, sequence_parallel, mlm_fraction)
 
 
 def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpec) -> MemoryBreakdown:
     """Memory of the worst rank class of `cfg`'s step, each rank running `ranks_w`: estimated
     before (and without) planning or simulating the step."""
+    ranks_w = attention_saves(ranks_w, cfg.attention, DTYPE_BYTES[cfg.precision])
     ckpt = checkpointing_of(cfg, ranks_w.layers)
     classes = rank_classes(res, ranks_w, cfg.strategy.spec.is_pipeline)
-    mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt) for s, (rc, blocks) in enumerate(classes)]
+    words = state_words(cfg.optimizer, ranks_w)
+    mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words) for s, (rc, blocks) in enumerate(classes)]
     return max(mems, key=lambda m: m.required_gib)
 
 

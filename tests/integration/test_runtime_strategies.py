@@ -46,11 +46,11 @@ def _overrides(args: list[str]) -> dict:
         if key == "no_reshard_after_forward":
             out["reshard_after_forward"] = False
             continue
-        if key == "sequence_parallel":
+        if key in ("sequence_parallel", "compile"):
             out[key] = True
             continue
         value = next(it)
-        out[key] = int(value) if value.isdigit() else value
+        out[key] = int(value) if value.isdigit() else float(value) if key == "mlm_fraction" else value
     return out
 
 

@@ -107,9 +107,9 @@ def test_config_travels_to_the_workers_unchanged(tmp_path, monkeypatch):
     assert rank_config(build_parser().parse_args(["--seed", "3"])).seed == 3  # flags given: they are read
 
 
-# Settings the ranks do not read: the simulator's inputs (a profile, a calibration) and the one
-# optimizer (no flag). Every other setting must reach the workers, or they run its default.
-NOT_FOR_RANKS = {"profile", "calibration", "optimizer", "library"}  # library: the prediction's, not the run's
+# Settings the ranks do not read: the simulator's inputs (a profile, a calibration). Every other
+# setting must reach the workers, or they run its default.
+NOT_FOR_RANKS = {"profile", "calibration", "library"}  # library: the prediction's, not the run's
 
 
 def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
@@ -120,7 +120,8 @@ def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
               "selective_ac_option": "2", "reduce_dtype": "fp32", "backend": "gloo", "optimizer_impl": "fused",
               "seed": 5, "seq_len": 16, "hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1, "ffn": 64,
               "vocab": 128, "tp": 2, "sequence_parallel": True, "async_tp": True, "mesh_order": "pp,tp,dp",
-              "tp_across_nodes": True}  # fmt: skip
+              "tp_across_nodes": True, "optimizer": "sgd", "attention": "math", "compile": True,
+              "mlm_fraction": 0.25}  # fmt: skip
     pipeline = {"pp", "microbatches", "schedule"}  # a zero2d's have no value of their own
     missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - set(values)
     assert not missing, f"add a non-default value for {missing}"

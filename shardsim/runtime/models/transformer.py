@@ -58,6 +58,7 @@ class Attention(nn.Module):
         bias = a.traits.bias
         self.qkv = nn.Linear(a.hidden, a.hidden + 2 * a.kv_dim, bias=bias)
         self.proj = nn.Linear(a.hidden, a.hidden, bias=bias)
+        self.backends: list | None = None  # SDPBackends to restrict SDPA to (`runtime.stack`); None: PyTorch's choice
         self.rope = a.position_kind == "rope"
         if self.rope:
             cos, sin = rope_tables(a.tokens, a.head_dim)
@@ -76,7 +77,13 @@ class Attention(nn.Module):
         if self.rope:
             q, k = rotate(q, self.cos[:s], self.sin[:s]), rotate(k, self.cos[:s], self.sin[:s])
         gqa = k.shape[1] != q.shape[1]
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
+        if self.backends is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
+        else:
+            from torch.nn.attention import sdpa_kernel
+
+            with sdpa_kernel(self.backends):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
         return self.proj(y.transpose(1, 2).reshape(b, s, q.shape[1] * hd))
 
 
@@ -158,13 +165,25 @@ class PatchEmbed(nn.Module):
         return torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
 
 
+def masked_positions(seq: int, k: int, device: torch.device | None = None) -> torch.Tensor:
+    """The `k` positions of a sequence of `seq` tokens a masked-LM head predicts: evenly spaced
+    (the same every step; a named simplification of BERT's random draw, at the same cost)."""
+    return torch.arange(k, device=device) * seq // k
+
+
 class LMHead(nn.Module):
+    """Final norm and the LM head; with `masked` = k > 0 (a masked-LM head) on k positions of
+    each sequence only (`masked_positions`), gathered before the norm."""
+
     def __init__(self, hidden: int, vocab: int, norm_kind: str):
         super().__init__()
         self.norm = norm(norm_kind, hidden)
         self.out = nn.Linear(hidden, vocab, bias=False)
+        self.masked = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.masked:
+            x = x[:, masked_positions(x.shape[1], self.masked, x.device)]
         return self.out(self.norm(x))
 
 
@@ -196,6 +215,10 @@ class ShardsimModel(nn.Module):
         return self.head(x)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy; a masked-LM head's output (fewer positions than the targets) against
+        the targets of its positions."""
+        if output.dim() == 3 and target.dim() == 2 and output.shape[1] != target.shape[1]:
+            target = target[:, masked_positions(target.shape[1], output.shape[1], target.device)]
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
     def sample_batch(self, batch: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:

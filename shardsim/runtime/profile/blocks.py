@@ -85,7 +85,9 @@ def setup_bench(workload: str, device: str, threads: int, precision: str) -> Ben
     spec = load_workload(workload)
     model = resolve_builder(workload)().to(dev)
     model.train()
-    dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    dtype = {"fp32": None, "tf32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    if precision == "tf32" and dev.type == "cuda":  # fp32 storage, TF32 matmuls (`runtime.stack`)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype else contextlib.nullcontext
     modules = ([model.embed] if getattr(model, "embed", None) is not None else []) + list(model.blocks) + [model.head]
     names = [b.name for b in spec.blocks]

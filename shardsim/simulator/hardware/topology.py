@@ -25,7 +25,7 @@ from shardsim.data import TOPOLOGIES
 from shardsim.simulator.hardware.network_figures import NetworkFigures, fitted_network_figures
 from shardsim.simulator.scale import MAX_WORLD
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "tf32")  # tf32: fp32 storage, TF32 tensor-core matmuls
 FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
 NETWORK_FABRICS = ("efa", "infiniband", "roce", "ethernet")  # the NIC's network (fitted figures per kind)
 CPU_VENDORS = ("intel", "amd", "other")

@@ -191,6 +191,21 @@ def _efficiency_grids(df) -> list[Grid]:
     return tables
 
 
+def _stack_listed(df) -> list[tuple[str, list[str]]]:
+    """The stack settings' values in the rows (`space.STACK_AXES`), each as labels name them."""
+    out: list[tuple[str, list[str]]] = [("precision", list(dict.fromkeys(df["precision"])))]
+    for name in ("optimizer", "attention"):
+        if name in df:
+            out.append((name, list(dict.fromkeys(df[name]))))
+    if "compile" in df:
+        out.append(("", ["compiled" if v else "eager" for v in dict.fromkeys(df["compile"])]))
+    if "mlm_fraction" in df:
+        out.append(
+            ("mlm", [f"{v:g}" if v == v and v is not None else "off" for v in dict.fromkeys(df["mlm_fraction"])])
+        )
+    return out
+
+
 def _settings_listed(df) -> str:
     """ "ZeRO-3/ZeRO-2; checkpointing off/selective op; ...": the values of each setting in the
     rows, where the sweep listed settings ("" where it did not)."""
@@ -208,10 +223,11 @@ def _settings_listed(df) -> str:
     for name, values in (
         ("checkpointing", ckpt),
         ("reduce", sorted(df["reduce_dtype"].unique(), key=PRECISIONS.index)),
-        ("adam", sorted(df["optimizer_impl"].unique(), key=OPTIMIZER_IMPLS.index)),
+        ("implementation", sorted(df["optimizer_impl"].unique(), key=OPTIMIZER_IMPLS.index)),
+        *_stack_listed(df),
     ):
         if len(values) > 1:
-            parts.append(f"{name} " + "/".join(values))
+            parts.append((f"{name} " if name else "") + "/".join(values))
     return "; ".join(parts)
 
 
@@ -244,6 +260,14 @@ def print_report(
         head += f", reduce {base.grad_dtype}"
     if base.optimizer_impl != RunConfig.model_fields["optimizer_impl"].default:
         head += f", {base.optimizer} {base.optimizer_impl}"
+    elif base.optimizer != RunConfig.model_fields["optimizer"].default:
+        head += f", {base.optimizer}"
+    if base.attention != RunConfig.model_fields["attention"].default:
+        head += f", attention {base.attention}"
+    if base.compile:
+        head += ", compiled"
+    if base.mlm_fraction is not None:
+        head += f", mlm {base.mlm_fraction:g}"
     head += f", {base.backend}"
     listed = _settings_listed(df)
     if listed:

@@ -55,7 +55,7 @@ COLUMNS = (
 # checkpointing and its selective option, the dtype gradients are reduced in (where parameters
 # are not sharded, DDP's: fp32 unless a compression hook), Adam's implementation. (ZeRO-2 or not is the key's
 # strategy_reshard_after_forward.)
-SETTING_COLUMNS = tuple(s.name for s in RUN_SETTING_AXES)
+SETTING_COLUMNS = tuple(s.name for s in RUN_SETTING_AXES if s.name not in COLUMNS)  # precision is always a column
 # Added by `scaling()` when a sweep spans several cluster sizes.
 SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
 
@@ -95,6 +95,10 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "selective_ac_option": c.cfg.selective_ac_option if c.cfg.checkpointing == "selective" else None,
         "reduce_dtype": c.cfg.grad_dtype if key.strategy.degree > 1 else c.cfg.ddp_reduce_dtype,
         "optimizer_impl": c.cfg.optimizer_impl,
+        "optimizer": c.cfg.optimizer,
+        "attention": c.cfg.attention,
+        "compile": c.cfg.compile,
+        "mlm_fraction": c.cfg.mlm_fraction,
         "step_time_s": p.step_time_s,
         "samples_per_s": p.samples_per_s,
         "compute_s": bd["compute_s"],

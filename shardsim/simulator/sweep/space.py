@@ -57,7 +57,9 @@ class SweepSpace:
       block) for its selective rows.
     reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
       its compression hook; sharded rows: None is the precision).
-    optimizer_impls: Adam's foreach | fused | per-parameter.
+    optimizer_impls: the optimizer's foreach | fused | per-parameter.
+    precisions, optimizers, attentions, compile, mlm_fractions: the training stack's settings
+      (`STACK_AXES`); a precision the cluster's device lacks drops its rows.
     tp_degrees: tensor-parallel degrees; default every divisor of the GPUs per node that the
       model admits (heads, key/value heads, FFN: `config.tp.check_tp`), 1 for models without heads.
     sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
@@ -78,6 +80,11 @@ class SweepSpace:
     selective_ac_options: tuple[str, ...] | None = None
     reduce_dtypes: tuple[str, ...] | None = None
     optimizer_impls: tuple[str, ...] | None = None
+    precisions: tuple[str, ...] | None = None
+    optimizers: tuple[str, ...] | None = None
+    attentions: tuple[str, ...] | None = None
+    compile: tuple[bool, ...] | None = None
+    mlm_fractions: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
 
@@ -213,6 +220,25 @@ def tp_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch 
     return [(t, sp) for t in tps for sp in sps(t)]
 
 
+# the training stack's settings a sweep may list: (axis, setting), each a dimension more, innermost
+STACK_AXES = (
+    ("precisions", "precision"),
+    ("optimizers", "optimizer"),
+    ("attentions", "attention"),
+    ("compile", "compile"),
+    ("mlm_fractions", "mlm_fraction"),
+)
+
+
+def _stack_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
+    """Every combination of the listed stack settings (`STACK_AXES`), the base's where not listed."""
+    out: list[dict[str, Any]] = [{}]
+    for axis, name in STACK_AXES:
+        values = getattr(space, axis) or (getattr(base, name),)
+        out = [v | {name: x} for v in out for x in values]
+    return out
+
+
 def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
     """The RunConfig fields of every combination of the listed settings, in the order listed
     (the base's value where a setting is not listed); a selective option only with selective
@@ -221,11 +247,12 @@ def _settings_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any
     options = space.selective_ac_options or (base.selective_ac_option,)
     reduce = space.reduce_dtypes or (base.reduce_dtype,)
     return [
-        {"checkpointing": ck, "selective_ac_option": opt, "reduce_dtype": rd, "optimizer_impl": impl}
+        {"checkpointing": ck, "selective_ac_option": opt, "reduce_dtype": rd, "optimizer_impl": impl} | stack
         for ck in space.checkpointing or (base.checkpointing,)
         for opt in (options if ck == "selective" else (base.selective_ac_option,))
         for rd in reduce
         for impl in space.optimizer_impls or (base.optimizer_impl,)
+        for stack in _stack_variants(base, space)
     ]
 
 
@@ -234,14 +261,15 @@ def settings_key(cfg: RunConfig, shard: int) -> tuple:
     checkpointing, the reduce dtype as the row reduces in (FSDP2's, or DDP's: `ddp_reduce_dtype`)."""
     option = cfg.selective_ac_option if cfg.checkpointing == "selective" else None
     reduce = cfg.grad_dtype if shard > 1 else cfg.ddp_reduce_dtype
-    return cfg.checkpointing, option, reduce, cfg.optimizer, cfg.optimizer_impl
+    stack = tuple(getattr(cfg, name) for _, name in STACK_AXES)
+    return cfg.checkpointing, option, reduce, cfg.optimizer, cfg.optimizer_impl, *stack
 
 
 def settings_suffix(cfg: RunConfig, shard: int, base: RunConfig) -> str:
     """ ", ckpt selective op, reduce fp32, adam fused": the settings of `cfg` that differ from
     the base's ("" when none do; ZeRO-2 is in the strategy's own label)."""
-    ck, option, reduce, optimizer, impl = settings_key(cfg, shard)
-    base_ck, base_option, base_reduce, _, base_impl = settings_key(base, shard)
+    ck, option, reduce, optimizer, impl, *_ = settings_key(cfg, shard)
+    base_ck, base_option, base_reduce, base_optimizer, base_impl, *_ = settings_key(base, shard)
     parts = []
     if (ck, option) != (base_ck, base_option):
         parts.append(f"ckpt {cfg.checkpointing_label()}")
@@ -249,7 +277,25 @@ def settings_suffix(cfg: RunConfig, shard: int, base: RunConfig) -> str:
         parts.append(f"reduce {reduce}")
     if impl != base_impl:
         parts.append(f"{optimizer} {impl}")
+    elif optimizer != base_optimizer:
+        parts.append(optimizer)
+    parts += stack_suffix(cfg, base)
     return "".join(", " + p for p in parts)
+
+
+def stack_suffix(cfg: RunConfig, base: RunConfig) -> list[str]:
+    """The label's parts of the stack settings (but the optimizer) that differ from the base's:
+    ``tf32``, ``attn math``, ``compiled`` / ``eager``, ``mlm 0.15`` / ``mlm off``."""
+    parts = []
+    if cfg.precision != base.precision:
+        parts.append(cfg.precision)
+    if cfg.attention != base.attention:
+        parts.append(f"attn {cfg.attention}")
+    if cfg.compile != base.compile:
+        parts.append("compiled" if cfg.compile else "eager")
+    if cfg.mlm_fraction != base.mlm_fraction:
+        parts.append(f"mlm {cfg.mlm_fraction:g}" if cfg.mlm_fraction is not None else "mlm off")
+    return parts
 
 
 def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
@@ -367,6 +413,10 @@ def enumerate_configs(
         here: Counter[str] = Counter()  # this cluster's dropped configurations, by reason
         for strat, batch in _layout_strategies(cfg0, space, cluster, layouts, n_layers, reshard):
             for settings in variants:
+                prec = settings.get("precision", cfg0.precision)
+                if not cluster.instance.device.supports(prec):  # a listed precision this device lacks
+                    here[f"{cluster.instance.device.model} has no {prec} support"] += 1
+                    continue
                 try:
                     cfg, res = resolve(
                         cfg0.replace(strategy=strat, batch_per_device=batch, **settings),

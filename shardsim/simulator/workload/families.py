@@ -10,6 +10,7 @@ counted). The measurement counts the same way, and `mfu` is computed from these 
 
 from __future__ import annotations
 
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.model import Block, Workload
 
@@ -146,6 +147,39 @@ def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
     return Block("embed", params, 0.0, 0.0, mem, s, s, sn * h, "embed", 0.0, 2 if learned else 1)
 
 
+def masked_tokens(a: Arch, fraction: float) -> int:
+    """Positions per sequence a masked-LM head predicts: round(fraction x tokens), at least 1
+    (NVIDIA's BERT pretraining: max_predictions_per_seq, 20 of 128 and 80 of 512)."""
+    return max(1, round(fraction * a.tokens))
+
+
+def check_mlm(a: Arch | None, fraction: float | None, where: str | None = None) -> None:
+    """ConfigError naming mlm_fraction unless the model is a bidirectional text model (bert)."""
+    if fraction is None:
+        return
+    if a is None or a.traits.tokens != "text" or a.traits.causal:
+        what = "a model built by Python" if a is None else f"the {a.family} family"
+        why = f"a masked-LM head applies to a bidirectional text model (bert), not {what}"
+        raise ConfigError(why, where=where, field="mlm_fraction")
+
+
+def _masked_head(a: Arch, tp: int, sp: bool, k: int) -> Block:
+    """The masked-LM head on `k` positions per sequence: the hidden states of those positions
+    gathered (read and written, k x h), then the final norm, the LM head (vocabulary columns
+    over `tp` ranks) and the cross-entropy on k tokens only; its input stays the whole
+    sequence's (what the layer before hands it)."""
+    h, s = a.hidden, a.tokens
+    sn = s // tp if sp else s
+    v = -(-a.vocab // tp)
+    params = norm_params(a) + (0 if a.tied_embeddings else h * v)
+    fwd = 2.0 * k * h * v
+    # gathered positions, norm out, its statistics, log-softmax, targets (and the gathered sequence under sp)
+    act = k * (2 * h + _norm_saved(a)) + (s * h if sp else 0) + k * v + k
+    mem = 2 * k * h + 2 * k * h + 3 * k * v
+    tensors = norm_tensors(a) + (0 if a.tied_embeddings else 1)
+    return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, k * v, "head", 0.0, tensors, tokens=k)
+
+
 def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
     """The head as one of `tp` ranks runs it: an LM head split by vocabulary columns with the
     vocabulary-parallel cross-entropy (each rank its tp-th of the logits), its final norm on a
@@ -180,9 +214,12 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
     return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, s * v, "head", 0.0, param_tensors=tensors)
 
 
-def from_arch(name: str, a: Arch, tp: int = 1, sequence_parallel: bool = False) -> Workload:
+def from_arch(
+    name: str, a: Arch, tp: int = 1, sequence_parallel: bool = False, mlm_fraction: float | None = None
+) -> Workload:
     """The analytic workload of an architecture, as one of `tp` tensor-parallel ranks runs it
-    (the whole model with tp = 1)."""
+    (the whole model with tp = 1); with `mlm_fraction` (a bidirectional text model: `check_mlm`)
+    its head a masked-LM head on that fraction of the tokens."""
     sp = sequence_parallel and tp > 1
     blocks: list[Block] = []
     emb = _embed(a, tp, sp)
@@ -192,5 +229,9 @@ def from_arch(name: str, a: Arch, tp: int = 1, sequence_parallel: bool = False) 
         blocks.extend(_mlp_block(a, i) for i in range(a.layers))
     else:
         blocks.extend(_layer(a, i, tp, sp) for i in range(a.layers))
-    blocks.append(_head(a, tp, sp))
+    if mlm_fraction is None:
+        blocks.append(_head(a, tp, sp))
+    else:
+        check_mlm(a, mlm_fraction)
+        blocks.append(_masked_head(a, tp, sp, masked_tokens(a, mlm_fraction)))
     return Workload(name=name, blocks=tuple(blocks), tokens_per_sample=a.tokens, arch=a, tp=tp, sequence_parallel=sp)

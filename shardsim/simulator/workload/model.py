@@ -31,6 +31,8 @@ class Block:
     act_matmul_elems: float = 0.0
     # parameter tensors the block holds (what per-parameter Adam launches its kernels for)
     param_tensors: int = 0
+    # tokens per sample the block computes on, 0: the model's (a masked-LM head: its masked positions)
+    tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,51 @@
+"""torch.compile of the transformer layers, as named assumptions: Inductor fuses the chains of
+memory-bound ops into fewer kernels; GEMMs and attention are unchanged (cuBLAS and the SDPA
+kernel, as in eager).
+
+Bytes per token of a layer's forward, eager (`families._layer`) against compiled:
+- each residual add (read 2h, write h) fuses with the norm after it (read h, write h): one
+  kernel reads x and the branch output and writes the sum and the normed tensor, 4h against
+  5h; the layer's last add fuses into the next layer's first norm (or the head's): two such
+  kernels per layer, 8h against 10h;
+- GELU: 2f either way (no GEMM epilogue fusion by default: its input comes from cuBLAS);
+  SwiGLU: SiLU (2f) and the product (3f) fuse into one kernel reading gate and up, writing
+  the product: 3f against 5f;
+- rotary embeddings: one read and one write per rotated element against eager's ~10
+  (`ROPE_EAGER_PASSES`; the cos / sin tables, shared by the batch, stay in cache: named).
+Kernels: the two residual adds disappear as kernels of their own in forward (6 → 4), and their
+gradients fuse into the norms' backward (`BWD_KERNELS_SAVED`). The per-kernel floor stays
+eager's (Inductor's launches are assumed no cheaper: conservative, named). Saved activations
+are not changed (Inductor's recompute of cheap ops is not modelled: named). Embedding, head and
+the mlp family's blocks are not changed (named).
+"""
+
+from __future__ import annotations
+
+from shardsim.simulator.workload.arch import Arch
+from shardsim.simulator.workload.families import kv_heads_per_rank
+
+FWD_KERNELS_SAVED = 2  # the two residual adds, fused into the norms
+BWD_KERNELS_SAVED = 4  # the two residual-gradient adds, and one kernel of each norm's backward
+ROPE_EAGER_PASSES = 10  # as `families._layer` counts rotary embeddings in eager
+ROPE_FUSED_PASSES = 2
+
+
+def layer_mem_elems(a: Arch, tp: int = 1, sp: bool = False, compiled: bool = False) -> float:
+    """Forward memory-bound elements per sample of one transformer layer, eager (what
+    `families._layer` counts) or compiled."""
+    h, f, s = a.hidden, a.ffn_size // tp, a.tokens
+    sn = s // tp if sp and tp > 1 else s
+    swiglu = a.traits.mlp == "swiglu"
+    if compiled:
+        mem = sn * 2 * 4 * h + s * (3 * f if swiglu else 2 * f)
+    else:
+        mem = sn * (2 * 2 * h + 2 * 3 * h) + s * (5 * f if swiglu else 2 * f)
+    if a.position_kind == "rope":
+        kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
+        mem += (ROPE_FUSED_PASSES if compiled else ROPE_EAGER_PASSES) * s * (h // tp + kvd)
+    return float(mem)
+
+
+def compiled_share(a: Arch, tp: int = 1, sp: bool = False) -> float:
+    """A layer's compiled memory-bound traffic over its eager traffic."""
+    return layer_mem_elems(a, tp, sp, compiled=True) / layer_mem_elems(a, tp, sp)
