@@ -60,3 +60,5 @@ def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
     for e in [*chain, example]:
         proc = _run(e, cwd)
         assert proc.returncode == 0, f"{e.id}: exit {proc.returncode}: {proc.stderr[-2000:]}"
+        if e.stdout_to:
+            (cwd / e.stdout_to).write_text(proc.stdout)

@@ -57,7 +57,8 @@ SKIPPED = {
 class Example:
     page: str
     line: str  # as written, continuations joined
-    argv: tuple[str, ...]  # after `shardsim`
+    argv: tuple[str, ...]  # after `shardsim`, up to a pipe or a redirection
+    stdout_to: str | None = None  # `> FILE`: the file stdout goes to
 
     @property
     def id(self) -> str:
@@ -79,10 +80,12 @@ def examples(pages: list[Path] = DOCS) -> list[Example]:
         for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
             for line in block.replace("\\\n", " ").splitlines():
                 words = shlex.split(line, comments=True)
-                if words[:1] == ["shardsim"] and "|" not in words:
-                    out.append(Example(page.name, " ".join(line.split()), tuple(words[1:])))
-                elif words[:1] == ["shardsim"]:  # a pipe into another tool: the shell's, not ours
-                    out.append(Example(page.name, " ".join(line.split()), tuple(words[1 : words.index("|")])))
+                if words[:1] != ["shardsim"]:
+                    continue
+                ends = [i for i, w in enumerate(words) if w in ("|", ">")]
+                end = ends[0] if ends else len(words)
+                target = words[end + 1] if ends and words[end] == ">" else None
+                out.append(Example(page.name, " ".join(line.split()), tuple(words[1:end]), target))
     return out
 
 
@@ -120,6 +123,28 @@ def test_the_fast_examples_of_a_page_end_well(page: str, tmp_path: Path, monkeyp
         start = time.monotonic()
         code = main(list(e.argv))
         took = time.monotonic() - start
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert code == 0, f"{e.id}: exit {code}: {err[-500:]}"
+        if e.stdout_to:
+            Path(e.stdout_to).write_text(out)
         assert took < MARGIN_S, f"{e.id}: {took:.0f} s (a fast example promises under {FAST_S} s)"
+
+
+def test_the_readme_installs_torch_one_way():
+    """One torch install line, the CPU build of the pinned version (what a fresh machine and CI run,
+    and what a command that needs torch tells the user to run)."""
+    from shardsim.core.torch_required import CPU_INDEX, TORCH_VERSION
+
+    text = (ROOT / "README.md").read_text()
+    installs = [line for line in text.splitlines() if "pip install" in line and "torch" in line]
+    assert len(installs) == 1, installs
+    assert f"install -q torch=={TORCH_VERSION} --index-url {CPU_INDEX} " in installs[0]
+    test_command = text.split("<!-- test-command -->")[1].split("```")[1]
+    assert installs[0] in test_command
+
+
+def test_the_readme_states_its_limitations():
+    text = (ROOT / "README.md").read_text()
+    limits = text.split("## Limitations")[1].split("\n## ")[0]
+    for term in ("context", "expert", "interleaved", "PAT", "p3dn", "nvidia-smi", "4,096"):
+        assert term in limits, term

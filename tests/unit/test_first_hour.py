@@ -30,6 +30,7 @@ MISTRAL = {  # mistralai/Mistral-7B-v0.1 config.json's shape keys (its maximum p
     "tie_word_embeddings": False,
     "vocab_size": 32000,
 }
+ROOT = Path(__file__).resolve().parents[2]
 GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
 
 
@@ -136,7 +137,7 @@ def test_workloads_describes_a_config_json_and_a_model_yaml(tmp_path, capsys):
     row = json.loads(out)
     assert row["seq_len"] == 8192 and row["kv_heads"] == 8 and row["family"] == "llama"
     assert row["params"] == load_workload(str(path)).params
-    code, out, _ = _run(["workloads", "shardsim/data/models/gpt2-xl.yaml", "--json"], capsys)
+    code, out, _ = _run(["workloads", str(ROOT / "shardsim/data/models/gpt2-xl.yaml"), "--json"], capsys)
     row = json.loads(out)
     assert row["seq_len"] == 1024 and row["published_params"] == library()["gpt2-xl"].published_params
 
@@ -175,3 +176,11 @@ def test_predict_hints_only_when_nothing_fits(capsys):
     assert out.splitlines()[-1].startswith("  hint: model states take ") and "more --nodes" in out
     code, out, _ = _run([*base, "--nodes", "16", "--batch-per-device", "1"], capsys)
     assert "(fits)" in out and "hint:" not in out
+
+
+def test_the_shipped_mistral_config_is_the_library_model():
+    """The docs' config.json example: read at 4,096 tokens, it is the library's mistral-7b."""
+    hf = load_workload(str(ROOT / "experiments/models/Mistral-7B-v0.1/config.json"))
+    lib = load_workload("mistral-7b")
+    assert hf.name == "Mistral-7B-v0.1 seq_len=4096"  # named after its folder
+    assert (hf.params, hf.train_flops, hf.tokens_per_sample) == (lib.params, lib.train_flops, lib.tokens_per_sample)
