@@ -42,13 +42,14 @@ def _activations(cfg: Any, world: int) -> str:
 
 
 def _states(cfg: Any, world: int) -> str:
-    kind, degree = cfg.strategy.kind, getattr(cfg.strategy, "degree", None)
-    if kind == "ddp":
-        return "shard them: --strategy zero (each rank holds 1/world of them)"
-    if kind == "zero2d" and degree and degree < world:
-        return f"shard over more ranks: a larger --degree (now {degree}), or more --nodes"
-    if kind == "pipeline":
+    spec = cfg.strategy.spec  # the kind's capabilities (kinds are not spelled out here)
+    if spec.is_pipeline:
         return "more stages (--pp), or more --nodes"
+    if spec.replicates:
+        return "shard them: --strategy zero (each rank holds 1/world of them)"
+    degree = spec.sharded_degree(cfg.strategy, world)
+    if degree < world:
+        return f"shard over more ranks: a larger --degree (now {degree}), or more --nodes"
     return f"more --nodes (each rank holds 1/{world} of them now), or a pipeline (--strategy pipeline --pp N)"
 
 
