@@ -19,6 +19,7 @@ def gib(x: float) -> str:
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
     from shardsim.simulator.predict import predict, save_trace
+    from shardsim.simulator.workload.load import display_name
 
     cfg = config_from_args(ns)
     if ns.trace:
@@ -55,9 +56,13 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
     if ns.trace:
         lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
-    print(f"{pred.workload} on {pred.cluster}, {pred.label}, global batch {pred.global_batch}")
+    print(f"{display_name(cfg.workload, cfg.shape)} on {pred.cluster}, {pred.label}, global batch {pred.global_batch}")
     for label, text in lines:
         print(labelled(label, text, width))
+    if not pred.fits:
+        from shardsim.simulator.hints import memory_hint
+
+        print("  " + memory_hint(m, cfg, pred.world))
     return 0
 
 

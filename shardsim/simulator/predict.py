@@ -24,7 +24,7 @@ from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.families import check_mlm, from_arch
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.load import load_workload, spec_name
 from shardsim.simulator.workload.model import Workload
 
 
@@ -129,7 +129,8 @@ def predict(
     if refusal := cluster.instance.device.backend_refusal(cfg.backend):
         raise ConfigError(refusal, field="backend")
     if profile is None and cfg.profile:
-        profile = load_profile(cfg.profile, w.name)
+        # a profile names the workload as given (a config.json by its path), shaped only by its file
+        profile = load_profile(cfg.profile, w.name if cfg.shape.given() else spec_name(cfg.workload))
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:

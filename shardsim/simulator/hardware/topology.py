@@ -343,8 +343,9 @@ def builtin_topologies() -> list[str]:
     return sorted(p.stem for p in builtin_topology_dir().glob("*.yaml"))
 
 
-def load_instance(name_or_path: str) -> InstanceType:
-    """Find a topology by shipped name (``p4d.24xlarge``) or by a path to a YAML file."""
+def topology_path(name_or_path: str) -> tuple[Path, bool]:
+    """The file of a shipped name (``p4d.24xlarge``) or a path, and whether it was given as a path;
+    ConfigError naming the nearest shipped names."""
     path = Path(name_or_path)
     looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path
     if looks_like_path:
@@ -355,6 +356,17 @@ def load_instance(name_or_path: str) -> InstanceType:
         if not path.is_file():
             known = suggest(name_or_path, builtin_topologies())
             raise ConfigError(f"unknown topology {name_or_path!r}; {known} (or give a path to a YAML file)")
+    return path, looks_like_path
+
+
+def topology_document(name_or_path: str) -> dict:
+    """A topology file's document as written (each figure's value and source), for export."""
+    return load_yaml(topology_path(name_or_path)[0])
+
+
+def load_instance(name_or_path: str) -> InstanceType:
+    """Find a topology by shipped name (``p4d.24xlarge``) or by a path to a YAML file."""
+    path, looks_like_path = topology_path(name_or_path)
     return parse_instance(load_yaml(path), str(path) if looks_like_path else f"topologies/{path.name}")
 
 

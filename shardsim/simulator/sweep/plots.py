@@ -4,14 +4,15 @@
   degree) as stacked bars of compute, exposed communication, bubble and optimizer;
 - memory: memory per rank, stacked by kind, against the device's memory;
 - throughput_cost: samples/s and cost per million samples of the leading configurations;
-- scaling (sweeps over several cluster sizes): samples/s vs GPUs per configuration with
-  the ideal (linear) line, and the scaling efficiency.
+- scaling (sweeps over several cluster sizes): samples/s and scaling efficiency vs node count
+  per configuration and cluster, with the ideal (linear) line.
 A configuration that does not fit is drawn hatched and marked, never as a plain bar.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +22,6 @@ import pandas as pd
 # state, and savefig renders PNG with Agg (and SVG with the svg backend) whatever backend the
 # calling process has selected.
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from shardsim.core.files import atomic_path
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
@@ -43,6 +43,7 @@ MEMORY = (
 KIND_COLORS = {k: v.color for k, v in KINDS.items()}
 PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
 MAX_BARS = 30
+SCALING_PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
 
 def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
@@ -250,46 +251,88 @@ def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
     return (dp + list(pipe.index))[:limit] if len(dp) < limit else dp
 
 
+def _scaling_colors(df: pd.DataFrame) -> dict[str, str]:
+    """One color a configuration, the same in every cluster's panels."""
+    labels = dict.fromkeys(
+        c for top in dict.fromkeys(df["topology"]) for c in scaling_configs(df[df["topology"] == top])
+    )
+    return {c: SCALING_PALETTE[i % len(SCALING_PALETTE)] for i, c in enumerate(labels)}
+
+
+def _efficiency_floor(values: pd.Series) -> float:
+    """The efficiency axis' lower end: a tenth below the lowest value, rounded down to a tenth (0 at least)."""
+    low = values.min() if values.notna().any() else 1.0
+    return max(0.0, math.floor((low - 0.05) * 10) / 10)
+
+
 def plot_scaling(df: pd.DataFrame, out: Path, stem: str = "scaling") -> list[Path]:
+    return _save(scaling_figure(df), out, stem)
+
+
+def scaling_figure(df: pd.DataFrame) -> Figure:
+    """Per cluster (a column each), samples/s and scaling efficiency vs node count, a line per
+    configuration present at two or more sizes (`scaling_configs`), on linear axes with a tick at
+    each node count. Only what is drawn is in the legend (below the panels, off the data); a size
+    where a configuration does not fit is an x on the zero line; a configuration that fits at no
+    size is named under its cluster's title instead of drawn."""
+    from matplotlib.lines import Line2D
+
     tops = list(dict.fromkeys(df["topology"]))
-    fig = Figure(figsize=(5.6 * len(tops), 8.0), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(tops) + 0.8, 8.2), layout="constrained")
     axes = fig.subplots(2, len(tops), squeeze=False)
     mode = df["scaling_mode"].iloc[0] if "scaling_mode" in df else "weak"
-    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+    colors = _scaling_colors(df)
+    drawn: dict[str, str] = {}
+    ideal_drawn = unfit_drawn = False
     for j, top in enumerate(tops):
         g = df[df["topology"] == top]
         ax, ax_eff = axes[0, j], axes[1, j]
-        for i, cfg in enumerate(scaling_configs(g)):
-            s = g[g["label"] == cfg].sort_values("world", kind="mergesort")
-            color = palette[i % len(palette)]
-            ax.plot(s["world"], s["samples_per_s"], "-", color=color, label=cfg, linewidth=1.4)
-            ok, bad = s[s["fits"]], s[~s["fits"]]
-            ax.plot(ok["world"], ok["samples_per_s"], "o", color=color)
-            ax.plot(bad["world"], bad["samples_per_s"], "o", mfc="white", color=color)
-            ax.plot(s["world"], s["ideal_samples_per_s"], ":", color=color, linewidth=1.0)
-            ax_eff.plot(s["world"], s["scaling_efficiency"], "-", color=color, label=cfg)
-            ax_eff.plot(ok["world"], ok["scaling_efficiency"], "o", color=color, markersize=4)
-            ax_eff.plot(bad["world"], bad["scaling_efficiency"], "o", mfc="white", color=color, markersize=4)
-        ax.plot([], [], ":", color="black", label="ideal (linear from the smallest size)")
-        ax.plot([], [], "o", mfc="white", color="black", linestyle="none", label="does not fit in memory")
-        worlds = sorted(int(w) for w in g["world"].unique())
+        never: list[str] = []
+        for cfg in scaling_configs(g):
+            s = g[g["label"] == cfg].sort_values("nodes", kind="mergesort")
+            ok = s[s["fits"] & s["samples_per_s"].notna()]
+            if ok.empty:
+                never.append(cfg)
+                continue
+            color = drawn.setdefault(cfg, colors[cfg])
+            ax.plot(ok["nodes"], ok["samples_per_s"], "o-", color=color, linewidth=1.4, markersize=4)
+            ideal = ok[ok["ideal_samples_per_s"].notna()]
+            if len(ideal) > 1:
+                ax.plot(ideal["nodes"], ideal["ideal_samples_per_s"], ":", color=color, linewidth=1.0, alpha=0.8)
+                ideal_drawn = True
+            bad = s[~s["fits"]]
+            if not bad.empty:
+                ax.plot(bad["nodes"], [0.0] * len(bad), "x", color=color, markersize=7, clip_on=False)
+                unfit_drawn = True
+            eff = s[s["scaling_efficiency"].notna()]
+            ax_eff.plot(eff["nodes"], eff["scaling_efficiency"], "o-", color=color, linewidth=1.4, markersize=4)
+        nodes = sorted(int(n) for n in g["nodes"].unique())
+        per_node = int(g["world"].iloc[0]) // int(g["nodes"].iloc[0])
         for a in (ax, ax_eff):
-            a.set_xscale("log", base=2)
-            a.set_xticks(worlds, [str(w) for w in worlds])
-            a.minorticks_off()
-            a.set_xlabel("GPUs")
+            a.set_xticks(nodes, [str(n) for n in nodes])
+            span = nodes[-1] - nodes[0] or 1
+            a.set_xlim(nodes[0] - 0.04 * span, nodes[-1] + 0.04 * span)
+            a.set_xlabel(f"nodes ({per_node} GPUs each)")
             a.grid(alpha=0.3)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(bottom=0)
         ax.set_ylabel("samples/s")
-        ax.set_title(f"{top} ({g['workload'].iloc[0]}, {g['precision'].iloc[0]})", fontsize=9)
-        ax.legend(fontsize=7)
+        title = f"{top} ({g['workload'].iloc[0]}, {g['precision'].iloc[0]})"
+        if never:
+            title += "\n" + textwrap.fill("does not fit at any size: " + ", ".join(never), 64)
+        ax.set_title(title, fontsize=9)
         ax_eff.set_ylabel(f"{mode} scaling efficiency")
-        ax_eff.set_ylim(0, 1.1)
-    fig.suptitle(f"{mode} scaling: samples/s vs GPUs per configuration", fontsize=10)
-    return _save(fig, out, stem)
+        ax_eff.set_ylim(_efficiency_floor(g["scaling_efficiency"]), 1.02)
+    handles = [Line2D([], [], color=c, marker="o", markersize=4, label=cfg) for cfg, c in drawn.items()]
+    if ideal_drawn:
+        handles.append(
+            Line2D([], [], color="black", linestyle=":", label="ideal: linear from the line's smallest size")
+        )
+    if unfit_drawn:
+        handles.append(Line2D([], [], color="black", marker="x", linestyle="none", label="does not fit in memory"))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8)
+    fig.suptitle(f"{mode} scaling: samples/s and scaling efficiency vs nodes, per configuration", fontsize=10)
+    return fig
 
 
 def plot_all(df: pd.DataFrame, out: str | Path) -> list[Path]:

@@ -9,7 +9,7 @@ from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
 from shardsim.core.units import GIB, format_bytes, format_seconds
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.load import spec_name
+from shardsim.simulator.workload.load import display_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -250,10 +250,11 @@ def print_report(
     out = console(wide=wide)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     multi = len(clusters) > 1
+    name = display_name(base.workload, base.shape)  # a config.json: its model's name and seq_len
     head = (
-        f"{spec_name(base.workload)}, batch {base.batch_per_device}/device"
+        f"{name}, batch {base.batch_per_device}/device"
         if global_batch is None
-        else f"{spec_name(base.workload)}, global batch {global_batch} (strong scaling)"
+        else f"{name}, global batch {global_batch} (strong scaling)"
     )
     head += f", {base.precision}, checkpointing {base.checkpointing_label()}"
     if base.reduce_dtype is not None:

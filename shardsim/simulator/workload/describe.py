@@ -1,5 +1,6 @@
 """A model described without Python: a mapping of shape fields (inline in a run configuration,
-or a model YAML file such as those of the library) read into a checked `Arch`."""
+or a model YAML file such as those of the library) read into a checked `Arch`; and `summary`, what
+`shardsim workloads` says of a model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml
 from shardsim.simulator.workload.arch import FAMILIES, Arch, check_arch, check_used
+from shardsim.simulator.workload.model import Workload
 
 ARCH_FIELDS = tuple(f.name for f in fields(Arch))
 # Keys a model file may hold besides the shape: its name, where its shape comes from, and its
@@ -51,3 +53,21 @@ def read_model_file(path: str | Path) -> tuple[Arch, dict[str, Any]]:
     """A model YAML file: its `Arch` and its other keys (name, source, params)."""
     data = load_yaml(Path(path))
     return arch_from_mapping(data, str(path)), {k: data[k] for k in INFO_KEYS if k in data}
+
+
+def summary(w: Workload, *, published: float | None = None, source: str | None = None) -> dict[str, Any]:
+    """What `shardsim workloads` says of a workload: its shape and counts, per sample (JSON-ready)."""
+    a = w.arch
+    out: dict[str, Any] = {"model": w.name, "family": a.family if a else None, "params": w.params}
+    out["layers"] = len(w.layers) if w.layers else len(w.blocks)
+    out["other_blocks"] = [{"embed": "embedding", "head": "head"}[b.kind] for b in w.blocks if b.kind != "layer"]
+    if a is not None:
+        shape = {"hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv, "ffn": a.ffn_size}
+        if a.traits.tokens == "text":
+            shape |= {"vocab": a.vocab, "seq_len": a.seq_len, "tied_embeddings": a.tied_embeddings}
+        elif a.family == "vit":
+            shape |= {"image": a.image, "patch": a.patch, "classes": a.classes}
+        out |= shape | {"positions": a.position_kind}
+    out |= {"tokens_per_sample": w.tokens_per_sample, "train_flops_per_sample": w.train_flops}
+    out |= {"published_params": published, "source": source}
+    return out

@@ -1,10 +1,13 @@
 """A Hugging Face ``config.json`` read into an `Arch` (from the file; nothing is downloaded).
 
 Model types and their families: llama, mistral → llama; gpt2 → gpt; gpt_neox → gpt with rotary
-positions; mpt → mpt; vit → vit; bert → bert. The sequence length defaults to the model's
-maximum positions (``max_position_embeddings``, ``n_positions``, ``max_seq_len``); flags override
-it. What the families leave out is named in `arch.TRAITS` and `runtime.models.transformer`
-(Mistral's sliding window is not modelled: attention is full causal over the sequence).
+positions; mpt → mpt; vit → vit; bert → bert. The sequence length is a training choice, not the
+model's maximum positions (``max_position_embeddings``: 32,768 for Mistral, 131,072 for Llama 3.1):
+it defaults to `DEFAULT_SEQ_LEN` tokens, or the maximum when that is fewer (a learned position table
+has no rows past it); ``--seq-len`` overrides it. A workload read from a config.json is named after
+the model (`model_name`), not the file. What the families leave out is named in `arch.TRAITS` and
+`runtime.models.transformer` (Mistral's sliding window is not modelled: attention is full causal
+over the sequence).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from shardsim.simulator.workload.arch import Arch, check_arch
 # A config.json may carry a classifier's label names twice (id2label, label2id): for the 21,843
 # classes of ImageNet-21k that can pass 1 MiB, the bound of shardsim's own formats
 CONFIG_JSON_BYTES = 4 * MiB
+# Tokens per sample when a config.json is read: its maximum positions are what the model can take,
+# not what it is trained at (Llama 2 pre-trained at 4,096; most fine-tuning runs use 2,048-8,192).
+DEFAULT_SEQ_LEN = 4096
 
 
 class _Keys:
@@ -41,6 +47,10 @@ class _Keys:
         if default is None:
             raise ConfigError("missing; expected an integer", where=self.where, field=names[0])
         return default
+
+    def seq_len(self, *names: str) -> int:
+        """`DEFAULT_SEQ_LEN`, or the model's maximum positions (the first of `names` given) if fewer."""
+        return min(DEFAULT_SEQ_LEN, self.int(*names))
 
     def flag(self, name: str, default: bool) -> bool:
         value = self.data.get(name, default)
@@ -64,7 +74,7 @@ def _llama(k: _Keys) -> Arch:
         kv_heads=k.int("num_key_value_heads", default=heads),
         ffn=k.int("intermediate_size"),
         vocab=k.int("vocab_size"),
-        seq_len=k.int("max_position_embeddings"),
+        seq_len=k.seq_len("max_position_embeddings"),
         tied_embeddings=k.flag("tie_word_embeddings", False),
     )
 
@@ -78,7 +88,7 @@ def _gpt2(k: _Keys) -> Arch:
         heads=k.int("n_head", "num_attention_heads"),
         ffn=k.int("n_inner", default=4 * hidden),
         vocab=k.int("vocab_size"),
-        seq_len=k.int("n_positions", "n_ctx", "max_position_embeddings"),
+        seq_len=k.seq_len("n_positions", "n_ctx", "max_position_embeddings"),
         tied_embeddings=k.flag("tie_word_embeddings", True),
     )
 
@@ -91,7 +101,7 @@ def _gpt_neox(k: _Keys) -> Arch:
         heads=k.int("num_attention_heads"),
         ffn=k.int("intermediate_size"),
         vocab=k.int("vocab_size"),
-        seq_len=k.int("max_position_embeddings"),
+        seq_len=k.seq_len("max_position_embeddings"),
         tied_embeddings=k.flag("tie_word_embeddings", False),
         positions="rope",
     )
@@ -110,7 +120,7 @@ def _mpt(k: _Keys) -> Arch:
         heads=k.int("n_heads"),
         ffn=k.int("expansion_ratio", default=4) * hidden,
         vocab=k.int("vocab_size"),
-        seq_len=k.int("max_seq_len"),
+        seq_len=k.seq_len("max_seq_len"),
         tied_embeddings=True,  # MPT always ties its LM head to the token embedding
     )
 
@@ -139,7 +149,7 @@ def _bert(k: _Keys) -> Arch:
         heads=k.int("num_attention_heads"),
         ffn=k.int("intermediate_size"),
         vocab=k.int("vocab_size"),
-        seq_len=k.int("max_position_embeddings"),
+        seq_len=k.seq_len("max_position_embeddings"),
         tied_embeddings=k.flag("tie_word_embeddings", True),
     )
 
@@ -168,12 +178,42 @@ HF_KEYS = {
 }
 
 
-def read_hf_config(path: str | Path) -> Arch:
-    """The `Arch` of a config.json (at most `CONFIG_JSON_BYTES`); ConfigError naming the file and key."""
-    where = str(path)
+def model_name(data: dict[str, Any], path: Path) -> str:
+    """What a config.json's model is called: its ``_name_or_path`` (a hub id as written, a local
+    path's last part); else its folder's name when that names the model type (``Mistral-7B-v0.1/``,
+    not a snapshot hash); else its ``model_type``."""
+    given = data.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        given = given.strip().rstrip("/")
+        return Path(given).name if given.startswith(("/", ".", "~")) else given
+    kind = str(data.get("model_type", ""))
+    folder = path.resolve().parent.name
+
+    def squash(t: str) -> str:
+        return t.lower().replace("-", "").replace("_", "")
+
+    return folder if kind and squash(kind) in squash(folder) else kind
+
+
+def _read(path: str | Path) -> dict[str, Any]:
     data = load_json(Path(path), limit=CONFIG_JSON_BYTES)
     if not isinstance(data, dict):
-        raise ConfigError("expected a JSON object at the top level", where=where)
+        raise ConfigError("expected a JSON object at the top level", where=str(path))
+    return data
+
+
+def read_hf_model(path: str | Path) -> tuple[str, Arch]:
+    """A config.json's model name (`model_name`) and `Arch` (`read_hf_config`)."""
+    data = _read(path)
+    return model_name(data, Path(path)), _arch(data, str(path))
+
+
+def read_hf_config(path: str | Path) -> Arch:
+    """The `Arch` of a config.json (at most `CONFIG_JSON_BYTES`); ConfigError naming the file and key."""
+    return _arch(_read(path), str(path))
+
+
+def _arch(data: dict[str, Any], where: str) -> Arch:
     kind = data.get("model_type")
     if kind not in MODEL_TYPES:
         known = ", ".join(MODEL_TYPES)

@@ -1,6 +1,7 @@
 """A workload from its description: a library name, a model YAML file, a Hugging Face
-``config.json``, an inline `Arch`, or ``pkg.module:build_fn`` (measured on the meta device);
-shape fields given as flags (`Shape`) apply over any description but the last."""
+``config.json`` (named after its model, with the sequence length it is read at), an inline
+`Arch`, or ``pkg.module:build_fn`` (measured on the meta device); shape fields given as flags
+(`Shape`) apply over any description but the last."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from shardsim.core.yamlio import suggest
 from shardsim.simulator.workload.arch import Arch, Shape
 from shardsim.simulator.workload.describe import read_model_file
 from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.hf_config import read_hf_config
+from shardsim.simulator.workload.hf_config import read_hf_model
 from shardsim.simulator.workload.library import PRESETS
 from shardsim.simulator.workload.model import Workload
 
@@ -22,6 +23,12 @@ def spec_name(spec: WorkloadSpec) -> str:
     return spec.label() if isinstance(spec, Arch) else spec
 
 
+def display_name(spec: WorkloadSpec, shape: Shape = NO_SHAPE) -> str:
+    """What a workload is called in a header: a config.json by its model's name and sequence length
+    (`spec_name` stays the key results are filed under: the path)."""
+    return resolve_arch(spec, shape)[0]
+
+
 def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None = None) -> tuple[str, Arch | None]:
     """The name and `Arch` of a description; None for an import path (a model built by Python)."""
     if isinstance(spec, Arch):
@@ -31,7 +38,7 @@ def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None 
     elif spec.endswith((".yaml", ".yml")):
         name, arch = spec, read_model_file(spec)[0]
     elif spec.endswith(".json"):
-        name, arch = spec, read_hf_config(spec)
+        name, arch = read_hf_model(spec)  # named after the model, its sequence length stated
     elif ":" in spec:
         if shape.given():
             field = next(iter(shape.given()))
@@ -44,6 +51,8 @@ def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None 
         )
     shaped = shape.apply(arch, where)
     changed = [f"{k}={v}" for k, v in shape.given().items() if getattr(arch, k) != v]
+    if isinstance(spec, str) and spec.endswith(".json") and arch.traits.tokens == "text":
+        changed = [c for c in changed if not c.startswith("seq_len=")] + [f"seq_len={shaped.seq_len}"]
     if changed and not isinstance(spec, Arch):
         name = f"{name} {' '.join(changed)}"
     return (shaped.label() if isinstance(spec, Arch) else name), shaped

@@ -1,0 +1,64 @@
+"""The docs' examples that start ranks, time a model with torch or take more than a fast test
+may (tests/unit/test_docs_examples.py lists them in `INTEGRATION`, with the reason), run as
+written from a folder of the user's. The README's runs and its long sweep:
+tests/integration/test_readme_examples_timed.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_docs_examples import ALL, Example, user_folder
+
+SHARDSIM = str(Path(sys.executable).parent / "shardsim")
+LIMIT_S = 600
+# An example that reads what another writes: (page, its start) → the writer's start
+NEEDS = {
+    ("profile.md", "predict --topology emu-2x2"): "profile ",
+    ("simulator.md", "collective --topology p5.48xlarge --nodes 2 --calibration"): "calibrate --topology",
+}
+EXAMPLES = [e for e in ALL if e.kind() == "integration" and e.page != "README.md"]
+
+
+def _emulates(e: Example) -> bool:
+    """A run or profile of an emulated topology without --no-emulate / --no-links: root's."""
+    text = " ".join(e.argv)
+    return (
+        "emu-" in text and e.argv[0] in ("run", "profile") and "--no-emulate" not in text and "--no-links" not in text
+    )
+
+
+def _gpu_only(e: Example) -> bool:
+    """The seed's vit-630m on one node's ranks: a GPU machine's example (hours on CPU ranks)."""
+    return e.argv[0] == "run" and "experiments/seed/zero2d-4.yaml" in e.argv and "--workload" not in e.argv
+
+
+def _run(e: Example, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([SHARDSIM, *e.argv], cwd=cwd, capture_output=True, text=True, timeout=LIMIT_S)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
+def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
+    if _gpu_only(example):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("a GPU machine's example: the seed's 630M-parameter ViT on one node")
+    writer = next(
+        (w for (p, s), w in NEEDS.items() if p == example.page and " ".join(example.argv).startswith(s)), None
+    )
+    chain = [e for e in ALL if e.page == example.page and writer and " ".join(e.argv).startswith(writer)]
+    if any(_emulates(e) for e in [*chain, example]) and (os.geteuid() != 0 or not shutil.which("tc")):
+        pytest.skip("an emulated cluster needs root, ip and tc")
+    cwd = user_folder(tmp_path)
+    for e in [*chain, example]:
+        proc = _run(e, cwd)
+        assert proc.returncode == 0, f"{e.id}: exit {proc.returncode}: {proc.stderr[-2000:]}"
+        if e.stdout_to:
+            (cwd / e.stdout_to).write_text(proc.stdout)

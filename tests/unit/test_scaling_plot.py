@@ -1,0 +1,66 @@
+"""The scaling plot is readable: per cluster, samples/s and efficiency against the node count on
+linear axes ticked at the node counts; its legend (one, below the panels) names exactly the lines
+drawn, and "does not fit" only when a size that does not fit is marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from shardsim.config import RunConfig
+from shardsim.simulator.sweep.plots import scaling_configs, scaling_figure
+from shardsim.simulator.sweep.search import sweep
+from shardsim.simulator.sweep.space import SweepSpace
+
+ROOT = Path(__file__).resolve().parents[2]
+UNFIT = "does not fit in memory"
+
+
+def _tiny() -> pd.DataFrame:
+    cfg = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)
+    space = SweepSpace(strategies=("ddp", "zero"), nodes=(1, 2, 4), tp_degrees=(1,))
+    return sweep(cfg, space, workers=1).table
+
+
+def _check(df: pd.DataFrame) -> list[str]:
+    fig = scaling_figure(df)
+    tops = list(dict.fromkeys(df["topology"]))
+    axes = fig.axes
+    assert len(axes) == 2 * len(tops)
+    for ax in axes:
+        assert ax.get_xscale() == "linear" and ax.get_yscale() == "linear"
+        assert ax.get_legend() is None  # no legend over the data
+    for j, top in enumerate(tops):
+        nodes = sorted(int(n) for n in df[df["topology"] == top]["nodes"].unique())
+        for ax in (axes[j], axes[len(tops) + j]):
+            assert [int(t) for t in ax.get_xticks()] == nodes
+    (legend,) = fig.legends
+    names = [t.get_text() for t in legend.get_texts()]
+    fitting = {
+        c
+        for top in tops
+        for c in scaling_configs(df[df["topology"] == top])
+        if (df[(df["topology"] == top) & (df["label"] == c)]["fits"]).any()
+    }
+    assert set(names) - {UNFIT} - {n for n in names if n.startswith("ideal")} == fitting
+    drawn_unfit = any(
+        not df[(df["topology"] == top) & (df["label"] == c)]["fits"].all()
+        for top in tops
+        for c in scaling_configs(df[df["topology"] == top])
+        if c in fitting
+    )
+    assert (UNFIT in names) == drawn_unfit
+    return names
+
+
+def test_a_sweep_where_everything_fits_has_no_entry_for_what_does_not():
+    names = _check(_tiny())
+    assert UNFIT not in names and {"ddp", "zero"} <= set(names)
+
+
+@pytest.mark.parametrize("study", ["mics-gpt-10b", "mics-gpt-100b"])
+def test_the_committed_scaling_studies_plot_readably(study):
+    df = pd.read_parquet(ROOT / "experiments" / "sweeps" / study / "sweep.parquet")
+    _check(df)
