@@ -28,11 +28,21 @@ from pydantic import (
 )
 from pydantic import ValidationError as _ValidationError
 
+from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
-from shardsim.simulator.strategies.kinds import DDP, DEFAULT_KIND, PIPELINE, ZERO, ZERO2D, StrategyKind
+from shardsim.simulator.strategies.kinds import (
+    DDP,
+    DEFAULT_KIND,
+    DEFAULT_SWEEP,
+    PIPELINE,
+    ZERO,
+    ZERO1,
+    ZERO2D,
+    StrategyKind,
+)
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 
@@ -151,7 +161,7 @@ TpAcrossNodes = Annotated[
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
-    axis_help=f"kinds to include (default all: {','.join(STRATEGIES)})",
+    axis_help=f"kinds to include (default: {','.join(DEFAULT_SWEEP)}; zero1 only when named)",
 )
 
 
@@ -265,12 +275,25 @@ class PipelineConfig(StrategyBase):
     reshard_after_forward = property(lambda self: True)
 
 
+class Zero1Config(StrategyBase):
+    """DDP with ZeroRedundancyOptimizer (ZeRO-1): replicated like ddp, Adam's state partitioned
+    over the data-parallel ranks; no field of its own."""
+
+    kind: Annotated[Literal[ZERO1.name], KIND_HELP] = ZERO1.name
+
+    degree = property(lambda self: None)
+    pp = property(lambda self: 1)
+    microbatches = property(lambda self: 1)
+    schedule = property(lambda self: "1f1b")
+    reshard_after_forward = property(lambda self: True)
+
+
 StrategyConfig = Annotated[
-    Union[DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig],  # noqa: UP007 (a discriminated union)
+    Union[DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig, Zero1Config],  # noqa: UP007 (a discriminated union)
     Field(discriminator="kind"),
 ]
 MODELS: dict[str, type[StrategyBase]] = {
-    m.model_fields["kind"].default: m for m in (DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig)
+    m.model_fields["kind"].default: m for m in (DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig, Zero1Config)
 }
 assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
 _STRATEGY = TypeAdapter(StrategyConfig)
@@ -297,9 +320,11 @@ class _FlatStrategy:
     tp_across_nodes: Any = False
 
 
-# SageMaker's and FSDP's keys that are no setting's name (`smp`), and beside them the keys of a
+# SageMaker's, FSDP's and DeepSpeed's keys that are no setting's name (`smp`), and beside them the keys of a
 # file's flat form: what `RunConfig` takes besides its fields and puts in its tree (`load.tree_of`)
-FOREIGN_ONLY = tuple(k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS) if k not in STRATEGY_FIELDS)
+FOREIGN_ONLY = tuple(
+    k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS, *DEEPSPEED_KEYS) if k not in STRATEGY_FIELDS
+)
 FILE_FORM_KEYS = (*FOREIGN_ONLY, *STRATEGY_FIELDS, *SHAPE_FIELDS)
 
 

@@ -22,3 +22,14 @@ def build_adam(params: Iterable[torch.nn.Parameter], impl: str) -> torch.optim.A
         plain = [p for p in params if not hasattr(p, "placements")]
         return torch.optim.Adam([{"params": dtensor}, {"params": plain}], lr=LR, **ADAM_IMPLS[impl])
     return torch.optim.Adam(params, lr=LR, **ADAM_IMPLS[impl])
+
+
+def build_zero_redundancy(params: Iterable[torch.nn.Parameter], impl: str, group=None):
+    """ZeRO-1: `ZeroRedundancyOptimizer` over `group` (None: the world) wrapping Adam in
+    implementation `impl`, with PyTorch's defaults (parameters broadcast one by one after the
+    step, no bucket view, no overlap with DDP)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return ZeroRedundancyOptimizer(
+        list(params), optimizer_class=torch.optim.Adam, process_group=group, lr=LR, **ADAM_IMPLS[impl]
+    )

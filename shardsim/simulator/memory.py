@@ -110,9 +110,10 @@ def rank_memory(
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    optim = local * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
-    temporaries = local * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
     kind = cfg.strategy.spec  # what the kind holds unsharded, and how many microbatches' activations
+    stepped = kind.optimizer_params(res, local, blocks)  # what this rank's optimizer steps (zero1: a partition)
+    optim = stepped * 4 * 2  # Adam exp_avg, exp_avg_sq (fp32)
+    temporaries = stepped * 4 * ADAM_STEP_TEMPORARIES[cfg.optimizer_impl]
     gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
     acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
     gpu = device.kind == "gpu"

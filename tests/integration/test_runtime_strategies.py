@@ -106,6 +106,8 @@ def check_equals_reference(
         (2, "--workload tiny-mlp --strategy pipeline --pp 2 --microbatches 4 --schedule gpipe"),
         (4, "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
         (4, "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --schedule gpipe"),
+        (4, "--workload tiny-gpt --strategy zero1 --grad-accum 2"),
+        (2, "--workload tiny-gpt --strategy zero1 --optimizer-impl per-parameter --checkpointing none"),
     ],
     ids=[
         "ddp-accum2",
@@ -121,6 +123,8 @@ def check_equals_reference(
         "gpipe-pp2",
         "1f1b-pp2-x-dp2-accum2",
         "gpipe-pp2-x-zero-d2",
+        "zero1-accum2",
+        "zero1-per-parameter-adam",
     ],
 )
 def test_strategy_equals_single_process_reference(tmp_path, world, args):

@@ -118,6 +118,7 @@ def test_the_union_carries_each_kinds_own_fields_only():
         "zero": {"degree", "reshard_after_forward"},
         "zero2d": {"degree", "reshard_after_forward"},
         "pipeline": {"pp", "microbatches", "schedule", "degree"},
+        "zero1": set(),
     }
     for kind, fields in own.items():
         for other in set(STRATEGY_FIELDS) - fields - set(TP_FIELDS):

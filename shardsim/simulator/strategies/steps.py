@@ -127,9 +127,11 @@ def data_parallel_plan(
     piece: Piece,
     forward: Callable[..., Dep],
     backward: Callable[..., tuple[Dep, list[int | None]]],
+    step: Callable[..., Dep] | None = None,
 ) -> None:
     """One rank class of every rank running the whole model: `cfg.grad_accum` micro-steps of
-    `forward` and `backward` (gradients synced on the last), then the optimizer step."""
+    `forward` and `backward` (gradients synced on the last), then the optimizer step (`step`, of
+    `optimizer_step`'s arguments; None: `optimizer_step`)."""
     p.classes.append(rank_classes(res, w, pipeline=False)[0][0])
     prev: Dep = None
     syncs: list[int | None] = []
@@ -139,7 +141,7 @@ def data_parallel_plan(
         prev = forward(p, 0, cm, cfg, res.microbatch_size, piece, prev, tag)
         prev, s = backward(p, 0, cm, cfg, res.microbatch_size, piece, prev, sync=(k == K - 1), tag=tag)
         syncs += s
-    optimizer_step(p, 0, cm, piece, w.params, [prev, *syncs])
+    (step or optimizer_step)(p, 0, cm, piece, w.params, [prev, *syncs])
 
 
 @dataclass

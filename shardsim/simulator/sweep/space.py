@@ -18,7 +18,6 @@ from typing import Any
 
 from shardsim.config import (
     SCHEDULES,
-    STRATEGIES,
     RunConfig,
     Strategy,
     resolve,
@@ -28,8 +27,8 @@ from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
+from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.strategies.kinds import StrategyKind
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
@@ -39,7 +38,7 @@ from shardsim.simulator.workload.model import Workload
 class SweepSpace:
     """Which configurations to try. None means "all valid" for that axis.
 
-    strategies: kinds to include (ddp, zero, zero2d, pipeline).
+    strategies: kinds to include (default ddp, zero, zero2d, pipeline; zero1 when listed).
     degrees: shard degrees where a kind has a choice — zero2d's partition group size and a
       pipeline stage's shard degree (1 = unsharded stages). ddp (1) and zero (the world)
       have no choice and are kept whenever their kind is selected.
@@ -65,7 +64,7 @@ class SweepSpace:
       sample's tokens, false where it does not.
     """
 
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = DEFAULT_SWEEP
     degrees: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
     microbatches: tuple[int, ...] | None = None
