@@ -68,7 +68,9 @@ def resolve(
         )
     dp_world = world // tp  # the ranks the data-parallel kinds see (a tensor-parallel group acts as one)
     replicas_all = dp_world // pp
-    shard = spec.shard(s, dp_world, where)
+    # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
+    node_ranks = devices_per_node // tp if devices_per_node and devices_per_node % tp == 0 else None
+    shard = spec.shard(s, dp_world, where, node_ranks)
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         if tp > 1:

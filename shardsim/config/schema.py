@@ -96,7 +96,7 @@ def bounded(name: str) -> Any:
 
 DEGREE_HELP = Setting(
     "sharded data parallel degree (partition group size)",
-    default_text="the world for zero, 1 for pipeline; zero2d needs one",
+    default_text="the world for zero, 1 for pipeline, a node's GPUs for zero2d (HYBRID_SHARD's default)",
     axis="degrees",
     axis_help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
     "ddp (1) and zero (world) are kept when selected",
@@ -251,10 +251,11 @@ class ZeroConfig(StrategyBase):
 
 
 class Zero2DConfig(StrategyBase):
-    """FSDP2 sharded within groups of `degree` consecutive ranks, replicated across them."""
+    """FSDP2 sharded within groups of `degree` consecutive ranks, replicated across them (None:
+    within each node)."""
 
     kind: Annotated[Literal[ZERO2D.name], KIND_HELP] = ZERO2D.name
-    degree: Degree
+    degree: Degree | None = None  # None: the data-parallel ranks of one node (HYBRID_SHARD's default), by resolve
     reshard_after_forward: Reshard = True
 
     pp = property(lambda self: 1)

@@ -42,8 +42,9 @@ class StrategyKind(Protocol):
         """Refuse (ConfigError) fields that contradict the kind, before the cluster is known."""
         ...
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
-        """Ranks a parameter is sharded over on a cluster of `world` ranks (resolve)."""
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
+        """Ranks a parameter is sharded over on a cluster of `world` ranks (resolve), `node_ranks`
+        of them on one node (None: not known)."""
         ...
 
     def resolved(self, shard: int, world: int) -> str:

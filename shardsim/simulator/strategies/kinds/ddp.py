@@ -33,7 +33,7 @@ class Ddp:
                 f"ddp replicates the model; a shard degree of {s.degree} contradicts it", where=where, field="degree"
             )
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
         return 1
 
     def resolved(self, shard: int, world: int) -> str:

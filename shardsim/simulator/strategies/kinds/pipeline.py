@@ -54,7 +54,7 @@ class Pipeline:
     def check(self, s: Strategy, where: str) -> None:
         return None
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
         return s.degree or 1
 
     def resolved(self, shard: int, world: int) -> str:

@@ -71,7 +71,7 @@ class Zero(Fsdp):
     plot_order = 2
     fsdp_sharding = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
         if s.degree not in (None, world):
             raise ConfigError(
                 f"zero shards over the whole world ({world}); degree {s.degree} contradicts it (use zero2d)",
