@@ -453,6 +453,13 @@ class RunConfig(Frozen):
             default_text="the file's, else 8 on the default topology, else the topology's own count",
         ),
     ] = 8
+    gpus_per_node: Annotated[
+        Annotated[int, bounded("gpus_per_node")] | None,
+        Setting(
+            "GPUs used on each node: part of an instance (1, 2 or 4 of 8), its NICs' share, the whole instance's price",
+            default_text="all of the node's",
+        ),
+    ] = None
     strategy: StrategyConfig = Field(default_factory=lambda: Strategy())
     batch_per_device: Annotated[int, bounded("batch_per_device"), Setting("samples per device per micro-step")] = 4
     grad_accum: Annotated[
@@ -568,6 +575,14 @@ class RunConfig(Frozen):
     @classmethod
     def _shape_fields(cls, value: Any) -> Shape:
         return _shape(value)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_part_of_node(self, handler: Any) -> dict[str, Any]:
+        """gpus_per_node only where given: a whole node's configuration reads as before it existed."""
+        d = handler(self)
+        if d.get("gpus_per_node", 0) is None:
+            del d["gpus_per_node"]
+        return d
 
     @field_serializer("workload")
     def _dump_workload(self, value: str | Arch) -> Any:

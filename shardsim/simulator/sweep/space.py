@@ -268,7 +268,7 @@ def _cluster_base(
     """A cluster of the space: its name, the base configuration on it, why it is skipped (or
     None), and its (tp, sequence_parallel) layouts (`tp_layouts`; under a fixed global batch,
     those whose data-parallel ranks it divides over)."""
-    cluster = make_cluster(topology, nodes)
+    cluster = make_cluster(topology, nodes, base.gpus_per_node)
     name = f"{cluster.nodes} x {cluster.instance.name}"
     too_big = world_refusal(cluster.world)  # before a configuration is built of its sizes
     if too_big:
