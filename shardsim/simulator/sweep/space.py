@@ -22,7 +22,6 @@ from shardsim.config import (
     Strategy,
     resolve,
 )
-from shardsim.config.resolve import TIED_PIPELINE
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
@@ -338,8 +337,6 @@ def enumerate_configs(
     n_layers = len(w.layers) or len(w.blocks)
     tied = w.tied_embeddings
     out = Enumeration()
-    if tied and any(k.is_pipeline for k in _kinds(space)):
-        out.skipped.append(f"pipelines: {TIED_PIPELINE} is not supported")
     seen: set[tuple] = set()
     if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):
         raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
@@ -395,6 +392,6 @@ def enumerate_configs(
             reasons = "; ".join(f"{why} ({n} configuration{'s' if n > 1 else ''})" for why, n in here.items())
             nothing = f"the requested strategies have no configuration on {cluster.world} devices"
             out.skipped.append(f"{name}: {reasons or nothing}")
-        else:  # (tied pipelines have their line in `skipped` already)
-            out.dropped.update({why: n for why, n in here.items() if not why.startswith(TIED_PIPELINE)})
+        else:
+            out.dropped.update(here)
     return out
