@@ -93,3 +93,14 @@ def test_a_contradiction_with_other_keys_is_refused(tmp_path):
 def test_python_takes_the_block_as_a_file_does():
     cfg = RunConfig(**BASE, zero_optimization={"stage": 1})
     assert cfg.strategy.kind == "zero1"
+
+
+def test_the_documented_example_loads(tmp_path):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    section = doc.split("## DeepSpeed's `zero_optimization` block", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "ds.yaml").write_text(example)
+    cfg = load_config(tmp_path / "ds.yaml")
+    assert (cfg.strategy.kind, cfg.strategy.degree, cfg.library) == ("zero2d", 8, "smp")
