@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardsim.config import SCHEDULES, STRATEGIES, load_config
+from shardsim.config import SCHEDULES, load_config
 from shardsim.config.flags import AXES, add_algo_argument, add_axis_arguments, add_config_arguments, overrides_from_args
 from shardsim.config.schema import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
 from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
+from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP
 
 log = logging.getLogger("shardsim")
 
@@ -48,7 +49,7 @@ def _build(ns: argparse.Namespace):
     base = load_config(ns.config, overrides)
     spanned = {k: values if values and len(values) > 1 else None for k, values in listed.items()}
     space = SweepSpace(
-        strategies=ns.strategy or STRATEGIES,
+        strategies=ns.strategy or DEFAULT_SWEEP,
         degrees=ns.degree,
         pp=ns.pp,
         microbatches=ns.microbatches,

@@ -1,10 +1,12 @@
-"""Reading a configuration: a YAML file (SageMaker keys accepted), then flag overrides, checked."""
+"""Reading a configuration: a YAML file (SageMaker keys and DeepSpeed's zero_optimization block accepted), then
+flag overrides, checked."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from shardsim.config.deepspeed import DEEPSPEED_KEYS, apply_deepspeed
 from shardsim.config.schema import FIELDS, FOREIGN_ONLY, STRATEGY_FIELDS, RunConfig, strategy_fields
 from shardsim.config.smp import (
     FSDP_KEYS,
@@ -20,9 +22,10 @@ from shardsim.simulator.strategies.kinds import DEFAULT_KIND, STRATEGIES
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch
 from shardsim.simulator.workload.describe import arch_from_mapping
 
-# Keys a configuration file may hold besides the schema's, SageMaker's and FSDP's (name and description: ignored)
+# Keys a configuration file may hold besides the schema's, SageMaker's, FSDP's and DeepSpeed's (name and
+# description: ignored)
 OTHER_KEYS = (*SAGEMAKER_CLUSTER_KEYS, "name", "description")
-FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *OTHER_KEYS)
+FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *DEEPSPEED_KEYS, *OTHER_KEYS)
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], str]:
@@ -42,6 +45,7 @@ def _read_file(path: Path) -> tuple[dict[str, Any], str]:
         if k != "strategy" and k in data and data[k] is not None:
             values[k] = data[k]
     apply_smp(values, smp, extra, where)
+    apply_deepspeed(values, data, where)
     apply_fsdp_keys(values, data, where)
     return values, where
 
@@ -71,6 +75,7 @@ def tree_of(data: dict[str, Any], where: str | None) -> dict[str, Any]:
     values = {k: v for k, v in data.items() if k not in FOREIGN_ONLY}
     smp, extra = smp_parameters(data, where or "")
     apply_smp(values, smp, extra, where or "")
+    apply_deepspeed(values, data, where or "")
     apply_fsdp_keys(values, data, where or "")
     values.pop("_processes_per_host", None)
     flat = {k: values.pop(k) for k in STRATEGY_FIELDS if k in values}

@@ -9,10 +9,11 @@ from shardsim.simulator.scale import world_refusal
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import Arch
 
-# A pipeline of a model whose LM head reuses the token embedding would hold that matrix on its
-# first and on its last stage, and would have to sum the two copies' gradients (as Megatron-LM
-# does); neither the plans nor the runtime do that, so such a pipeline is refused.
-TIED_PIPELINE = "a pipeline of a model with tied embeddings (its first and last stage would share the embedding)"
+# A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first
+# stage and a copy on its last, and sums the two copies' gradients before the optimizer step (as
+# Megatron-LM does: `simulator.strategies.pipeline.tied_embedding_all_reduce`, the runtime's
+# `pipeline`); both do it for plain tensors: unsharded stages (degree 1) and tp 1, else refused.
+TIED_PIPELINE = "a pipeline of a model with tied embeddings"
 
 
 def resolve(
@@ -39,8 +40,6 @@ def resolve(
     if too_big:
         raise ConfigError(too_big, where=where, field="nodes")
     pp = s.pp if spec.is_pipeline else 1
-    if pp > 1 and tied_embeddings:
-        raise ConfigError(f"{TIED_PIPELINE} is not supported; untie them or shard instead", where=where, field="pp")
     if pp > world or world % pp:
         raise ConfigError(f"pipeline degree {pp} does not divide the world size {world}", where=where, field="pp")
     if pp > n_layers:
@@ -68,7 +67,15 @@ def resolve(
         )
     dp_world = world // tp  # the ranks the data-parallel kinds see (a tensor-parallel group acts as one)
     replicas_all = dp_world // pp
-    shard = spec.shard(s, dp_world, where)
+    # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
+    node_ranks = devices_per_node // tp if devices_per_node and devices_per_node % tp == 0 else None
+    shard = spec.shard(s, dp_world, where, node_ranks)
+    if pp > 1 and tied_embeddings and (shard > 1 or tp > 1):
+        why = (
+            f"{TIED_PIPELINE} sums its first and last stage's embedding gradients as plain tensors: "
+            "unsharded stages (degree 1) and tp 1 only"
+        )
+        raise ConfigError(why, where=where, field="degree" if shard > 1 else "tp")
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         if tp > 1:

@@ -29,11 +29,21 @@ from pydantic import (
 )
 from pydantic import ValidationError as _ValidationError
 
+from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
-from shardsim.simulator.strategies.kinds import DDP, DEFAULT_KIND, PIPELINE, ZERO, ZERO2D, StrategyKind
+from shardsim.simulator.strategies.kinds import (
+    DDP,
+    DEFAULT_KIND,
+    DEFAULT_SWEEP,
+    PIPELINE,
+    ZERO,
+    ZERO1,
+    ZERO2D,
+    StrategyKind,
+)
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 
@@ -95,7 +105,7 @@ def bounded(name: str) -> Any:
 
 DEGREE_HELP = Setting(
     "sharded data parallel degree (partition group size)",
-    default_text="the world for zero, 1 for pipeline; zero2d needs one",
+    default_text="the world for zero, 1 for pipeline, a node's GPUs for zero2d (HYBRID_SHARD's default)",
     axis="degrees",
     axis_help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
     "ddp (1) and zero (world) are kept when selected",
@@ -160,7 +170,7 @@ TpAcrossNodes = Annotated[
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
-    axis_help=f"kinds to include (default all: {','.join(STRATEGIES)})",
+    axis_help=f"kinds to include (default: {','.join(DEFAULT_SWEEP)}; zero1 only when named)",
 )
 
 
@@ -250,10 +260,11 @@ class ZeroConfig(StrategyBase):
 
 
 class Zero2DConfig(StrategyBase):
-    """FSDP2 sharded within groups of `degree` consecutive ranks, replicated across them."""
+    """FSDP2 sharded within groups of `degree` consecutive ranks, replicated across them (None:
+    within each node)."""
 
     kind: Annotated[Literal[ZERO2D.name], KIND_HELP] = ZERO2D.name
-    degree: Degree
+    degree: Degree | None = None  # None: the data-parallel ranks of one node (HYBRID_SHARD's default), by resolve
     reshard_after_forward: Reshard = True
 
     pp = property(lambda self: 1)
@@ -274,12 +285,25 @@ class PipelineConfig(StrategyBase):
     reshard_after_forward = property(lambda self: True)
 
 
+class Zero1Config(StrategyBase):
+    """DDP with ZeroRedundancyOptimizer (ZeRO-1): replicated like ddp, Adam's state partitioned
+    over the data-parallel ranks; no field of its own."""
+
+    kind: Annotated[Literal[ZERO1.name], KIND_HELP] = ZERO1.name
+
+    degree = property(lambda self: None)
+    pp = property(lambda self: 1)
+    microbatches = property(lambda self: 1)
+    schedule = property(lambda self: "1f1b")
+    reshard_after_forward = property(lambda self: True)
+
+
 StrategyConfig = Annotated[
-    Union[DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig],  # noqa: UP007 (a discriminated union)
+    Union[DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig, Zero1Config],  # noqa: UP007 (a discriminated union)
     Field(discriminator="kind"),
 ]
 MODELS: dict[str, type[StrategyBase]] = {
-    m.model_fields["kind"].default: m for m in (DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig)
+    m.model_fields["kind"].default: m for m in (DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig, Zero1Config)
 }
 assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
 _STRATEGY = TypeAdapter(StrategyConfig)
@@ -306,9 +330,11 @@ class _FlatStrategy:
     tp_across_nodes: Any = False
 
 
-# SageMaker's and FSDP's keys that are no setting's name (`smp`), and beside them the keys of a
+# SageMaker's, FSDP's and DeepSpeed's keys that are no setting's name (`smp`), and beside them the keys of a
 # file's flat form: what `RunConfig` takes besides its fields and puts in its tree (`load.tree_of`)
-FOREIGN_ONLY = tuple(k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS) if k not in STRATEGY_FIELDS)
+FOREIGN_ONLY = tuple(
+    k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS, *DEEPSPEED_KEYS) if k not in STRATEGY_FIELDS
+)
 FILE_FORM_KEYS = (*FOREIGN_ONLY, *STRATEGY_FIELDS, *SHAPE_FIELDS)
 
 
@@ -436,6 +462,13 @@ class RunConfig(Frozen):
             default_text="the file's, else 8 on the default topology, else the topology's own count",
         ),
     ] = 8
+    gpus_per_node: Annotated[
+        Annotated[int, bounded("gpus_per_node")] | None,
+        Setting(
+            "GPUs used on each node: part of an instance (1, 2 or 4 of 8), its NICs' share, the whole instance's price",
+            default_text="all of the node's",
+        ),
+    ] = None
     strategy: StrategyConfig = Field(default_factory=lambda: Strategy())
     batch_per_device: Annotated[int, bounded("batch_per_device"), Setting("samples per device per micro-step")] = 4
     grad_accum: Annotated[
@@ -592,6 +625,14 @@ class RunConfig(Frozen):
     @classmethod
     def _shape_fields(cls, value: Any) -> Shape:
         return _shape(value)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_part_of_node(self, handler: Any) -> dict[str, Any]:
+        """gpus_per_node only where given: a whole node's configuration reads as before it existed."""
+        d = handler(self)
+        if d.get("gpus_per_node", 0) is None:
+            del d["gpus_per_node"]
+        return d
 
     @field_serializer("workload")
     def _dump_workload(self, value: str | Arch) -> Any:

@@ -64,7 +64,8 @@ def _put(values: dict[str, Any], key: str, value: Any, origin: str, where: str) 
 
 def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) -> None:
     """FSDP's ``sharding_strategy`` and mixed-precision keys, refusing contradictions.
-    HYBRID_SHARD needs a degree (FSDP1 shards within a node: give ``degree`` or ``hybrid_shard_degree``)."""
+    HYBRID_SHARD without a degree shards within each node, as FSDP1 does by default (`resolve`
+    settles the degree to the node's data-parallel ranks)."""
     if "sharding_strategy" in data:
         raw = data["sharding_strategy"]
         key = str(raw).removeprefix("ShardingStrategy.") if isinstance(raw, str) else ""

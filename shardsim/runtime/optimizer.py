@@ -39,3 +39,15 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], name: str, impl: str) 
 def build_adam(params: Iterable[torch.nn.Parameter], impl: str) -> torch.optim.Optimizer:
     """Adam over `params` in implementation `impl` (`build_optimizer`)."""
     return build_optimizer(params, "adam", impl)
+
+
+def build_zero_redundancy(params: Iterable[torch.nn.Parameter], name: str, impl: str, group=None):
+    """ZeRO-1: `ZeroRedundancyOptimizer` over `group` (None: the world) wrapping optimizer `name`
+    in implementation `impl`, with PyTorch's defaults (parameters broadcast one by one after the
+    step, no bucket view, no overlap with DDP)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    cls, extra = OPTIMIZERS[name]
+    return ZeroRedundancyOptimizer(
+        list(params), optimizer_class=cls, process_group=group, lr=LR, **extra, **ADAM_IMPLS[impl]
+    )

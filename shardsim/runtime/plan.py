@@ -52,7 +52,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.workload.load import resolve_arch
 
-    cluster = make_cluster(cfg.topology, cfg.nodes)
+    cluster = make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node)
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
     on_gpu = gpus > 0
     if on_gpu:

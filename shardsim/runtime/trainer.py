@@ -114,7 +114,8 @@ def _full_state(module, keep: bool):
 
 def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, data_batches: int = 0) -> Job:
     """Build the configured model, apply its strategy (`runtime.strategies.apply_strategy`) and
-    an Adam optimizer: everything this rank trains with."""
+    an Adam optimizer (the strategy's own where it has one: zero1's ZeroRedundancyOptimizer): everything
+    this rank trains with."""
     from shardsim.runtime.models import build as workloads
     from shardsim.runtime.optimizer import build_optimizer
     from shardsim.runtime.stack import (
@@ -139,7 +140,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     applied = apply_strategy(model, cfg, res, rank, device, timeout, data_batches)
     del model  # a pipeline stage keeps only its own blocks
     module = applied.module
-    optimizer = build_optimizer(module.parameters(), cfg.optimizer, cfg.optimizer_impl)
+    optimizer = (applied.build_optimizer or build_optimizer)(module.parameters(), cfg.optimizer, cfg.optimizer_impl)
     return Job(
         cfg,
         res,

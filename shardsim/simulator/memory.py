@@ -23,7 +23,6 @@ from shardsim.simulator.workload.model import Block, Workload
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's
 # foreach path materializes sqrt(exp_avg_sq) for all of a rank's parameters at once
-ADAM_STEP_TEMPORARIES = optimizers.OPTIMIZERS["adam"].temporaries
 # PyTorch's caching allocator reserves more than it hands out (large blocks rounded up to 2 MiB,
 # cached segments split and kept): a GPU needs the peak of allocated memory plus this share of it
 # (assumption, named; not measured here: the committed runs record the allocated peak only).
@@ -135,9 +134,10 @@ def rank_memory(
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    optim = local * 4 * words  # e.g. Adam's exp_avg, exp_avg_sq (fp32)
-    temporaries = local * 4 * optimizers.spec(cfg.optimizer).temporaries[cfg.optimizer_impl]
     kind = cfg.strategy.spec  # what the kind holds unsharded, and how many microbatches' activations
+    stepped = kind.optimizer_params(res, local, blocks)  # what this rank's optimizer steps (zero1: a partition)
+    optim = stepped * 4 * words  # e.g. Adam's exp_avg, exp_avg_sq (fp32)
+    temporaries = stepped * 4 * optimizers.spec(cfg.optimizer).temporaries[cfg.optimizer_impl]
     gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
     acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
     gpu = device.kind == "gpu"

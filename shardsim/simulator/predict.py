@@ -111,7 +111,7 @@ def predict(
     `shardsim.predict` (`shardsim.api`) takes none of them: there the configuration says it all.
     `prune_unfit` (the sweep's): a step that does not fit in memory, which memory says before
     anything is planned, is not simulated; its times are NaN."""
-    cluster = cluster or make_cluster(cfg.topology, cfg.nodes)
+    cluster = cluster or make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
     if cfg.mlm_fraction is not None:  # the masked-LM head on a fraction of the tokens
         check_mlm(w.arch, cfg.mlm_fraction, cfg.source)

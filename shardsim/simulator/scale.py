@@ -53,6 +53,7 @@ SETTING_BOUNDS = {
     b.name: b
     for b in (
         Bound("nodes", MAX_WORLD),
+        Bound("gpus_per_node", MAX_WORLD),
         Bound("degree", MAX_WORLD),
         Bound("pp", MAX_WORLD),
         Bound("tp", MAX_WORLD),

@@ -106,6 +106,8 @@ def check_equals_reference(
         (2, "--workload tiny-mlp --strategy pipeline --pp 2 --microbatches 4 --schedule gpipe"),
         (4, "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
         (4, "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --schedule gpipe"),
+        (4, "--workload tiny-gpt --strategy zero1 --grad-accum 2"),
+        (2, "--workload tiny-gpt --strategy zero1 --optimizer-impl per-parameter --checkpointing none"),
     ],
     ids=[
         "ddp-accum2",
@@ -121,6 +123,8 @@ def check_equals_reference(
         "gpipe-pp2",
         "1f1b-pp2-x-dp2-accum2",
         "gpipe-pp2-x-zero-d2",
+        "zero1-accum2",
+        "zero1-per-parameter-adam",
     ],
 )
 def test_strategy_equals_single_process_reference(tmp_path, world, args):
@@ -185,3 +189,40 @@ def test_hf_vit_optional_extra_equals_reference(tmp_path):
     pytest.importorskip("transformers")
     args = "--workload shardsim.runtime.models.hf:build_hf_vit_tiny --strategy zero2d --degree 2"
     check_equals_reference(tmp_path, 4, args.split())
+
+
+TIED_GPT = "{family: gpt, hidden: 64, layers: 4, heads: 4, ffn: 256, seq_len: 32, vocab: 256, tied_embeddings: true}"
+
+
+@pytest.mark.parametrize(
+    ("world", "args"),
+    [
+        (4, "--pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
+        (4, "--pp 4 --microbatches 4 --schedule gpipe"),
+    ],
+    ids=["tied-1f1b-pp2-x-dp2-accum2", "tied-gpipe-pp4"],
+)
+def test_tied_embedding_pipeline_equals_reference(tmp_path, world, args):
+    """Tied embeddings over a pipeline (tiny-gpt's shape, tied): the last stage's copy
+    (head.out.weight) ends equal to the first stage's embedding, parameters and gradients (their
+    gradients summed between the two stages), and the model equals one process's, where the
+    two are one parameter, within every strategy's tolerance (parameters 1e-4, gradients 1e-4
+    relative + 1e-6, losses 1e-5 relative)."""
+    flags = ["--workload", TIED_GPT, "--strategy", "pipeline", *args.split()]
+    proc, rec = shardsim_run(tmp_path, [*flags, "--nproc", str(world), "--data-batches", "1"],
+                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert rec["loss_last"] < rec["loss_first"], rec["losses"]
+    got = load_saved(str(tmp_path / "params"))
+    for kind in ("params", "grads"):
+        copy = got[kind].pop("head.out.weight")
+        torch.testing.assert_close(copy, got[kind]["embed.tok.weight"], msg=f"the last stage's copy ({kind})")
+    opts = {"topology": "emu-2x2", "workload": TIED_GPT, "strategy": "pipeline", **_overrides(args.split())}
+    cfg = load_config(None, opts)
+    ref = reference_run(cfg, world, STEPS + WARMUP, data_batches=1)
+    assert sorted(got["params"]) == sorted(ref["params"]) and sorted(got["grads"]) == sorted(ref["grads"])
+    for name, want in ref["params"].items():
+        torch.testing.assert_close(got["params"][name], want, rtol=1e-4, atol=1e-4, msg=name)
+    for name, want in ref["grads"].items():
+        torch.testing.assert_close(got["grads"][name], want, rtol=1e-4, atol=1e-6, msg=name)
+    assert rec["losses"] == pytest.approx(ref["losses"], rel=1e-5)

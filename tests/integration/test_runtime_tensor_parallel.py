@@ -42,6 +42,7 @@ CASES = {
     "gqa-tp2-x-zero2-sp": (4, ["--workload", GQA, "--strategy", "zero", "--tp", "2", "--sequence-parallel"]),
     "gpt-tied-tp2-x-zero2": (4, ["--workload", TIED, "--strategy", "zero", "--tp", "2", "--no-checkpointing"]),
     "gqa-tp2-x-ddp2": (4, ["--workload", GQA, "--strategy", "ddp", "--tp", "2", "--grad-accum", "2"]),
+    "gqa-tp2-x-zero1-2": (4, ["--workload", GQA, "--strategy", "zero1", "--tp", "2", "--grad-accum", "2"]),
     "gpt-tp2-x-ddp2-sp": (4, ["--workload", "tiny-gpt", "--strategy", "ddp", "--tp", "2", "--sequence-parallel"]),
     "gpt-tp2-x-pp2": (
         4,

@@ -87,7 +87,7 @@ def test_zero2d_with_degree_world_is_zero() -> None:
     [Strategy("zero"), Strategy("zero2d", degree=4), Strategy("ddp"), Strategy("pipeline", pp=4, microbatches=4)],
 )
 def test_faster_inter_node_links_never_slow_a_step(strategy: Strategy) -> None:
-    untied = replace(PRESETS["bert-large"], tied_embeddings=False)  # a pipeline of a tied model is refused
+    untied = replace(PRESETS["bert-large"], tied_embeddings=False)  # its pipeline with the other kinds' parameters
     cfg = SEED.replace(workload=untied, strategy=strategy)
     times = []
     for gbps in (25, 50, 100, 400):

@@ -121,7 +121,7 @@ def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
               "seed": 5, "seq_len": 16, "hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1, "ffn": 64,
               "vocab": 128, "tp": 2, "sequence_parallel": True, "async_tp": True, "mesh_order": "pp,tp,dp",
               "tp_across_nodes": True, "optimizer": "sgd", "attention": "math", "compile": True,
-              "mlm_fraction": 0.25}  # fmt: skip
+              "mlm_fraction": 0.25, "gpus_per_node": 1}  # fmt: skip
     pipeline = {"pp", "microbatches", "schedule"}  # a zero2d's have no value of their own
     missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - set(values)
     assert not missing, f"add a non-default value for {missing}"

@@ -205,3 +205,21 @@ def test_cli_bad_setting_in_a_file_is_one_line_naming_field_and_file(tmp_path, c
     assert run_main([command, str(path)]) == 2  # `run` fails on reading the file, before any rank starts
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"'{field}" in err and str(path) in err, err
+
+
+def test_hybrid_shard_without_a_degree_shards_within_each_node(tmp_path):
+    """PyTorch's HYBRID_SHARD shards within a node by default: the degree is the node's
+    data-parallel ranks (its GPUs, over tp), settled once the cluster is known."""
+    from shardsim.config import resolve
+
+    cfg = load_config(write(tmp_path, "sharding_strategy: HYBRID_SHARD\ntopology: p4d.24xlarge\nnodes: 4\n"))
+    assert (cfg.strategy.kind, cfg.strategy.degree, cfg.strategy.label()) == ("zero2d", None, "zero2d d=node")
+    assert resolve(cfg, 32, 8, devices_per_node=8)[0].strategy.degree == 8
+    from shardsim.simulator.workload.load import load_workload
+
+    tp2 = cfg.replace(strategy=cfg.strategy.replace(tp=2))
+    assert resolve(tp2, 32, 8, devices_per_node=8, arch=load_workload(cfg.workload).arch)[1].shard == 4
+    assert resolve(cfg, 8, 8, devices_per_node=8)[0].strategy.kind == "zero"  # one node: FULL_SHARD
+    with pytest.raises(ConfigError, match="shards within a node") as err:
+        resolve(cfg, 32, 8)  # no node size known
+    assert err.value.field == "degree"

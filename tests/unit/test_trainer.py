@@ -166,3 +166,16 @@ def test_the_run_flags_have_no_test_hook(capsys):
             parse(["--save-params", "x"])
         assert exc.value.code == 2
     assert "unrecognized arguments: --save-params" in capsys.readouterr().err
+
+
+def test_zero1_steps_with_zero_redundancy_and_ddp_with_plain_adam(group):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    zero1, plain = _trainer("zero1"), _trainer("ddp")
+    assert isinstance(zero1.job.optimizer, ZeroRedundancyOptimizer)
+    assert isinstance(plain.job.optimizer, torch.optim.Adam)
+    zero1.measure(WARMUP, STEPS, [])
+    plain.measure(WARMUP, STEPS, [])
+    # one rank owns every partition: the same parameters as plain Adam's after the same steps
+    for a, b in zip(zero1.job.model.parameters(), plain.job.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)

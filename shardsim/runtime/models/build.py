@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shardsim.config.resolve import TIED_PIPELINE
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.arch import Arch, Shape
 from shardsim.simulator.workload.importpath import first_line, resolve_import_path
@@ -66,16 +65,12 @@ def check_model(model: Any, name: str, *, pipeline: bool = False) -> None:
         raise ConfigError(f"workload {name!r}: the model has no sample_batch(batch, generator) -> (inputs, targets)")
     if pipeline and not isinstance(getattr(model, "head", None), nn.Module):
         raise ConfigError(f"workload {name!r}: a pipeline needs `embed` (or None), `blocks` and `head`")
-    if pipeline and getattr(getattr(model, "arch", None), "tied_embeddings", False):
-        raise ConfigError(f"workload {name!r}: {TIED_PIPELINE} is not supported; untie them or shard instead")
 
 
 def n_blocks(spec: WorkloadSpec, shape: Shape = NO_SHAPE, *, pipeline: bool = False) -> int:
     """Number of blocks of a workload: from its description, or by building it on the meta device."""
     name, arch = resolve_arch(spec, shape)
     if arch is not None:
-        if pipeline and arch.tied_embeddings:
-            raise ConfigError(f"workload {name!r}: {TIED_PIPELINE} is not supported; untie them or shard instead")
         return arch.layers
     build = resolve_import_path(name)
     import torch

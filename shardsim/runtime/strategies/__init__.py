@@ -2,6 +2,7 @@
 one module per parallelism as in simulator/strategies.
 
 - ddp: `DistributedDataParallel` (strategy ddp);
+- zero1: DDP stepped by `ZeroRedundancyOptimizer` (strategy zero1);
 - fsdp: FSDP2 `fully_shard` (zero, zero2d);
 - pipeline: `torch.distributed.pipelining` (pipeline), its stages plain, DDP or FSDP2;
 - layout: each rank's device mesh and groups; precision: autocast, FSDP2's mixed precision and
@@ -33,6 +34,7 @@ from shardsim.runtime.strategies.layout import (
 from shardsim.runtime.strategies.pipeline import pipeline
 from shardsim.runtime.strategies.precision import precision_for
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext
+from shardsim.runtime.strategies.zero1 import zero1
 
 __all__ = ["STRATEGIES", "AppliedStrategy", "Engine", "Layout", "StepContext", "apply_strategy", "build_layout"]
 
@@ -51,6 +53,7 @@ STRATEGIES: dict[str, Engine] = {
     "zero": Engine(zero_layout, fsdp),
     "zero2d": Engine(zero2d_layout, fsdp),
     "pipeline": Engine(pipeline_layout, pipeline),
+    "zero1": Engine(ddp_layout, zero1),
 }
 
 

@@ -2,7 +2,10 @@
 consecutive blocks, split as the simulator splits them) in a manual `PipelineStage`, driven by
 `ScheduleGPipe` or `Schedule1F1B`; a stage's replicas are plain, under DDP, or sharded by FSDP2.
 With tensor parallelism each stage's module is TP'd first (`fsdp.parallelize`); the stages send
-each other their local activations (a sequence shard under sequence parallelism)."""
+each other their local activations (a sequence shard under sequence parallelism). Tied
+embeddings (Megatron-LM's way): the last stage keeps its own copy of the embedding as its output
+projection, and each rank of the first stage and its peer of the last all-reduce (sum) that
+parameter's gradient before the optimizer step (`TiedEmbedding`; unsharded stages, tp 1)."""
 
 from __future__ import annotations
 
@@ -53,6 +56,50 @@ def split_stage(model: nn.Module, pp_rank: int, pp: int) -> StageModule:
     embed = getattr(model, "embed", None) if pp_rank == 0 else None
     head = model.head if pp_rank == pp - 1 else None
     return StageModule(embed, {names[i]: blocks[i] for i in range(start, end)}, head)
+
+
+def tied_parameters(model: nn.Module) -> list[tuple[str, str]]:
+    """(name in `model.embed`, name in `model.head`) of each parameter the two share (tied
+    embeddings: the token embedding is the LM head's output projection)."""
+    embed, head = getattr(model, "embed", None), getattr(model, "head", None)
+    if embed is None or head is None:
+        return []
+    names = {id(p): n for n, p in embed.named_parameters()}
+    return [(names[id(p)], n) for n, p in head.named_parameters() if id(p) in names]
+
+
+class TiedEmbedding:
+    """The tied parameters of this rank's stage (the first stage's embedding, the last's copy in
+    its head; none on the stages between) and the group of this rank and its peer on the other
+    end: rank i of stage 0 with rank i of stage pp - 1 (stage-major ranks, tp 1). Every rank
+    creates every pair's group (new_group is collective), in the same order."""
+
+    def __init__(self, model: nn.Module, stage: nn.Module, res, stage_index: int):
+        import torch.distributed as dist
+
+        pairs = tied_parameters(model)
+        R, pp = res.world // res.pp, res.pp
+        rank = dist.get_rank()
+        self.group = None
+        for i in range(R if pairs else 0):
+            members = [i, (pp - 1) * R + i]
+            group = dist.new_group(members)
+            if rank in members:
+                self.group = group
+        inner = getattr(stage, "module", stage)  # under DDP: the stage module it wraps
+        if stage_index == 0:
+            self.params = [inner.embed.get_parameter(e) for e, _ in pairs]
+        elif stage_index == pp - 1:
+            self.params = [inner.head.get_parameter(h) for _, h in pairs]
+        else:
+            self.params = []
+
+    def all_reduce_grads(self) -> None:
+        """Sum the two copies' gradients (each already synced over its stage's replicas)."""
+        import torch.distributed as dist
+
+        for p in self.params:
+            dist.all_reduce(p.grad, group=self.group)
 
 
 def _stage_class():
@@ -158,6 +205,7 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
         return stage_module
 
     stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap)
+    tied = TiedEmbedding(model, module, res, layout.stage) if pp > 1 and tied_parameters(model) else None
     scale = 1.0 / (M * K)
 
     def mb_loss(out, y):
@@ -193,6 +241,8 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
                 else:
                     schedule.step()
             losses += [local_loss(t) for t in mb]
+        if tied is not None:
+            tied.all_reduce_grads()
         if res.tp > 1:
             reduce_partial_grads(module)
         if not losses:

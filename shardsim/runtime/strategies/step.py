@@ -54,6 +54,8 @@ class AppliedStrategy:
     keeps_state: bool  # this rank keeps the full parameters and gradients (runtime.testing.SaveParams)
     scaler: Any  # ShardedGradScaler for fp16, else None
     notes: dict = field(default_factory=dict)
+    # (parameters, optimizer name, implementation) -> the optimizer; None: `optimizer.build_optimizer` (zero1: its own)
+    build_optimizer: Callable[[Any, str, str], Any] | None = None
 
 
 def data_parallel_step(module: nn.Module, ctx: StepContext, replica_sync: ReplicaSync) -> AppliedStrategy:

@@ -63,7 +63,12 @@ LLM_FOUNDRY = {
 }
 # PyTorch FSDP's sharding strategies a benchmark row may name (HYBRID_SHARD: within a node)
 SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
-KINDS = {s.name: s.kind for s in SETTINGS} | {"tied_embeddings": bool, "family": str, "positions": str}
+# (a row's gpus_per_node is checked against its topology below, not read as part of a node)
+KINDS = {s.name: s.kind for s in SETTINGS if s.name != "gpus_per_node"} | {
+    "tied_embeddings": bool,
+    "family": str,
+    "positions": str,
+}
 # every column a CSV row is read by, and columns of llm-foundry's tables kept as notes: another
 # column is a note too, unless it is a near miss of one read (a misspelt column is refused)
 READ_COLUMNS = (

@@ -370,9 +370,14 @@ def load_instance(name_or_path: str) -> InstanceType:
     return parse_instance(load_yaml(path), str(path) if looks_like_path else f"topologies/{path.name}")
 
 
-def make_cluster(topology: str | InstanceType, nodes: int | None = None) -> Cluster:
-    """A cluster of `nodes` instances; emulated topologies default to their own node count."""
+def make_cluster(topology: str | InstanceType, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
+    """A cluster of `nodes` instances; emulated topologies default to their own node count.
+    `gpus_per_node`: that many of each node's GPUs (`partial.part_of_node`; None: all)."""
     inst = load_instance(topology) if isinstance(topology, str) else topology
+    if gpus_per_node is not None:
+        from shardsim.simulator.hardware.partial import part_of_node
+
+        inst = part_of_node(inst, gpus_per_node)
     if nodes is None:
         nodes = inst.emulated.nodes if inst.emulated else 1
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:

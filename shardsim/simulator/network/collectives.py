@@ -68,6 +68,7 @@ class GroupLayout:
     reverse: bool = False  # reverse each group's order (the backward direction of send/recv)
     inner: int = 1
     outer: int = 1
+    ends: bool = False  # each group's first and last rank only (a tied embedding's first and last pipeline stage)
 
     def groups(self) -> np.ndarray:
         r = np.arange(self.start, self.start + self.count)
@@ -80,6 +81,8 @@ class GroupLayout:
             g = r.reshape(rows, self.size, n // self.size).transpose(0, 2, 1).reshape(-1, self.size)
         else:
             g = r.reshape(-1, self.size)
+        if self.ends:
+            g = g[:, [0, -1]]
         return g[:, ::-1].copy() if self.reverse else g.copy()
 
     @staticmethod

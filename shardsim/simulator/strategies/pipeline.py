@@ -21,10 +21,10 @@ from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _ids, _join, moves
-from shardsim.simulator.strategies.ddp import ddp_backward, ddp_forward
+from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import stage_mesh
-from shardsim.simulator.strategies.steps import Piece, optimizer_step, rank_classes, split_blocks
+from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
 from shardsim.simulator.workload.model import Workload, stage_ranges
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
@@ -70,7 +70,7 @@ def send_waits(kind: str, stage: int, pp: int, m: int) -> list[list[int]]:
 def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
     """One piece and rank class per stage. A sharded stage (FSDP2 over its replicas) keeps
     units unsharded after backward (pipelining's set_reshard_after_backward(False))."""
-    embed, layers, head = split_blocks(w)
+    embed, layers, head = pipeline_blocks(w, res.pp)
     P, d = res.pp, res.shard
     pieces: list[Piece] = []
     for s, (a, b) in enumerate(stage_ranges(len(layers), P)):
@@ -236,5 +236,22 @@ def pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: W
     pipe = _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)])
     for k in range(cfg.grad_accum):
         pipe.step(k)
+    tied = tied_embedding_all_reduce(p, res, w, pipe)
     for s in range(P):
-        optimizer_step(p, s, cm, pieces[s], w.params, [pipe.prev[s], *pipe.syncs[s]])
+        optimizer_step(
+            p, s, cm, pieces[s], w.params, [pipe.prev[s], *pipe.syncs[s], *(tied if s in (0, P - 1) else [])]
+        )
+
+
+def tied_embedding_all_reduce(p: Plan, res: Resolved, w: Workload, pipe: _Pipeline) -> list[int | None]:
+    """Tied embeddings (Megatron-LM's `_allreduce_embedding_grads`): once the stages' gradients
+    are synced across their replicas, each rank of the first stage and its peer of the last sum
+    the embedding's fp32 gradient (`tied_copy` elements) in a group of those two ranks, before
+    either steps its optimizer. One op on the last stage's class; both stages' steps wait for it.
+    (resolve admits tied pipelines with unsharded stages and tp 1 only.)"""
+    P, copy = res.pp, tied_copy(w)
+    if P < 2 or not copy:
+        return []
+    ends = GroupLayout(0, res.world, P, strided=True, ends=True)  # rank i of stage 0 with rank i of stage P - 1
+    deps = [pipe.prev[0], *pipe.syncs[0], pipe.prev[P - 1], *pipe.syncs[P - 1]]
+    return [p.comm(P - 1, "ar", "all_reduce", ends, copy * GRAD_BYTES, "AR tied embedding grad", deps, "sync")]

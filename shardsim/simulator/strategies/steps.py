@@ -4,7 +4,7 @@ compute ops, the optimizer step, and the micro-steps of a data-parallel plan."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.checkpointing import Checkpointing
@@ -21,6 +21,30 @@ def split_blocks(w: Workload) -> tuple[list[Block], list[Block], list[Block]]:
     embed = [b for b in w.blocks if b.kind == "embed"]
     layers = [b for b in w.blocks if b.kind == "layer"]
     head = [b for b in w.blocks if b.kind == "head"]
+    return embed, layers, head
+
+
+def tied_copy(w: Workload) -> int:
+    """Elements of the token embedding a pipeline's last stage holds a copy of when the LM head
+    is tied to it (Megatron-LM's tied embeddings: the first stage's embedding, the last stage's
+    output projection); 0 for an untied model."""
+    embed = [b for b in w.blocks if b.kind == "embed"]
+    return embed[0].largest_tensor if w.tied_embeddings and embed else 0
+
+
+def pipeline_blocks(w: Workload, pp: int) -> tuple[list[Block], list[Block], list[Block]]:
+    """`split_blocks` of a pipeline of `pp` stages: with tied embeddings over several stages, the
+    head holds the copy of the embedding (`tied_copy`: its parameters, gradients and optimizer
+    state on the last stage; its matmul is the head's already)."""
+    embed, layers, head = split_blocks(w)
+    copy = tied_copy(w) if pp > 1 else 0
+    if copy and head:
+        h = head[-1]
+        largest = max(h.largest_tensor, copy)
+        head = [
+            *head[:-1],
+            replace(h, params=h.params + copy, param_tensors=h.param_tensors + 1, largest_tensor=largest),
+        ]
     return embed, layers, head
 
 
@@ -56,7 +80,7 @@ def rank_classes(res: Resolved, w: Workload, pipeline: bool) -> list[tuple[RankC
     """The rank classes of a step's plan (one of every rank, or one a pipeline stage), each with
     the blocks it runs: what the plans are made of and what memory is estimated from, before
     any op is planned."""
-    embed, layers, head = split_blocks(w)
+    embed, layers, head = pipeline_blocks(w, res.pp) if pipeline else split_blocks(w)
     if pipeline:
         R = res.world // res.pp
         parts = [
@@ -127,9 +151,11 @@ def data_parallel_plan(
     piece: Piece,
     forward: Callable[..., Dep],
     backward: Callable[..., tuple[Dep, list[int | None]]],
+    step: Callable[..., Dep] | None = None,
 ) -> None:
     """One rank class of every rank running the whole model: `cfg.grad_accum` micro-steps of
-    `forward` and `backward` (gradients synced on the last), then the optimizer step."""
+    `forward` and `backward` (gradients synced on the last), then the optimizer step (`step`, of
+    `optimizer_step`'s arguments; None: `optimizer_step`)."""
     p.classes.append(rank_classes(res, w, pipeline=False)[0][0])
     prev: Dep = None
     syncs: list[int | None] = []
@@ -139,7 +165,7 @@ def data_parallel_plan(
         prev = forward(p, 0, cm, cfg, res.microbatch_size, piece, prev, tag)
         prev, s = backward(p, 0, cm, cfg, res.microbatch_size, piece, prev, sync=(k == K - 1), tag=tag)
         syncs += s
-    optimizer_step(p, 0, cm, piece, w.params, [prev, *syncs])
+    (step or optimizer_step)(p, 0, cm, piece, w.params, [prev, *syncs])
 
 
 @dataclass

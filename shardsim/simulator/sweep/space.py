@@ -18,18 +18,16 @@ from typing import Any
 
 from shardsim.config import (
     SCHEDULES,
-    STRATEGIES,
     RunConfig,
     Strategy,
     resolve,
 )
-from shardsim.config.resolve import TIED_PIPELINE
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
+from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.strategies.kinds import StrategyKind
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
@@ -39,7 +37,7 @@ from shardsim.simulator.workload.model import Workload
 class SweepSpace:
     """Which configurations to try. None means "all valid" for that axis.
 
-    strategies: kinds to include (ddp, zero, zero2d, pipeline).
+    strategies: kinds to include (default ddp, zero, zero2d, pipeline; zero1 when listed).
     degrees: shard degrees where a kind has a choice — zero2d's partition group size and a
       pipeline stage's shard degree (1 = unsharded stages). ddp (1) and zero (the world)
       have no choice and are kept whenever their kind is selected.
@@ -67,7 +65,7 @@ class SweepSpace:
       sample's tokens, false where it does not.
     """
 
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = DEFAULT_SWEEP
     degrees: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
     microbatches: tuple[int, ...] | None = None
@@ -315,7 +313,7 @@ def _cluster_base(
     """A cluster of the space: its name, the base configuration on it, why it is skipped (or
     None), and its (tp, sequence_parallel) layouts (`tp_layouts`; under a fixed global batch,
     those whose data-parallel ranks it divides over)."""
-    cluster = make_cluster(topology, nodes)
+    cluster = make_cluster(topology, nodes, base.gpus_per_node)
     name = f"{cluster.nodes} x {cluster.instance.name}"
     too_big = world_refusal(cluster.world)  # before a configuration is built of its sizes
     if too_big:
@@ -385,8 +383,6 @@ def enumerate_configs(
     n_layers = len(w.layers) or len(w.blocks)
     tied = w.tied_embeddings
     out = Enumeration()
-    if tied and any(k.is_pipeline for k in _kinds(space)):
-        out.skipped.append(f"pipelines: {TIED_PIPELINE} is not supported")
     seen: set[tuple] = set()
     if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):
         raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
@@ -446,6 +442,6 @@ def enumerate_configs(
             reasons = "; ".join(f"{why} ({n} configuration{'s' if n > 1 else ''})" for why, n in here.items())
             nothing = f"the requested strategies have no configuration on {cluster.world} devices"
             out.skipped.append(f"{name}: {reasons or nothing}")
-        else:  # (tied pipelines have their line in `skipped` already)
-            out.dropped.update({why: n for why, n in here.items() if not why.startswith(TIED_PIPELINE)})
+        else:
+            out.dropped.update(here)
     return out

@@ -97,7 +97,7 @@ def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     act_mm = s * (qkv + hq + a.heads // tp + (2 * f if swiglu else f))
     return Block(
         f"layer{index}", params, fwd, bwd, mem, act, sn * h, sn * h, act_matmul_elems=act_mm,
-        param_tensors=layer_param_tensors(a),
+        param_tensors=layer_param_tensors(a), largest_tensor=max(h * qkv, h * f),
     )  # fmt: skip
 
 
@@ -114,7 +114,8 @@ def _mlp_block(a: Arch, index: int) -> Block:
     mem = s * (2 * f + 3 * h)
     act = s * (h + 2 * f)  # fc1 input, fc1 output (GELU input), GELU output (fc2 input)
     # fc1 and fc2, each a weight and a bias
-    return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * f, param_tensors=4)
+    return Block(f"block{index}", params, fwd, bwd, mem, act, s * h, s * h, act_matmul_elems=s * f, param_tensors=4,
+                 largest_tensor=h * f)  # fmt: skip
 
 
 def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
@@ -136,7 +137,8 @@ def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
         mem = n_patches * h + 3 * s * h
         # saved: the image (conv input); parameter tensors: conv weight and bias, [CLS], positions
         saved, image = n_patches * patch_in, a.channels * a.image**2
-        return Block("embed", params, fwd, fwd, mem, saved, image, s * h, "embed", 0.0, param_tensors=4)
+        largest = max(patch_in * h, s * h)
+        return Block("embed", params, fwd, fwd, mem, saved, image, s * h, "embed", 0.0, 4, largest)
     # Token embeddings (+ learned positions); rotary and ALiBi positions have no parameters.
     # A tied LM head's matrix is counted here, once (the head costs its matmul, not its weight).
     learned = a.position_kind == "learned"
@@ -144,7 +146,7 @@ def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
     params = rows * h + (sn * h if learned else 0)
     mem = 3 * sn * h if learned else sn * h
     # saved: the token ids (the embedding's backward needs them)
-    return Block("embed", params, 0.0, 0.0, mem, s, s, sn * h, "embed", 0.0, 2 if learned else 1)
+    return Block("embed", params, 0.0, 0.0, mem, s, s, sn * h, "embed", 0.0, 2 if learned else 1, rows * h)
 
 
 def masked_tokens(a: Arch, fraction: float) -> int:
@@ -192,7 +194,7 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
         params = h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
         act = h + a.classes + 1  # classifier input, log-softmax, target
-        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head", 0.0, 2)
+        return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head", 0.0, 2, h * a.classes)
     if a.family == "vit":
         # final LayerNorm on all tokens, classifier on [CLS]; the classifier saves its input, a
         # view of the whole LayerNorm output, which keeps all s*h elements alive
@@ -200,7 +202,10 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
         fwd = 2.0 * h * a.classes
         act = 2 * s * h + 2 * s + a.classes + 1  # LN in, LN out, LN mean+rstd, log-softmax, target
         sn = s // tp if sp else s
-        return Block("head", params, fwd, 2 * fwd, 2 * s * h, act, sn * h, a.classes, "head", 0.0, 2 + norm_tensors(a))
+        tensors = 2 + norm_tensors(a)
+        return Block(
+            "head", params, fwd, 2 * fwd, 2 * s * h, act, sn * h, a.classes, "head", 0.0, tensors, h * a.classes
+        )
     # final norm + LM head over every token (its matrix tied to the embedding's, or its own)
     sn = s // tp if sp else s
     v = -(-a.vocab // tp)  # this rank's vocabulary columns
@@ -211,7 +216,8 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
     act = sn * (2 * h + stats) + (s * h if sp else 0) + s * v + s
     tensors = norm_tensors(a) + (0 if a.tied_embeddings else 1)
     mem = 2 * sn * h + 3 * s * v
-    return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, s * v, "head", 0.0, param_tensors=tensors)
+    largest = h if a.tied_embeddings else h * v  # the norm's weight, or the LM head's matrix
+    return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, s * v, "head", 0.0, tensors, largest)
 
 
 def from_arch(

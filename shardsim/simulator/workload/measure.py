@@ -252,14 +252,16 @@ def _measure_one(
     loss: Callable[[Any], torch.Tensor] | None = None,
     like: tuple[Block, Any] | None = None,
 ) -> tuple[Block, Any]:
-    params = tensors = 0
+    params = tensors = largest = 0
     for p in module.parameters():
         if _storage_key(p) not in seen_params:
             seen_params.add(_storage_key(p))
             params += p.numel()
             tensors += 1
+            largest = max(largest, p.numel())
     if like is not None:  # an identical module on an identical input, measured just before
-        return replace(like[0], name=name, kind=kind, params=params, param_tensors=tensors), like[1]
+        same = replace(like[0], name=name, kind=kind, params=params, param_tensors=tensors, largest_tensor=largest)
+        return same, like[1]
 
     saved = _SavedTensors(param_storages)
     mem = _MemTraffic(param_storages)
@@ -292,6 +294,7 @@ def _measure_one(
         kind,
         act_matmul_elems=saved.elems_of(mem.matmul_storages) / batch,
         param_tensors=tensors,
+        largest_tensor=largest,
     )
     return block, out
 

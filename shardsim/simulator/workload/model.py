@@ -31,6 +31,9 @@ class Block:
     act_matmul_elems: float = 0.0
     # parameter tensors the block holds (what per-parameter Adam launches its kernels for)
     param_tensors: int = 0
+    # elements of its largest parameter tensor (0: not known, as for a measured model); what
+    # ZeroRedundancyOptimizer's partition of whole tensors cannot split (`strategies.zero1`)
+    largest_tensor: int = 0
     # tokens per sample the block computes on, 0: the model's (a masked-LM head: its masked positions)
     tokens: int = 0
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
-    from shardsim.simulator.workload.model import Workload
+    from shardsim.simulator.workload.model import Block, Workload
 
 
 class StrategyKind(Protocol):
@@ -31,13 +31,20 @@ class StrategyKind(Protocol):
     color: str  # of its bars and lines in the sweep's plots
     plot_order: int  # its place among the data-parallel kinds in the scaling plot
     fsdp_sharding: dict[str, bool]  # FSDP1's ShardingStrategy names of the kind → reshard_after_forward
+    in_default_sweep: bool  # a sweep tries it unless --strategies names the kinds
+
+    def optimizer_params(self, res: Resolved, local_params: float, blocks: list[Block]) -> float:
+        """Parameters the optimizer of the busiest rank holding `local_params` of `blocks` steps and
+        keeps state for: its own (sharded or not), or zero1's partition of them."""
+        ...
 
     def check(self, s: Strategy, where: str) -> None:
         """Refuse (ConfigError) fields that contradict the kind, before the cluster is known."""
         ...
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
-        """Ranks a parameter is sharded over on a cluster of `world` ranks (resolve)."""
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
+        """Ranks a parameter is sharded over on a cluster of `world` ranks (resolve), `node_ranks`
+        of them on one node (None: not known)."""
         ...
 
     def resolved(self, shard: int, world: int) -> str:

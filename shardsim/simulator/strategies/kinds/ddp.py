@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
-    from shardsim.simulator.workload.model import Workload
+    from shardsim.simulator.workload.model import Block, Workload
 
 
 class Ddp:
@@ -24,6 +24,7 @@ class Ddp:
     replicates = True
     color = "#4C72B0"
     plot_order = 0
+    in_default_sweep = True
     fsdp_sharding = {"NO_SHARD": True}
 
     def check(self, s: Strategy, where: str) -> None:
@@ -32,7 +33,7 @@ class Ddp:
                 f"ddp replicates the model; a shard degree of {s.degree} contradicts it", where=where, field="degree"
             )
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
         return 1
 
     def resolved(self, shard: int, world: int) -> str:
@@ -57,6 +58,9 @@ class Ddp:
         from shardsim.simulator.memory import autocast_copies
 
         return autocast_copies(rc, param_bytes)
+
+    def optimizer_params(self, res: Resolved, local_params: float, blocks: list[Block]) -> float:
+        return local_params
 
     def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
         return 1

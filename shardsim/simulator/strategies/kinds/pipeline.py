@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
-    from shardsim.simulator.workload.model import Workload
+    from shardsim.simulator.workload.model import Block, Workload
 
 
 def pipeline_axes(
@@ -48,12 +48,13 @@ class Pipeline:
     replicates = False
     color = "#55A868"
     plot_order = 3
+    in_default_sweep = True
     fsdp_sharding: dict[str, bool] = {}
 
     def check(self, s: Strategy, where: str) -> None:
         return None
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
         return s.degree or 1
 
     def resolved(self, shard: int, world: int) -> str:
@@ -82,6 +83,9 @@ class Pipeline:
         if res.shard > 1:
             return pipelined_unsharded(rc, param_bytes, grad_bytes)
         return autocast_copies(rc, param_bytes)
+
+    def optimizer_params(self, res: Resolved, local_params: float, blocks: list[Block]) -> float:
+        return local_params
 
     def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
         """GPipe holds every microbatch's activations; 1F1B at most P - s on stage s."""

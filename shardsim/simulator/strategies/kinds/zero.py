@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
-    from shardsim.simulator.workload.model import Workload
+    from shardsim.simulator.workload.model import Block, Workload
 
 
 class Fsdp:
@@ -27,6 +27,7 @@ class Fsdp:
     color = ""
     plot_order = 0
     fsdp_sharding: dict[str, bool] = {}
+    in_default_sweep = True
 
     def check(self, s: Strategy, where: str) -> None:
         return None
@@ -46,6 +47,9 @@ class Fsdp:
         if res.shard > 1:
             return fsdp_gathered(cfg, rc, param_bytes, grad_bytes)
         return autocast_copies(rc, param_bytes)  # over one rank nothing is sharded
+
+    def optimizer_params(self, res: Resolved, local_params: float, blocks: list[Block]) -> float:
+        return local_params
 
     def activations_in_flight(self, cfg: RunConfig, res: Resolved, stage: int) -> int:
         return 1
@@ -67,7 +71,7 @@ class Zero(Fsdp):
     plot_order = 2
     fsdp_sharding = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
-    def shard(self, s: Strategy, world: int, where: str) -> int:
+    def shard(self, s: Strategy, world: int, where: str, node_ranks: int | None = None) -> int:
         if s.degree not in (None, world):
             raise ConfigError(
                 f"zero shards over the whole world ({world}); degree {s.degree} contradicts it (use zero2d)",

@@ -1,0 +1,140 @@
+"""DeepSpeed's ``zero_optimization`` block, as users paste it from a DeepSpeed config (or a Hugging
+Face Trainer's), translated into shardsim's fields where SageMaker's `distribution` blocks are
+read (`load`): the keys DeepSpeed's `DeepSpeedZeroConfig` defines, each modelled, accepted with
+a stated note (logged once, one line a key), or refused; any other key is refused.
+
+Modelled: ``stage`` (0 → ddp, 1 → zero1, 2 → zero with reshard_after_forward false, this
+project's ZeRO-2, 3 → zero), ``mics_shard_size`` (> 0, stage 3: zero2d with that degree),
+``mics_hierarchical_params_gather`` (true: MiCS's two-hop all-gather across nodes, which library
+smp models). `DEEPSPEED_NOTES` are accepted and not modelled, each with why; `REFUSED` are
+refused unless off (their off value, as DeepSpeed's default, is what the simulator models).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from shardsim.config.smp import _put
+from shardsim.core.errors import ConfigError
+from shardsim.core.yamlio import check_keys
+from shardsim.simulator.strategies.kinds import DDP, ZERO, ZERO1, ZERO2D
+
+log = logging.getLogger("shardsim")
+
+ZERO_OPTIMIZATION = "zero_optimization"
+DEEPSPEED_KEYS = (ZERO_OPTIMIZATION,)  # a configuration file's keys this module reads
+# stage → (kind, reshard_after_forward)
+STAGES = {0: (DDP.name, True), 1: (ZERO1.name, True), 2: (ZERO.name, False), 3: (ZERO.name, True)}
+MODELLED = ("stage", "mics_shard_size", "mics_hierarchical_params_gather")
+
+_BUCKETS = "bucket sizes not modelled: the plan uses PyTorch's buckets (DDP's 25 MiB, FSDP2's one unit a layer)"
+_STAGE3 = "ZeRO-3 fetch and persistence tuning not modelled: FSDP2's units (one a layer, the root) are"
+_SAVE = "checkpoint saving and loading are not part of a training step"
+DEEPSPEED_NOTES = {
+    "contiguous_gradients": "gradient buffer layout (fragmentation) not modelled",
+    "reduce_scatter": "stages 1 and 2 are modelled as PyTorch runs them (zero1: all-reduce; zero2: reduce-scatter)",
+    "reduce_bucket_size": _BUCKETS,
+    "allgather_bucket_size": _BUCKETS,
+    "use_multi_rank_bucket_allreduce": _BUCKETS,
+    "allgather_partitions": "zero1's updated partitions are broadcast, as ZeroRedundancyOptimizer does",
+    "overlap_comm": "communication always overlaps compute on NCCL's streams in the simulator",
+    "round_robin_gradients": "a CPU-offload optimization; offload is refused",
+    "sub_group_size": "the optimizer step is modelled over the rank's whole partition",
+    "load_from_fp32_weights": _SAVE,
+    "elastic_checkpoint": _SAVE,
+    "stage3_gather_16bit_weights_on_model_save": _SAVE,
+    "stage3_gather_fp16_weights_on_model_save": _SAVE,
+    "pipeline_loading_checkpoint": _SAVE,
+    "stage3_prefetch_bucket_size": _STAGE3,
+    "stage3_param_persistence_threshold": _STAGE3,
+    "stage3_model_persistence_threshold": _STAGE3,
+    "stage3_max_live_parameters": _STAGE3,
+    "stage3_max_reuse_distance": _STAGE3,
+    "stage3_module_granularity_threshold": _STAGE3,
+    "stage3_use_all_reduce_for_fetch_params": _STAGE3,
+    "stage3_allgather_sequential": _STAGE3,
+    "leaf_module": _STAGE3,
+    "memory_efficient_linear": "activation memory of Linear layers is modelled as PyTorch's",
+    "ignore_unused_parameters": "every parameter of a shardsim model is used",
+    "legacy_stage1": "stage 1 is modelled as PyTorch's ZeroRedundancyOptimizer",
+    "cpu_offload_use_pin_memory": "applies to offload, which is refused",
+    "log_trace_cache_warnings": "logging only",
+    "enable_sanity_checks": "debugging only",
+}
+# refused unless off: (what it does, its off values)
+REFUSED = {
+    "offload_optimizer": ("CPU / NVMe offload of the optimizer", ("none", None)),
+    "offload_param": ("CPU / NVMe offload of the parameters", ("none", None)),
+    "cpu_offload": ("CPU offload of the optimizer", (False, None)),
+    "cpu_offload_param": ("CPU offload of the parameters", (False, None)),
+    "zero_hpz_partition_size": ("ZeRO++'s secondary (hpZ) partition", (0, 1)),
+    "zero_quantized_weights": ("ZeRO++'s quantized all-gather (qwZ)", (False,)),
+    "zero_quantized_nontrainable_weights": ("ZeRO++'s quantized frozen weights", (False,)),
+    "zero_quantized_gradients": ("ZeRO++'s quantized gradients (qgZ)", (False,)),
+    "zeropp_loco_param": ("LoCo-ZeRO++", (None,)),
+    "zenflow": ("ZenFlow", (None,)),
+}
+ZERO_KEYS = (*MODELLED, *DEEPSPEED_NOTES, *REFUSED)
+
+
+def _int(value: Any, where: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"expected an integer, got {value!r}", where=where, field=name)
+    return value
+
+
+def _bool(value: Any, where: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}", where=where, field=name)
+    return value
+
+
+def _refuse_enabled(block: dict[str, Any], where: str) -> None:
+    """Refuse a `REFUSED` key that is on (an offload's ``device`` other than none)."""
+    for key, (what, off) in REFUSED.items():
+        if key not in block:
+            continue
+        value = block[key]
+        if isinstance(value, dict) and key.startswith("offload_"):
+            value = value.get("device", "none")
+        if value not in off:
+            raise ConfigError(
+                f"{what} is not modelled; remove it or set it off", where=where, field=f"{ZERO_OPTIMIZATION}.{key}"
+            )
+
+
+def apply_deepspeed(values: dict[str, Any], data: dict[str, Any], where: str) -> None:
+    """Translate a ``zero_optimization`` block of `data` into `values`, refusing contradictions
+    with keys given elsewhere (`smp._put`); the accepted, unmodelled keys it holds are logged."""
+    block = data.get(ZERO_OPTIMIZATION)
+    if block is None:
+        return
+    if not isinstance(block, dict):
+        raise ConfigError(f"expected a mapping, got {block!r}", where=where, field=ZERO_OPTIMIZATION)
+    check_keys(block, ZERO_KEYS, where=where, prefix=f"{ZERO_OPTIMIZATION}.")
+    _refuse_enabled(block, where)
+    name = f"{ZERO_OPTIMIZATION}.stage"
+    stage = _int(block.get("stage", 0), where, name)  # DeepSpeed's default: 0, disabled
+    if stage not in STAGES:
+        raise ConfigError(f"expected 0, 1, 2 or 3, got {stage}", where=where, field=name)
+    kind, reshard = STAGES[stage]
+    mics_name = f"{ZERO_OPTIMIZATION}.mics_shard_size"
+    mics = _int(block.get("mics_shard_size", -1), where, mics_name)
+    hier_name = f"{ZERO_OPTIMIZATION}.mics_hierarchical_params_gather"
+    hierarchical = _bool(block.get("mics_hierarchical_params_gather", False), where, hier_name)
+    if mics > 0:
+        if stage != 3:
+            raise ConfigError(f"MiCS shards parameters: it needs stage 3, got {stage}", where=where, field=mics_name)
+        kind = ZERO2D.name
+        _put(values, "degree", mics, mics_name, where)
+    elif hierarchical:
+        raise ConfigError("applies to MiCS: set mics_shard_size > 0", where=where, field=hier_name)
+    if hierarchical:
+        _put(values, "library", "smp", hier_name, where)  # MiCS's hierarchical all-gather (library smp's)
+    _put(values, "strategy", kind, name, where)
+    if not reshard:
+        _put(values, "reshard_after_forward", False, name, where)
+    for key in block:
+        if key in DEEPSPEED_NOTES:
+            log.warning("%s: %s.%s accepted, not modelled: %s", where, ZERO_OPTIMIZATION, key, DEEPSPEED_NOTES[key])
