@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
 from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
-from shardsim.core.units import GIB, format_bytes, format_seconds
+from shardsim.core.units import GIB, format_bytes, format_percent, format_rate, format_rate_unit, format_seconds
+from shardsim.simulator.economics import MODEL_ERROR
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.load import spec_name
 
@@ -19,6 +20,11 @@ def _fmt_cost(v) -> str:
     import pandas as pd
 
     return "unknown" if v is None or pd.isna(v) else f"${v:,.2f}"
+
+
+def _tokens(df) -> bool:
+    """Whether the table's rows are of a text model (a sequence length: rates in tokens)."""
+    return "seq_len" in df and bool(df["seq_len"].notna().any())
 
 
 def _mem_cell(r) -> str:
@@ -40,7 +46,10 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
     layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
     if layouts:
         cols.append(Column("layout"))
-    figures = ["step", "samples/s", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", "$/M samples"]
+    # a text model's rows in tokens (its tokens/s per GPU and $ per million tokens), others' in samples
+    tokens = _tokens(df)
+    rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
+    figures = ["step", rate_name, "MFU", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", cost_name]
     g = Grid(title, cols + [Column(name, figure=True) for name in figures])
     shown = df if top <= 0 else df.head(top)
     for i, (_, r) in enumerate(shown.iterrows(), start=1):
@@ -48,11 +57,12 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
         cells += [r["label"], *([r["layout"].replace(" ", "")] if layouts else [])]
-        rate = "-" if r["samples_per_s"] != r["samples_per_s"] else f"{r['samples_per_s']:.1f}"  # NaN: not simulated
-        cells += [format_seconds(r["step_time_s"]), rate]
+        rate = r["tokens_per_s_per_gpu"] if tokens else r["samples_per_s"]  # NaN: not simulated, "-"
+        cells += [format_seconds(r["step_time_s"]), format_rate(rate), format_percent(r["mfu"])]
         if breakdown:
             cells += [format_seconds(r[k]) for k in BREAKDOWN]
-        cells += [_mem_cell(r), _fmt_cost(r["cost_per_million_samples_usd"])]
+        cost = r["cost_per_million_tokens_usd"] if tokens else r["cost_per_million_samples_usd"]
+        cells += [_mem_cell(r), _fmt_cost(cost)]
         g.add(*cells, style=None if r["fits"] else "dim")
     return g, len(df) - len(shown)
 
@@ -74,16 +84,35 @@ TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the
 
 
 def versus(margin: float, other: str) -> str:
-    """``1.2% faster than X``, or below `TIE` ``tied (within 0.1%) with X``: one rule for every margin printed."""
+    """``1.2% faster than X``, below `TIE` ``tied (within 0.1%) with X``, and below the model's
+    stated error (`economics.MODEL_ERROR`) the note that it is a tie until measured: one rule
+    for every margin printed."""
     if margin < TIE:
         return f"tied (within {TIE * 100:g}%) with {other}"
-    return f"{margin * 100:.1f}% faster than {other}"
+    text = f"{margin * 100:.1f}% faster than {other}"
+    if margin < MODEL_ERROR:
+        text += f" (inside the model's stated error of {MODEL_ERROR * 100:g}%: a tie until measured)"
+    return text
 
 
-def _describe(s: dict | None) -> str:
+def _describe(s: dict | None, batches: bool = False) -> str:
+    """A recommended row: label, step, rates, MFU and cost (its batch where the sweep varies it)."""
     if s is None:
         return "-"
-    return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {s['samples_per_s']:.1f} samples/s)"
+    rates = format_rate_unit(s["samples_per_s"], "samples")
+    if s.get("tokens_per_s_per_gpu") is not None:
+        rates += f", {format_rate_unit(s['tokens_per_s_per_gpu'], 'tokens')} per GPU, MFU {format_percent(s['mfu'])}"
+    if batches and s.get("batch_per_device") is not None:
+        rates += f", batch {s['batch_per_device']}/device x {s['grad_accum']}"
+    cost = s.get("cost_per_million_tokens_usd")
+    if cost is None:
+        cost = s.get("cost_per_million_samples_usd")
+        unit = "samples"
+    else:
+        unit = "tokens"
+    if cost is not None:
+        rates += f", {_fmt_cost(cost)}/M {unit}"
+    return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {rates})"
 
 
 def _degrees_line(b: dict) -> str:
@@ -96,7 +125,7 @@ def _degrees_line(b: dict) -> str:
     )
 
 
-def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
+def _recommendation_lines(rec: dict, multi: bool, batches: bool = False) -> list[str]:
     if rec["best"] is None:
         return [f"[bold red]No recommendation:[/bold red] {rec['reason']}"]
     where = ""
@@ -109,7 +138,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
         sdp_where = f" on {sdp['nodes']} x {sdp['topology']}" if multi else ""
         line = (
             f"[bold]Recommended sharded_data_parallel_degree: {rec['sharded_data_parallel_degree']}[/bold]"
-            f" = {_describe(sdp)}{sdp_where}"
+            f" = {_describe(sdp, batches)}{sdp_where}"
         )
         if rec["sdp_runner_up"] is not None:
             line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["label"])
@@ -118,7 +147,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
         lines.append(line)
     else:
         lines.append("No ddp/zero/zero2d configuration fits in memory; only pipelines do.")
-    line = f"[bold]Best configuration overall:[/bold] {_describe(rec['best'])}{where}"
+    line = f"[bold]Best configuration overall:[/bold] {_describe(rec['best'], batches)}{where}"
     if rec["runner_up"] is not None:
         ru = rec["runner_up"]
         ru_where = f" on {ru['nodes']} x {ru['topology']}" if multi else ""
@@ -157,7 +186,7 @@ def _cluster_grid(df, rec) -> Grid:
             str(c["world"]),
             b["label"],
             format_seconds(b["step_time_s"]),
-            f"{b['samples_per_s']:.1f}",
+            format_rate(b["samples_per_s"]),
             "-" if eff != eff else f"{eff * 100:.0f}%",
             _fmt_cost(b["cost_per_million_samples_usd"]),
             "-" if c["sharded_data_parallel_degree"] is None else str(c["sharded_data_parallel_degree"]),
@@ -239,6 +268,9 @@ def print_report(
         if global_batch is None
         else f"{spec_name(base.workload)}, global batch {global_batch} (strong scaling)"
     )
+    seqs = sorted({int(v) for v in df["seq_len"].dropna()}) if "seq_len" in df else []
+    if seqs:
+        head += ", seq " + "/".join(f"{v:,}" for v in seqs)
     head += f", {base.precision}, checkpointing {base.checkpointing_label()}"
     if base.reduce_dtype is not None:
         head += f", reduce {base.grad_dtype}"
@@ -284,7 +316,8 @@ def print_report(
         out.print(line)
     for line in skipped:
         out.print(f"[yellow]skipped[/yellow] {line}")
-    for line in _recommendation_lines(rec, multi):
+    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1)
+    for line in _recommendation_lines(rec, multi, batches):
         out.print(line)
     if files:
         out.print(f"Wrote {len(files)} files to {out_dir}: " + ", ".join(sorted({f.rsplit("/", 1)[-1] for f in files})))
