@@ -17,6 +17,16 @@ def gib(x: float) -> str:
     return format_bytes(x * GIB)
 
 
+def _hint(cfg) -> str:
+    """What would make `cfg` fit (`sweep.hints.fit_hint`), by the memory model alone."""
+    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.sweep.hints import fit_hint
+    from shardsim.simulator.workload.load import load_workload
+
+    cluster = make_cluster(cfg.topology, cfg.nodes)
+    return fit_hint(cfg, cluster, load_workload(cfg.workload, cfg.shape, cfg.source))
+
+
 def _cost(pred) -> str:
     """$ per step and per million tokens (samples for a model without a sequence), and the price
     they come from; or why there is none."""
@@ -78,6 +88,8 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         dp = pred.world // (k.tp * k.pp)
         text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
+    if not pred.fits:
+        lines.append(("to fit", _hint(cfg)))
     if ns.trace:
         lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
     batch = f"global batch {pred.global_batch}"

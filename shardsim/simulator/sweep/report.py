@@ -46,6 +46,10 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
     layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
     if layouts:
         cols.append(Column("layout"))
+    # the batch per device × grad_accum, where the rows' differ (batch lists, a batch search)
+    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1)
+    if batches:
+        cols.append(Column("batch×ga", figure=True))
     # a text model's rows in tokens (its tokens/s per GPU and $ per million tokens), others' in samples
     tokens = _tokens(df)
     rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
@@ -57,12 +61,14 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
         cells += [r["label"], *([r["layout"].replace(" ", "")] if layouts else [])]
+        if batches:
+            cells.append(f"{int(r['batch_per_device'])}×{int(r['grad_accum'])}")
         rate = r["tokens_per_s_per_gpu"] if tokens else r["samples_per_s"]  # NaN: not simulated, "-"
         cells += [format_seconds(r["step_time_s"]), format_rate(rate), format_percent(r["mfu"])]
         if breakdown:
             cells += [format_seconds(r[k]) for k in BREAKDOWN]
         cost = r["cost_per_million_tokens_usd"] if tokens else r["cost_per_million_samples_usd"]
-        cells += [_mem_cell(r), _fmt_cost(cost)]
+        cells += [_mem_cell(r), "-" if r["step_time_s"] != r["step_time_s"] else _fmt_cost(cost)]
         g.add(*cells, style=None if r["fits"] else "dim")
     return g, len(df) - len(shown)
 
@@ -127,7 +133,8 @@ def _degrees_line(b: dict) -> str:
 
 def _recommendation_lines(rec: dict, multi: bool, batches: bool = False) -> list[str]:
     if rec["best"] is None:
-        return [f"[bold red]No recommendation:[/bold red] {rec['reason']}"]
+        hint = f"; {rec['hint']}" if rec.get("hint") else ""
+        return [f"[bold red]No recommendation:[/bold red] {rec['reason']}{hint}"]
     where = ""
     if multi:
         b = rec["best"]
@@ -220,6 +227,25 @@ def _efficiency_grids(df) -> list[Grid]:
     return tables
 
 
+def _values(df, column: str) -> str:
+    return ",".join(str(int(v)) for v in sorted(df[column].unique()))
+
+
+def _batch_text(df, base: RunConfig, global_batch: int | None, max_batch: int | None) -> str:
+    """The batch of a sweep's header: per device (the values the rows take where they differ,
+    the search's limit where searched) and the accumulation steps, or the fixed global batch."""
+    if max_batch is not None:
+        text = f"batch per device the largest that fits, up to {max_batch:,} (per row)"
+    else:
+        text = f"batch {_values(df, 'batch_per_device')}/device"
+    gas = _values(df, "grad_accum")
+    if gas != "1":
+        text += f" x grad_accum {gas}"
+    if global_batch is not None:
+        text = f"global batch {global_batch} (strong scaling), {text}"
+    return text
+
+
 def _settings_listed(df) -> str:
     """ "ZeRO-3/ZeRO-2; checkpointing off/selective op; ...": the values of each setting in the
     rows, where the sweep listed settings ("" where it did not)."""
@@ -255,6 +281,7 @@ def print_report(
     files: list[str],
     out_dir: str | None,
     wide: bool = False,
+    max_batch: int | None = None,
 ) -> None:
     """The sweep on the terminal: the ranked table (per cluster and scaling efficiency when the
     sweep spans several), what does not fit, what was skipped, the recommendation and the files
@@ -263,11 +290,7 @@ def print_report(
     out = console(wide=wide)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     multi = len(clusters) > 1
-    head = (
-        f"{spec_name(base.workload)}, batch {base.batch_per_device}/device"
-        if global_batch is None
-        else f"{spec_name(base.workload)}, global batch {global_batch} (strong scaling)"
-    )
+    head = f"{spec_name(base.workload)}, " + _batch_text(df, base, global_batch, max_batch)
     seqs = sorted({int(v) for v in df["seq_len"].dropna()}) if "seq_len" in df else []
     if seqs:
         head += ", seq " + "/".join(f"{v:,}" for v in seqs)
