@@ -164,8 +164,9 @@ def sweep(
     the seed scenario); space: a `SweepSpace` or a mapping of its axes, or the axes as keywords
     (``strategies``, ``degrees``, ``pp``, ``microbatches``, ``schedules``, ``topologies``,
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
-    ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``; a list each but
-    ``global_batch``; an axis left out: every valid value, or the base's setting); workers:
+    ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``batch_sizes``,
+    ``grad_accums``, ``max_batch``; a list each but ``global_batch`` and ``max_batch``; an
+    axis left out: every valid value, or the base's setting); workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""
     from shardsim.simulator.sweep.search import sweep as run

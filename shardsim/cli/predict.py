@@ -9,7 +9,15 @@ from shardsim.config import add_config_arguments, config_from_args
 from shardsim.config.flags import add_algo_argument
 from shardsim.core.console import labelled, output_width
 from shardsim.core.files import check_output_file
-from shardsim.core.units import GIB, format_bytes, format_flops_rate, format_percent, format_rate_unit, format_seconds
+from shardsim.core.units import (
+    GIB,
+    format_bytes,
+    format_flops_rate,
+    format_percent,
+    format_rate_unit,
+    format_seconds,
+    format_usd,
+)
 
 
 def gib(x: float) -> str:
@@ -36,9 +44,9 @@ def _cost(pred) -> str:
     if pred.cost_per_step_usd != pred.cost_per_step_usd:  # NaN: not simulated
         return f"- (not simulated; {price})"
     per_m = (
-        f"${pred.cost_per_million_tokens_usd:,.2f} per million tokens"
+        f"{format_usd(pred.cost_per_million_tokens_usd)} per million tokens"
         if pred.cost_per_million_tokens_usd is not None
-        else f"${pred.cost_per_million_samples_usd:,.2f} per million samples"
+        else f"{format_usd(pred.cost_per_million_samples_usd)} per million samples"
     )
     return f"${pred.cost_per_step_usd:,.4g} per step, {per_m} ({price})"
 
@@ -60,7 +68,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     rates = format_rate_unit(pred.samples_per_s, "samples")
     if pred.tokens_per_s_per_gpu is not None:
         rates += f", {format_rate_unit(pred.tokens_per_s_per_gpu, 'tokens')} per GPU"
-    peak = f"{pred.config['precision']} dense peak {format_flops_rate(pred.peak_tflops * 1e12)}"
+    peak = f"{pred.config['precision']} dense peak ({format_flops_rate(pred.peak_tflops * 1e12)})"
     lines = [
         ("step time", f"{format_seconds(pred.step_time_s)}   ({rates})"),
         (
@@ -70,8 +78,8 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         ),
         (
             "throughput",
-            f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {format_percent(pred.mfu)} "
-            f"({pred.mfu_formula} over the {peak})",
+            f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {format_percent(pred.mfu)} of the "
+            f"{peak}, model FLOPs {pred.mfu_formula}",
         ),
         ("cost", _cost(pred)),
         (

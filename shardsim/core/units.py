@@ -133,3 +133,13 @@ def format_percent(x: float) -> str:
         return "-"
     pct = x * 100
     return f"{pct:.1f}%" if pct == 0 or abs(pct) >= 0.1 else f"{pct:.2g}%"
+
+
+def format_usd(x: float | None) -> str:
+    """Dollars to the cent, or to 2 significant digits below a cent ($0.0012), never ``$0.00``;
+    None or NaN ``unknown``."""
+    if x is None or x != x:
+        return "unknown"
+    if x == 0 or abs(x) >= 0.01:
+        return f"${x:,.2f}"
+    return f"${x:.2g}"

@@ -50,9 +50,9 @@ def sequence_length(w: Workload) -> int | None:
 def mfu_formula(w: Workload) -> str:
     """The model-FLOP count MFU uses, as text: per token for text models, else 3 × forward."""
     if sequence_length(w) is None:
-        return "3 x forward FLOPs per sample"
+        return "3 x forward per sample"
     assert w.arch is not None
-    return f"{MFU_FORMULA[w.arch.traits.causal]} FLOPs per token"
+    return f"{MFU_FORMULA[w.arch.traits.causal]} per token"
 
 
 @dataclass(frozen=True)

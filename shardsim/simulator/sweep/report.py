@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
 from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
-from shardsim.core.units import GIB, format_bytes, format_percent, format_rate, format_rate_unit, format_seconds
+from shardsim.core.units import (
+    GIB,
+    format_bytes,
+    format_percent,
+    format_rate,
+    format_rate_unit,
+    format_seconds,
+    format_usd,
+)
 from shardsim.simulator.economics import MODEL_ERROR
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.load import spec_name
@@ -17,9 +25,7 @@ if TYPE_CHECKING:
 
 
 def _fmt_cost(v) -> str:
-    import pandas as pd
-
-    return "unknown" if v is None or pd.isna(v) else f"${v:,.2f}"
+    return format_usd(None if v is None else float(v))
 
 
 def _tokens(df) -> bool:
