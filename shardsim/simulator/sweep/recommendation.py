@@ -148,6 +148,7 @@ def recommend(df: pd.DataFrame) -> Recommendation:
         raise ConfigError("empty sweep: nothing to recommend")
     out = _recommend_one(df)
     out["model_error"] = {"mean_abs": MODEL_ERROR, "source": MODEL_ERROR_SOURCE}
+    out["hint"] = None  # when nothing fits, what would (`sweep.hints`: the sweep sets it, knowing the configurations)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     if len(clusters) > 1:
         out["clusters"] = [

@@ -176,32 +176,37 @@ def _recommendation_lines(rec: dict, multi: bool, batches: bool = False) -> list
         lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
     if multi and rec.get("cheapest"):
         c = rec["cheapest"]
-        lines.append(
-            f"[bold]Cheapest per sample:[/bold] {c['label']} on {c['nodes']} x {c['topology']}, "
-            f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"
-        )
+        per = f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"
+        if c.get("cost_per_million_tokens_usd") is not None:
+            per += f", {_fmt_cost(c['cost_per_million_tokens_usd'])} per million tokens"
+        lines.append(f"[bold]Cheapest per sample:[/bold] {c['label']} on {c['nodes']} x {c['topology']}, {per}")
     return lines
 
 
 def _cluster_grid(df, rec) -> Grid:
-    figures = ("step", "samples/s", "scaling eff.", "$/M samples", "sdp degree")
+    tokens = _tokens(df)
+    rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
+    figures = ("step", rate_name, "MFU", "scaling eff.", cost_name, "sdp degree")
     cols = [Column("cluster"), Column("GPUs", figure=True), Column("best")]
     g = Grid("Per cluster", cols + [Column(name, figure=True) for name in figures])
     for c in rec["clusters"]:
         b = c["best"]
         if b is None:
-            g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", "", "", "", "", "")
+            g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", *[""] * len(figures))
             continue
         row = df[(df["topology"] == c["topology"]) & (df["nodes"] == c["nodes"]) & (df["label"] == b["label"])]
         eff = row["scaling_efficiency"].iloc[0] if "scaling_efficiency" in row and len(row) else float("nan")
+        rate = b.get("tokens_per_s_per_gpu") if tokens else b["samples_per_s"]
+        cost = b.get("cost_per_million_tokens_usd") if tokens else b["cost_per_million_samples_usd"]
         g.add(
             f"{c['nodes']} x {c['topology']}",
             str(c["world"]),
             b["label"],
             format_seconds(b["step_time_s"]),
-            format_rate(b["samples_per_s"]),
+            format_rate(float("nan") if rate is None else rate),
+            format_percent(float("nan") if b.get("mfu") is None else b["mfu"]),
             "-" if eff != eff else f"{eff * 100:.0f}%",
-            _fmt_cost(b["cost_per_million_samples_usd"]),
+            _fmt_cost(cost),
             "-" if c["sharded_data_parallel_degree"] is None else str(c["sharded_data_parallel_degree"]),
         )
     return g
