@@ -331,6 +331,13 @@ def print_report(
         out.print(left_out)
     if more:
         out.print(f"… {more} more rows" + (" in the CSV" if files else " (--top 0 shows all, --out DIR saves them)"))
+    if max_batch is not None:  # rows the search stopped at its limit: a larger batch may fit
+        at_limit = int((df["fits"] & (df["batch_per_device"] >= max_batch)).sum())
+        if at_limit:
+            out.print(
+                f"{at_limit} configuration{'s' if at_limit > 1 else ''} fit at the search's limit of {max_batch:,} "
+                "samples per device: a larger batch may fit too (--max-batch N raises it)"
+            )
     unfit = df[~df["fits"]]
     if len(unfit):
         line = (
@@ -350,7 +357,7 @@ def print_report(
         out.print(line)
     for line in skipped:
         out.print(f"[yellow]skipped[/yellow] {line}")
-    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1)
+    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1) or max_batch is not None
     for line in _recommendation_lines(rec, multi, batches):
         out.print(line)
     if files:
