@@ -138,11 +138,6 @@ class SweepSpace:
                 )
 
     @property
-    def spans_batches(self) -> bool:
-        """Whether the space lists batches or accumulation steps (their values then name a row)."""
-        return self.batch_sizes is not None or self.grad_accums is not None
-
-    @property
     def spans_settings(self) -> bool:
         """Whether the space lists any setting (then rows carry `SETTING_COLUMNS`)."""
         return any(getattr(self, name) is not None for name in SETTING_AXES)
