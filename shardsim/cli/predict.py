@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from shardsim.config import add_config_arguments, config_from_args
 from shardsim.config.flags import add_algo_argument
@@ -23,6 +24,15 @@ from shardsim.core.units import (
 def gib(x: float) -> str:
     """A size given in GiB, in the unit that suits it."""
     return format_bytes(x * GIB)
+
+
+def _header(text: str, width: int | None) -> str:
+    """The first line, wrapped to `width` at its ``, `` separators (an item stays whole)."""
+    if width is None:
+        return text
+    glued = ", ".join(item.replace(" ", "\0") for item in text.split(", "))
+    wrapped = textwrap.fill(glued, width=max(width, 40), subsequent_indent="  ", break_long_words=False)
+    return wrapped.replace("\0", " ")
 
 
 def _hint(cfg) -> str:
@@ -103,7 +113,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     batch = f"global batch {pred.global_batch}"
     if pred.seq_len is not None:
         batch = f"seq {pred.seq_len:,}, {batch} ({pred.global_batch * pred.seq_len:,} tokens)"
-    print(f"{pred.workload} on {pred.cluster}, {pred.label}, {batch}")
+    print(_header(f"{pred.workload} on {pred.cluster}, {pred.label}, {batch}", width))
     for label, text in lines:
         print(labelled(label, text, width))
     return 0

@@ -16,6 +16,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.units import GIB, format_bytes
 from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.scale import MAX_WORLD
+from shardsim.simulator.strategies.kinds.zero import ZERO
 from shardsim.simulator.sweep.batch import _rank_workload, largest_fitting
 from shardsim.simulator.workload.model import Workload
 
@@ -83,17 +84,17 @@ def _wider_shard(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None
         if s.degree >= ranks:
             return None
         return _remedy(f"stages sharded over {ranks}", cfg.replace(strategy=s.replace(degree=ranks)), cluster, w)
-    if s.kind == "zero":
+    if s.kind == ZERO.name:
         return None
     extra = {"tp": tp, "sequence_parallel": s.sequence_parallel, "async_tp": s.async_tp}
-    zero = Strategy("zero", **extra)
-    return _remedy(f"zero (sharded over all {cluster.world // tp})", cfg.replace(strategy=zero), cluster, w)
+    zero = Strategy(ZERO.name, **extra)
+    return _remedy(f"{ZERO.name} (sharded over all {cluster.world // tp})", cfg.replace(strategy=zero), cluster, w)
 
 
 def _more_nodes(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None:
     """The fewest nodes (up to `MAX_NODES_FACTOR` × today's) at which the strategy fits."""
     s = cfg.strategy
-    if s.kind == "zero":  # its degree is the world: settled again on each cluster
+    if s.kind == ZERO.name:  # its degree is the world: settled again on each cluster
         cfg = cfg.replace(strategy=s.replace(degree=None))
     per_node = cluster.world // cluster.nodes
     top = min(cluster.nodes * MAX_NODES_FACTOR, MAX_WORLD // per_node)

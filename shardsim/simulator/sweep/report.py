@@ -44,9 +44,11 @@ BREAKDOWN = {"compute_s": "compute", "exposed_comm_s": "exp. comm", "bubble_s": 
 LEFT_OUT = "the breakdown columns (compute, exposed comm, bubble, optimizer)"
 
 
-def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True) -> tuple[Grid, int]:
+def _ranked_grid(
+    df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True, mfu: bool = True
+) -> tuple[Grid, int]:
     """The ranked rows (and how many were left below `top`); `breakdown` False leaves out the four
-    columns of where the step goes."""
+    columns of where the step goes, `mfu` False the MFU column."""
     cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
     # the layout, tp×pp×dp(shard), where a row has tensor or pipeline parallelism (else its label says it all)
     layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
@@ -59,7 +61,8 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
     # a text model's rows in tokens (its tokens/s per GPU and $ per million tokens), others' in samples
     tokens = _tokens(df)
     rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
-    figures = ["step", rate_name, "MFU", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", cost_name]
+    figures = ["step", rate_name, *(["MFU"] if mfu else []), *(BREAKDOWN.values() if breakdown else ())]
+    figures += ["mem/rank", cost_name]
     g = Grid(title, cols + [Column(name, figure=True) for name in figures])
     shown = df if top <= 0 else df.head(top)
     for i, (_, r) in enumerate(shown.iterrows(), start=1):
@@ -70,7 +73,7 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
         if batches:
             cells.append(f"{int(r['batch_per_device'])}×{int(r['grad_accum'])}")
         rate = r["tokens_per_s_per_gpu"] if tokens else r["samples_per_s"]  # NaN: not simulated, "-"
-        cells += [format_seconds(r["step_time_s"]), format_rate(rate), format_percent(r["mfu"])]
+        cells += [format_seconds(r["step_time_s"]), format_rate(rate), *([format_percent(r["mfu"])] if mfu else [])]
         if breakdown:
             cells += [format_seconds(r[k]) for k in BREAKDOWN]
         cost = r["cost_per_million_tokens_usd"] if tokens else r["cost_per_million_samples_usd"]
@@ -88,8 +91,12 @@ def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool)
     if t is not None:
         return t, more, None
     g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False)
-    note = f"{LEFT_OUT} left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
-    return layout(out, g), more, note
+    how = f"left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
+    t = fitted(out, g, wide)
+    if t is not None:
+        return t, more, f"{LEFT_OUT} {how}"
+    g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False, mfu=False)
+    return layout(out, g), more, f"{LEFT_OUT} and MFU {how}"
 
 
 TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
