@@ -165,8 +165,9 @@ def sweep(
     (``strategies``, ``degrees``, ``pp``, ``microbatches``, ``schedules``, ``topologies``,
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
     ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``precisions``,
-    ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``; a list each but
-    ``global_batch``; an axis left out: every valid value, or the base's setting); workers:
+    ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``, ``batch_sizes``,
+    ``grad_accums``, ``max_batch``; a list each but ``global_batch`` and ``max_batch``; an
+    axis left out: every valid value, or the base's setting); workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""
     from shardsim.simulator.sweep.search import sweep as run

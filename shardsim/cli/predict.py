@@ -4,17 +4,61 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from shardsim.config import add_config_arguments, config_from_args
 from shardsim.config.flags import add_algo_argument
 from shardsim.core.console import labelled, output_width
 from shardsim.core.files import check_output_file
-from shardsim.core.units import GIB, format_bytes, format_flops_rate, format_seconds
+from shardsim.core.units import (
+    GIB,
+    format_bytes,
+    format_flops_rate,
+    format_percent,
+    format_rate_unit,
+    format_seconds,
+    format_usd,
+)
 
 
 def gib(x: float) -> str:
     """A size given in GiB, in the unit that suits it."""
     return format_bytes(x * GIB)
+
+
+def _header(text: str, width: int | None) -> str:
+    """The first line, wrapped to `width` at its ``, `` separators (an item stays whole)."""
+    if width is None:
+        return text
+    glued = ", ".join(item.replace(" ", "\0") for item in text.split(", "))
+    wrapped = textwrap.fill(glued, width=max(width, 40), subsequent_indent="  ", break_long_words=False)
+    return wrapped.replace("\0", " ")
+
+
+def _hint(cfg) -> str:
+    """What would make `cfg` fit (`sweep.hints.fit_hint`), by the memory model alone."""
+    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.sweep.hints import fit_hint
+    from shardsim.simulator.workload.load import load_workload
+
+    cluster = make_cluster(cfg.topology, cfg.nodes)
+    return fit_hint(cfg, cluster, load_workload(cfg.workload, cfg.shape, cfg.source))
+
+
+def _cost(pred) -> str:
+    """$ per step and per million tokens (samples for a model without a sequence), and the price
+    they come from; or why there is none."""
+    if pred.cost_per_hour_usd is None:
+        return f"unknown: {pred.topology} has no price"
+    price = f"{pred.nodes} x ${pred.cost_per_hour_usd / pred.nodes:,.2f}/h on demand"
+    if pred.cost_per_step_usd != pred.cost_per_step_usd:  # NaN: not simulated
+        return f"- (not simulated; {price})"
+    per_m = (
+        f"{format_usd(pred.cost_per_million_tokens_usd)} per million tokens"
+        if pred.cost_per_million_tokens_usd is not None
+        else f"{format_usd(pred.cost_per_million_samples_usd)} per million samples"
+    )
+    return f"${pred.cost_per_step_usd:,.4g} per step, {per_m} ({price})"
 
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
@@ -32,14 +76,23 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         return 0
     b, m, width = pred.breakdown, pred.memory, output_width()
     fit = "fits" if pred.fits else f"DOES NOT FIT: {pred.fit_reason}"
+    rates = format_rate_unit(pred.samples_per_s, "samples")
+    if pred.tokens_per_s_per_gpu is not None:
+        rates += f", {format_rate_unit(pred.tokens_per_s_per_gpu, 'tokens')} per GPU"
+    peak = f"{pred.config['precision']} dense peak ({format_flops_rate(pred.peak_tflops * 1e12)})"
     lines = [
-        ("step time", f"{format_seconds(pred.step_time_s)}   ({pred.samples_per_s:.1f} samples/s)"),
+        ("step time", f"{format_seconds(pred.step_time_s)}   ({rates})"),
         (
             "breakdown",
             f"compute {format_seconds(b['compute_s'])}, exposed comm {format_seconds(b['exposed_comm_s'])}, "
             f"bubble {format_seconds(b['bubble_s'])}, optimizer {format_seconds(b['optimizer_s'])}",
         ),
-        ("throughput", f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {pred.mfu * 100:.1f}%"),
+        (
+            "throughput",
+            f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {format_percent(pred.mfu)} of the "
+            f"{peak}, model FLOPs {pred.mfu_formula}",
+        ),
+        ("cost", _cost(pred)),
         (
             "memory per rank",
             f"{gib(pred.memory_required_gib)} of {gib(pred.device_memory_gib)} ({fit}): "
@@ -54,15 +107,16 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         dp = pred.world // (k.tp * k.pp)
         text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
+    if not pred.fits:
+        lines.append(("to fit", _hint(cfg)))
     if ns.trace:
         lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
-    print(f"{display_name(cfg.workload, cfg.shape)} on {pred.cluster}, {pred.label}, global batch {pred.global_batch}")
+    batch = f"global batch {pred.global_batch}"
+    if pred.seq_len is not None:
+        batch = f"seq {pred.seq_len:,}, {batch} ({pred.global_batch * pred.seq_len:,} tokens)"
+    print(_header(f"{display_name(cfg.workload, cfg.shape)} on {pred.cluster}, {pred.label}, {batch}", width))
     for label, text in lines:
         print(labelled(label, text, width))
-    if not pred.fits:
-        from shardsim.simulator.hints import memory_hint
-
-        print("  " + memory_hint(m, cfg, pred.world))
     return 0
 
 

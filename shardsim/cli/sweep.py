@@ -5,6 +5,8 @@ shardsim sweep --strategies ddp,zero2d --degrees 4,8
 shardsim sweep --workload gpt-10b --topology p4d.24xlarge --nodes 4,8,16 --precision bf16 --out results/
 shardsim sweep --global-batch 512 --nodes 2,4,8   # strong scaling
 shardsim sweep --reshard-after-forward true,false --checkpointing full,selective --selective-ac-options op,2
+shardsim sweep --batch-per-device 4,8 --grad-accum 1,2          # batch sizes as axes
+shardsim sweep --max-batch --global-batch 512                    # the largest micro-batch that fits, per layout
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ MAX_WORKERS = 1_024  # processes --workers may ask for; a sweep starts at most t
 # the sweep spans these with lists of its own (`flags.AXES`): the strategy's fields and the settings
 SPANNED = tuple(s.name for s in AXES)
 SETTINGS_LISTED = tuple(k for k in SPANNED if k not in ("strategy", *STRATEGY_FIELDS))
+BATCH_LISTED = ("batch_per_device", "grad_accum")  # the batch's settings, listed: `SweepSpace.batch_sizes`, ...
+MAX_BATCH_SEARCH = 1_024  # --max-batch alone: the largest micro-batch a search tries
 
 
 def _build(ns: argparse.Namespace):
@@ -41,6 +45,8 @@ def _build(ns: argparse.Namespace):
     overrides: dict[str, Any] = {k: v for k, v in overrides_from_args(ns).items() if k not in SPANNED}
     overrides["topology"] = ns.topology[0] if ns.topology else None  # the first cluster is the base
     overrides["nodes"] = ns.nodes[0] if ns.nodes else None
+    for k in BATCH_LISTED:  # the first value is the base's; several are a dimension of the space
+        overrides[k] = getattr(ns, k)[0] if getattr(ns, k) else None
     # a setting's first listed value is the base's (a label names the values that differ from it);
     # one value sets the base alone, several are also a dimension of the space
     listed = {k: getattr(ns, k) for k in SETTINGS_LISTED}
@@ -69,8 +75,16 @@ def _build(ns: argparse.Namespace):
         attentions=spanned["attention"],
         compile=spanned["compile"],
         mlm_fractions=spanned["mlm_fraction"],
+        batch_sizes=_several(ns.batch_per_device),
+        grad_accums=_several(ns.grad_accum),
+        max_batch=ns.max_batch,
     )
     return base, space
+
+
+def _several(values: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """A listed flag's values where there are several (one value sets the base alone)."""
+    return values if values and len(values) > 1 else None
 
 
 def _progress_mode(ns: argparse.Namespace):
@@ -178,6 +192,7 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
         print(json.dumps(record))
     else:
         kw = {"global_batch": ns.global_batch, "top": ns.top, "skipped": skipped, "files": files, "wide": ns.wide}
+        kw["max_batch"] = ns.max_batch
         print_report(df, rec, base, out_dir=ns.out, **kw)
     if failed is not None:  # the results are printed all the same; the line says which files are missing
         raise failed
@@ -196,7 +211,7 @@ def register(sub) -> None:
     add_config_arguments(
         p,
         exclude=SPANNED,
-        listed=("topology", "nodes"),
+        listed=("topology", "nodes", *BATCH_LISTED),
         config_help="YAML config file: workload, topology, nodes, batch... (flags override)",
     )
     p.add_argument(
@@ -205,6 +220,16 @@ def register(sub) -> None:
         dest="global_batch",
         help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
         "scaling at the batch per device)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=Count(MAX_BATCH),
+        nargs="?",
+        const=MAX_BATCH_SEARCH,
+        metavar="N",
+        help="per configuration, the largest batch per device that fits in memory, up to N (default N: "
+        f"{MAX_BATCH_SEARCH:,}), found by the memory model (doubling, then bisection) and predicted at it; with "
+        "--global-batch, grad_accum makes up the rest (default: none, --batch-per-device)",
     )
     add_axis_arguments(p)
     add_algo_argument(p, auto=True)

@@ -105,3 +105,41 @@ def format_seconds(t: float) -> str:
     # a unit is used from where its value would round to 1.000 (999.96 ms is 1.000 s)
     scale, unit = next(((f, u) for f, u in _TIME_UNITS if abs(t) >= f * (1 - 5e-5)), _TIME_UNITS[-1])
     return f"{_four_digits(t / scale)} {unit}"
+
+
+def format_rate(x: float) -> str:
+    """A rate per second as a figure that never rounds to zero: one decimal from 1 up (56.5),
+    none from 1,000 up (12,346), 3 significant digits below 1 (0.0123), NaN ``-``."""
+    if x != x:
+        return "-"
+    if abs(x) >= 999.95 and math.isfinite(x):
+        return f"{x:,.0f}"
+    if x == 0 or abs(x) >= 1:
+        return f"{x:.1f}"
+    return f"{x:.3g}" if abs(x) >= 1e-4 else f"{x:.2e}"
+
+
+def format_rate_unit(x: float, unit: str) -> str:
+    """A rate of `unit` per second as text with its unit: ``56.5 samples/s``; below 0.01 per
+    second per hour (``13.0 samples/h``), which never prints as ``0.0``."""
+    if x == x and 0 < abs(x) < 0.01:
+        return f"{format_rate(x * 3600)} {unit}/h"
+    return f"{format_rate(x)} {unit}/s"
+
+
+def format_percent(x: float) -> str:
+    """A fraction as a percentage that never rounds to zero: 38.3%, 0.0123%; NaN ``-``."""
+    if x != x:
+        return "-"
+    pct = x * 100
+    return f"{pct:.1f}%" if pct == 0 or abs(pct) >= 0.1 else f"{pct:.2g}%"
+
+
+def format_usd(x: float | None) -> str:
+    """Dollars to the cent, or to 2 significant digits below a cent ($0.0012), never ``$0.00``;
+    None or NaN ``unknown``."""
+    if x is None or x != x:
+        return "unknown"
+    if x == 0 or abs(x) >= 0.01:
+        return f"${x:,.2f}"
+    return f"${x:.2g}"

@@ -262,13 +262,13 @@ def _record(ns: argparse.Namespace, trainer: Trainer, measured: Measured) -> Run
 
 
 def _summary_text(r: RunRecord, path: str | None) -> str:
-    from shardsim.core.units import format_seconds
+    from shardsim.core.units import format_rate_unit, format_seconds
 
     lines = [
         f"{r.workload}: {r.label} on {r.world} ranks ({r.device}, {r.backend}), global batch {r.global_batch}",
         f"  step time   {format_seconds(r.step_time_s)} median of {r.steps} "
         f"(min {format_seconds(r.step_time_min_s)}, max {format_seconds(r.step_time_max_s)}), "
-        f"{r.samples_per_s:.1f} samples/s",
+        f"{format_rate_unit(r.samples_per_s, 'samples')}",
         f"  memory      {r.memory_allocated_gib:.3f} GiB per rank ({r.memory_measure})"
         + ("" if r.memory_reserved_gib is None else f", {r.memory_reserved_gib:.3f} GiB reserved"),
         f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",

@@ -13,6 +13,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.economics import StepEconomics, economics, mfu_formula, model_flops_per_sample, sequence_length
 from shardsim.simulator.engine import Span, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
@@ -30,10 +31,12 @@ from shardsim.simulator.workload.model import Workload
 
 @dataclass(frozen=True)
 class StepPrediction:
-    """One step's prediction. `tflops_per_device` and `mfu` count model FLOPs: the workload's
-    forward and backward per sample (recomputation under checkpointing not counted), attention
-    as the fused kernels do the work: half the s*s products for causal models, all of them for
-    bidirectional ones (`workload.families`). `params` is the model's parameter count. It starts
+    """One step's prediction. `tflops_per_device` and `mfu` count model FLOPs, 3 × the forward's
+    (per token 6·N + 6·L·d·S for a causal text model: `economics`), over the device's dense peak
+    for the precision (`peak_tflops`). `params` is the model's parameter count. For a text model
+    `seq_len` is its tokens per sample and `tokens_per_s_per_gpu` the step's tokens per second
+    over the world; the costs are the cluster's on-demand price over the step (None without a
+    price, or for tokens without a sequence). It starts
     with the key every result carries (`config.key.ResultKey`, docs/results.md); its memory is
     the worst rank's: `memory_allocated_gib` (tensors' peak), `memory_reserved_gib` (the caching
     allocator's peak) and `memory_required_gib` (that and the runtime overhead: what `fits`
@@ -64,6 +67,13 @@ class StepPrediction:
     collectives: dict[str, int]
     cost_per_hour_usd: float | None
     params: int = 0
+    peak_tflops: float = 0.0
+    mfu_formula: str = ""
+    seq_len: int | None = None
+    tokens_per_s_per_gpu: float | None = None
+    cost_per_step_usd: float | None = None
+    cost_per_million_samples_usd: float | None = None
+    cost_per_million_tokens_usd: float | None = None
     spans: list[Span] = field(default_factory=list, repr=False, compare=False)
     class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -212,7 +222,7 @@ def _summarize(
         step = float("nan")
         bd = dict.fromkeys(("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "comm_total_s"), step)
         counts = Counter()
-    flops = w.train_flops * samples  # model FLOPs (recompute not counted), the MFU convention
+    flops = model_flops_per_sample(w) * samples  # model FLOPs, the MFU convention (`economics`)
     if plan is None:  # not simulated: no rate either
         tflops, rate = step, step
     else:
@@ -221,6 +231,7 @@ def _summarize(
     fits = worst.required_gib <= dev.memory_gib
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     price = cluster.price_per_hour_usd
+    money = economics(step, samples, res.world, sequence_length(w), price)
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
         **{name: getattr(key, name) for name in KEY_FIELDS},
@@ -242,6 +253,9 @@ def _summarize(
         collectives=dict(counts),
         cost_per_hour_usd=price,
         params=w.params,
+        peak_tflops=cm.peak_flops / 1e12,
+        mfu_formula=mfu_formula(w),
+        **asdict(money),
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
         if plan is not None
@@ -258,9 +272,10 @@ def upgrade_prediction(d: dict) -> dict:
     today's form: one written before the result key (`strategy` the label, no topology, nodes,
     device or workload: its configuration's and its topology's; `memory_per_rank_gib` the
     required memory, `memory` with its `total_gib` and `reserved_gib`, both with the runtime
-    overhead) is read as this form states it. Today's are returned as they are."""
+    overhead) is read as this form states it; one written before the tokens and dollars gets them
+    (`_with_economics`). Today's are returned as they are."""
     if "label" in d or not isinstance(d.get("strategy"), str):
-        return d
+        return _with_economics(d)
     cfg, mem = d["config"], dict(d["memory"])
     s = cfg["strategy"]
     key = legacy_strategy(
@@ -286,4 +301,30 @@ def upgrade_prediction(d: dict) -> dict:
             out[k] = mem
         elif k not in out:
             out[k] = v
+    return _with_economics(out)
+
+
+ECONOMICS_FIELDS = ("peak_tflops", "mfu_formula", *StepEconomics.__dataclass_fields__)
+
+
+def _with_economics(d: dict) -> dict:
+    """A prediction's JSON object with the fields added with tokens and dollars: where it was
+    written before them, its peak from its MFU, its sequence from its configuration's workload
+    (None where that no longer loads), the rest from its step, batch and price; its MFU formula
+    "" (its MFU counted the backward's attention recomputation too)."""
+    if all(k in d for k in ECONOMICS_FIELDS) or "step_time_s" not in d:
+        return d
+    out = dict(d)
+    try:
+        cfg = RunConfig.model_validate(d["config"])
+        seq = sequence_length(load_workload(cfg.workload, cfg.shape, cfg.source))
+    except Exception:  # noqa: BLE001 - a configuration this version no longer reads: no sequence
+        seq = None
+    step = float("nan") if d["step_time_s"] is None else d["step_time_s"]
+    money = economics(step, d["global_batch"], d["world"], seq, d.get("cost_per_hour_usd"))
+    peak = d["tflops_per_device"] / d["mfu"] if d.get("mfu") else 0.0
+    out.setdefault("peak_tflops", peak)
+    out.setdefault("mfu_formula", "")
+    for k, v in asdict(money).items():
+        out.setdefault(k, v)
     return out

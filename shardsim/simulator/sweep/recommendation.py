@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from shardsim.config import DATA_PARALLEL
 from shardsim.config.key import KEY_COLUMNS, nest
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.economics import MODEL_ERROR, MODEL_ERROR_SOURCE
 from shardsim.simulator.sweep.rows import SETTING_COLUMNS, native
 
 if TYPE_CHECKING:
@@ -60,13 +61,21 @@ def _summary(r: pd.Series | None) -> dict[str, Any] | None:
         *KEY_COLUMNS,
         "layout",
         *(k for k in SETTING_COLUMNS if k in r.index),
+        "batch_per_device",
+        "grad_accum",
+        "global_batch",
+        "seq_len",
         "step_time_s",
         "samples_per_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
         "memory_allocated_gib",
         "memory_reserved_gib",
         "memory_required_gib",
         "fits",
         "cost_per_million_samples_usd",
+        "cost_per_step_usd",
+        "cost_per_million_tokens_usd",
     )
     out = nest({k: native(r[k]) for k in keys if k in r.index})
     tp, pp, shard = int(r["strategy_tp"]), int(r["strategy_pp"]), int(r["strategy_degree"])
@@ -99,6 +108,7 @@ def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
             "margin_over_sdp": None,
             "sdp_runner_up": None,
             "sdp_margin": None,
+            "margin_within_error": None,
             "reason": reason,
         }
     best = fit.iloc[0]
@@ -119,6 +129,8 @@ def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
         "runner_up": _summary(runner),
         "margin": margin(best, runner),
         "margin_over_sdp": margin(best, sdp_best),  # best overall (a pipeline?) vs the best sdp row
+        # the best's lead over the runner-up is below the model's stated error: a tie until measured
+        "margin_within_error": None if runner is None else bool(margin(best, runner) < MODEL_ERROR),
         "reason": "",
     }
 
@@ -128,12 +140,15 @@ def recommend(df: pd.DataFrame) -> Recommendation:
 
     sharded_data_parallel_degree: the degree of the fastest fitting ddp (1) / zero (world) /
     zero2d (d) row; best: the fastest fitting row of any kind; margin: how much faster the
-    best is than the runner-up (samples/s ratio - 1). Over several clusters, the overall
+    best is than the runner-up (samples/s ratio - 1), and `margin_within_error` whether that is
+    below the model's stated error (`model_error`: a tie until measured). Over several clusters, the overall
     answer is by samples/s, `cheapest` by cost per million samples, and `clusters` holds the
     answer for each cluster."""
     if df.empty:
         raise ConfigError("empty sweep: nothing to recommend")
     out = _recommend_one(df)
+    out["model_error"] = {"mean_abs": MODEL_ERROR, "source": MODEL_ERROR_SOURCE}
+    out["hint"] = None  # when nothing fits, what would (`sweep.hints`: the sweep sets it, knowing the configurations)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     if len(clusters) > 1:
         out["clusters"] = [

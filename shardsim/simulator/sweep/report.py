@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Any
 from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
 from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
-from shardsim.core.units import GIB, format_bytes, format_seconds
+from shardsim.core.units import (
+    GIB,
+    format_bytes,
+    format_percent,
+    format_rate,
+    format_rate_unit,
+    format_seconds,
+    format_usd,
+)
+from shardsim.simulator.economics import MODEL_ERROR
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.load import display_name
 
@@ -16,9 +25,12 @@ if TYPE_CHECKING:
 
 
 def _fmt_cost(v) -> str:
-    import pandas as pd
+    return format_usd(None if v is None else float(v))
 
-    return "unknown" if v is None or pd.isna(v) else f"${v:,.2f}"
+
+def _tokens(df) -> bool:
+    """Whether the table's rows are of a text model (a sequence length: rates in tokens)."""
+    return "seq_len" in df and bool(df["seq_len"].notna().any())
 
 
 def _mem_cell(r) -> str:
@@ -32,15 +44,25 @@ BREAKDOWN = {"compute_s": "compute", "exposed_comm_s": "exp. comm", "bubble_s": 
 LEFT_OUT = "the breakdown columns (compute, exposed comm, bubble, optimizer)"
 
 
-def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True) -> tuple[Grid, int]:
+def _ranked_grid(
+    df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True, mfu: bool = True
+) -> tuple[Grid, int]:
     """The ranked rows (and how many were left below `top`); `breakdown` False leaves out the four
-    columns of where the step goes."""
+    columns of where the step goes, `mfu` False the MFU column."""
     cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
     # the layout, tp×pp×dp(shard), where a row has tensor or pipeline parallelism (else its label says it all)
     layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
     if layouts:
         cols.append(Column("layout"))
-    figures = ["step", "samples/s", *(BREAKDOWN.values() if breakdown else ()), "mem/rank", "$/M samples"]
+    # the batch per device × grad_accum, where the rows' differ (batch lists, a batch search)
+    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1)
+    if batches:
+        cols.append(Column("batch×ga", figure=True))
+    # a text model's rows in tokens (its tokens/s per GPU and $ per million tokens), others' in samples
+    tokens = _tokens(df)
+    rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
+    figures = ["step", rate_name, *(["MFU"] if mfu else []), *(BREAKDOWN.values() if breakdown else ())]
+    figures += ["mem/rank", cost_name]
     g = Grid(title, cols + [Column(name, figure=True) for name in figures])
     shown = df if top <= 0 else df.head(top)
     for i, (_, r) in enumerate(shown.iterrows(), start=1):
@@ -48,11 +70,14 @@ def _ranked_grid(df, title: str, top: int, with_cluster: bool = False, breakdown
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
         cells += [r["label"], *([r["layout"].replace(" ", "")] if layouts else [])]
-        rate = "-" if r["samples_per_s"] != r["samples_per_s"] else f"{r['samples_per_s']:.1f}"  # NaN: not simulated
-        cells += [format_seconds(r["step_time_s"]), rate]
+        if batches:
+            cells.append(f"{int(r['batch_per_device'])}×{int(r['grad_accum'])}")
+        rate = r["tokens_per_s_per_gpu"] if tokens else r["samples_per_s"]  # NaN: not simulated, "-"
+        cells += [format_seconds(r["step_time_s"]), format_rate(rate), *([format_percent(r["mfu"])] if mfu else [])]
         if breakdown:
             cells += [format_seconds(r[k]) for k in BREAKDOWN]
-        cells += [_mem_cell(r), _fmt_cost(r["cost_per_million_samples_usd"])]
+        cost = r["cost_per_million_tokens_usd"] if tokens else r["cost_per_million_samples_usd"]
+        cells += [_mem_cell(r), "-" if r["step_time_s"] != r["step_time_s"] else _fmt_cost(cost)]
         g.add(*cells, style=None if r["fits"] else "dim")
     return g, len(df) - len(shown)
 
@@ -66,24 +91,47 @@ def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool)
     if t is not None:
         return t, more, None
     g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False)
-    note = f"{LEFT_OUT} left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
-    return layout(out, g), more, note
+    how = f"left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
+    t = fitted(out, g, wide)
+    if t is not None:
+        return t, more, f"{LEFT_OUT} {how}"
+    g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False, mfu=False)
+    return layout(out, g), more, f"{LEFT_OUT} and MFU {how}"
 
 
 TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
 
 
 def versus(margin: float, other: str) -> str:
-    """``1.2% faster than X``, or below `TIE` ``tied (within 0.1%) with X``: one rule for every margin printed."""
+    """``1.2% faster than X``, below `TIE` ``tied (within 0.1%) with X``, and below the model's
+    stated error (`economics.MODEL_ERROR`) the note that it is a tie until measured: one rule
+    for every margin printed."""
     if margin < TIE:
         return f"tied (within {TIE * 100:g}%) with {other}"
-    return f"{margin * 100:.1f}% faster than {other}"
+    text = f"{margin * 100:.1f}% faster than {other}"
+    if margin < MODEL_ERROR:
+        text += f" (inside the model's stated error of {MODEL_ERROR * 100:g}%: a tie until measured)"
+    return text
 
 
-def _describe(s: dict | None) -> str:
+def _describe(s: dict | None, batches: bool = False) -> str:
+    """A recommended row: label, step, rates, MFU and cost (its batch where the sweep varies it)."""
     if s is None:
         return "-"
-    return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {s['samples_per_s']:.1f} samples/s)"
+    rates = format_rate_unit(s["samples_per_s"], "samples")
+    if s.get("tokens_per_s_per_gpu") is not None:
+        rates += f", {format_rate_unit(s['tokens_per_s_per_gpu'], 'tokens')} per GPU, MFU {format_percent(s['mfu'])}"
+    if batches and s.get("batch_per_device") is not None:
+        rates += f", batch {s['batch_per_device']}/device x {s['grad_accum']}"
+    cost = s.get("cost_per_million_tokens_usd")
+    if cost is None:
+        cost = s.get("cost_per_million_samples_usd")
+        unit = "samples"
+    else:
+        unit = "tokens"
+    if cost is not None:
+        rates += f", {_fmt_cost(cost)}/M {unit}"
+    return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {rates})"
 
 
 def _degrees_line(b: dict) -> str:
@@ -96,9 +144,10 @@ def _degrees_line(b: dict) -> str:
     )
 
 
-def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
+def _recommendation_lines(rec: dict, multi: bool, batches: bool = False) -> list[str]:
     if rec["best"] is None:
-        return [f"[bold red]No recommendation:[/bold red] {rec['reason']}"]
+        hint = f"; {rec['hint']}" if rec.get("hint") else ""
+        return [f"[bold red]No recommendation:[/bold red] {rec['reason']}{hint}"]
     where = ""
     if multi:
         b = rec["best"]
@@ -109,7 +158,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
         sdp_where = f" on {sdp['nodes']} x {sdp['topology']}" if multi else ""
         line = (
             f"[bold]Recommended sharded_data_parallel_degree: {rec['sharded_data_parallel_degree']}[/bold]"
-            f" = {_describe(sdp)}{sdp_where}"
+            f" = {_describe(sdp, batches)}{sdp_where}"
         )
         if rec["sdp_runner_up"] is not None:
             line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["label"])
@@ -118,7 +167,7 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
         lines.append(line)
     else:
         lines.append("No ddp/zero/zero2d configuration fits in memory; only pipelines do.")
-    line = f"[bold]Best configuration overall:[/bold] {_describe(rec['best'])}{where}"
+    line = f"[bold]Best configuration overall:[/bold] {_describe(rec['best'], batches)}{where}"
     if rec["runner_up"] is not None:
         ru = rec["runner_up"]
         ru_where = f" on {ru['nodes']} x {ru['topology']}" if multi else ""
@@ -134,32 +183,37 @@ def _recommendation_lines(rec: dict, multi: bool) -> list[str]:
         lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
     if multi and rec.get("cheapest"):
         c = rec["cheapest"]
-        lines.append(
-            f"[bold]Cheapest per sample:[/bold] {c['label']} on {c['nodes']} x {c['topology']}, "
-            f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"
-        )
+        per = f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"
+        if c.get("cost_per_million_tokens_usd") is not None:
+            per += f", {_fmt_cost(c['cost_per_million_tokens_usd'])} per million tokens"
+        lines.append(f"[bold]Cheapest per sample:[/bold] {c['label']} on {c['nodes']} x {c['topology']}, {per}")
     return lines
 
 
 def _cluster_grid(df, rec) -> Grid:
-    figures = ("step", "samples/s", "scaling eff.", "$/M samples", "sdp degree")
+    tokens = _tokens(df)
+    rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
+    figures = ("step", rate_name, "MFU", "scaling eff.", cost_name, "sdp degree")
     cols = [Column("cluster"), Column("GPUs", figure=True), Column("best")]
     g = Grid("Per cluster", cols + [Column(name, figure=True) for name in figures])
     for c in rec["clusters"]:
         b = c["best"]
         if b is None:
-            g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", "", "", "", "", "")
+            g.add(f"{c['nodes']} x {c['topology']}", str(c["world"]), "[red]nothing fits[/red]", *[""] * len(figures))
             continue
         row = df[(df["topology"] == c["topology"]) & (df["nodes"] == c["nodes"]) & (df["label"] == b["label"])]
         eff = row["scaling_efficiency"].iloc[0] if "scaling_efficiency" in row and len(row) else float("nan")
+        rate = b.get("tokens_per_s_per_gpu") if tokens else b["samples_per_s"]
+        cost = b.get("cost_per_million_tokens_usd") if tokens else b["cost_per_million_samples_usd"]
         g.add(
             f"{c['nodes']} x {c['topology']}",
             str(c["world"]),
             b["label"],
             format_seconds(b["step_time_s"]),
-            f"{b['samples_per_s']:.1f}",
+            format_rate(float("nan") if rate is None else rate),
+            format_percent(float("nan") if b.get("mfu") is None else b["mfu"]),
             "-" if eff != eff else f"{eff * 100:.0f}%",
-            _fmt_cost(b["cost_per_million_samples_usd"]),
+            _fmt_cost(cost),
             "-" if c["sharded_data_parallel_degree"] is None else str(c["sharded_data_parallel_degree"]),
         )
     return g
@@ -206,6 +260,25 @@ def _stack_listed(df) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _values(df, column: str) -> str:
+    return ",".join(str(int(v)) for v in sorted(df[column].unique()))
+
+
+def _batch_text(df, base: RunConfig, global_batch: int | None, max_batch: int | None) -> str:
+    """The batch of a sweep's header: per device (the values the rows take where they differ,
+    the search's limit where searched) and the accumulation steps, or the fixed global batch."""
+    if max_batch is not None:
+        text = f"batch per device the largest that fits, up to {max_batch:,} (per row)"
+    else:
+        text = f"batch {_values(df, 'batch_per_device')}/device"
+    gas = _values(df, "grad_accum")
+    if gas != "1":
+        text += f" x grad_accum {gas}"
+    if global_batch is not None:
+        text = f"global batch {global_batch} (strong scaling), {text}"
+    return text
+
+
 def _settings_listed(df) -> str:
     """ "ZeRO-3/ZeRO-2; checkpointing off/selective op; ...": the values of each setting in the
     rows, where the sweep listed settings ("" where it did not)."""
@@ -242,6 +315,7 @@ def print_report(
     files: list[str],
     out_dir: str | None,
     wide: bool = False,
+    max_batch: int | None = None,
 ) -> None:
     """The sweep on the terminal: the ranked table (per cluster and scaling efficiency when the
     sweep spans several), what does not fit, what was skipped, the recommendation and the files
@@ -250,12 +324,10 @@ def print_report(
     out = console(wide=wide)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     multi = len(clusters) > 1
-    name = display_name(base.workload, base.shape)  # a config.json: its model's name and seq_len
-    head = (
-        f"{name}, batch {base.batch_per_device}/device"
-        if global_batch is None
-        else f"{name}, global batch {global_batch} (strong scaling)"
-    )
+    head = f"{display_name(base.workload, base.shape)}, " + _batch_text(df, base, global_batch, max_batch)
+    seqs = sorted({int(v) for v in df["seq_len"].dropna()}) if "seq_len" in df else []
+    if seqs:
+        head += ", seq " + "/".join(f"{v:,}" for v in seqs)
     head += f", {base.precision}, checkpointing {base.checkpointing_label()}"
     if base.reduce_dtype is not None:
         head += f", reduce {base.grad_dtype}"
@@ -290,6 +362,13 @@ def print_report(
         out.print(left_out)
     if more:
         out.print(f"… {more} more rows" + (" in the CSV" if files else " (--top 0 shows all, --out DIR saves them)"))
+    if max_batch is not None:  # rows the search stopped at its limit: a larger batch may fit
+        at_limit = int((df["fits"] & (df["batch_per_device"] >= max_batch)).sum())
+        if at_limit:
+            out.print(
+                f"{at_limit} configuration{'s' if at_limit > 1 else ''} fit at the search's limit of {max_batch:,} "
+                "samples per device: a larger batch may fit too (--max-batch N raises it)"
+            )
     unfit = df[~df["fits"]]
     if len(unfit):
         line = (
@@ -309,7 +388,8 @@ def print_report(
         out.print(line)
     for line in skipped:
         out.print(f"[yellow]skipped[/yellow] {line}")
-    for line in _recommendation_lines(rec, multi):
+    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1) or max_batch is not None
+    for line in _recommendation_lines(rec, multi, batches):
         out.print(line)
     if files:
         out.print(f"Wrote {len(files)} files to {out_dir}: " + ", ".join(sorted({f.rsplit("/", 1)[-1] for f in files})))

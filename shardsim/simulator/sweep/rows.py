@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from shardsim.simulator.predict import StepPrediction
     from shardsim.simulator.sweep.space import Candidate
 
+# Tokens and dollars (`simulator.economics`), after the rank (added later: a table written before
+# them reads with `upgrade_table`): a text model's tokens per sample (else empty) and tokens/s per
+# GPU, $ per step and per million tokens (empty without a price or a sequence).
+TOKEN_COLUMNS = ("seq_len", "tokens_per_s_per_gpu", "cost_per_step_usd", "cost_per_million_tokens_usd")
 # Columns of a sweep row, in order (the CSV/Parquet schema; `--json` rows have the same keys,
 # with the `strategy_<field>` columns as one `strategy` object): the key every result starts with
 # (`config.key`, docs/results.md), then the settings and the prediction.
@@ -50,6 +54,7 @@ COLUMNS = (
     "cost_per_hour_usd",
     "cost_per_million_samples_usd",
     "rank",
+    *TOKEN_COLUMNS,
 )
 # The settings of a row, after "global_batch", when the sweep lists any (`SweepSpace.spans_settings`):
 # checkpointing and its selective option, the dtype gradients are reduced in (where parameters
@@ -80,7 +85,6 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     bd = p.breakdown
     m = p.memory
     price = p.cost_per_hour_usd
-    per_million = price / 3600.0 / p.samples_per_s * 1e6 if price is not None and p.samples_per_s > 0 else None
     key = result_key(
         c.cfg, topology=c.cluster.instance.name, nodes=c.cluster.nodes, world=p.world, device=p.device, label=c.label
     )
@@ -122,7 +126,11 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "fits": bool(p.fits),
         "fit_reason": p.fit_reason,
         "cost_per_hour_usd": price,
-        "cost_per_million_samples_usd": per_million,
+        "cost_per_million_samples_usd": p.cost_per_million_samples_usd,
+        "seq_len": p.seq_len,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "cost_per_step_usd": p.cost_per_step_usd,
+        "cost_per_million_tokens_usd": p.cost_per_million_tokens_usd,
     }
 
 
@@ -176,6 +184,24 @@ def _with_tp(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _with_tokens(df: pd.DataFrame) -> pd.DataFrame:
+    """A table with `TOKEN_COLUMNS` at its end: where it was written before them, $ per step from
+    its price and step time, the sequence (which it does not name) and what needs it empty."""
+    if all(c in df.columns for c in TOKEN_COLUMNS) or "step_time_s" not in df.columns:
+        return df
+    out = df.copy()
+    if "seq_len" not in out:
+        out["seq_len"] = None
+    if "tokens_per_s_per_gpu" not in out:
+        out["tokens_per_s_per_gpu"] = float("nan")
+    if "cost_per_step_usd" not in out:
+        price = out["cost_per_hour_usd"] if "cost_per_hour_usd" in out else float("nan")
+        out["cost_per_step_usd"] = price * out["step_time_s"] / 3600.0
+    if "cost_per_million_tokens_usd" not in out:
+        out["cost_per_million_tokens_usd"] = float("nan")
+    return out
+
+
 def upgrade_table(df: pd.DataFrame) -> pd.DataFrame:
     """A sweep table (sweep.parquet, or sweep.csv as pandas reads it) in today's columns: one
     written before the result key (`config` the label, `strategy` the kind, loose `degree`, ...,
@@ -183,8 +209,8 @@ def upgrade_table(df: pd.DataFrame) -> pd.DataFrame:
     label where the table has no reshard_after_forward column, and the allocated and reserved
     peaks from its parts (`simulator.memory.MemoryBreakdown`). Today's tables are returned as they are."""
     if "label" in df.columns or "config" not in df.columns:
-        return _with_tp(df)
-    out = _with_tp(df.rename(columns=RENAMED))
+        return _with_tokens(_with_tp(df))
+    out = _with_tokens(_with_tp(df.rename(columns=RENAMED)))
     if "strategy_reshard_after_forward" not in out:
         fsdp = out["strategy_kind"].map(lambda k: KINDS[k].fsdp)
         zero3 = ~out["label"].str.contains("(ZeRO-2)", regex=False)

@@ -87,7 +87,13 @@ def sweep(
     df = df[list(cols)]
     if df.groupby("topology")["world"].nunique().max() > 1:
         df = scaling(df, "strong" if space.global_batch is not None else "weak")
-    return SweepResult(df, recommend(df), tuple(en.skipped), dict(en.dropped))
+    rec = recommend(df)
+    if rec.best is None:  # nothing fits: what would make the smallest configuration fit
+        from shardsim.simulator.sweep.hints import fit_hint
+
+        least = en.candidates[min(range(len(rows)), key=lambda k: rows[k]["memory_required_gib"])]
+        rec["hint"] = fit_hint(least.cfg, least.cluster, w, space.global_batch)
+    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped))
 
 
 def _import_pandas():

@@ -25,7 +25,14 @@ from shardsim.config import (
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
-from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal, world_refusal
+from shardsim.simulator.scale import (
+    MAX_BATCH,
+    MAX_GRAD_ACCUM,
+    MAX_SWEEP_SPACE,
+    plan_ops_estimate,
+    plan_refusal,
+    world_refusal,
+)
 from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import Arch
@@ -63,6 +70,17 @@ class SweepSpace:
     sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
       bytes as all-reduces, a tp-th of the norms' work and activations) where tp divides a
       sample's tokens, false where it does not.
+
+    The batch (`batch_pairs`), None = the base configuration's:
+    batch_sizes: micro-batches per device to try; grad_accums: accumulation steps to try (each
+      a dimension more). Under `global_batch` what is not listed follows from it: the batch from
+      the accumulation steps, or the steps from the batch; a pair whose product over the
+      data-parallel ranks is not the global batch is left out.
+    max_batch: search, per configuration, the largest micro-batch per device that fits in memory,
+      up to this many (the memory model alone: doubling, then bisection; `batch.largest_fitting`);
+      the row is predicted at the batch found (the smallest tried where none fits). Under
+      `global_batch` the candidates are the batches it divides into, the accumulation steps
+      making up the rest. Not with `batch_sizes`.
     """
 
     strategies: tuple[str, ...] = DEFAULT_SWEEP
@@ -85,6 +103,9 @@ class SweepSpace:
     mlm_fractions: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
+    batch_sizes: tuple[int, ...] | None = None
+    grad_accums: tuple[int, ...] | None = None
+    max_batch: int | None = None
 
     def __post_init__(self) -> None:
         for axis in AXES:  # the axes of the configuration's settings, each value checked as the setting is
@@ -98,6 +119,28 @@ class SweepSpace:
         for name in ("topologies", "nodes"):
             if getattr(self, name) is not None and not getattr(self, name):
                 raise ConfigError("empty list", field=name)
+        for name, bound in (("batch_sizes", MAX_BATCH), ("grad_accums", MAX_GRAD_ACCUM)):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if isinstance(values, str | bytes) or not isinstance(values, tuple | list) or not values:
+                raise ConfigError(f"expected a non-empty list, got {values!r}", field=name)
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= bound:
+                    raise ConfigError(f"expected integers from 1 to {bound:,}, got {v!r}", field=name)
+            object.__setattr__(self, name, tuple(dict.fromkeys(values)))
+        if self.max_batch is not None:
+            m = self.max_batch
+            if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_BATCH:
+                raise ConfigError(f"expected an integer from 1 to {MAX_BATCH:,}, got {m!r}", field="max_batch")
+            if self.batch_sizes is not None:
+                raise ConfigError("searches the batch: give batch sizes or the search, not both", field="max_batch")
+            if self.global_batch is not None and self.grad_accums is not None:
+                raise ConfigError(
+                    "under a fixed global batch the accumulation steps follow from the batch found: "
+                    "give grad accumulation steps or the search, not both",
+                    field="max_batch",
+                )
 
     @property
     def spans_settings(self) -> bool:
@@ -323,49 +366,135 @@ def _cluster_base(
     tried = tp_layouts(base, space, cluster, arch)
     if space.global_batch is None:
         return name, cluster, cfg0, _check_cluster(cfg0, cluster), tried
-    ga = base.grad_accum
-    layouts = [(t, sp) for t, sp in tried if space.global_batch % (cluster.world // t * ga) == 0]
+    layouts = [(t, sp) for t, sp in tried if batch_pairs(base, space, cluster.world, t)]
     if not layouts:
+        ga = base.grad_accum
         why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
-            f" x grad_accum {ga}" if ga > 1 else ""
+            f" x grad_accum {ga}" if ga > 1 and space.grad_accums is None and space.batch_sizes is None else ""
         )
+        if space.batch_sizes is not None or space.grad_accums is not None:
+            why += " at the listed batch sizes and accumulation steps"
         tps = sorted({t for t, _ in tried})
         if tps != [1]:  # nor over the data-parallel ranks that tensor parallelism leaves
             why += " (data-parallel ranks: " + ", ".join(f"{cluster.world // t} at tp {t}" for t in tps) + ")"
         return name, cluster, cfg0, why, []
-    cfg0 = cfg0.replace(batch_per_device=layout_batch(base, space, cluster.world, layouts[0][0]))
+    b, ga = batch_pairs(base, space, cluster.world, layouts[0][0])[0]
+    cfg0 = cfg0.replace(batch_per_device=b or PROBE_BATCH, grad_accum=ga)
     return name, cluster, cfg0, _check_cluster(cfg0, cluster), layouts
 
 
-def layout_batch(base: RunConfig, space: SweepSpace, world: int, tp: int) -> int:
-    """A device's batch at tensor-parallel degree `tp`: the base's, or under a fixed global batch
-    its share over the world / tp data-parallel ranks (× grad_accum)."""
+# Under a batch search, the batch the strategies are enumerated with: pipelines' default microbatch
+# counts (pp, 2·pp, 4·pp) all divide its per-replica batch; each is then searched over the batches
+# its count divides (`batch_step`).
+PROBE_BATCH = 4
+
+
+def batch_pairs(base: RunConfig, space: SweepSpace, world: int, tp: int) -> list[tuple[int | None, int]]:
+    """The (batch per device, grad_accum) pairs the space tries at tensor-parallel degree `tp`
+    (batch None: searched, `SweepSpace.max_batch`). Without a global batch every listed batch
+    with every listed accumulation count (the base's where not listed); under a global batch N
+    over the world / tp data-parallel ranks, those whose batch × grad_accum × ranks is N: the
+    batch follows from the steps (or, listed, the steps from the batch); searched, the steps
+    follow from the batch found."""
+    gas = space.grad_accums or (base.grad_accum,)
+    n = space.global_batch
+    if n is None:
+        batches: tuple[int | None, ...] = (None,) if space.max_batch else space.batch_sizes or (base.batch_per_device,)
+        return [(b, ga) for b in batches for ga in gas]
+    dp = world // tp
+    if space.max_batch:
+        return [(None, 1)] if n % dp == 0 else []
+    if space.batch_sizes is None:
+        return [(n // (dp * ga), ga) for ga in gas if n % (dp * ga) == 0]
+    if space.grad_accums is None:
+        return [(b, n // (dp * b)) for b in space.batch_sizes if n % (dp * b) == 0]
+    return [(b, ga) for b in space.batch_sizes for ga in gas if b * ga * dp == n]
+
+
+def batch_candidates(space: SweepSpace, world: int, tp: int, step: int) -> list[int] | range:
+    """The batches per device a search tries, ascending: the multiples of `step` up to
+    `max_batch`, or under a global batch those of them it divides into over the data-parallel ranks."""
+    assert space.max_batch is not None
     if space.global_batch is None:
-        return base.batch_per_device
-    return space.global_batch // (world // tp * base.grad_accum)
+        return range(step, space.max_batch + 1, step)
+    per_rank = space.global_batch // (world // tp)
+    return [b for b in range(step, min(per_rank, space.max_batch) + 1, step) if per_rank % b == 0]
+
+
+def batch_step(cfg: RunConfig) -> int:
+    """What a batch per device must be a multiple of for `cfg`'s strategy: a pipeline's microbatch
+    count m must divide the per-replica batch (batch × pp), so m / gcd(m, pp); 1 otherwise."""
+    from math import gcd
+
+    s = cfg.strategy
+    if not s.spec.is_pipeline:
+        return 1
+    return s.microbatches // gcd(s.microbatches, s.pp)
+
+
+def batch_suffix(cfg: RunConfig, base: RunConfig, space: SweepSpace) -> str:
+    """ ", batch 8, ga 2": the listed batch and accumulation values of `cfg` that differ from the
+    base's ("" when the space lists neither)."""
+    parts = []
+    if space.batch_sizes is not None and cfg.batch_per_device != base.batch_per_device:
+        parts.append(f"batch {cfg.batch_per_device}")
+    if space.grad_accums is not None and cfg.grad_accum != base.grad_accum:
+        parts.append(f"ga {cfg.grad_accum}")
+    return "".join(", " + p for p in parts)
 
 
 def _layout_strategies(
+    base: RunConfig,
     cfg0: RunConfig,
     space: SweepSpace,
     cluster: Cluster,
     layouts: list[tuple[int, bool]],
     n_layers: int,
     reshard: tuple[bool, ...],
-) -> Iterable[tuple[Strategy, int]]:
-    """Every strategy of the space on `cluster` with every (tp, sequence_parallel) of `layouts`,
-    and its batch per device: the base's, or under a fixed global batch its share over the
-    data-parallel ranks (world / tp)."""
+) -> Iterable[tuple[Strategy, int | None, int]]:
+    """Every strategy of the space on `cluster` with every (tp, sequence_parallel) of `layouts`
+    and every (batch per device, grad_accum) of `batch_pairs` (batch None: searched)."""
     s = cfg0.strategy
     for tp, sp in layouts:
-        batch = layout_batch(cfg0, space, cluster.world, tp)
         if tp > 1:
             extra = {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp}
             extra |= {"mesh_order": s.mesh_order, "tp_across_nodes": s.tp_across_nodes}
         else:
             extra = {"tp": 1, "sequence_parallel": False, "async_tp": False}
-        for strat in _strategies_for(cluster.world // tp, n_layers, batch, space, reshard):
-            yield strat.replace(**extra), batch
+        for batch, ga in batch_pairs(base, space, cluster.world, tp):
+            for strat in _strategies_for(cluster.world // tp, n_layers, batch or PROBE_BATCH, space, reshard):
+                yield strat.replace(**extra), batch, ga
+
+
+def with_batch(cfg: RunConfig, batch: int, space: SweepSpace, world: int) -> RunConfig:
+    """`cfg` at `batch` per device; under a global batch with the accumulation steps that make it up."""
+    n = space.global_batch
+    if n is None:
+        return cfg.replace(batch_per_device=batch)
+    return cfg.replace(batch_per_device=batch, grad_accum=n // (world // cfg.strategy.tp * batch))
+
+
+def search_batch(cfg: RunConfig, space: SweepSpace, cluster: Cluster, w: Workload) -> int:
+    """The largest batch per device of `batch_candidates` at which `cfg` fits in memory (the
+    memory model alone, `batch.largest_fitting`), or the smallest candidate where none does;
+    ConfigError where there is no candidate (under a global batch, none of its divisors is a
+    batch the strategy takes)."""
+    from shardsim.simulator.sweep.batch import fits_at, largest_fitting
+
+    tp = cfg.strategy.tp
+    candidates = batch_candidates(space, cluster.world, tp, batch_step(cfg))
+    if not candidates:
+        raise ConfigError(
+            f"no batch per device up to {space.max_batch:,} that the global batch divides into and "
+            f"{cfg.strategy.label()} takes",
+            field="max_batch",
+        )
+
+    def fits(b: int) -> bool:
+        return fits_at(with_batch(cfg, b, space, cluster.world), cluster, w)
+
+    found = largest_fitting(candidates, fits)
+    return candidates[0] if found is None else found
 
 
 def enumerate_configs(
@@ -390,10 +519,11 @@ def enumerate_configs(
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]
     requested = len(variants) * sum(
-        strategies_count(cluster.world // tp, n_layers, layout_batch(cfg0, space, cluster.world, tp), space, reshard)
+        strategies_count(cluster.world // tp, n_layers, batch or PROBE_BATCH, space, reshard)
         for _, cluster, cfg0, why, layouts in clusters
         if not why
         for tp, _ in layouts
+        for batch, _ in batch_pairs(base, space, cluster.world, tp)
     )
     if requested > MAX_SWEEP_SPACE:
         raise ConfigError(
@@ -407,15 +537,20 @@ def enumerate_configs(
             continue
         before = len(out.candidates)
         here: Counter[str] = Counter()  # this cluster's dropped configurations, by reason
-        for strat, batch in _layout_strategies(cfg0, space, cluster, layouts, n_layers, reshard):
+        for strat, batch, ga in _layout_strategies(base, cfg0, space, cluster, layouts, n_layers, reshard):
             for settings in variants:
                 prec = settings.get("precision", cfg0.precision)
                 if not cluster.instance.device.supports(prec):  # a listed precision this device lacks
                     here[f"{cluster.instance.device.model} has no {prec} support"] += 1
                     continue
                 try:
+                    cfg = cfg0.replace(strategy=strat, grad_accum=ga, **settings)
+                    if batch is None:  # searched: the largest that fits (or the smallest tried)
+                        cfg = with_batch(cfg, search_batch(cfg, space, cluster, w), space, cluster.world)
+                    else:
+                        cfg = cfg.replace(batch_per_device=batch)
                     cfg, res = resolve(
-                        cfg0.replace(strategy=strat, batch_per_device=batch, **settings),
+                        cfg,
                         cluster.world,
                         n_layers,
                         tied_embeddings=tied,
@@ -430,12 +565,14 @@ def enumerate_configs(
                     here[too_big.message] += 1
                     continue
                 key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
+                key += (cfg.batch_per_device, cfg.grad_accum)
                 if settings:
                     key += settings_key(cfg, res.shard)
                 if key in seen:
                     continue
                 seen.add(key)
                 label = cfg.strategy.label() + (settings_suffix(cfg, res.shard, base) if settings else "")
+                label += batch_suffix(cfg, base, space)
                 cost = _cost_estimate(cfg, n_layers, cluster.world)
                 out.candidates.append(Candidate(len(out.candidates), cfg, cluster, cost, label))
         if len(out.candidates) == before:  # the whole cluster is out: one line with the reasons
