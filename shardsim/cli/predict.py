@@ -26,8 +26,13 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     pred = predict(cfg, algo=ns.algo)
     if ns.trace:
         save_trace(pred, ns.trace)
+    band = None
+    if cfg.calibration:
+        from shardsim.simulator.calibration.band import prediction_band
+
+        band = prediction_band(cfg, pred.step_time_s)
     if ns.json:
-        print(pred.to_json())
+        print(pred.to_json() if band is None else json.dumps(pred.to_dict() | {"calibration_band": band.to_dict()}))
         return 0
     b, m, width = pred.breakdown, pred.memory, output_width()
     fit = "fits" if pred.fits else f"DOES NOT FIT: {pred.fit_reason}"
@@ -53,6 +58,13 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         dp = pred.world // (k.tp * k.pp)
         text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
+    if band is not None:
+        text = (
+            f"±{band.pct:.1f} % step time (one sigma of the fitted parameters, {cfg.calibration})"
+            if band.pct is not None
+            else band.why
+        )
+        lines.insert(1, ("calibration band", text))
     if ns.trace:
         lines.append(("trace", f"{ns.trace}, open in https://ui.perfetto.dev or chrome://tracing"))
     print(f"{pred.workload} on {pred.cluster}, {pred.label}, global batch {pred.global_batch}")
