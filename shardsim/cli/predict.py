@@ -51,6 +51,13 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
                 f"{k} {gib(m[f'{k}_gib'])}" for k in ("params", "grads", "optimizer", "gathered", "activations")
             ),
         ),
+        (
+            "memory as tools",
+            f"allocated {gib(pred.memory_allocated_gib)} (torch max_memory_allocated), reserved "
+            f"{gib(pred.memory_reserved_gib)} (max_memory_reserved), process {gib(pred.memory_process_gib)} "
+            f"(nvidia-smi: + CUDA context {gib(pred.memory_process.get('cuda_context_gib', 0.0))}, NCCL buffers "
+            f"{gib(pred.memory_process.get('nccl_buffers_gib', 0.0))})",
+        ),
         ("collectives", json.dumps(pred.collectives)),
     ]
     k = pred.strategy

@@ -16,7 +16,7 @@ from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.engine import Span, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
-from shardsim.simulator.memory import MemoryBreakdown, rank_memory
+from shardsim.simulator.memory import MemoryBreakdown, ProcessMemory, process_memory, rank_memory
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.scale import check_scale
@@ -64,6 +64,9 @@ class StepPrediction:
     collectives: dict[str, int]
     cost_per_hour_usd: float | None
     params: int = 0
+    # the process total as nvidia-smi shows it (`memory.process_memory`): reserved + CUDA context + NCCL buffers
+    memory_process_gib: float = float("nan")
+    memory_process: dict[str, float] = field(default_factory=dict)
     spans: list[Span] = field(default_factory=list, repr=False, compare=False)
     class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -167,6 +170,14 @@ def rank_workload(w: Workload, tp: int, sequence_parallel: bool) -> Workload:
     return from_arch(w.name, w.arch, tp, sequence_parallel)
 
 
+def _process_memory(worst: MemoryBreakdown, res: Resolved, cluster: Cluster) -> ProcessMemory:
+    """The worst rank's process total as nvidia-smi shows it (`memory.process_memory`)."""
+    from shardsim.simulator.network.nccl_runs import channels, compute_capability
+
+    dev = cluster.instance.device
+    return process_memory(worst.reserved_gib, res, dev, channels(cluster), compute_capability(dev.model))
+
+
 def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpec) -> MemoryBreakdown:
     """Memory of the worst rank class of `cfg`'s step, each rank running `ranks_w`: estimated
     before (and without) planning or simulating the step."""
@@ -211,6 +222,7 @@ def _summarize(
     fits = worst.required_gib <= dev.memory_gib
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     price = cluster.price_per_hour_usd
+    proc = _process_memory(worst, res, cluster)
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
         **{name: getattr(key, name) for name in KEY_FIELDS},
@@ -232,6 +244,12 @@ def _summarize(
         collectives=dict(counts),
         cost_per_hour_usd=price,
         params=w.params,
+        memory_process_gib=proc.process_gib,
+        memory_process={
+            "reserved_gib": proc.reserved_gib,
+            "cuda_context_gib": proc.cuda_context_gib,
+            "nccl_buffers_gib": proc.nccl_buffers_gib,
+        },
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
         if plan is not None
@@ -248,7 +266,7 @@ def upgrade_prediction(d: dict) -> dict:
     today's form: one written before the result key (`strategy` the label, no topology, nodes,
     device or workload: its configuration's and its topology's; `memory_per_rank_gib` the
     required memory, `memory` with its `total_gib` and `reserved_gib`, both with the runtime
-    overhead) is read as this form states it. Today's are returned as they are."""
+    overhead) is read as this form states it, its process total None. Today's are returned as they are."""
     if "label" in d or not isinstance(d.get("strategy"), str):
         return d
     cfg, mem = d["config"], dict(d["memory"])
@@ -276,4 +294,5 @@ def upgrade_prediction(d: dict) -> dict:
             out[k] = mem
         elif k not in out:
             out[k] = v
-    return out
+    # the process total (nvidia-smi) was not predicted then: absent, not zero
+    return out | {"memory_process_gib": None, "memory_process": {}}
