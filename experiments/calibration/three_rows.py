@@ -82,12 +82,16 @@ def trial(inst: InstanceType, start: str, rows: list[Measurement], size: str, ru
     return Trial(start, size, seqs, len(others), float(before), float(after), f.values, tuple(f.held))
 
 
-def run(rule=pick, sizes=SIZES, starts=tuple(STARTS)) -> list[Trial]:
+def run(rule=pick, sizes=SIZES, starts=tuple(STARTS), verbose: bool = False) -> list[Trial]:
     out = []
     for start in starts:
         inst = STARTS[start]()
         rows = read_measurements(CSV, TOPOLOGY, inst)
-        out += [trial(inst, start, rows, size, rule) for size in sizes]
+        for size in sizes:
+            out.append(trial(inst, start, rows, size, rule))
+            if verbose:
+                t = out[-1]
+                print(f"{rule.__name__} {start} {size}: {t.mae_defaults:.1f} % -> {t.mae_fitted:.1f} %", flush=True)
     return out
 
 
@@ -110,7 +114,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write three_rows.md here (default: print only)")
     ns = ap.parse_args()
     t0 = time.process_time()
-    rule, other = run(pick), run(pick_near_2048)
+    rule, other = run(pick, verbose=True), run(pick_near_2048, verbose=True)
     text = [
         "# Calibration from three rows (`three_rows.py`)",
         "",

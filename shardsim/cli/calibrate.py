@@ -50,7 +50,7 @@ class _Paragraphs(argparse.HelpFormatter):
 
 def _line(name: str, e: dict[str, float]) -> str:
     mae, signed, top = e["mae_pct"], e["signed_pct"], e["max_pct"]
-    return f"{name:<16} mean |error| {mae:5.1f} %, mean signed {signed:+5.1f} %, max {top:5.1f} %"
+    return f"{name:<16} mean |error| {mae:5.1f} %, signed {signed:+5.1f} %, max {top:5.1f} %"
 
 
 def _row_text(m) -> tuple[str, str]:
@@ -92,8 +92,19 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
     sources = [f"{len(rows) - n_coll} measured rows from {ns.measured}"] if ns.measured is not None else []
     if n_coll:
         sources.append(f"{n_coll} collective sizes from {', '.join(ns.nccl_tests)}")
-    head = f"{' and '.join(sources)} on {inst.name} ({inst.device.model})"
-    print(textwrap.fill(head, width, break_long_words=False, break_on_hyphens=False) if width else head)
+
+    def say(text: str, indent: str = "") -> None:
+        """A line of prose, wrapped to the output's width (COLUMNS) at whole words, when it has one."""
+        if not width:
+            print(indent + text)
+            return
+        wrapped = textwrap.fill(
+            text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
+            break_on_hyphens=False,
+        )  # fmt: skip
+        print(wrapped)
+
+    say(f"{' and '.join(sources)} on {inst.name} ({inst.device.model})")
     texts = [_row_text(m) for m in rows]
     wide = max(len("row"), *(len(w) for w, _ in texts))
     folds = r.errors.get("cross_validated", {}).get("folds")
@@ -111,8 +122,9 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
         if k == "cross_validated":
             name = "leave-one-out CV" if folds == len(rows) else f"{folds}-fold CV"
         print(_line(name, e))
-    print(
-        f"\nfitted (default → value ± standard error, [bounds]); prior: log(value) ~ default ± {PRIOR_SIGMA:g}, "
+    print()
+    say(
+        f"fitted (default → value ± standard error, [bounds]); prior: log(value) ~ default ± {PRIOR_SIGMA:g}, "
         f"row error {ROW_ERROR:g} in log throughput"
     )
     for n in r.names:
@@ -120,11 +132,12 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
         v, se = f.values[n], f.stderr[n]
         at = "  AT BOUND" if f.at_bound(n) else ""
         why = f"  (determined: singular value {f.singular[n]:.3g} ≥ {1 / PRIOR_SIGMA:g})"
-        print(f"  {n:<24} {f.defaults[n]:8.4g} → {v:8.4g} ± {se:.2g}  [{lo:g}, {hi:g}]{at}{why}")
+        say(f"{n:<24} {f.defaults[n]:8.4g} → {v:8.4g} ± {se:.2g}  [{lo:g}, {hi:g}]{at}{why}", "  ")
     for note in r.notes:
-        print(f"  {note}")
+        say(note, "  ")
     for warning in r.warnings:
-        print(f"\nWARNING: {warning}")
+        print()
+        say(f"WARNING: {warning}")
     if r.warning:
         print(f"\nFORCED (--force): {r.warning}")
     if ns.out:

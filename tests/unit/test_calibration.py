@@ -177,11 +177,17 @@ def test_the_calibration_flag_is_generated(tmp_path, capsys):
     assert "calibration" in capsys.readouterr().err
 
 
-def test_more_folds_than_rows_is_leave_one_out_with_a_note(tmp_path, capsys):
+def test_more_folds_than_rows_is_leave_one_out_with_a_note(tmp_path, capsys, monkeypatch):
     path, rows = synthetic(tmp_path)
     three = write_csv(tmp_path / "three.csv", list(csv.DictReader(path.read_text().splitlines()))[:3])
+    monkeypatch.setenv("COLUMNS", "70")
     assert main(["calibrate", str(three), "--topology", TOPOLOGY, "--folds", "5"]) == 0
     out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith("row ") or " line " in line]
+    assert len(table) == 4 and len({line.split("(")[0] for line in table[1:]}) == 3  # each row named once, whole
+    assert all(f"three.csv line {i})" in table[i - 1] for i in (2, 3, 4))
+    prose = [line for line in out.splitlines() if line not in table and " " in line.strip()]  # a long path: a word
+    assert all(len(line) <= 70 for line in prose), out  # prose wraps at COLUMNS
     assert "5 folds asked, 3 rows: leave-one-out (3 folds)" in out and "leave-one-out CV" in out
     assert C.choose_folds(3, None) == (3, "") and C.choose_folds(9, None) == (9, "")
     assert C.choose_folds(10, None) == (5, "") and C.choose_folds(40, 4) == (4, "")
