@@ -30,7 +30,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     if cfg.calibration:
         from shardsim.simulator.calibration.band import prediction_band
 
-        band = prediction_band(cfg, pred.step_time_s)
+        band = prediction_band(cfg)
     if ns.json:
         print(pred.to_json() if band is None else json.dumps(pred.to_dict() | {"calibration_band": band.to_dict()}))
         return 0

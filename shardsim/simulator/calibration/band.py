@@ -28,8 +28,8 @@ class Band:
         return {"band_pct": self.pct, "sensitivity": self.sensitivity} | ({"note": self.why} if self.why else {})
 
 
-def prediction_band(cfg: RunConfig, step_time_s: float, cal: Calibration | None = None) -> Band:
-    """The band of `cfg`'s calibrated prediction (`step_time_s`, made with ``cfg.calibration``)."""
+def prediction_band(cfg: RunConfig, cal: Calibration | None = None) -> Band:
+    """The band of `cfg`'s calibrated prediction (with ``cfg.calibration``, or `cal`)."""
     from shardsim.simulator.hardware.topology import Cluster, make_cluster
     from shardsim.simulator.predict import predict
 
@@ -42,6 +42,8 @@ def prediction_band(cfg: RunConfig, step_time_s: float, cal: Calibration | None 
     base = make_cluster(cfg.topology, cfg.nodes)
     plain = cfg.replace(calibration=None)
     values = cal.values
+    # the step with the fitted values, as each moved one is made (a profile, if any, over them)
+    step_time_s = predict(plain, cluster=Cluster(applied(base.instance, values), base.nodes)).step_time_s
     g: dict[str, float] = {}
     for name in names:
         shift = float(fit["fitted"][name].get("shift", 0.0))
