@@ -125,13 +125,14 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
     print()
     say(
         f"fitted (default → value ± standard error, [bounds]); prior: log(value) ~ default ± {PRIOR_SIGMA:g}, "
-        f"row error {ROW_ERROR:g} in log throughput"
+        f"row error {ROW_ERROR:g} in log throughput; determined: the scaled Jacobian's singular values over "
+        f"them, {', '.join(f'{v:.3g}' for v in f.singular)}, each at least {1 / PRIOR_SIGMA:g} (the prior's)"
     )
     for n in r.names:
         lo, hi = f.bounds[n]
         v, se = f.values[n], f.stderr[n]
         at = "  AT BOUND" if f.at_bound(n) else ""
-        why = f"  (determined: singular value {f.singular[n]:.3g} ≥ {1 / PRIOR_SIGMA:g})"
+        why = f"  (its column of the scaled Jacobian: {f.column[n]:.3g})"
         say(f"{n:<24} {f.defaults[n]:8.4g} → {v:8.4g} ± {se:.2g}  [{lo:g}, {hi:g}]{at}{why}", "  ")
     for note in r.notes:
         say(note, "  ")

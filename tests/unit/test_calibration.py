@@ -208,7 +208,7 @@ def test_one_row_fits_what_it_determines_holds_the_rest_and_says_so(tmp_path, ca
     assert set(cal.fit["held"]) == {"attention_efficiency", "rank_time_cv", "kernel_floor_us"}
     assert all("held at its default" in why for why in cal.fit["held"].values())
     assert len(cal.fit["covariance_log"]) == 1 and cal.fit["covariance_log"][0][0] > 0
-    assert "held at its default" in printed and "determined: singular value" in printed
+    assert "held at its default" in printed and "determined: the scaled Jacobian's singular values" in printed
 
 
 def test_the_rank_test_holds_the_weakest_direction_and_keeps_the_rest():

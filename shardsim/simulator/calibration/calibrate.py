@@ -111,14 +111,16 @@ def untrusted(f: MapFit, mae_pct: float) -> str | None:
 
 
 def fit_section(f: MapFit, warnings: list[str]) -> dict[str, Any]:
-    """What a calibration file says of the fit: the prior, which parameters were fitted (with the
-    scaled Jacobian's singular value) and which held (why), and the posterior covariance of the
-    fitted log-parameters (u = log(value + shift)) that a prediction's band comes from."""
+    """What a calibration file says of the fit: the prior, which parameters were fitted (the scaled
+    Jacobian's singular values over them, each one's column norm) and which held (why), and the
+    posterior covariance of the fitted log-parameters (u = log(value + shift)) that a
+    prediction's band comes from."""
     from shardsim.simulator.calibration.prior import PRIOR_SIGMA, ROW_ERROR
 
     return {
         "prior": {"sigma_log": PRIOR_SIGMA, "row_error_log": ROW_ERROR},
-        "fitted": {n: {"singular_value": round(f.singular[n], 4), "shift": f.shifts[n]} for n in f.names},
+        "singular_values": [round(v, 4) for v in f.singular],  # of the scaled Jacobian over the fitted set
+        "fitted": {n: {"column_norm": round(f.column[n], 4), "shift": f.shifts[n]} for n in f.names},
         "held": dict(f.held),
         "row_error_log": round(f.row_error, 6),
         "covariance_log": [[float(x) for x in row] for row in f.covariance.tolist()],

@@ -61,7 +61,8 @@ class Identified:
 
     fitted: tuple[str, ...]
     held: dict[str, str]  # name → why it is held at its default
-    singular: dict[str, float]  # the scaled Jacobian's singular values of the fitted set (largest first, by rank)
+    singular: tuple[float, ...]  # the scaled Jacobian's singular values over the fitted set, largest first
+    column: dict[str, float]  # each fitted parameter's column norm of the scaled Jacobian (its own information)
     informative: int  # rows whose prediction depends on a requested parameter
 
 
@@ -77,7 +78,8 @@ class MapFit:
     covariance: np.ndarray
     stderr: dict[str, float]
     held: dict[str, str]
-    singular: dict[str, float]
+    singular: tuple[float, ...]
+    column: dict[str, float]
     informative: int
     row_error: float  # the s used in the covariance
     evaluations: int
@@ -120,8 +122,9 @@ def select(jac: np.ndarray, names: tuple[str, ...]) -> tuple[tuple[str, ...], di
         share = np.abs(vt[weakest])
         drop = keep[int(np.argmax(share))]
         held[names[drop]] = (
-            f"held at its default: the rows' information along it (singular value {s_full[weakest]:.2g} of the "
-            f"scaled Jacobian) is below the prior's ({threshold:.2g})"
+            f"held at its default: the weakest direction of the scaled Jacobian, where it weighs most, has "
+            f"singular value {s_full[weakest]:.2g}, below the prior's {threshold:.2g}"
+            " (the rows say less than the prior)"
         )
         keep.remove(drop)
     return (), held, np.zeros(0)
@@ -134,7 +137,8 @@ def identify(inst: InstanceType, rows: list[Row], names: tuple[str, ...]) -> Ide
     jac = jacobian(inst, rows, params, u0) / ROW_ERROR
     informative = int(np.count_nonzero(np.any(np.abs(jac) > 1e-9, axis=1)))
     fitted, held, s = select(jac, names)
-    return Identified(fitted, held, {n: float(v) for n, v in zip(fitted, s, strict=True)}, informative)
+    norms = {n: float(np.linalg.norm(jac[:, names.index(n)])) for n in fitted}
+    return Identified(fitted, held, tuple(float(v) for v in s), norms, informative)
 
 
 def map_fit(inst: InstanceType, rows: list[Row], names: tuple[str, ...], ident: Identified | None = None) -> MapFit:
@@ -146,7 +150,7 @@ def map_fit(inst: InstanceType, rows: list[Row], names: tuple[str, ...], ident: 
     bounds = {p.name: (p.low, p.high) for p in params}
     shifts = {p.name: shift(p) for p in params}
     if not params:
-        return MapFit((), {}, {}, {}, np.zeros((0, 0)), {}, ident.held, {}, ident.informative, ROW_ERROR, 0)
+        return MapFit((), {}, {}, {}, np.zeros((0, 0)), {}, ident.held, (), {}, ident.informative, ROW_ERROR, 0)
     u0 = np.array([to_u(p, defaults[p.name]) for p in params])
     lo = np.array([to_u(p, p.low) if p.low + shift(p) > 0 else -np.inf for p in params])
     hi = np.array([to_u(p, p.high) for p in params])
@@ -174,6 +178,7 @@ def map_fit(inst: InstanceType, rows: list[Row], names: tuple[str, ...], ident: 
         stderr=stderr,
         held=ident.held,
         singular=ident.singular,
+        column=ident.column,
         informative=ident.informative,
         row_error=float(np.sqrt(s2)),
         evaluations=int(res.nfev),
