@@ -51,13 +51,6 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
                 f"{k} {gib(m[f'{k}_gib'])}" for k in ("params", "grads", "optimizer", "gathered", "activations")
             ),
         ),
-        (
-            "memory as tools",
-            f"allocated {gib(pred.memory_allocated_gib)} (torch max_memory_allocated), reserved "
-            f"{gib(pred.memory_reserved_gib)} (max_memory_reserved), process {gib(pred.memory_process_gib)} "
-            f"(nvidia-smi: + CUDA context {gib(pred.memory_process.get('cuda_context_gib', 0.0))}, NCCL buffers "
-            f"{gib(pred.memory_process.get('nccl_buffers_gib', 0.0))})",
-        ),
         ("collectives", json.dumps(pred.collectives)),
     ]
     k = pred.strategy
@@ -65,6 +58,18 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         dp = pred.world // (k.tp * k.pp)
         text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
+    proc = pred.memory_process
+    if proc.get("cuda_context_gib", 0.0) > 0:  # a GPU: the three figures tools report differ
+        lines.insert(
+            len(lines) - 1,
+            (
+                "memory as tools",
+                f"allocated {gib(pred.memory_allocated_gib)} (torch max_memory_allocated), reserved "
+                f"{gib(pred.memory_reserved_gib)} (max_memory_reserved), process {gib(pred.memory_process_gib)} "
+                f"(nvidia-smi: + CUDA context {gib(proc['cuda_context_gib'])}, NCCL buffers "
+                f"{gib(proc['nccl_buffers_gib'])})",
+            ),
+        )
     if band is not None:
         text = (
             f"±{band.pct:.1f} % step time (one sigma of the fitted parameters, {cfg.calibration})"

@@ -140,9 +140,9 @@ def rank_memory(
 # module loading, 287,047,680 B on the GPU of pytorch/pytorch#86509 (PyTorch >= 1.13 sets
 # CUDA_MODULE_LOADING=LAZY; CUDA 12.2+ makes it the Linux default, CUDA programming guide 4.7);
 # eagerly loaded, 666,632,192 B on the same test. A named choice by GPU generation: Volta stacks
-# (V100 era: CUDA 10 / 11.0) load eagerly, Ampere and later lazily (CUDA >= 11.7).
+# (V100 era: CUDA 10 / 11.0) load eagerly, Turing (T4) and later lazily (today's stacks: CUDA >= 11.7).
 CUDA_CONTEXT_BYTES = {"lazy": 287_047_680, "eager": 666_632_192}
-EAGER_BELOW_CC = 80  # compute capability ×10 below which the stack is taken to load modules eagerly
+EAGER_BELOW_CC = 75  # compute capability ×10 below which the stack is taken to load modules eagerly (Volta)
 # NCCL's buffers per connection (src/init.cc): NCCL_BUFFSIZE 4 MiB (DEFAULT_BUFFSIZE, the Simple
 # protocol), LL128 120 × 640 × 8 × 8 B (DEFAULT_LL128_BUFFSIZE, 4.69 MiB), LL 8 × 512 × 8 × 16 B
 # (DEFAULT_LL_BUFFSIZE, 512 KiB); a rank holds them for each channel (`nccl_runs.channels`) and each

@@ -61,7 +61,7 @@ def test_predict_prints_and_carries_all_three(capsys):
     assert set(d["memory_process"]) == {"reserved_gib", "cuda_context_gib", "nccl_buffers_gib"}
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "allocated" in text and "(max_memory_reserved)" in text and "process" in text and "(nvidia-smi" in text
+    assert "memory as tools" in text and "(max_memory_reserved)" in text and "(nvidia-smi: + CUDA context" in text
 
 
 @pytest.mark.parametrize("name", ["ddp", "zero"])
