@@ -235,8 +235,9 @@ def calibrate(
     pandas DataFrame with a CSV's columns (e.g. some rows of one); None with `nccl_tests`;
     topology: the topology they ran on (a name or YAML path); params: the parameters to fit
     (default: `parameters.DEFAULT_FIT` to runs, `parameters.NETWORK_FIT` to nccl-tests files);
-    folds: k of the k-fold cross-validation (0: none; default 5); force: keep a fit the rows do
-    not determine (marked forced); out: write the calibration file (YAML) that predict, sweep
+    folds: k of the k-fold cross-validation (0: none; default: leave-one-out below 10 rows, else
+    5; more than the rows: leave-one-out); force: keep a fit at a bound that misses the rows by
+    far (marked forced); out: write the calibration file (YAML) that predict, sweep
     and validate take as ``calibration``; nccl_tests: nccl-tests output files (one path or
     several), each size a row; nodes: the nodes of a file that names no ranks (the CSV form)."""
     import pandas as pd

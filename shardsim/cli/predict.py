@@ -71,8 +71,13 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     pred = predict(cfg, algo=ns.algo)
     if ns.trace:
         save_trace(pred, ns.trace)
+    band = None
+    if cfg.calibration:
+        from shardsim.simulator.calibration.band import prediction_band
+
+        band = prediction_band(cfg)
     if ns.json:
-        print(pred.to_json())
+        print(pred.to_json() if band is None else json.dumps(pred.to_dict() | {"calibration_band": band.to_dict()}))
         return 0
     b, m, width = pred.breakdown, pred.memory, output_width()
     fit = "fits" if pred.fits else f"DOES NOT FIT: {pred.fit_reason}"
@@ -107,6 +112,25 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         dp = pred.world // (k.tp * k.pp)
         text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
+    proc = pred.memory_process
+    if proc.get("cuda_context_gib", 0.0) > 0:  # a GPU: the three figures tools report differ
+        lines.insert(
+            len(lines) - 1,
+            (
+                "memory as tools",
+                f"allocated {gib(pred.memory_allocated_gib)} (torch max_memory_allocated), reserved "
+                f"{gib(pred.memory_reserved_gib)} (max_memory_reserved), process {gib(pred.memory_process_gib)} "
+                f"(nvidia-smi: + CUDA context {gib(proc['cuda_context_gib'])}, NCCL buffers "
+                f"{gib(proc['nccl_buffers_gib'])})",
+            ),
+        )
+    if band is not None:
+        text = (
+            f"±{band.pct:.1f} % step time (one sigma of the fitted parameters, {cfg.calibration})"
+            if band.pct is not None
+            else band.why
+        )
+        lines.insert(1, ("calibration band", text))
     if not pred.fits:
         lines.append(("to fit", _hint(cfg)))
     if ns.trace:

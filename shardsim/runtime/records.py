@@ -101,6 +101,9 @@ class RunRecord:
     # the largest rank's peak: torch.cuda.max_memory_allocated on a GPU, the peak resident set on CPU
     memory_allocated_gib: float
     memory_reserved_gib: float | None  # the largest rank's torch.cuda.max_memory_reserved; None on CPU
+    # the largest rank's process total as nvidia-smi shows it (pynvml or nvidia-smi); None on CPU,
+    # where neither answers, and in records written before it
+    memory_process_gib: float | None = None
     memory_allocated_by_rank_gib: list[float]
     memory_measure: str  # cuda_max_memory_allocated | cpu_peak_rss: what memory_allocated_gib is
     backend: str  # what ran (gloo on CPU whatever the configuration asks)

@@ -270,7 +270,8 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
         f"(min {format_seconds(r.step_time_min_s)}, max {format_seconds(r.step_time_max_s)}), "
         f"{format_rate_unit(r.samples_per_s, 'samples')}",
         f"  memory      {r.memory_allocated_gib:.3f} GiB per rank ({r.memory_measure})"
-        + ("" if r.memory_reserved_gib is None else f", {r.memory_reserved_gib:.3f} GiB reserved"),
+        + ("" if r.memory_reserved_gib is None else f", {r.memory_reserved_gib:.3f} GiB reserved")
+        + ("" if r.memory_process_gib is None else f", {r.memory_process_gib:.3f} GiB process (nvidia-smi)"),
         f"  loss        {r.loss_first:.4f} -> {r.loss_last:.4f}",
     ]
     if r.lab is not None and r.lab.host_probe_s:

@@ -287,6 +287,62 @@ def peak_memory_gib(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def smi_process_mib(text: str, pid: int) -> float | None:
+    """MiB of `pid`'s entries in ``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits``
+    output (summed over the GPUs it appears on); None when it is not listed."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 2 and cells[0] == str(pid):
+            try:
+                total += float(cells[1])
+            except ValueError:
+                continue
+            seen = True
+    return total if seen else None
+
+
+def process_memory_gib(device) -> float | None:
+    """This process' GPU memory as nvidia-smi shows it (its compute-app entries): pynvml when it
+    imports, else ``nvidia-smi --query-compute-apps``; None on CPU, or where neither answers (no
+    driver tools, or a container whose process ids the driver does not see). Read after the steps,
+    before anything is freed: the caching allocator keeps its segments, so it is the step's peak."""
+    if device.type != "cuda":
+        return None
+    pid = os.getpid()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            used = [
+                p.usedGpuMemory
+                for i in range(pynvml.nvmlDeviceGetCount())
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))
+                if p.pid == pid and p.usedGpuMemory is not None
+            ]
+        finally:
+            pynvml.nvmlShutdown()
+        if used:
+            return sum(used) / 2**30
+    except Exception:  # noqa: BLE001 - no pynvml, no driver library, or a query it does not support
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    mib = smi_process_mib(out, pid)
+    return None if mib is None else mib / 1024
+
+
 def reset_peak_memory(device) -> None:
     import torch
 
@@ -300,7 +356,7 @@ def reset_peak_memory(device) -> None:
 
 class PeakMemory(Observer):
     """Every rank's peak memory over the steps (`peak_memory_gib`), and on a GPU the caching
-    allocator's reserved peak."""
+    allocator's reserved peak and the process total as nvidia-smi shows it (`process_memory_gib`)."""
 
     def __init__(self, device):
         self.device = device
@@ -315,12 +371,17 @@ class PeakMemory(Observer):
         peak = peak_memory_gib(self.device)
         by_rank = [float(v) for v in trainer.every_rank([peak], 1)[:, 0].cpu()]
         # the caching allocator's peak (a GPU's; CPU memory has no such allocator)
-        reserved = None
+        reserved = process = None
         if cuda:
             reserved = float(trainer.every_rank([torch.cuda.max_memory_reserved(self.device) / 2**30], 1).max())
+            # the process total as nvidia-smi shows it; -1 where a rank cannot read it, absent if none can
+            mine = process_memory_gib(self.device)
+            process = float(trainer.every_rank([-1.0 if mine is None else mine], 1).max())
+            process = None if process < 0 else process
         return {
             "memory_allocated_gib": max(by_rank),
             "memory_reserved_gib": reserved,
+            "memory_process_gib": process,
             "memory_allocated_by_rank_gib": by_rank,
             "memory_measure": "cuda_max_memory_allocated" if cuda else "cpu_peak_rss",
         }

@@ -145,3 +145,63 @@ def rank_memory(
     g = 1 / GIB
     reserve = ALLOCATOR_RESERVE if gpu else 0.0
     return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g, reserve)
+
+
+# -- the process as nvidia-smi shows it ---------------------------------------------------------
+# `memory_process_gib` = the allocator's reserved peak + the CUDA context + NCCL's buffers. It is
+# reported beside `memory_required_gib` (what `fits` compares, unchanged: the reserved peak plus
+# GPU_RUNTIME_OVERHEAD_GIB); whether `fits` should compare the process total instead is left
+# until the runtime's records (memory_process_gib) have measured it on a GPU.
+#
+# The reserved peak's share (ALLOCATOR_RESERVE) stands for what PyTorch's caching allocator adds to
+# the tensors (c10/cuda/CUDACachingAllocator.cpp): requests rounded up to 512 B (kMinBlockSize);
+# requests up to 1 MiB (kSmallSize) packed in 2 MiB segments (kSmallBuffer); 1–10 MiB
+# (kMinLargeAlloc) in 20 MiB segments (kLargeBuffer); larger ones in segments rounded up to 2 MiB
+# (kRoundLarge); freed blocks are cached, split and kept (fragmentation). With the tensor sizes
+# of a training step (most above 10 MiB) the rounding is under 1 MiB a tensor; the share is an
+# assumption to be measured (max_memory_reserved / max_memory_allocated of a GPU run).
+#
+# CUDA context per process (driver state, runtime, the kernels of the modules loaded): with lazy
+# module loading, 287,047,680 B on the GPU of pytorch/pytorch#86509 (PyTorch >= 1.13 sets
+# CUDA_MODULE_LOADING=LAZY; CUDA 12.2+ makes it the Linux default, CUDA programming guide 4.7);
+# eagerly loaded, 666,632,192 B on the same test. A named choice by GPU generation: Volta stacks
+# (V100 era: CUDA 10 / 11.0) load eagerly, Turing (T4) and later lazily (today's stacks: CUDA >= 11.7).
+CUDA_CONTEXT_BYTES = {"lazy": 287_047_680, "eager": 666_632_192}
+EAGER_BELOW_CC = 75  # compute capability ×10 below which the stack is taken to load modules eagerly (Volta)
+# NCCL's buffers per connection (src/init.cc): NCCL_BUFFSIZE 4 MiB (DEFAULT_BUFFSIZE, the Simple
+# protocol), LL128 120 × 640 × 8 × 8 B (DEFAULT_LL128_BUFFSIZE, 4.69 MiB), LL 8 × 512 × 8 × 16 B
+# (DEFAULT_LL_BUFFSIZE, 512 KiB); a rank holds them for each channel (`nccl_runs.channels`) and each
+# ring peer (the previous and the next rank: RING_PEERS) of every communicator of more than one rank.
+NCCL_BUFFER_BYTES = (1 << 22) + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
+RING_PEERS = 2
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """The process total per rank as nvidia-smi shows it, and its parts (GiB)."""
+
+    reserved_gib: float
+    cuda_context_gib: float
+    nccl_buffers_gib: float
+
+    @property
+    def process_gib(self) -> float:
+        return self.reserved_gib + self.cuda_context_gib + self.nccl_buffers_gib
+
+
+def communicators(res: Resolved) -> int:
+    """NCCL communicators of more than one rank a rank belongs to: the data-parallel group (FSDP's
+    shard and replicate groups apart), the tensor-parallel group, the pipeline's neighbours."""
+    groups = [res.shard, res.replicas] if res.shard > 1 and res.replicas > 1 else [res.dp]
+    return sum(g > 1 for g in [*groups, res.tp]) + (1 if res.pp > 1 else 0)
+
+
+def process_memory(reserved_gib: float, res: Resolved, device: DeviceSpec, channels: int, cc: int) -> ProcessMemory:
+    """`reserved_gib` (the worst rank's reserved peak) with the CUDA context and NCCL's buffers of
+    a rank of `res` on `device` (`channels` per communicator, compute capability ×10 `cc`); a CPU
+    device has neither (its process total is the reserved figure: the resident set)."""
+    if device.kind != "gpu":
+        return ProcessMemory(reserved_gib, 0.0, 0.0)
+    context = CUDA_CONTEXT_BYTES["eager" if 0 < cc < EAGER_BELOW_CC else "lazy"]
+    nccl = communicators(res) * channels * RING_PEERS * NCCL_BUFFER_BYTES
+    return ProcessMemory(reserved_gib, context / GIB, nccl / GIB)

@@ -17,7 +17,14 @@ from shardsim.simulator.economics import StepEconomics, economics, mfu_formula, 
 from shardsim.simulator.engine import Span, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
-from shardsim.simulator.memory import MemoryBreakdown, attention_saves, rank_memory, state_words
+from shardsim.simulator.memory import (
+    MemoryBreakdown,
+    ProcessMemory,
+    attention_saves,
+    process_memory,
+    rank_memory,
+    state_words,
+)
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.scale import check_scale
@@ -74,6 +81,9 @@ class StepPrediction:
     cost_per_step_usd: float | None = None
     cost_per_million_samples_usd: float | None = None
     cost_per_million_tokens_usd: float | None = None
+    # the process total as nvidia-smi shows it (`memory.process_memory`): reserved + CUDA context + NCCL buffers
+    memory_process_gib: float = float("nan")
+    memory_process: dict[str, float] = field(default_factory=dict)
     spans: list[Span] = field(default_factory=list, repr=False, compare=False)
     class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -185,6 +195,14 @@ def rank_workload(w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: f
     return from_arch(w.name, w.arch, tp, sequence_parallel, mlm_fraction)
 
 
+def _process_memory(worst: MemoryBreakdown, res: Resolved, cluster: Cluster) -> ProcessMemory:
+    """The worst rank's process total as nvidia-smi shows it (`memory.process_memory`)."""
+    from shardsim.simulator.network.nccl_runs import channels, compute_capability
+
+    dev = cluster.instance.device
+    return process_memory(worst.reserved_gib, res, dev, channels(cluster), compute_capability(dev.model))
+
+
 def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpec) -> MemoryBreakdown:
     """Memory of the worst rank class of `cfg`'s step, each rank running `ranks_w`: estimated
     before (and without) planning or simulating the step."""
@@ -232,6 +250,7 @@ def _summarize(
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     price = cluster.price_per_hour_usd
     money = economics(step, samples, res.world, sequence_length(w), price)
+    proc = _process_memory(worst, res, cluster)
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
         **{name: getattr(key, name) for name in KEY_FIELDS},
@@ -256,6 +275,12 @@ def _summarize(
         peak_tflops=cm.peak_flops / 1e12,
         mfu_formula=mfu_formula(w),
         **asdict(money),
+        memory_process_gib=proc.process_gib,
+        memory_process={
+            "reserved_gib": proc.reserved_gib,
+            "cuda_context_gib": proc.cuda_context_gib,
+            "nccl_buffers_gib": proc.nccl_buffers_gib,
+        },
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
         if plan is not None
@@ -272,8 +297,8 @@ def upgrade_prediction(d: dict) -> dict:
     today's form: one written before the result key (`strategy` the label, no topology, nodes,
     device or workload: its configuration's and its topology's; `memory_per_rank_gib` the
     required memory, `memory` with its `total_gib` and `reserved_gib`, both with the runtime
-    overhead) is read as this form states it; one written before the tokens and dollars gets them
-    (`_with_economics`). Today's are returned as they are."""
+    overhead) is read as this form states it, its process total None; one written before the tokens
+    and dollars gets them (`_with_economics`). Today's are returned as they are."""
     if "label" in d or not isinstance(d.get("strategy"), str):
         return _with_economics(d)
     cfg, mem = d["config"], dict(d["memory"])
@@ -328,3 +353,5 @@ def _with_economics(d: dict) -> dict:
     for k, v in asdict(money).items():
         out.setdefault(k, v)
     return out
+    # the process total (nvidia-smi) was not predicted then: absent, not zero
+    return out | {"memory_process_gib": None, "memory_process": {}}

@@ -188,7 +188,7 @@ def test_calibrate_reads_a_file_or_a_table_alike_and_writes_the_file(tmp_path, c
 def test_calibrate_refuses_bad_input(tmp_path) -> None:
     path = _mpt_125m(tmp_path)
     _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", folds=1), "folds")
-    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", folds=12), "folds")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", folds=-1), "folds")
     _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", params=["matmul_efficiency.fp8"]), "params")
     _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", params=[]), "params")
     _refused(lambda: shardsim.calibrate(42, "a100-40gb-roce"), "measurements")

@@ -4,6 +4,12 @@ own parameters, folds partition the rows, bad rows are one line, a calibration f
 from __future__ import annotations
 
 import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +19,9 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.records import write_run
+from shardsim.simulator.calibration import calibrate as C
 from shardsim.simulator.calibration import fit as F
+from shardsim.simulator.calibration import prior as P
 from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
 from shardsim.simulator.calibration.measurements import read_measurements
 from shardsim.simulator.hardware.topology import load_instance
@@ -169,43 +177,90 @@ def test_the_calibration_flag_is_generated(tmp_path, capsys):
     assert "calibration" in capsys.readouterr().err
 
 
-def fit_calls(monkeypatch) -> list[int]:
-    """Every fit `calibrate` starts, counted (the fit itself runs as it is)."""
-    calls: list[int] = []
-    real = F.fit
-    monkeypatch.setattr(F, "fit", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
-
-
-def test_folds_are_checked_against_the_rows_before_the_fit(tmp_path, capsys, monkeypatch):
+def test_more_folds_than_rows_is_leave_one_out_with_a_note(tmp_path, capsys, monkeypatch):
     path, rows = synthetic(tmp_path)
-    calls = fit_calls(monkeypatch)
-    n = len(rows)
-    assert main(["calibrate", str(path), "--topology", TOPOLOGY, "--folds", str(n + 1)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "field 'folds'" in err[0] and f"has {n}" in err[0], err
-    assert calls == []
+    three = write_csv(tmp_path / "three.csv", list(csv.DictReader(path.read_text().splitlines()))[:3])
+    monkeypatch.setenv("COLUMNS", "70")
+    assert main(["calibrate", str(three), "--topology", TOPOLOGY, "--folds", "5"]) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith("row ") or " line " in line]
+    assert len(table) == 4 and len({line.split("(")[0] for line in table[1:]}) == 3  # each row named once, whole
+    assert all(f"three.csv line {i})" in table[i - 1] for i in (2, 3, 4))
+    prose = [line for line in out.splitlines() if line not in table and " " in line.strip()]  # a long path: a word
+    assert all(len(line) <= 70 for line in prose), out  # prose wraps at COLUMNS
+    assert "5 folds asked, 3 rows: leave-one-out (3 folds)" in out and "leave-one-out CV" in out
+    assert C.choose_folds(3, None) == (3, "") and C.choose_folds(9, None) == (9, "")
+    assert C.choose_folds(10, None) == (5, "") and C.choose_folds(40, 4) == (4, "")
+    assert C.choose_folds(1, None)[0] == 0 and C.choose_folds(30, 0) == (0, "")
 
 
-def test_one_row_is_refused_before_the_fit_and_forced_it_is_written_marked(tmp_path, capsys, monkeypatch):
+def test_one_row_fits_what_it_determines_holds_the_rest_and_says_so(tmp_path, capsys):
     path, _ = synthetic(tmp_path)
     one = write_csv(tmp_path / "one.csv", list(csv.DictReader(path.read_text().splitlines()))[:1])
     out = tmp_path / "cal.yaml"
-    calls = fit_calls(monkeypatch)
-    assert main(["calibrate", str(one), "--topology", TOPOLOGY, "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "1 row(s) for 4 parameter(s)" in err[0] and "--force" in err[0], err
-    assert calls == [] and not out.exists()
-
-    argv = ["calibrate", str(one), "--topology", TOPOLOGY, "--out", str(out), "--folds", "0", "--force"]
-    assert main(argv) == 0
+    assert main(["calibrate", str(one), "--topology", TOPOLOGY, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "FORCED (--force)" in printed and "± inf" in printed
+    assert "± inf" not in printed and "FORCED" not in printed
+    assert "WARNING: 4 parameters for 1 informative row(s)" in printed
+    assert "cross-validation: none, one row" in printed
     cal = read_calibration(out)
-    assert "the fit needs more such rows than parameters" in cal.warning and "forced: true" in out.read_text()
-    assert main(["predict", "--topology", TOPOLOGY, "--nodes", "1", "--precision", "bf16", "--workload", "gpt2-xl",
-                 "--calibration", str(out)]) == 0  # fmt: skip
-    assert f"{out}: written with --force" in capsys.readouterr().err
+    assert not cal.warning and list(cal.parameters) == ["matmul_efficiency.bf16"]  # one row: one direction
+    assert set(cal.fit["held"]) == {"attention_efficiency", "rank_time_cv", "kernel_floor_us"}
+    assert all("held at its default" in why for why in cal.fit["held"].values())
+    assert len(cal.fit["covariance_log"]) == 1 and cal.fit["covariance_log"][0][0] > 0
+    assert "held at its default" in printed and "determined: the scaled Jacobian's singular values" in printed
+
+
+def test_the_rank_test_holds_the_weakest_direction_and_keeps_the_rest():
+    jac = np.array([[10.0, 0.0, 0.01], [0.0, 8.0, 0.01], [10.0, 8.0, 0.02]])
+    kept, held, s = P.select(jac, ("a", "b", "c"))
+    assert kept == ("a", "b") and list(held) == ["c"] and s.min() >= 1 / P.PRIOR_SIGMA
+    collinear = np.array([[5.0, 5.0], [10.0, 10.0]])  # two parameters the rows see only as a product
+    kept, held, _ = P.select(collinear, ("x", "y"))
+    assert len(kept) == 1 and len(held) == 1
+    assert P.select(np.zeros((2, 2)), ("x", "y"))[0] == ()
+
+
+def test_the_prior_shrinks_toward_the_default_and_the_errors_are_finite(tmp_path):
+    _, rows = synthetic(tmp_path)
+    inst = load_instance(TOPOLOGY)
+    names = ("matmul_efficiency.bf16",)
+    f = P.map_fit(inst, rows[:1], names)
+    free = F.fit(inst, rows[:1], names)  # without the prior: through the row
+    default, true = 0.8686, TRUE["matmul_efficiency.bf16"]
+    assert abs(free.values[names[0]] - default) > abs(f.values[names[0]] - default) > 0  # shrunk, not held
+    assert true < f.values[names[0]] < default
+    assert np.isfinite(f.stderr[names[0]]) and 0 < f.stderr[names[0]] < default * P.PRIOR_SIGMA
+
+
+def test_a_calibrated_prediction_carries_its_band(tmp_path, capsys):
+    path, _ = synthetic(tmp_path)
+    three = write_csv(tmp_path / "three.csv", list(csv.DictReader(path.read_text().splitlines()))[:3])
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(three), "--topology", TOPOLOGY, "--out", str(out), "--folds", "0"]) == 0
+    argv = ["predict", "--topology", TOPOLOGY, "--nodes", "1", "--precision", "bf16", "--workload", "gpt2-xl"]
+    capsys.readouterr()
+    assert main([*argv, "--calibration", str(out), "--json"]) == 0
+    band = json.loads(capsys.readouterr().out)["calibration_band"]
+    assert 0 < band["band_pct"] < 25 and band["sensitivity"]["matmul_efficiency.bf16"] > 0.3
+    assert main([*argv, "--calibration", str(out)]) == 0
+    assert f"% step time (one sigma of the fitted parameters, {out})" in capsys.readouterr().out
+    old = read_calibration(out)
+    write_calibration(out, replace(old, fit={}))  # a file written before the covariance
+    assert main([*argv, "--calibration", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["calibration_band"]["band_pct"] is None
+
+
+def test_the_help_gives_the_input_columns_and_wraps_at_whole_names():
+    env = {**os.environ, "COLUMNS": "70"}
+    text = subprocess.run(
+        [sys.executable, "-m", "shardsim", "calibrate", "--help"], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert "tokens_per_s_per_gpu" in text and "step_time_s" in text and "docs/examples/calibration-3-rows.csv" in text
+    assert max(len(line) for line in text.splitlines()) <= 70
+    words = set(re.findall(r"[a-z_]+(?:\.[A-Za-z0-9]+)?", text))
+    for name in ("matmul_efficiency", "attention_efficiency", "kernel_floor_us", "nic_size_factor.16MiB"):
+        assert name in words, name  # whole on one line, never cut
 
 
 def test_rows_in_other_units_end_at_the_bounds_and_are_refused(tmp_path, capsys):

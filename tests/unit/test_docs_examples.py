@@ -92,7 +92,7 @@ def examples(pages: list[Path] = DOCS) -> list[Example]:
 def user_folder(tmp: Path) -> Path:
     """A folder of the user's: the checkout's paths the examples name, and the files the docs'
     python blocks give (a block whose first line is ``# NAME.py``)."""
-    for name in ("experiments", "shardsim"):
+    for name in ("docs", "experiments", "shardsim"):
         (tmp / name).symlink_to(ROOT / name)
     for page in DOCS:
         for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):

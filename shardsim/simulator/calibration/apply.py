@@ -9,6 +9,7 @@ device, what they were fitted to and how well; read back and applied over a topo
       ...
     fitted_to: {measured: ..., rows: 78, sha256: ..., nccl_tests: [{file: ..., rows: 32, sha256: ...}]}
     errors: {before: {...}, after: {...}, cross_validated: {...}}
+    fit: {prior: {...}, fitted: {...}, held: {...}, covariance_log: [[...]]}  # `calibrate.fit_section`
     forced: true                           # only when written with --force: the rows do not
     warning: ...                           # determine the fit (why); predict warns on loading it
 """
@@ -52,22 +53,27 @@ class Calibration:
     fitted_to: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, Any] = field(default_factory=dict)
     warning: str = ""  # why the fit is not to be trusted, when it was written anyway (--force)
+    fit: dict[str, Any] = field(default_factory=dict)  # prior, fitted / held, covariance (absent in older files)
 
     @property
     def values(self) -> dict[str, float]:
         return {k: p.value for k, p in self.parameters.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "topology": self.topology,
-            "parameters": {
-                k: {"value": p.value, "default": p.default, "low": p.low, "high": p.high}
-                for k, p in self.parameters.items()
-            },
-            "fitted_to": self.fitted_to,
-            "errors": self.errors,
-        } | ({"forced": True, "warning": self.warning} if self.warning else {})
+        return (
+            {
+                "device": self.device,
+                "topology": self.topology,
+                "parameters": {
+                    k: {"value": p.value, "default": p.default, "low": p.low, "high": p.high}
+                    for k, p in self.parameters.items()
+                },
+                "fitted_to": self.fitted_to,
+                "errors": self.errors,
+            }
+            | ({"fit": self.fit} if self.fit else {})
+            | ({"forced": True, "warning": self.warning} if self.warning else {})
+        )
 
 
 def write_calibration(path: str | Path, cal: Calibration) -> None:
@@ -91,6 +97,7 @@ class CalibrationDoc(ClosedDocument):
     parameters: dict[str, _FittedDoc]
     fitted_to: dict[str, Any] | None = None
     errors: dict[str, Any] | None = None
+    fit: dict[str, Any] | None = None
     forced: bool = False
     warning: str | None = None
 
@@ -114,7 +121,18 @@ def read_calibration(path: str | Path) -> Calibration:
             )
         out[name] = Fitted(p.value, p.value if p.default is None else p.default, p.low, p.high)
     warning = (doc.warning or "written with --force") if doc.forced else ""
-    return Calibration(doc.device, doc.topology, out, dict(doc.fitted_to or {}), dict(doc.errors or {}), warning)
+    fit = dict(doc.fit or {})
+    cov = fit.get("covariance_log")
+    fitted = fit.get("fitted") or {}
+    if cov is not None and (
+        not isinstance(cov, list)
+        or len(cov) != len(fitted)
+        or not all(isinstance(r, list) and len(r) == len(fitted) for r in cov)
+        or set(fitted) != set(out)
+    ):
+        why = f"expected a {len(fitted)} × {len(fitted)} matrix over the fitted parameters {', '.join(out)}"
+        raise ConfigError(why, where=where, field="fit.covariance_log")
+    return Calibration(doc.device, doc.topology, out, dict(doc.fitted_to or {}), dict(doc.errors or {}), warning, fit)
 
 
 @functools.lru_cache(maxsize=16)

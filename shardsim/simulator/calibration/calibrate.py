@@ -1,10 +1,12 @@
 """A calibration end to end: measured runs and measured collectives (nccl-tests files, each size
-a row) read, the named parameters fitted to them, the fit
-checked (before / after errors, k-fold cross-validation) and the calibration file's content
-(`Calibration`), as `shardsim calibrate` and `shardsim.calibrate` both make it.
+a row) read, the parameters the rows determine fitted to them with a prior toward the defaults
+(`prior`), the fit checked (before / after errors, cross-validation with folds chosen from the row
+count: `choose_folds`) and the calibration file's content (`Calibration`), as `shardsim calibrate`
+and `shardsim.calibrate` both make it.
 
-A fit the rows do not determine, or one that ends at a bound and still misses them by far, is
-refused (ConfigError) unless `force`; forced, its `warning` says why it is not to be trusted.
+Parameters the rows do not determine are held at their defaults (each with why); rows that
+determine none are refused (ConfigError). A fit that ends at a bound and still misses the rows by
+far is refused unless `force`; forced, its `warning` says why it is not to be trusted.
 Messages name the command's flags (``--force``, ``--params``, ``--nodes``): the keyword arguments
 of `calibrate` have the same names (``--nccl-tests`` is `nccl_tests`).
 """
@@ -25,11 +27,14 @@ if TYPE_CHECKING:
 
     from shardsim.simulator.calibration.apply import Calibration
     from shardsim.simulator.calibration.collectives import CollectiveRow
-    from shardsim.simulator.calibration.fit import Fit, Row
+    from shardsim.simulator.calibration.fit import Row
     from shardsim.simulator.calibration.measurements import Measurement
+    from shardsim.simulator.calibration.prior import MapFit
     from shardsim.simulator.hardware.topology import InstanceType
 
-DEFAULT_FOLDS = 5
+DEFAULT_FOLDS = None  # chosen from the row count (`choose_folds`)
+LEAVE_ONE_OUT_BELOW = 10  # fewer rows than this: leave-one-out cross-validation by default
+FOLDS_AT_OR_ABOVE = 5  # else this many folds
 FORCE = " (--force writes it anyway, marked forced)"
 
 
@@ -47,8 +52,9 @@ class CalibrationResult:
 
     instance: the topology the rows were predicted on; rows: the measured runs, then each
     nccl-tests file's sizes (`CollectiveRow`), in file order; names: the parameters fitted;
-    notes: one line per requested parameter left out (nothing depends on it); fit: values,
-    defaults, bounds, standard errors; before / after / cv: predicted over measured throughput
+    notes: one line per requested parameter left out (nothing depends on it, or held at its
+    default: the rows do not determine it) and on the folds; fit: values, defaults, bounds,
+    standard errors, posterior covariance (`prior.MapFit`); before / after / cv: predicted over measured throughput
     (a collective's: measured over predicted time) of each row with the topology's figures, with
     the fitted ones, and from a fit to the other folds (None without cross-validation); errors:
     `errors()` of each (keys before, after, cross_validated, the last with its folds); warning:
@@ -59,18 +65,66 @@ class CalibrationResult:
     rows: list[Row]
     names: tuple[str, ...]
     notes: list[str]
-    fit: Fit
+    fit: MapFit
     before: np.ndarray
     after: np.ndarray
     cv: np.ndarray | None
     errors: dict[str, dict[str, Any]]
     warning: str
     calibration: Calibration
+    warnings: list[str]  # what the user should know of a fit that is written (more parameters than rows)
 
     @property
     def values(self) -> dict[str, float]:
         """The fitted value of each parameter."""
         return dict(self.fit.values)
+
+
+def choose_folds(rows: int, requested: int | None) -> tuple[int, str]:
+    """The folds of the cross-validation, and a note when they are not the ones requested:
+    leave-one-out below `LEAVE_ONE_OUT_BELOW` rows, else `FOLDS_AT_OR_ABOVE`, when none is requested;
+    a request for more folds than rows is clamped to leave-one-out; one row: none."""
+    if requested == 0:
+        return 0, ""
+    if rows < 2:
+        return 0, "cross-validation: none, one row (nothing to hold out)"
+    if requested is None:
+        return (rows if rows < LEAVE_ONE_OUT_BELOW else FOLDS_AT_OR_ABOVE), ""
+    if requested > rows:
+        return rows, f"cross-validation: {requested} folds asked, {rows} rows: leave-one-out ({rows} folds)"
+    return requested, ""
+
+
+def untrusted(f: MapFit, mae_pct: float) -> str | None:
+    """Why the fit `f`, missing the rows by `mae_pct` on average after it, is not one to write: a
+    parameter at a bound while the rows are missed by more than `MAX_MAE_AT_BOUND_PCT`; None when it is."""
+    from shardsim.simulator.calibration.parameters import MAX_MAE_AT_BOUND_PCT
+
+    bound = [n for n in f.values if f.at_bound(n)]
+    if bound and mae_pct > MAX_MAE_AT_BOUND_PCT:
+        return (
+            f"{', '.join(bound)} ended at a bound and the fit still misses the rows by {mae_pct:,.0f} % on average "
+            f"(more than {MAX_MAE_AT_BOUND_PCT:g} %): the rows ask for what the model cannot give; check the "
+            "measurements' units and that they ran on this topology's device"
+        )
+    return None
+
+
+def fit_section(f: MapFit, warnings: list[str]) -> dict[str, Any]:
+    """What a calibration file says of the fit: the prior, which parameters were fitted (the scaled
+    Jacobian's singular values over them, each one's column norm) and which held (why), and the
+    posterior covariance of the fitted log-parameters (u = log(value + shift)) that a
+    prediction's band comes from."""
+    from shardsim.simulator.calibration.prior import PRIOR_SIGMA, ROW_ERROR
+
+    return {
+        "prior": {"sigma_log": PRIOR_SIGMA, "row_error_log": ROW_ERROR},
+        "singular_values": [round(v, 4) for v in f.singular],  # of the scaled Jacobian over the fitted set
+        "fitted": {n: {"column_norm": round(f.column[n], 4), "shift": f.shifts[n]} for n in f.names},
+        "held": dict(f.held),
+        "row_error_log": round(f.row_error, 6),
+        "covariance_log": [[float(x) for x in row] for row in f.covariance.tolist()],
+    } | ({"warnings": list(warnings)} if warnings else {})
 
 
 def default_params(runs: bool, collectives: bool) -> tuple[str, ...]:
@@ -122,7 +176,7 @@ def calibrate(
     topology: str,
     *,
     params: tuple[str, ...] | None = None,
-    folds: int = DEFAULT_FOLDS,
+    folds: int | None = DEFAULT_FOLDS,
     force: bool = False,
     nccl_tests: tuple[str | Path, ...] = (),
     nodes: int | None = None,
@@ -130,18 +184,18 @@ def calibrate(
     """Fit `params` (default: `default_params`) to the measurements of `measured` (a CSV,
     runs.csv, a run JSON file or a folder of them, or a pandas DataFrame with a CSV's columns)
     and of the nccl-tests files `nccl_tests` (each size a row; `nodes` for a file that names no
-    ranks) on `topology` (a name or YAML path), with `folds`-fold cross-validation (0: none).
-    Refused before the fit: neither kind of measurement, folds 1 or more folds than rows,
-    nothing to fit, no more rows than parameters (unless `force`); after it: an untrusted fit
-    (unless `force`)."""
+    ranks) on `topology` (a name or YAML path), with `folds`-fold cross-validation (0: none;
+    None: `choose_folds`). Refused before the fit: neither kind of measurement, folds 1, nothing
+    to fit, rows that determine none of the parameters; after it: an untrusted fit (unless `force`)."""
     from shardsim.simulator.calibration import fit as F
+    from shardsim.simulator.calibration import prior as P
     from shardsim.simulator.calibration.apply import Calibration, Fitted
     from shardsim.simulator.calibration.measurements import read_frame, read_measurements
     from shardsim.simulator.hardware.topology import load_instance
 
     if measured is None and not nccl_tests:
         raise ConfigError("nothing to fit to: give measured runs (MEASURED) or --nccl-tests FILE", field="measured")
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0 or folds == 1:
+    if folds is not None and (isinstance(folds, bool) or not isinstance(folds, int) or folds < 0 or folds == 1):
         raise ConfigError(f"expected 0 (none) or >= 2 folds, got {folds!r}", field="folds")
     inst = load_instance(topology)
     is_path = isinstance(measured, str | Path)
@@ -158,24 +212,29 @@ def calibrate(
         notes.append(NIC_EFFICIENCY_NOTE)
     if not names:
         raise ConfigError("nothing to fit: " + "; ".join(notes), field="params")
-    if len(rows) <= len(names) and not force:  # refused before the fit: it cannot be determined
-        why = f"{len(rows)} row(s) for {len(names)} parameter(s) ({', '.join(names)}): the fit needs more rows"
-        raise ConfigError(f"{why} than parameters; measure more configurations or fit fewer (--params){FORCE}")
-    if folds > len(rows):
-        sources = ([str(measured) if is_path else "the table"] if runs else []) + [str(p) for p in nccl_tests]
-        has = f"{' and '.join(sources)} {'has' if len(sources) == 1 else 'have'} {len(rows)}"
-        why = f"{folds} folds need at least {folds} rows; {has} (0: no cross-validation)"
-        raise ConfigError(why, field="folds")
+    k, fold_note = choose_folds(len(rows), folds)
+    if fold_note:
+        notes.append(fold_note)
+    ident = P.identify(inst, rows, names)
+    warnings: list[str] = []
+    if len(names) > ident.informative:
+        warnings.append(
+            f"{len(names)} parameters for {ident.informative} informative row(s) (rows whose prediction depends on "
+            "one): only the directions the rows determine are fitted, the rest held at their defaults"
+        )
+    if not ident.fitted:
+        why = f"the rows determine none of {', '.join(names)}: " + "; ".join(f"{n}: {w}" for n, w in ident.held.items())
+        raise ConfigError(why + "; measure configurations that depend on them", field="params")
     before = F.ratios(inst, rows, {})
-    f = F.fit(inst, rows, names)
+    f = P.map_fit(inst, rows, names, ident)
     after = F.ratios(inst, rows, f.values)
     errs: dict[str, dict[str, Any]] = {"before": errors(before), "after": errors(after)}
-    warning = F.untrusted(f, errs["after"]["mae_pct"])
+    warning = untrusted(f, errs["after"]["mae_pct"])
     if warning and not force:
         raise ConfigError(warning + FORCE)
-    cv = F.cross_validated(inst, rows, names, folds) if folds else None
+    cv = P.cross_validated(inst, rows, names, k) if k else None
     if cv is not None:
-        errs["cross_validated"] = errors(cv) | {"folds": folds}
+        errs["cross_validated"] = errors(cv) | {"folds": k}
     fitted_to: dict[str, Any] = {"rows": len(rows)}
     if runs:
         digest = hashlib.sha256(Path(measured).read_bytes()).hexdigest() if is_path and Path(measured).is_file() else ""
@@ -185,9 +244,12 @@ def calibrate(
     cal = Calibration(
         device=inst.device.model,
         topology=topology,
-        parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in names},
+        parameters={n: Fitted(f.values[n], f.defaults[n], *f.bounds[n]) for n in f.names},
         fitted_to=fitted_to,
         errors=errs,
         warning=warning or "",
+        fit=fit_section(f, warnings),
     )
-    return CalibrationResult(inst, rows, names, notes, f, before, after, cv, errs, warning or "", cal)
+    names = f.names
+    notes += [f"{n}: {why}" for n, why in f.held.items()]
+    return CalibrationResult(inst, rows, names, notes, f, before, after, cv, errs, warning or "", cal, warnings)
