@@ -17,7 +17,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.execute import estimated_seconds, predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.recommendation import Recommendation, recommend
-from shardsim.simulator.sweep.rows import columns
+from shardsim.simulator.sweep.rows import columns, with_pruned
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
@@ -48,8 +48,8 @@ class SweepResult:
     pruned: dict[str, int] = field(default_factory=dict)
 
     def pruned_line(self) -> str | None:
-        """One line: how many were simulated and how many pruned by which rule (None: exhaustive)."""
-        if not self.pruned:
+        """One line: how many were simulated and how many pruned by which rule (None when no bound pruned any)."""
+        if not self.pruned.get("compute bound"):
             return None
         n = len(self.table)
         cut = ", ".join(f"{k} {v}" for k, v in self.pruned.items())
@@ -111,8 +111,7 @@ def sweep(
 
         rows, by_rule = pruned_rows(en.candidates, w, simulate, keep=keep, plots=plots, progress=progress)
         counts = dict(by_rule)
-        at = cols.index("fit_reason") + 1
-        cols = (*cols[:at], "pruned", *cols[at:])
+        cols = with_pruned(cols)
     else:
         rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
     pd = _import_pandas()
