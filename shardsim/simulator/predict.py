@@ -13,7 +13,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.engine import Span, simulate
+from shardsim.simulator.engine import Span, chain_bound, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
 from shardsim.simulator.memory import MemoryBreakdown, rank_memory
@@ -117,16 +117,27 @@ def predict(
         return _summarize(cfg, res, w, cluster, cm, memory, None, [])
     ranks_w = s.ranks_workload
     plan = build_plan(cfg, res, ranks_w, cm)
-    g = links_for(cluster)
+    spans = simulate(plan, links_for(cluster), algo, cfg.backend, **_engine_options(s))
+    return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
+
+
+def _engine_options(s: Prepared) -> dict:
+    """`simulate`'s keyword arguments for `s`."""
+    cluster, profile = s.cluster, s.profile
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
     shared = cluster.instance.host.cores if cluster.instance.emulated else None
     comm_cpu = None
     if shared is not None and profile:
         shared = profile.cores_for(cluster.world, shared)
         comm_cpu = profile.comm_cpu(cluster)
-    mics = cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
-    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu, mics=mics)
-    return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
+    mics = s.cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
+    return {"shared_cores": shared, "comm_cpu": comm_cpu, "mics": mics}
+
+
+def chain_bound_s(s: Prepared, algo: str = "auto") -> float:
+    """A lower bound on `s`'s simulated step: its plan built, not simulated (`engine.chain_bound`)."""
+    plan = build_plan(s.cfg, s.res, s.ranks_workload, s.compute)
+    return chain_bound(plan, links_for(s.cluster), algo, s.cfg.backend, **_engine_options(s))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from shardsim.config import RunConfig
-from shardsim.simulator.predict import predict, prepare
+from shardsim.simulator.predict import chain_bound_s, predict, prepare
 from shardsim.simulator.sweep.bounds import compute_bound_s
 from shardsim.simulator.sweep.plots import representative_rows
 from shardsim.simulator.sweep.prune import PRUNED_COMPUTE
@@ -33,7 +33,7 @@ SPACES = {
 
 
 @pytest.mark.parametrize("name", SPACES)
-def test_the_compute_bound_is_below_every_simulated_step(name) -> None:
+def test_the_compute_and_chain_bounds_are_below_every_simulated_step(name) -> None:
     base, space = SPACES[name]
     w = load_workload(base.workload, base.shape, base.source)
     checked = 0
@@ -43,6 +43,7 @@ def test_the_compute_bound_is_below_every_simulated_step(name) -> None:
             continue
         step = predict(c.cfg, workload=w, cluster=c.cluster).step_time_s
         assert 0 < compute_bound_s(s) <= step, c.label
+        assert 0 < chain_bound_s(s) <= step * (1 + 1e-12), c.label
         checked += 1
     assert checked >= 5
 
@@ -92,4 +93,5 @@ def test_the_seed_sweep_prunes_and_answers_the_same() -> None:
     assert cut.recommendation == exact.recommendation
     assert cut.pruned[PRUNED_COMPUTE] > 0
     assert "compute bound" in (cut.pruned_line() or "")
+    assert set(cut.table["pruned"]) <= {"", "memory", "compute bound", "chain bound"}
     assert not math.isnan(cut.table["samples_per_s"].iloc[0])

@@ -15,7 +15,11 @@ the scaling columns and tables need (`_scaling_demand`).
 A row pruned keeps its memory and fit, with NaN times; its `pruned` column names the rule:
 - `PRUNED_MEMORY` ("memory"): it does not fit (as an exhaustive sweep does too: not simulated);
 - `PRUNED_COMPUTE` ("compute bound"): global batch / compute bound (an upper bound on its
-  samples/s) is below the `K`-th best samples/s already simulated in every group it belongs to.
+  samples/s) is below the `K`-th best samples/s already simulated in every group it belongs to;
+- `PRUNED_CHAIN` ("chain bound"): the same with the dependency-chain bound
+  (`engine.chain_bound`: its plan built, every collective alone on the network, not simulated),
+  tried only where the compute bound did not prune and every group has its K best already
+  (it costs about half a prediction: the plan and the engine's set-up).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from shardsim.simulator.workload.model import Workload
 
 PRUNED_MEMORY = "memory"
 PRUNED_COMPUTE = "compute bound"
+PRUNED_CHAIN = "chain bound"
 SLACK = 1e-9  # relative: a bound within this of the K-th best is not pruned (float rounding of both)
 ROUND = 16  # candidates simulated per round (one `predict_all` call): the same whatever the workers, so are the rows
 SCALING_LINES = 8  # `plots.scaling_configs`'s limit: the pipelines a scaling table may show
@@ -59,6 +64,15 @@ def assess(c: Candidate, w: Workload) -> Assessed:
     return Assessed(row, s.res.global_batch / bound if bound > 0 else float("inf"))
 
 
+def chain_rate(c: Candidate, w: Workload, algo: str) -> float:
+    """global batch / the dependency-chain bound of `c` (`predict.chain_bound_s`): an upper bound on its samples/s."""
+    from shardsim.simulator.predict import chain_bound_s, prepare
+
+    s = prepare(c.cfg, workload=w, cluster=c.cluster)
+    bound = chain_bound_s(s, algo)
+    return s.res.global_batch / bound if bound > 0 else float("inf")
+
+
 def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tuple[tuple, int]] | None:
     """The ranking groups `c` belongs to, each with how many of its leading rows must be exact;
     None when `c` is never pruned."""
@@ -84,6 +98,7 @@ def pruned_rows(
     w: Workload,
     simulate: Callable[[Sequence[Candidate]], list[dict[str, Any]]],
     *,
+    algo: str = "auto",
     keep: int = 2,
     plots: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
@@ -101,15 +116,26 @@ def pruned_rows(
     groups = [_groups(c, keep, plots, multi_world) for c in candidates]
     best: dict[tuple, list[float]] = {}  # group → min-heap of its K best simulated samples/s
 
-    def prunable(k: int) -> bool:
-        gs, ub = groups[k], assessed[k].rate_bound
-        if gs is None or ub is None:
-            return False
-        for g, K in gs:
+    def below(k: int, ub: float) -> bool | None:
+        """Is `ub` below the K-th best of every group of candidate k (None: a group lacks its K)?"""
+        out = True
+        for g, K in groups[k] or ():
             h = best.get(g, [])
-            if len(h) < K or ub * (1 + SLACK) >= h[0]:
-                return False
-        return True
+            if len(h) < K:
+                return None
+            out = out and ub * (1 + SLACK) < h[0]
+        return out
+
+    def prunable(k: int) -> str | None:
+        """The rule that prunes candidate k now, or None."""
+        if groups[k] is None or assessed[k].rate_bound is None:
+            return None
+        first = below(k, assessed[k].rate_bound)
+        if first:
+            return PRUNED_COMPUTE
+        if first is None:
+            return None
+        return PRUNED_CHAIN if below(k, chain_rate(candidates[k], w, algo)) else None
 
     def run(batch: list[int]) -> None:
         for k, r in zip(batch, simulate([candidates[k] for k in batch]), strict=True):
@@ -133,9 +159,10 @@ def pruned_rows(
         while at < len(order) and len(batch) < size:
             k = order[at]
             at += 1
-            if prunable(k):
-                rows[k] = rows[k] | {"pruned": PRUNED_COMPUTE}
-                pruned[PRUNED_COMPUTE] += 1
+            rule = prunable(k)
+            if rule:
+                rows[k] = rows[k] | {"pruned": rule}
+                pruned[rule] += 1
             else:
                 batch.append(k)
         if batch:
@@ -145,7 +172,7 @@ def pruned_rows(
             progress(done, n, done / n)
     if multi_world:
         while more := _scaling_demand(rows):
-            pruned[PRUNED_COMPUTE] -= len(more)
+            pruned.subtract(rows[k]["pruned"] for k in more)
             run(more)
     return rows, pruned
 
@@ -162,10 +189,10 @@ def _scaling_demand(rows: list[dict[str, Any]]) -> list[int]:
     df = pd.DataFrame(rows)
     df["_k"] = range(len(df))
     need: set[int] = set()
-    cut = df["pruned"] == PRUNED_COMPUTE
+    cut = df["pruned"].isin((PRUNED_COMPUTE, PRUNED_CHAIN))
     for _, g in df.groupby(["topology", "label"], sort=False):
         base = g.loc[g["world"].idxmin()]
-        if base["pruned"] == PRUNED_COMPUTE and (g["pruned"] == "").any():
+        if base["pruned"] in (PRUNED_COMPUTE, PRUNED_CHAIN) and (g["pruned"] == "").any():
             need.add(int(base["_k"]))
     for _, g in df.groupby("topology", sort=False):
         if g["world"].nunique() > 1:

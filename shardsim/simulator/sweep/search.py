@@ -49,7 +49,7 @@ class SweepResult:
 
     def pruned_line(self) -> str | None:
         """One line: how many were simulated and how many pruned by which rule (None when no bound pruned any)."""
-        if not self.pruned.get("compute bound"):
+        if not any(v for k, v in self.pruned.items() if k != "memory"):
             return None
         n = len(self.table)
         cut = ", ".join(f"{k} {v}" for k, v in self.pruned.items())
@@ -109,7 +109,7 @@ def sweep(
         def simulate(batch):
             return predict_all(batch, w, algo=algo, workers=workers)
 
-        rows, by_rule = pruned_rows(en.candidates, w, simulate, keep=keep, plots=plots, progress=progress)
+        rows, by_rule = pruned_rows(en.candidates, w, simulate, algo=algo, keep=keep, plots=plots, progress=progress)
         counts = dict(by_rule)
         cols = with_pruned(cols)
     else:
