@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -45,11 +46,18 @@ CASES = {
 }
 
 
-def run(args: list[str]) -> tuple[float, dict]:
-    t = time.perf_counter()
+def cpu_children() -> float:
+    """CPU seconds (user + system) of this process's finished children and theirs."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(args: list[str]) -> tuple[float, float, dict]:
+    """(wall s, CPU s, the --json document) of a fresh `shardsim sweep` process."""
+    t, c = time.perf_counter(), cpu_children()
     out = subprocess.run([sys.executable, "-m", "shardsim.cli", "sweep", "--json", "--top", "25", *args],
                          check=True, capture_output=True, text=True).stdout  # fmt: skip
-    return time.perf_counter() - t, json.loads(out)
+    return time.perf_counter() - t, cpu_children() - c, json.loads(out)
 
 
 ACCUM = (1, 2, 4, 8, 16, 32, 64)
@@ -66,7 +74,7 @@ def study(nodes: str, prune: bool) -> None:
                      checkpointing="full", optimizer_impl="fused")  # fmt: skip
     space = SweepSpace(nodes=tuple(map(int, nodes.split(","))), global_batch=256, schedules=("1f1b",),
                        checkpointing=("none", "full", "selective"))  # fmt: skip
-    n, unfit, cut, best = 0, 0, 0, None
+    n, unfit, cut, chain, best = 0, 0, 0, 0, None
     for ga in ACCUM:
         try:
             r = sweep(base.replace(grad_accum=ga), space, workers=2, prune=prune, keep=2)
@@ -75,16 +83,18 @@ def study(nodes: str, prune: bool) -> None:
         n += len(r.table)
         unfit += int((~r.table["fits"]).sum())
         cut += r.pruned.get("compute bound", 0)
+        chain += r.pruned.get("chain bound", 0)
         b = r.recommendation.best
         if b is not None and (best is None or b["samples_per_s"] > best[1]):
             best = (f"{b['label']} ga {ga} on {b['nodes']} nodes", b["samples_per_s"])
-    print(json.dumps({"n": n, "memory": unfit, "compute bound": cut, "best": best}))
+    print(json.dumps({"n": n, "memory": unfit, "compute bound": cut, "chain bound": chain, "best": best}))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("case", choices=[*CASES, "llama70b-study"])
     p.add_argument("--inner", choices=["pruned", "exhaustive"], help=argparse.SUPPRESS)
+    p.add_argument("--modes", default="pruned,exhaustive", help="llama70b-study: which searches (in this order)")
     p.add_argument("--nodes", default=None, help="clusters (llama70b: e.g. 4,8,16,32,64,128)")
     ns = p.parse_args()
     if ns.case == "llama70b-study":
@@ -92,26 +102,29 @@ def main() -> None:
         if ns.inner:
             return study(nodes, ns.inner == "pruned")
         print(f"{ns.case} nodes {nodes}: load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        for mode in ("pruned", "exhaustive"):
-            t = time.perf_counter()
+        for mode in ns.modes.split(","):
+            t, c = time.perf_counter(), cpu_children()
             cmd = [sys.executable, __file__, ns.case, "--nodes", nodes, "--inner", mode]
             doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-            wall = time.perf_counter() - t
-            sim = doc["n"] - doc["memory"] - doc["compute bound"]
-            print(f"| {mode} | {doc['n']} | {doc['memory']} / {doc['compute bound']} | {sim} | {wall:.1f} | "
-                  f"{wall / doc['n']:.3f} | best {doc['best']}", flush=True)  # fmt: skip
+            wall, cpu = time.perf_counter() - t, cpu_children() - c
+            sim = doc["n"] - doc["memory"] - doc["compute bound"] - doc["chain bound"]
+            print(f"| {mode} | {doc['n']} | {doc['memory']} / {doc['compute bound']} / {doc['chain bound']} | {sim} | "
+                  f"{wall:.1f} | {cpu:.1f} | {cpu / doc['n']:.3f} | best {doc['best']}", flush=True)  # fmt: skip
         return None
     args = CASES[ns.case] + (["--nodes", ns.nodes] if ns.nodes else [])
     print(f"{ns.case} {' '.join(args)}: load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print("| search | configurations | pruned (memory / compute bound) | simulated | s whole process | s per config |")
-    print("|---|---|---|---|---|---|")
+    print("| search | configurations | pruned: memory / compute bound / chain bound | simulated | s wall | s CPU | "
+          "CPU s per config |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for name, extra in (("exhaustive", ["--exhaustive"]), ("pruned", [])):
-        wall, doc = run(args + extra)
+        wall, cpu, doc = run(args + extra)
         n = len(doc["rows"])
         pr = doc.get("pruned", {})
         mem = pr.get("memory", sum(1 for r in doc["rows"] if not r["fits"]))
-        cut = pr.get("compute bound", 0)
-        print(f"| {name} | {n} | {mem} / {cut} | {n - mem - cut} | {wall:.1f} | {wall / n:.3f} |", flush=True)
+        cut, chain = pr.get("compute bound", 0), pr.get("chain bound", 0)
+        sim = n - mem - cut - chain
+        row = f"| {name} | {n} | {mem} / {cut} / {chain} | {sim} | {wall:.1f} | {cpu:.1f} | {cpu / n:.3f} |"
+        print(row, flush=True)
 
 
 if __name__ == "__main__":
