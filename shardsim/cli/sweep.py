@@ -165,8 +165,13 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             workers=_workers(ns.workers),
             progress=progress,
             confirm=_confirmation(ns.yes),
+            prune=ns.prune and ns.top > 0,  # --top 0 shows every row: each simulated
+            keep=max(ns.top, 2),
+            plots=bool(ns.out) and not ns.no_plots,
         )
     _report_dropped(result.dropped)
+    if (line := result.pruned_line()) and not ns.json:
+        print(line, file=sys.stderr)
     df, rec, skipped = result.table, result.recommendation, list(result.skipped)
     files: list[str] = []
     failed: WriteError | None = None
@@ -187,6 +192,7 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             "recommended": rec,
             "skipped": skipped,
             "dropped": result.dropped,
+            "pruned": result.pruned,
             "files": files,
         }
         print(json.dumps(record))
@@ -240,6 +246,12 @@ def register(sub) -> None:
         "of the sweep its manifest names; one sweep at a time (default: none, print only)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="a pruned search: its recommendation, leading --top rows and plotted rows are the exhaustive "
+        "search's, the rows pruned have no times (default: simulate every configuration that fits)",
+    )
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
     p.add_argument(
         "--top",

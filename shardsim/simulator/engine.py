@@ -90,6 +90,43 @@ def simulate(
     return run.spans  # type: ignore[return-value]
 
 
+def chain_bound(
+    p: Plan,
+    g: LinkGraph,
+    algo: str,
+    backend: str,
+    shared_cores: float | None = None,
+    comm_cpu: dict[str, float] | None = None,
+    mics: bool = False,
+) -> float:
+    """A lower bound on the step `simulate` gives (same arguments), without running it: the
+    longest chain of dependencies, each compute op at its duration and each collective's phases
+    one after another, each alone on the network (its latency, then its bytes at its route's
+    bottleneck rate: the phases, links and capacities `simulate` uses). Sound because nothing in
+    a run is faster: an op starts when its dependencies end; a compute op takes at least its
+    duration (NCCL's SM share and shared cores slow it); a transfer sharing a link gets at most
+    what it would alone."""
+    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
+    cap = run.net._cap
+    alone: dict[int, float] = {}  # per route: seconds per byte alone
+    finish = [0.0] * len(p.ops)
+    for op in p.ops:
+        start = max([finish[d] for d in op.deps], default=0.0)
+        if op.kind == "comm":
+            t = 0.0
+            for latency, route in run.steps[op.id] or ():
+                per_byte = alone.get(id(route))
+                if per_byte is None:
+                    per_byte = alone[id(route)] = max(
+                        [u / cap[link] for link, u in zip(route.links, route.unit, strict=True)], default=0.0
+                    )
+                t += latency + op.nbytes * per_byte
+        else:
+            t = op.duration
+        finish[op.id] = start + t
+    return max(finish, default=0.0)
+
+
 class _Run:
     """One simulation. Ops start from the callback of their last dependency's end (no simpy
     process per op): a compute op is one timeout, a collective its phases one after another on

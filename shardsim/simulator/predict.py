@@ -14,7 +14,7 @@ from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.economics import StepEconomics, economics, mfu_formula, model_flops_per_sample, sequence_length
-from shardsim.simulator.engine import Span, simulate
+from shardsim.simulator.engine import Span, chain_bound, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
 from shardsim.simulator.memory import (
@@ -131,6 +131,69 @@ def predict(
     `shardsim.predict` (`shardsim.api`) takes none of them: there the configuration says it all.
     `prune_unfit` (the sweep's): a step that does not fit in memory, which memory says before
     anything is planned, is not simulated; its times are NaN."""
+    s = prepare(cfg, workload=workload, cluster=cluster, profile=profile)
+    cfg, res, w, cluster, cm, memory, profile = s.cfg, s.res, s.workload, s.cluster, s.compute, s.memory, s.profile
+    if prune_unfit and not s.fits:
+        return _summarize(cfg, res, w, cluster, cm, memory, None, [])
+    ranks_w = s.ranks_workload
+    plan = build_plan(cfg, res, ranks_w, cm)
+    spans = simulate(plan, links_for(cluster), algo, cfg.backend, **_engine_options(s))
+    return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
+
+
+def _engine_options(s: Prepared) -> dict:
+    """`simulate`'s keyword arguments for `s`."""
+    cluster, profile = s.cluster, s.profile
+    # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
+    shared = cluster.instance.host.cores if cluster.instance.emulated else None
+    comm_cpu = None
+    if shared is not None and profile:
+        shared = profile.cores_for(cluster.world, shared)
+        comm_cpu = profile.comm_cpu(cluster)
+    mics = s.cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
+    return {"shared_cores": shared, "comm_cpu": comm_cpu, "mics": mics}
+
+
+def chain_bound_s(s: Prepared, algo: str = "auto") -> float:
+    """A lower bound on `s`'s simulated step: its plan built, not simulated (`engine.chain_bound`)."""
+    plan = build_plan(s.cfg, s.res, s.ranks_workload, s.compute)
+    return chain_bound(plan, links_for(s.cluster), algo, s.cfg.backend, **_engine_options(s))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a prediction knows before it plans or simulates anything: the resolved configuration,
+    the cluster (profiled, calibrated), the compute model, the model as one rank runs it, and
+    the worst rank's memory (`step_memory`)."""
+
+    cfg: RunConfig
+    res: Resolved
+    workload: Workload
+    ranks_workload: Workload
+    cluster: Cluster
+    compute: ComputeModel
+    memory: MemoryBreakdown
+    profile: Profile | None
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.required_gib <= self.cluster.instance.device.memory_gib
+
+    def unsimulated(self) -> StepPrediction:
+        """The prediction without a simulation: memory and fit, NaN times and rates."""
+        return _summarize(self.cfg, self.res, self.workload, self.cluster, self.compute, self.memory, None, [])
+
+
+def prepare(
+    cfg: RunConfig,
+    *,
+    workload: Workload | None = None,
+    cluster: Cluster | None = None,
+    profile: Profile | None = None,
+) -> Prepared:
+    """Everything `predict` sets up before it plans the step (arguments as `predict`'s): the checks
+    (one line each, ConfigError), the cluster as profiled and calibrated, the compute model and
+    the memory."""
     cluster = cluster or make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node)
     w = workload or load_workload(cfg.workload, cfg.shape, cfg.source)
     if cfg.mlm_fraction is not None:  # the masked-LM head on a fraction of the tokens
@@ -171,19 +234,7 @@ def predict(
     )
     ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction)
     memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
-    if prune_unfit and memory.required_gib > cluster.instance.device.memory_gib:
-        return _summarize(cfg, res, w, cluster, cm, memory, None, [])
-    plan = build_plan(cfg, res, ranks_w, cm)
-    g = links_for(cluster)
-    # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
-    shared = cluster.instance.host.cores if cluster.instance.emulated else None
-    comm_cpu = None
-    if shared is not None and profile:
-        shared = profile.cores_for(cluster.world, shared)
-        comm_cpu = profile.comm_cpu(cluster)
-    mics = cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
-    spans = simulate(plan, g, algo, cfg.backend, shared_cores=shared, comm_cpu=comm_cpu, mics=mics)
-    return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
+    return Prepared(cfg, res, w, ranks_w, cluster, cm, memory, profile)
 
 
 def rank_workload(w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: float | None = None) -> Workload:

@@ -206,7 +206,7 @@ def test_cli_table_and_files(tmp_path, capsys) -> None:
     ):
         assert (out / name).stat().st_size > 0, name
     csv, parquet = pd.read_csv(out / "sweep.csv"), pd.read_parquet(out / "sweep.parquet")
-    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(COLUMNS)
+    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(COLUMNS)  # every configuration simulated
     assert (out / "breakdown.png").read_bytes()[:4] == b"\x89PNG"
 
 

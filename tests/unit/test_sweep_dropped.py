@@ -46,6 +46,10 @@ def test_a_sweep_reports_what_it_dropped_on_stderr_and_in_json(capsys) -> None:
     assert captured.err == f"shardsim: dropped 18 configurations: {too_deep}\n"
     assert main(argv) == 0  # the table too
     assert capsys.readouterr().err == f"shardsim: dropped 18 configurations: {too_deep}\n"
+    assert main([*argv, "--prune"]) == 0  # and the pruned search's line, when a bound pruned
+    err = capsys.readouterr().err
+    assert err.startswith(f"shardsim: dropped 18 configurations: {too_deep}\n")
+    assert all(line.startswith("pruned search: ") for line in err.splitlines()[1:]), err
 
 
 def test_an_empty_space_says_why_in_one_line(capsys) -> None:

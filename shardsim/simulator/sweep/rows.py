@@ -61,6 +61,9 @@ COLUMNS = (
 # are not sharded, DDP's: fp32 unless a compression hook), Adam's implementation. (ZeRO-2 or not is the key's
 # strategy_reshard_after_forward.)
 SETTING_COLUMNS = tuple(s.name for s in RUN_SETTING_AXES if s.name not in COLUMNS)  # precision is always a column
+# Added after "fit_reason" by a pruned search (`sweep.prune`): "" where the row was simulated, else
+# the rule that pruned it ("memory", "compute bound").
+PRUNED_COLUMN = "pruned"
 # Added by `scaling()` when a sweep spans several cluster sizes.
 SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
 
@@ -72,6 +75,12 @@ def columns(spans_settings: bool) -> tuple[str, ...]:
         return COLUMNS
     at = COLUMNS.index("global_batch") + 1
     return COLUMNS[:at] + SETTING_COLUMNS + COLUMNS[at:]
+
+
+def with_pruned(cols: tuple[str, ...]) -> tuple[str, ...]:
+    """A pruned search's columns: `cols` with `PRUNED_COLUMN` after "fit_reason"."""
+    at = cols.index("fit_reason") + 1
+    return (*cols[:at], PRUNED_COLUMN, *cols[at:])
 
 
 def layout_of(world: int, tp: int, pp: int, shard: int) -> str:

@@ -17,7 +17,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.execute import estimated_seconds, predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.recommendation import Recommendation, recommend
-from shardsim.simulator.sweep.rows import columns
+from shardsim.simulator.sweep.rows import columns, with_pruned
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
@@ -35,13 +35,25 @@ class SweepResult:
     recommendation: `recommend(table)`;
     skipped: one line per cluster (or axis value) left out whole, with the reason;
     dropped: configurations of the clusters kept that the simulator cannot do, how many for
-      each reason, in the order first met.
+      each reason, in the order first met;
+    pruned: configurations not simulated, how many by each rule (`prune.PRUNED_MEMORY`: does
+      not fit; `prune.PRUNED_COMPUTE`: its compute bound says it cannot matter); empty when the
+      search was exhaustive (its unfit rows are not simulated either).
     """
 
     table: pd.DataFrame
     recommendation: Recommendation
     skipped: tuple[str, ...] = ()
     dropped: dict[str, int] = field(default_factory=dict)
+    pruned: dict[str, int] = field(default_factory=dict)
+
+    def pruned_line(self) -> str | None:
+        """One line: how many were simulated and how many pruned by which rule (None when no bound pruned any)."""
+        if not any(v for k, v in self.pruned.items() if k != "memory"):
+            return None
+        n = len(self.table)
+        cut = ", ".join(f"{k} {v}" for k, v in self.pruned.items())
+        return f"pruned search: {n - sum(self.pruned.values())} of {n} configurations simulated; pruned by {cut}"
 
 
 def sweep(
@@ -53,6 +65,9 @@ def sweep(
     workers: int | None = None,
     progress: Callable[[int, int, float], None] | None = None,
     confirm: Callable[[int, float], None] | None = None,
+    prune: bool = False,
+    keep: int = 2,
+    plots: bool = False,
 ) -> SweepResult:
     """Predict every valid configuration of `space` around `base` (default: the seed scenario),
     rank them and recommend one (`SweepResult`).
@@ -61,7 +76,13 @@ def sweep(
     `SETTING_COLUMNS` when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans
     several cluster sizes), ranked within each cluster. Raises ConfigError when the space is
     empty. `confirm(n, seconds)` is called with the number of configurations and the estimated
-    time before any is predicted (it raises to stop the sweep)."""
+    time before any is predicted (it raises to stop the sweep).
+
+    `prune`: the pruned search (`prune.pruned_rows`: memory, then the compute bound,
+    then simulation best-first): the recommendation, each cluster's `keep` leading rows and (with
+    `plots`) the rows the plots draw are those of the exhaustive search; the rows pruned keep
+    their memory, with NaN times and the rule in a `pruned` column. False: every fitting
+    configuration simulated, and no `pruned` column (the default)."""
     base = base or RunConfig()
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
@@ -80,9 +101,20 @@ def sweep(
         raise ConfigError(f"empty sweep space, no valid configuration in the requested space: {why}")
     if confirm is not None:
         confirm(len(en.candidates), estimated_seconds(en.candidates, workers))
-    rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
-    pd = _import_pandas()
     cols = columns(space.spans_settings)
+    counts: dict[str, int] = {}
+    if prune:
+        from shardsim.simulator.sweep.prune import pruned_rows
+
+        def simulate(batch):
+            return predict_all(batch, w, algo=algo, workers=workers)
+
+        rows, by_rule = pruned_rows(en.candidates, w, simulate, algo=algo, keep=keep, plots=plots, progress=progress)
+        counts = dict(by_rule)
+        cols = with_pruned(cols)
+    else:
+        rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
+    pd = _import_pandas()
     df = rank(pd.DataFrame(rows, columns=[c for c in cols if c != "rank"]))
     df = df[list(cols)]
     if df.groupby("topology")["world"].nunique().max() > 1:
@@ -93,7 +125,7 @@ def sweep(
 
         least = en.candidates[min(range(len(rows)), key=lambda k: rows[k]["memory_required_gib"])]
         rec["hint"] = fit_hint(least.cfg, least.cluster, w, space.global_batch)
-    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped))
+    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped), counts)
 
 
 def _import_pandas():

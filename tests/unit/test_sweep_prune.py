@@ -1,0 +1,97 @@
+"""The pruned search: its compute bound is below every simulated step, and its answer is the
+exhaustive search's (the recommendation, each cluster's leading rows, the plots' rows, the scaling
+columns)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from shardsim.config import RunConfig
+from shardsim.simulator.predict import chain_bound_s, predict, prepare
+from shardsim.simulator.sweep.bounds import compute_bound_s
+from shardsim.simulator.sweep.plots import representative_rows
+from shardsim.simulator.sweep.prune import PRUNED_COMPUTE
+from shardsim.simulator.sweep.search import sweep
+from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+from shardsim.simulator.workload.load import load_workload
+
+TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)  # 8 T4s
+SPACES = {
+    "tp": (TINY, SweepSpace()),
+    "pipelines, gpipe and 1f1b, checkpointing listed": (
+        RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", nodes=2, precision="bf16"),
+        SweepSpace(strategies=("zero2d", "pipeline"), checkpointing=("none", "full")),
+    ),
+    "several clusters, strong scaling": (
+        RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", precision="bf16"),
+        SweepSpace(nodes=(1, 2, 4), global_batch=64, schedules=("1f1b",)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SPACES)
+def test_the_compute_and_chain_bounds_are_below_every_simulated_step(name) -> None:
+    base, space = SPACES[name]
+    w = load_workload(base.workload, base.shape, base.source)
+    checked = 0
+    for c in enumerate_configs(base, space, w).candidates[::3]:
+        s = prepare(c.cfg, workload=w, cluster=c.cluster)
+        if not s.fits:
+            continue
+        step = predict(c.cfg, workload=w, cluster=c.cluster).step_time_s
+        assert 0 < compute_bound_s(s) <= step, c.label
+        assert 0 < chain_bound_s(s) <= step * (1 + 1e-12), c.label
+        checked += 1
+    assert checked >= 5
+
+
+def _compare(base: RunConfig, space: SweepSpace, keep: int) -> None:
+    exact = sweep(base, space, workers=1, prune=False)
+    cut = sweep(base, space, workers=1, prune=True, keep=keep, plots=True)
+    assert cut.recommendation == exact.recommendation
+    a, b = cut.table, exact.table
+    assert list(a.drop(columns="pruned").columns) == list(b.columns)
+    assert len(a) == len(b)
+    assert sum(cut.pruned.values()) == int((a["pruned"] != "").sum())
+    clusters = ["topology", "nodes"]
+    for (cl, ga), (cl_b, gb) in zip(a.groupby(clusters, sort=False), b.groupby(clusters, sort=False), strict=True):
+        assert cl == cl_b
+        head_a, head_b = ga.head(keep).drop(columns="pruned"), gb.head(keep)
+        pd.testing.assert_frame_equal(head_a.reset_index(drop=True), head_b.reset_index(drop=True))
+        rep_a, rep_b = representative_rows(ga), representative_rows(gb)
+        pd.testing.assert_frame_equal(
+            rep_a.drop(columns=["pruned", "rank"]).reset_index(drop=True),
+            rep_b.drop(columns="rank").reset_index(drop=True),
+        )
+    simulated = a["pruned"] == ""
+    # every row simulated has the exhaustive figures (its rank aside), and every row pruned by the
+    # bound would not have changed the answer: it fits, with NaN times
+    key = ["topology", "nodes", "label"]
+    merged = a.merge(b, on=key, suffixes=("", "_x"))
+    for col in ("step_time_s", "samples_per_s", "memory_required_gib", "scaling_efficiency"):
+        if col in a:
+            sim = merged[simulated.values]
+            assert (sim[col].fillna(-1) == sim[f"{col}_x"].fillna(-1)).all(), col
+    gone = a[a["pruned"] == PRUNED_COMPUTE]
+    assert gone["fits"].all() and gone["step_time_s"].isna().all()
+
+
+@pytest.mark.parametrize("name", SPACES)
+def test_the_pruned_search_answers_as_the_exhaustive_one(name) -> None:
+    base, space = SPACES[name]
+    _compare(base, space, keep=2)
+
+
+def test_the_seed_sweep_prunes_and_answers_the_same() -> None:
+    exact = sweep(RunConfig(), SweepSpace(strategies=("zero2d", "pipeline"), tp_degrees=(1,)), workers=1, prune=False)
+    cut = sweep(
+        RunConfig(), SweepSpace(strategies=("zero2d", "pipeline"), tp_degrees=(1,)), workers=1, prune=True, keep=3
+    )
+    assert cut.recommendation == exact.recommendation
+    assert cut.pruned[PRUNED_COMPUTE] > 0 and cut.pruned["chain bound"] > 0  # both bounds at work
+    assert "compute bound" in (cut.pruned_line() or "")
+    assert set(cut.table["pruned"]) <= {"", "memory", "compute bound", "chain bound"}
+    assert not math.isnan(cut.table["samples_per_s"].iloc[0])
