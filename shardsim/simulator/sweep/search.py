@@ -25,6 +25,9 @@ from shardsim.simulator.workload.model import Workload
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd
 
+    from shardsim.simulator.sweep.cache import ResultCache
+    from shardsim.simulator.sweep.ray_executor import RayExecutor
+
 
 @dataclass(frozen=True, eq=False)  # a table has no truth value: results compare by identity
 class SweepResult:
@@ -53,6 +56,8 @@ def sweep(
     workers: int | None = None,
     progress: Callable[[int, int, float], None] | None = None,
     confirm: Callable[[int, float], None] | None = None,
+    cache: ResultCache | None = None,
+    executor: RayExecutor | None = None,
 ) -> SweepResult:
     """Predict every valid configuration of `space` around `base` (default: the seed scenario),
     rank them and recommend one (`SweepResult`).
@@ -61,7 +66,8 @@ def sweep(
     `SETTING_COLUMNS` when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans
     several cluster sizes), ranked within each cluster. Raises ConfigError when the space is
     empty. `confirm(n, seconds)` is called with the number of configurations and the estimated
-    time before any is predicted (it raises to stop the sweep)."""
+    time before any is predicted (it raises to stop the sweep). `cache` and `executor`: as
+    `predict_all` takes them (rows served from a result cache; predictions on Ray)."""
     base = base or RunConfig()
     space = space or SweepSpace()
     w = workload or load_workload(base.workload, base.shape, base.source)
@@ -80,7 +86,16 @@ def sweep(
         raise ConfigError(f"empty sweep space, no valid configuration in the requested space: {why}")
     if confirm is not None:
         confirm(len(en.candidates), estimated_seconds(en.candidates, workers))
-    rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
+    rows = predict_all(
+        en.candidates,
+        w,
+        algo=algo,
+        workers=workers,
+        progress=progress,
+        meanwhile=_import_pandas,
+        cache=cache,
+        executor=executor,
+    )
     pd = _import_pandas()
     cols = columns(space.spans_settings)
     df = rank(pd.DataFrame(rows, columns=[c for c in cols if c != "rank"]))
