@@ -134,7 +134,13 @@ class RayExecutor:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_S, fetch_local=True)
                 for ref in ready:
-                    row, theirs = ray.get(ref)
+                    try:
+                        row, theirs = ray.get(ref)
+                    except ray.exceptions.RayTaskError as exc:  # the task's own error, as the local executor raises it
+                        cause = getattr(exc, "cause", None)
+                        if isinstance(cause, Exception):
+                            raise cause from None
+                        raise
                     if theirs != mine:
                         raise ConfigError(
                             "the Ray cluster runs other shardsim code than this one (install this version there)",
