@@ -13,7 +13,10 @@ recorded: other processes share its cores):
 - no-op: one Ray task per configuration with the same arguments, returning a row of the same
   size without predicting, at 1 worker (Ray's cost per task, driver and worker together: o);
 - ray N: `predict_all` on a local Ray instance of N workers: start, predictions, stop; rows
-  compared with the serial ones (identical).
+  compared with the serial ones (identical); the CPU time of the driver and of Ray's processes.
+
+Wall times on a shared, loaded machine say more about the load than about Ray; the CPU times
+(per task: serial, driver, Ray's processes) are what the scaling model uses.
 """
 
 from __future__ import annotations
@@ -32,6 +35,26 @@ from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
 
 HERE = Path(__file__).parent
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of `pid`'s descendants now (Linux /proc): Ray's processes."""
+    total = 0.0
+    try:
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return 0.0
+    for kid in kids:
+        try:
+            f = Path(f"/proc/{kid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(f[11]) + int(f[12])) / TICK
+        except OSError:
+            continue
+        total += _tree_cpu(kid)
+    return total
 
 
 def _same(a: list[dict], b: list[dict]) -> bool:
@@ -76,15 +99,17 @@ def main() -> None:
     print(f"{n} configurations; load average {os.getloadavg()[0]:.1f}", flush=True)
 
     times, rows = [], []
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for c in cands:
         t = time.perf_counter()
         rows.append(predict_row(c, w, "auto"))
         times.append(time.perf_counter() - t)
-    serial = time.perf_counter() - t0
+    serial, serial_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     simulated = [t for t, r in zip(times, rows, strict=True) if r["step_time_s"] == r["step_time_s"]]
     out["serial"] = {
         "seconds": serial,
+        "cpu_s": serial_cpu,
+        "per_task_cpu_s": serial_cpu / n,
         "per_task_mean_s": serial / n,
         "per_task_median_s": statistics.median(times),
         "simulated": len(simulated),
@@ -100,14 +125,16 @@ def main() -> None:
         t0 = time.perf_counter()
         with RayExecutor(workers=k) as ex:
             ex._start()
-            t1 = time.perf_counter()
+            t1, d1, r1 = time.perf_counter(), time.process_time(), _tree_cpu(os.getpid())
             got = predict_all(cands, w, executor=ex)
-            t2 = time.perf_counter()
+            t2, d2, r2 = time.perf_counter(), time.process_time(), _tree_cpu(os.getpid())
         t3 = time.perf_counter()
         out[f"ray_{k}"] = {
             "start_s": t1 - t0,
             "predict_s": t2 - t1,
             "stop_s": t3 - t2,
+            "driver_cpu_s": d2 - d1,  # this process (the driver and Ray's threads in it)
+            "ray_processes_cpu_s": r2 - r1,  # the workers (predictions and Ray's part), raylet, GCS
             "total_s": t3 - t0,
             "identical_to_serial": _same(got, rows),
             "load_average": os.getloadavg()[0],

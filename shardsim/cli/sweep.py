@@ -173,7 +173,9 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             executor=executor,
         )
         if cache is not None and cache.usable:  # an unusable one said so, once
-            log.info("cache: %d hits, %d simulated", cache.hits, cache.simulated)
+            # a line where the cache served something (-v: always); a first sweep stays quiet
+            say = log.info if cache.hits else log.debug
+            say("cache: %d hits, %d simulated", cache.hits, cache.simulated)
     _report_dropped(result.dropped)
     df, rec, skipped = result.table, result.recommendation, list(result.skipped)
     files: list[str] = []

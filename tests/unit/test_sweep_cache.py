@@ -136,6 +136,8 @@ def test_the_cli_says_its_hits_and_no_cache_reads_and_writes_nothing(tmp_path, c
     assert main([*argv, "--cache-dir", str(tmp_path), "--no-cache"]) == 0
     assert capsys.readouterr().err == "" and not (tmp_path / FILE).exists()
     assert main([*argv, "--cache-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""  # nothing served: no line (-v says it)
+    assert main([*argv, "--cache-dir", str(tmp_path / "other"), "-v"]) == 0
     n = capsys.readouterr().err.split("cache: 0 hits, ")[1].split(" simulated")[0]
     assert int(n) > 0
     assert main([*argv, "--cache-dir", str(tmp_path)]) == 0
