@@ -133,6 +133,24 @@ def _confirmation(yes: bool) -> Callable[[int, float], None]:
     return confirm
 
 
+def _cache(ns: argparse.Namespace):
+    """The result cache the sweep reads and writes (--cache-dir; none with --no-cache)."""
+    if ns.no_cache:
+        return contextlib.nullcontext()
+    from shardsim.simulator.sweep.cache import ResultCache
+
+    return ResultCache(ns.cache_dir)
+
+
+def _executor(ns: argparse.Namespace):
+    """Where the predictions run: None here (--executor local), or a `RayExecutor`."""
+    if ns.executor != "ray":
+        return contextlib.nullcontext()
+    from shardsim.simulator.sweep.ray_executor import RayExecutor
+
+    return RayExecutor(ns.address, _workers(ns.workers) if ns.address is None else None)
+
+
 def _report_dropped(dropped: dict[str, int]) -> None:
     """What the requested space holds that the simulator cannot do: a line per reason, on stderr."""
     for why, n in dropped.items():
@@ -142,6 +160,12 @@ def _report_dropped(dropped: dict[str, int]) -> None:
 def _cmd_sweep(ns: argparse.Namespace) -> int:
     from shardsim.simulator.sweep.output import sweep_folder
 
+    if ns.address is not None and ns.executor != "ray":
+        raise ConfigError("--address names a Ray cluster: it needs --executor ray", field="address")
+    if ns.executor == "ray":
+        from shardsim.simulator.sweep.ray_executor import require_ray
+
+        require_ray()  # one line naming the extra, before any work
     base, space = _build(ns)
     if base.calibration:
         from shardsim.simulator.calibration.apply import load_calibration
@@ -157,18 +181,24 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     from shardsim.simulator.sweep.report import print_report
     from shardsim.simulator.sweep.search import sweep
 
-    with SweepProgress(_progress_mode(ns)) as progress:
+    with _cache(ns) as cache, _executor(ns) as executor, SweepProgress(_progress_mode(ns)) as progress:
         result = sweep(
             base,
             space,
             algo=ns.algo,
-            workers=_workers(ns.workers),
+            workers=None if executor is not None else _workers(ns.workers),
             progress=progress,
             confirm=_confirmation(ns.yes),
             prune=ns.prune and ns.top > 0,  # --top 0 shows every row: each simulated
             keep=max(ns.top, 2),
             plots=bool(ns.out) and not ns.no_plots,
+            cache=cache,
+            executor=executor,
         )
+        if cache is not None and cache.usable:  # an unusable one said so, once
+            # a line where the cache served something (-v: always); a first sweep stays quiet
+            say = log.info if cache.hits else log.debug
+            say("cache: %d hits, %d simulated", cache.hits, cache.simulated)
     _report_dropped(result.dropped)
     if (line := result.pruned_line()) and not ns.json:
         print(line, file=sys.stderr)
@@ -270,6 +300,32 @@ def register(sub) -> None:
         type=Count(MAX_WORKERS),
         default=None,
         help="processes, at most the machine's cores (default: the machine's cores)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where the predictions run: local processes, or Ray tasks (pip install 'shardsim[ray]'; a local Ray "
+        "instance of --workers CPUs unless --address names a cluster) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        default=None,
+        help="with --executor ray: the Ray cluster to run on (ray://head:10001, auto) (default: a local instance)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=None,
+        help="the result cache's folder (default: $SHARDSIM_CACHE_DIR, else $XDG_CACHE_HOME/shardsim, else "
+        "~/.cache/shardsim)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="predict every configuration, reading and writing no cached row (default: rows cached by configuration "
+        "are reused)",
     )
     p.add_argument(
         "--yes",

@@ -117,7 +117,8 @@ def test_progress_shows_on_a_terminal_or_when_asked(monkeypatch, tty, kw, mode) 
 
 
 def test_a_sweep_with_v_logs_its_progress_and_without_says_nothing(capsys) -> None:
-    argv = "sweep --workload tiny-gpt --nodes 1 --strategies ddp,zero --tp 1 --workers 1".split()  # 2 configurations
+    # 2 configurations, predicted both times (--no-cache: the second would be served from the first)
+    argv = "sweep --workload tiny-gpt --nodes 1 --strategies ddp,zero --tp 1 --workers 1 --no-cache".split()
     assert main(argv) == 0
     assert capsys.readouterr().err == ""
     assert main([*argv, "-v"]) == 0

@@ -1,4 +1,5 @@
-"""Running the predictions of a sweep: serially, or on a pool of forked worker processes.
+"""Running the predictions of a sweep: serially, on a pool of forked worker processes, or on Ray
+(`ray_executor`); the rows a result cache holds (`cache`) are served from it, not predicted.
 
 Determinism: rows come out in the candidates' order with the same values whatever the number
 of workers; no timing goes into a row.
@@ -16,12 +17,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import active_children, get_all_start_methods, get_context
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.sweep.rows import row_of
 from shardsim.simulator.sweep.space import Candidate
 from shardsim.simulator.workload.model import Workload
+
+if TYPE_CHECKING:
+    from shardsim.simulator.sweep.cache import ResultCache
+    from shardsim.simulator.sweep.ray_executor import RayExecutor
 
 SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is not worth starting
 SECONDS_PER_COST = 7e-6  # `Candidate.cost_estimate` units → seconds of one core (rough, for that choice only)
@@ -94,50 +99,91 @@ def predict_all(
     workers: int | None = None,
     progress: Callable[[int, int, float], None] | None = None,
     meanwhile: Callable[[], object] | None = None,
+    cache: ResultCache | None = None,
+    executor: RayExecutor | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows for the candidates, in their order. workers None: the machine's cores, serial when
-    the estimated work is small; 1: serial; N > 1: a pool of N processes, fed the most
-    expensive predictions first (rows are placed by index, so the order never changes).
-    `meanwhile()` runs here once the predictions are under way (with a pool: while it works);
-    `progress(done, n, work)` once the workers exist (done 0), then after each prediction, `work`
-    the share of the estimated cost done."""
+    """Rows for the candidates, in their order. With a `cache`, the rows it holds are served from
+    it and only the others are predicted, each stored as soon as it is (`cache.hits`,
+    `cache.simulated` count them). The predictions run on `executor` (a `RayExecutor`) or here:
+    workers None: the machine's cores, serial when the estimated work is small; 1: serial; N > 1:
+    a pool of N processes, fed the most expensive predictions first (rows are placed by index, so
+    the order never changes). `meanwhile()` runs here once the predictions are under way (with a
+    pool: while it works); `progress(done, n, work)` once the workers exist (done 0), then after
+    each prediction, `n` the predictions to make (the cache's rows are not counted), `work` the
+    share of their estimated cost done."""
     n = len(candidates)
-    total = sum(c.cost_estimate for c in candidates)
+    rows: list[dict[str, Any] | None] = [None] * n
+    keys: list[str | None] = [None] * n
+    if cache is not None:
+        from shardsim.simulator.sweep.cache import cached_rows
+
+        keys, held = cached_rows(cache, candidates, workload, algo)
+        for k, row in held.items():
+            rows[k] = row
+    todo = [k for k in range(n) if rows[k] is None]
+
+    def done(k: int, row: dict[str, Any]) -> None:
+        rows[k] = row
+        if cache is not None:
+            cache.store(keys[k], row)  # before `progress` hears of it: an interrupt keeps it
+            cache.simulated += 1
+
+    if not todo:
+        if meanwhile:
+            meanwhile()
+    elif executor is not None:
+        executor.predict([candidates[k] for k in todo], todo, workload, algo, done, progress, meanwhile)
+    else:
+        _predict_here([candidates[k] for k in todo], todo, workload, algo, workers, done, progress, meanwhile)
+    return rows  # type: ignore[return-value]
+
+
+def _predict_here(
+    cands: Sequence[Candidate],
+    index: Sequence[int],
+    workload: Workload,
+    algo: str,
+    workers: int | None,
+    done: Callable[[int, dict[str, Any]], None],
+    progress: Callable[[int, int, float], None] | None,
+    meanwhile: Callable[[], object] | None,
+) -> None:
+    """`predict_all`'s local executor: `done(index[i], row)` for each of `cands`, serially or on a pool."""
+    n = len(cands)
+    total = sum(c.cost_estimate for c in cands)
     est = total * SECONDS_PER_COST  # ~seconds on one core (rough)
     spent = 0.0
     serial = workers is None and est < SERIAL_BELOW_S  # workers=N (N > 1) forces the pool
     workers = default_workers() if workers is None else max(1, workers)
-    rows: list[dict[str, Any] | None] = [None] * n
     if workers == 1 or n < 2 or serial:
         if meanwhile:
             meanwhile()
         if progress:
             progress(0, n, 0.0)
-        for k, c in enumerate(candidates):
-            rows[k] = predict_row(c, workload, algo)
+        for i, c in enumerate(cands):
+            done(index[i], predict_row(c, workload, algo))
             spent += c.cost_estimate
             if progress:
-                progress(k + 1, n, spent / total if total > 0 else (k + 1) / n)
-        return rows  # type: ignore[return-value]
-    order = sorted(range(n), key=lambda k: (-candidates[k].cost_estimate, k))
+                progress(i + 1, n, spent / total if total > 0 else (i + 1) / n)
+        return
+    order = sorted(range(n), key=lambda i: (-cands[i].cost_estimate, i))
     others = set(active_children())
     pool = _pool(min(workers, n))
     procs: list[BaseProcess] = []
     try:
-        futures = [pool.submit(_predict_task, (k, candidates[k], workload, algo)) for k in order]
+        futures = [pool.submit(_predict_task, (i, cands[i], workload, algo)) for i in order]
         procs = [p for p in active_children() if p not in others]  # forked at the first submit
         if progress:
             progress(0, n, 0.0)  # the workers exist: a progress thread may start
         if meanwhile:
             meanwhile()
-        for done, fut in enumerate(as_completed(futures), start=1):
-            k, row = fut.result()
-            rows[k] = row
-            spent += candidates[k].cost_estimate
+        for finished, fut in enumerate(as_completed(futures), start=1):
+            i, row = fut.result()
+            done(index[i], row)
+            spent += cands[i].cost_estimate
             if progress:
-                progress(done, n, spent / total if total > 0 else done / n)
+                progress(finished, n, spent / total if total > 0 else finished / n)
     except BaseException:  # an error or Ctrl-C: kill the workers, do not wait for the rest of the sweep
         _stop(pool, procs)
         raise
     pool.shutdown()
-    return rows  # type: ignore[return-value]

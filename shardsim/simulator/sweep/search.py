@@ -25,6 +25,9 @@ from shardsim.simulator.workload.model import Workload
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd
 
+    from shardsim.simulator.sweep.cache import ResultCache
+    from shardsim.simulator.sweep.ray_executor import RayExecutor
+
 
 @dataclass(frozen=True, eq=False)  # a table has no truth value: results compare by identity
 class SweepResult:
@@ -68,6 +71,8 @@ def sweep(
     prune: bool = False,
     keep: int = 2,
     plots: bool = False,
+    cache: ResultCache | None = None,
+    executor: RayExecutor | None = None,
 ) -> SweepResult:
     """Predict every valid configuration of `space` around `base` (default: the seed scenario),
     rank them and recommend one (`SweepResult`).
@@ -76,7 +81,8 @@ def sweep(
     `SETTING_COLUMNS` when the space lists settings; plus `SCALING_COLUMNS` when the sweep spans
     several cluster sizes), ranked within each cluster. Raises ConfigError when the space is
     empty. `confirm(n, seconds)` is called with the number of configurations and the estimated
-    time before any is predicted (it raises to stop the sweep).
+    time before any is predicted (it raises to stop the sweep). `cache` and `executor`: as
+    `predict_all` takes them (rows served from a result cache; predictions on Ray).
 
     `prune`: the pruned search (`prune.pruned_rows`: memory, then the compute bound,
     then simulation best-first): the recommendation, each cluster's `keep` leading rows and (with
@@ -107,13 +113,22 @@ def sweep(
         from shardsim.simulator.sweep.prune import pruned_rows
 
         def simulate(batch):
-            return predict_all(batch, w, algo=algo, workers=workers)
+            return predict_all(batch, w, algo=algo, workers=workers, cache=cache, executor=executor)
 
         rows, by_rule = pruned_rows(en.candidates, w, simulate, algo=algo, keep=keep, plots=plots, progress=progress)
         counts = dict(by_rule)
         cols = with_pruned(cols)
     else:
-        rows = predict_all(en.candidates, w, algo=algo, workers=workers, progress=progress, meanwhile=_import_pandas)
+        rows = predict_all(
+            en.candidates,
+            w,
+            algo=algo,
+            workers=workers,
+            progress=progress,
+            meanwhile=_import_pandas,
+            cache=cache,
+            executor=executor,
+        )
     pd = _import_pandas()
     df = rank(pd.DataFrame(rows, columns=[c for c in cols if c != "rank"]))
     df = df[list(cols)]

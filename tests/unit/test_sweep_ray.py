@@ -1,0 +1,131 @@
+"""`shardsim sweep --executor ray`: the same rows as the local executor, the cache consulted before
+anything goes to Ray, Ctrl-C ends the sweep and every Ray process at once, and without Ray one
+line naming the extra. Ray takes seconds to start: the tests that start it are few and marked
+`ray` (CI runs them; `-m "not ray"` leaves them out locally)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from shardsim.cli import main
+from shardsim.config import RunConfig
+from shardsim.simulator.sweep.cache import ResultCache
+from shardsim.simulator.sweep.search import sweep
+from shardsim.simulator.sweep.space import SweepSpace
+from tests.unit.test_sweep_interrupt import CTRL_C_PROMISE_S, _cpu_ticks
+
+TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)
+SPACE = SweepSpace(strategies=("ddp", "zero", "zero2d", "pipeline"), pp=(2,))
+
+
+def _need_ray() -> None:
+    """Skip where Ray is not installed, but not in CI: its test command installs shardsim[ray]."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("ray is not installed (pip install 'shardsim[ray]')")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_rows_are_the_local_executors_and_only_misses_go_to_ray(tmp_path) -> None:
+    _need_ray()
+    from shardsim.simulator.sweep.ray_executor import RayExecutor
+
+    local = sweep(TINY, SPACE, workers=1).table
+    wider = replace(SPACE, checkpointing=("full", "none"))
+    with RayExecutor(workers=2) as ex:
+        with ResultCache(tmp_path) as cache:
+            on_ray = sweep(TINY, SPACE, executor=ex, cache=cache).table
+            assert (cache.hits, cache.simulated) == (0, len(local))
+        pd.testing.assert_frame_equal(on_ray, local, check_exact=True)
+        with ResultCache(tmp_path) as cache:
+            both = sweep(TINY, wider, executor=ex, cache=cache).table
+            assert (cache.hits, cache.simulated) == (len(local), len(both) - len(local))
+    pd.testing.assert_frame_equal(both, sweep(TINY, wider, workers=1).table, check_exact=True)
+
+
+def _tree(pid: int) -> list[int]:
+    try:
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return [p for k in kids for p in (k, *_tree(k))]
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (one whose parent has not reaped it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_ctrl_c_ends_a_ray_sweep_and_every_ray_process_at_once(tmp_path) -> None:
+    _need_ray()
+    # eight ZeRO-2D configurations of 220 micro-steps (seconds per prediction), as the local pool's test
+    sweep_args = "sweep --strategies zero2d --degrees 2,4,8,16 --grad-accum 220 --checkpointing none,full"
+    argv = [sys.executable, "-m", "shardsim.cli", *sweep_args.split(), "--executor", "ray", "--workers", "2"]
+    argv += ["--no-progress", "--no-cache"]
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180  # Ray starts in 5-20 s on a loaded 2-core machine
+        busy: list[int] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            tasks = [p for p in _tree(proc.pid) if _title(p).startswith("ray::_remote_task")]
+            if len(tasks) >= 2 and all(_cpu_ticks(p) > 20 for p in tasks):
+                busy = tasks
+                break
+            time.sleep(0.1)
+        assert len(busy) >= 2, "Ray did not start predicting on two workers"
+        ray_procs = _tree(proc.pid)  # GCS, raylet, agents, workers
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    print(f"Ctrl-C -> exit {took:.2f} s; {len(ray_procs)} Ray processes")
+    assert proc.returncode == 130
+    assert err == "shardsim: interrupted\n", err
+    assert took < CTRL_C_PROMISE_S, f"exited {took:.1f} s after Ctrl-C"
+    gone = time.monotonic() + 2
+    while any(_running(p) for p in ray_procs) and time.monotonic() < gone:
+        time.sleep(0.05)
+    left = [f"{p} {_title(p)}" for p in ray_procs if _running(p)]
+    assert not left, f"Ray processes outlived the sweep: {left}"
+
+
+def test_without_ray_one_line_names_the_extra(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as where it is not installed
+    assert main(["sweep", "--executor", "ray", "--workload", "tiny-gpt", "--nodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'shardsim[ray]'" in err, err
+
+
+def test_address_needs_the_ray_executor(capsys) -> None:
+    assert main(["sweep", "--address", "auto", "--workload", "tiny-gpt", "--nodes", "2"]) == 2
+    assert "--executor ray" in capsys.readouterr().err
