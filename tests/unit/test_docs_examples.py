@@ -48,6 +48,8 @@ SKIPPED = {
     ("emulated-cluster.md", "cluster "): "needs root and owns the host's network namespaces of emu-2x2, which "
     "other runs on this machine may hold (tests/integration/test_emulation.py and test_cluster_ownership.py "
     "test the commands)",
+    ("simulator.md", "sweep --workload gpt-10b --nodes 4,8,16 --executor ray --address"): "needs a running Ray "
+    "cluster (tests/unit/test_sweep_ray.py runs sweeps on a local Ray instance)",
     ("simulator.md", "calibrate runs.csv"): "names the reader's own files (runs.csv, nccl-tests logs), "
     "not files of the repository; the shipped data's calibration is the example above it",
 }

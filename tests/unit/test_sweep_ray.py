@@ -129,3 +129,12 @@ def test_without_ray_one_line_names_the_extra(monkeypatch, capsys) -> None:
 def test_address_needs_the_ray_executor(capsys) -> None:
     assert main(["sweep", "--address", "auto", "--workload", "tiny-gpt", "--nodes", "2"]) == 2
     assert "--executor ray" in capsys.readouterr().err
+
+
+def test_a_ray_client_address_without_a_cluster_is_one_line(capsys) -> None:
+    """`ray://` needs Ray Client (`ray[client]`) and a cluster there: without either, one line naming
+    the address, exit 2, and no traceback."""
+    argv = ["sweep", "--executor", "ray", "--address", "ray://127.0.0.1:1", "--workload", "tiny-gpt", "--no-cache"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ray://127.0.0.1:1" in err and "Traceback" not in err, err

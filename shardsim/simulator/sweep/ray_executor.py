@@ -95,6 +95,10 @@ class RayExecutor:
                 self._kill_local(node)
             if isinstance(exc, ConnectionError):
                 raise ConfigError(f"cannot reach a Ray cluster at {self.address}: {exc}", field="address") from None
+            if isinstance(exc, ValueError) and str(self.address).startswith("ray://"):  # Ray Client not installed
+                raise ConfigError(
+                    f"--address {self.address} needs Ray Client: pip install 'ray[client]'", field="address"
+                ) from None
             raise
         self._started = True
         if self.address is None:
