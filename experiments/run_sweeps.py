@@ -12,8 +12,9 @@ Studies (experiments/README.md says what they show):
   8 (one node), 16 and up to 128 (where gpt-100b's states fit); no tensor parallelism (the
   question is ZeRO's partition group).
 - pipeline-gpt2-xl: pipeline vs sharding for GPT-2 XL's shape with an untied head
-  (experiments/models/gpt2-xl-untied.yaml, 1.6 B params: does not fit one T4 with Adam; a
-  pipeline of the tied model is refused) on 4 x g4dn.12xlarge, fp16: every configuration.
+  (experiments/models/gpt2-xl-untied.yaml, 1.6 B params: does not fit one T4 with Adam; the study
+  predates tied-embedding pipelines and keeps the untied head) on 4 x g4dn.12xlarge, fp16: every
+  configuration.
 Each study writes sweep.csv, sweep.parquet, recommended.json, summary.md and PNG/SVG plots.
 """
 

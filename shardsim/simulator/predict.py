@@ -351,6 +351,8 @@ def upgrade_prediction(d: dict) -> dict:
     overhead) is read as this form states it, its process total None; one written before the tokens
     and dollars gets them (`_with_economics`). Today's are returned as they are."""
     if "label" in d or not isinstance(d.get("strategy"), str):
+        if "memory_process_gib" not in d:  # written before the process total was predicted: absent, not zero
+            d = d | {"memory_process_gib": None, "memory_process": {}}
         return _with_economics(d)
     cfg, mem = d["config"], dict(d["memory"])
     s = cfg["strategy"]
@@ -377,7 +379,8 @@ def upgrade_prediction(d: dict) -> dict:
             out[k] = mem
         elif k not in out:
             out[k] = v
-    return _with_economics(out)
+    # the process total (nvidia-smi) was not predicted then: absent, not zero
+    return _with_economics(out | {"memory_process_gib": None, "memory_process": {}})
 
 
 ECONOMICS_FIELDS = ("peak_tflops", "mfu_formula", *StepEconomics.__dataclass_fields__)
