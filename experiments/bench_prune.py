@@ -1,6 +1,6 @@
 """Benchmark (issue 28): the pruned search against the exhaustive one, whole process.
 
-    python experiments/bench_prune.py seed            # `shardsim sweep` vs `shardsim sweep --exhaustive`
+    python experiments/bench_prune.py seed            # `shardsim sweep --prune` vs `shardsim sweep`
     python experiments/bench_prune.py llama70b --nodes 4,8
     python experiments/bench_prune.py llama70b-study  # the layout study's space (below), 4-128 p5 nodes
 
@@ -116,7 +116,7 @@ def main() -> None:
     print("| search | configurations | pruned: memory / compute bound / chain bound | simulated | s wall | s CPU | "
           "CPU s per config |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    for name, extra in (("exhaustive", ["--exhaustive"]), ("pruned", [])):
+    for name, extra in (("exhaustive", []), ("pruned", ["--prune"])):
         wall, cpu, doc = run(args + extra)
         n = len(doc["rows"])
         pr = doc.get("pruned", {})
