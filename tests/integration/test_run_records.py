@@ -29,11 +29,12 @@ def test_a_gpu_topology_run_on_cpu_records_gloo_its_std_and_the_common_mode(tmp_
     rec = json.loads(proc.stdout)
     assert rec["backend"] == "gloo" and rec["config"]["backend"] == "gloo"  # the topology asks for nccl
     # the ranks ran the configuration asked for (it reaches them as JSON in the run folder), and
-    # their record lists every setting
+    # their record lists every setting (gpus_per_node only where set: a whole node otherwise)
     ran = RunConfig.from_dict({**rec["config"], "backend": "nccl"})
     asked = load_config(None, {"topology": "p4d.24xlarge", "workload": "tiny-gpt", "seed": 7, "strategy": "ddp",
                                "checkpointing": "none"})  # fmt: skip
-    assert ran == asked.replace(source="defaults") and set(rec["config"]) == set(RunConfig.model_fields) - {"source"}
+    every = set(RunConfig.model_fields) - {"source", "gpus_per_node"}
+    assert ran == asked.replace(source="defaults") and set(rec["config"]) == every
     _, rows = read_runs_csv(out / CSV_NAME)
     assert float(rows[0]["step_time_std_s"]) == rec["step_time_std_s"] > 0
     for name in (f"{rec['run_id']}.json", CSV_NAME):
@@ -68,7 +69,9 @@ def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_d
         proc = subprocess.run(cal, cwd=ROOT, capture_output=True, text=True, timeout=300)
         err = proc.stderr.splitlines()
         assert proc.returncode == 2 and len(err) == 1, proc.stderr
-        assert "1 row(s) for 1 parameter(s) (matmul_efficiency.fp32): the fit needs more rows" in err[0]
+        # one row determines one parameter under the prior toward the defaults, but not this one: the model
+        # without a profile misses a CPU rank by far more than any setting of it can make up
+        assert "matmul_efficiency.fp32 ended at a bound and the fit still misses the rows" in err[0]
         assert proc.stdout == "" and not (tmp_path / "cal.yaml").exists()
 
 
