@@ -102,12 +102,15 @@ def chain_bound(
     """A lower bound on the step `simulate` gives (same arguments), without running it: the
     longest chain of dependencies, each compute op at its duration and each collective's phases
     one after another, each alone on the network (its latency, then its bytes at its route's
-    bottleneck rate: the phases, links and capacities `simulate` uses). Sound because nothing in
-    a run is faster: an op starts when its dependencies end; a compute op takes at least its
+    bottleneck rate: the phases, links and capacities `simulate` uses); or, when longer, the
+    busiest link's time (every byte the step puts on it at its capacity). Sound because nothing
+    in a run is faster: an op starts when its dependencies end; a compute op takes at least its
     duration (NCCL's SM share and shared cores slow it); a transfer sharing a link gets at most
-    what it would alone."""
+    what it would alone; a link moves at most its capacity (a collective op of a rank class
+    carries every group's bytes: the whole world's traffic)."""
     run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
     cap = run.net._cap
+    busy = [0.0] * len(cap)  # seconds of each (grouped) link's capacity the step's bytes take
     alone: dict[int, float] = {}  # per route: seconds per byte alone
     finish = [0.0] * len(p.ops)
     for op in p.ops:
@@ -121,10 +124,12 @@ def chain_bound(
                         [u / cap[link] for link, u in zip(route.links, route.unit, strict=True)], default=0.0
                     )
                 t += latency + op.nbytes * per_byte
+                for link, u in zip(route.links, route.unit, strict=True):
+                    busy[link] += op.nbytes * u / cap[link]
         else:
             t = op.duration
         finish[op.id] = start + t
-    return max(finish, default=0.0)
+    return max(max(finish, default=0.0), max(busy, default=0.0))
 
 
 class _Run:

@@ -132,13 +132,9 @@ def predict(
     `prune_unfit` (the sweep's): a step that does not fit in memory, which memory says before
     anything is planned, is not simulated; its times are NaN."""
     s = prepare(cfg, workload=workload, cluster=cluster, profile=profile)
-    cfg, res, w, cluster, cm, memory, profile = s.cfg, s.res, s.workload, s.cluster, s.compute, s.memory, s.profile
     if prune_unfit and not s.fits:
-        return _summarize(cfg, res, w, cluster, cm, memory, None, [])
-    ranks_w = s.ranks_workload
-    plan = build_plan(cfg, res, ranks_w, cm)
-    spans = simulate(plan, links_for(cluster), algo, cfg.backend, **_engine_options(s))
-    return _summarize(cfg, res, w, cluster, cm, memory, plan, spans)
+        return s.unsimulated()
+    return s.simulated(s.plan(), algo)
 
 
 def _engine_options(s: Prepared) -> dict:
@@ -154,9 +150,10 @@ def _engine_options(s: Prepared) -> dict:
     return {"shared_cores": shared, "comm_cpu": comm_cpu, "mics": mics}
 
 
-def chain_bound_s(s: Prepared, algo: str = "auto") -> float:
-    """A lower bound on `s`'s simulated step: its plan built, not simulated (`engine.chain_bound`)."""
-    plan = build_plan(s.cfg, s.res, s.ranks_workload, s.compute)
+def chain_bound_s(s: Prepared, algo: str = "auto", plan: Plan | None = None) -> float:
+    """A lower bound on `s`'s simulated step: its plan (`plan`, or built now), not simulated
+    (`engine.chain_bound`)."""
+    plan = plan or s.plan()
     return chain_bound(plan, links_for(s.cluster), algo, s.cfg.backend, **_engine_options(s))
 
 
@@ -182,6 +179,15 @@ class Prepared:
     def unsimulated(self) -> StepPrediction:
         """The prediction without a simulation: memory and fit, NaN times and rates."""
         return _summarize(self.cfg, self.res, self.workload, self.cluster, self.compute, self.memory, None, [])
+
+    def plan(self) -> Plan:
+        """The step's plan (`build_plan`)."""
+        return build_plan(self.cfg, self.res, self.ranks_workload, self.compute)
+
+    def simulated(self, plan: Plan, algo: str = "auto") -> StepPrediction:
+        """The prediction: `plan` (this step's, from `plan()`) simulated on the cluster's network."""
+        spans = simulate(plan, links_for(self.cluster), algo, self.cfg.backend, **_engine_options(self))
+        return _summarize(self.cfg, self.res, self.workload, self.cluster, self.compute, self.memory, plan, spans)
 
 
 def prepare(

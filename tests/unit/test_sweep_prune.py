@@ -25,6 +25,15 @@ SPACES = {
         RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", nodes=2, precision="bf16"),
         SweepSpace(strategies=("zero2d", "pipeline"), checkpointing=("none", "full")),
     ),
+    "tensor-parallel pipelines, asyncTP, checkpointing listed": (
+        RunConfig(
+            workload="tiny-gpt",
+            topology="g4dn.12xlarge",
+            nodes=2,
+            strategy={"kind": "zero", "tp": 2, "sequence_parallel": True, "async_tp": True},
+        ),
+        SweepSpace(strategies=("zero", "pipeline"), tp_degrees=(2, 4), checkpointing=("full", "selective")),
+    ),
     "several clusters, strong scaling": (
         RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", precision="bf16"),
         SweepSpace(nodes=(1, 2, 4), global_batch=64, schedules=("1f1b",)),
@@ -95,3 +104,23 @@ def test_the_seed_sweep_prunes_and_answers_the_same() -> None:
     assert "compute bound" in (cut.pruned_line() or "")
     assert set(cut.table["pruned"]) <= {"", "memory", "compute bound", "chain bound"}
     assert not math.isnan(cut.table["samples_per_s"].iloc[0])
+
+
+def test_the_pruned_search_gives_the_same_rows_on_one_worker_and_on_two() -> None:
+    base, space = SPACES["tp"]
+    one = sweep(base, space, workers=1, prune=True, keep=3)
+    two = sweep(base, space, workers=2, prune=True, keep=3)
+    pd.testing.assert_frame_equal(one.table, two.table)
+    assert one.pruned == two.pruned and one.pruned.get("chain bound", 0) + one.pruned.get(PRUNED_COMPUTE, 0) > 0
+
+
+def test_the_compute_bound_counts_tensor_parallel_collectives() -> None:
+    # over PCIe (g4dn), a tp 4 layer's all-reduces are on the critical path: the bound sees them
+    base, _ = SPACES["tp"]
+    w = load_workload(base.workload, base.shape, base.source)
+    s = prepare(base.replace(strategy={"kind": "zero", "tp": 4, "sequence_parallel": True}), workload=w)
+    comm_free = prepare(
+        base.replace(strategy={"kind": "zero", "tp": 4, "sequence_parallel": True, "async_tp": True}), workload=w
+    )
+    step = predict(s.cfg, workload=w).step_time_s
+    assert compute_bound_s(comm_free) < compute_bound_s(s) <= step

@@ -452,6 +452,18 @@ def phase_time(g: LinkGraph, phase: Phase, nbytes: float) -> float:
     return phase.latency_s + float(np.max(phase.load * nbytes / g.capacity[phase.links]))
 
 
+def call_alone_s(
+    g: LinkGraph, op: str, layout: GroupLayout, nbytes: float, algo: str, backend: str, mics: bool = False
+) -> float:
+    """Seconds of one call of `op` over `layout` alone on the network: what the engine runs for
+    it (`algo_for`, `plan`), each phase's latency then its bytes at its bottleneck
+    link. Nothing in a simulation runs it faster (shared links and a host's cores only slow it)."""
+    if layout.size < 2 or nbytes <= 0:
+        return 0.0
+    used = algo_for(op, algo, layout, g.cluster.devices_per_node, backend, g, nbytes, mics=mics)
+    return sum(phase_time(g, ph, nbytes) for ph in plan(g, op, layout, used, backend, nbytes))
+
+
 Steps = tuple[tuple[float, Route], ...]  # a call's phases as (latency, route) for the network
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from shardsim.config import Resolved, RunConfig
-from shardsim.simulator.checkpointing import checkpointing_of
+from shardsim.simulator.checkpointing import Checkpointing, checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import BlockTimes
-from shardsim.simulator.strategies.tensor_parallel import tensor_parallel
+from shardsim.simulator.strategies.tensor_parallel import TensorParallel, tensor_parallel
 from shardsim.simulator.workload.model import Workload
 
 
@@ -19,18 +19,25 @@ def overlaps(cfg: RunConfig, res: Resolved) -> bool:
     return cfg.backend == "nccl" or cfg.strategy.spec.overlaps(res)
 
 
+def plan_tensor_parallel(cfg: RunConfig, res: Resolved, w: Workload, ckpt: Checkpointing) -> TensorParallel | None:
+    """The tensor parallelism of `cfg`'s plan (None without): each block's collectives on each
+    stage's tensor-parallel groups; `w` is one rank's model, `ckpt` its checkpointing."""
+    if res.tp == 1:
+        return None
+    assert w.arch is not None and w.tp == res.tp, "tensor parallelism plans the per-rank workload of an Arch"
+    meshes = [stage_mesh(res, s) for s in range(res.pp)]
+    s, esize, gsize = cfg.strategy, DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
+    recomputed = frozenset(b.name for b in w.layers) if ckpt.op_level else ckpt.full
+    return tensor_parallel(w.arch, w.blocks, meshes, s.sequence_parallel, esize, gsize, recomputed, s.async_tp)
+
+
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
     """The plan of one training step of `cfg`'s strategy; `w` is the model as one rank runs it
     (with tensor parallelism, one tensor-parallel rank's shards: `families.from_arch`)."""
     layer_params = sum(b.params for b in w.layers)
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
     ckpt = checkpointing_of(cfg, w.layers)
-    if res.tp > 1:
-        assert w.arch is not None and w.tp == res.tp, "tensor parallelism plans the per-rank workload of an Arch"
-        meshes = [stage_mesh(res, s) for s in range(res.pp)]
-        s, esize, gsize = cfg.strategy, DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
-        recomputed = frozenset(b.name for b in w.layers) if ckpt.op_level else ckpt.full
-        p.tp = tensor_parallel(w.arch, w.blocks, meshes, s.sequence_parallel, esize, gsize, recomputed, s.async_tp)
+    p.tp = plan_tensor_parallel(cfg, res, w, ckpt)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     with paused_gc():
         cfg.strategy.spec.plan(p, cm, cfg, res, w)

@@ -124,21 +124,30 @@ class TensorParallel:
             self._layouts[rc] = self.meshes[rc].tp_groups()
         return self._layouts[rc]
 
+    def pass_calls(self, b: Block, phase: str) -> tuple[TpCall, ...]:
+        """Block `b`'s collectives of `phase` (fwd | bwd) in the order issued: a backward's are its
+        recomputed forward's (if it recomputes one) then its own. A recomputed forward stops once
+        it has rebuilt what backward needs: before the reduction of the layer's output
+        (torch.utils.checkpoint's early stop)."""
+        fwd, bwd = self.calls.get(b.name, ((), ()))
+        return fwd if phase == "fwd" else (fwd[:-1] if b.name in self.recomputed else ()) + bwd
+
+    def nbytes(self, c: TpCall, mb: int) -> float:
+        """Bytes of call `c` at micro-batch `mb`."""
+        return c.elems * (mb if c.per_sample else 1) * (c.esize or self.esize)
+
     def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, start: list[Dep], tag: str) -> Dep:
         """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first)
         after its compute op `op` (beside it, from what it waited for, `start`, with asyncTP);
         what the next op waits for."""
-        fwd, bwd = self.calls.get(b.name, ((), ()))
-        # a recomputed forward stops once it has rebuilt what backward needs: before the
-        # reduction of the layer's output (torch.utils.checkpoint's early stop)
-        calls = fwd if phase == "fwd" else (fwd[:-1] if b.name in self.recomputed else ()) + bwd
+        calls = self.pass_calls(b, phase)
         if not calls:
             return op
         lay = self.layout(rc)
         deps: list[Dep] = list(start) if self.overlap else [op]
         last = None
         for c in calls:
-            nbytes = c.elems * (mb if c.per_sample else 1) * (c.esize or self.esize)
+            nbytes = self.nbytes(c, mb)
             name = f"TP {c.coll} {b.name} {c.what}{tag}"
             last = p.comm(rc, "tp", c.coll, lay, nbytes, name, deps, phase) or last
             deps = [last] if last is not None else deps

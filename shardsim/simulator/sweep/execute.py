@@ -187,3 +187,45 @@ def _predict_here(
         _stop(pool, procs)
         raise
     pool.shutdown()
+
+
+class Workers:
+    """Local worker processes kept for several batches of tasks (the pruned search's rounds): forked
+    at the first batch, killed at the end, on an error or on Ctrl-C (not waited for). With one
+    worker the tasks run here, one after another."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self._pool: ProcessPoolExecutor | None = None
+        self._procs: list[BaseProcess] = []
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        """`fn(task)` for each task, results in the tasks' order."""
+        if self.workers == 1 or len(tasks) < 2:
+            return [fn(t) for t in tasks]
+        if self._pool is None:
+            others = set(active_children())
+            self._pool = _pool(self.workers)
+            futures = [self._pool.submit(fn, t) for t in tasks]
+            self._procs = [p for p in active_children() if p not in others]  # forked at the first submit
+        else:
+            futures = [self._pool.submit(fn, t) for t in tasks]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    def close(self, kill: bool = False) -> None:
+        if self._pool is not None:
+            if kill:
+                _stop(self._pool, self._procs)
+            else:
+                self._pool.shutdown()
+            self._pool, self._procs = None, []
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.close(kill=exc_type is not None)

@@ -17,9 +17,15 @@ A row pruned keeps its memory and fit, with NaN times; its `pruned` column names
 - `PRUNED_COMPUTE` ("compute bound"): global batch / compute bound (an upper bound on its
   samples/s) is below the `K`-th best samples/s already simulated in every group it belongs to;
 - `PRUNED_CHAIN` ("chain bound"): the same with the dependency-chain bound
-  (`engine.chain_bound`: its plan built, every collective alone on the network, not simulated),
-  tried only where the compute bound did not prune and every group has its K best already
-  (it costs about half a prediction: the plan and the engine's set-up).
+  (`engine.chain_bound`: its plan built, every collective alone on the network, or its busiest
+  link, not simulated), tried only where the compute bound did not prune and every group has its
+  K best already; it runs where the simulation would, which then reuses the plan.
+
+Where the work runs: the assessment and each round's chain bounds and simulations on the local
+workers (`execute.Workers`, forked once for the whole search), or, with Ray, the simulations on
+Ray and the rest here. Each round is decided on the K-th bests of the rounds before it, so the
+rows are the same whatever the number of workers. With a result cache, a row it holds is taken
+as simulated (no bound tried), so a repeated search may hold more simulated rows than the first.
 """
 
 from __future__ import annotations
@@ -28,10 +34,14 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from shardsim.simulator.sweep.execute import Workers
 from shardsim.simulator.sweep.space import Candidate
 from shardsim.simulator.workload.model import Workload
+
+if TYPE_CHECKING:
+    from shardsim.simulator.sweep.cache import ResultCache
 
 PRUNED_MEMORY = "memory"
 PRUNED_COMPUTE = "compute bound"
@@ -50,7 +60,7 @@ class Assessed:
     rate_bound: float | None
 
 
-def assess(c: Candidate, w: Workload) -> Assessed:
+def assess(c: Candidate, w: Workload, algo: str = "auto") -> Assessed:
     """Memory first (no plan), then the compute bound (`bounds.compute_bound_s`)."""
     from shardsim.simulator.predict import prepare
     from shardsim.simulator.sweep.bounds import compute_bound_s
@@ -60,8 +70,12 @@ def assess(c: Candidate, w: Workload) -> Assessed:
     row = row_of(c, s.unsimulated())
     if not s.fits:
         return Assessed(row | {"pruned": PRUNED_MEMORY}, None)
-    bound = compute_bound_s(s)
+    bound = compute_bound_s(s, algo)
     return Assessed(row, s.res.global_batch / bound if bound > 0 else float("inf"))
+
+
+def _rate(global_batch: int, bound_s: float) -> float:
+    return global_batch / bound_s if bound_s > 0 else float("inf")
 
 
 def chain_rate(c: Candidate, w: Workload, algo: str) -> float:
@@ -69,8 +83,92 @@ def chain_rate(c: Candidate, w: Workload, algo: str) -> float:
     from shardsim.simulator.predict import chain_bound_s, prepare
 
     s = prepare(c.cfg, workload=w, cluster=c.cluster)
-    bound = chain_bound_s(s, algo)
-    return s.res.global_batch / bound if bound > 0 else float("inf")
+    return _rate(s.res.global_batch, chain_bound_s(s, algo))
+
+
+def bounded_row(c: Candidate, w: Workload, algo: str, limit: float | None) -> dict[str, Any] | None:
+    """`c`'s row, simulated, or None when `limit` is given and the chain bound's samples/s is below
+    it: its plan is built once, for the bound and then the simulation."""
+    from shardsim.simulator.gcpause import paused_gc
+    from shardsim.simulator.predict import chain_bound_s, prepare
+    from shardsim.simulator.sweep.rows import row_of
+
+    with paused_gc():
+        s = prepare(c.cfg, workload=w, cluster=c.cluster)
+        plan = s.plan()
+        if limit is not None and _rate(s.res.global_batch, chain_bound_s(s, algo, plan)) * (1 + SLACK) < limit:
+            return None
+        return row_of(c, s.simulated(plan, algo))
+
+
+def _assess_chunk(task: tuple[Sequence[Candidate], Workload, str]) -> list[Assessed]:
+    cands, w, algo = task
+    return [assess(c, w, algo) for c in cands]
+
+
+def _bounded_task(task: tuple[Candidate, Workload, str, float | None]) -> dict[str, Any] | None:
+    return bounded_row(*task)
+
+
+ASSESS_CHUNK = 32  # candidates a worker assesses per task (each a few ms: one task each would be mostly overhead)
+
+
+@dataclass
+class LocalRunner:
+    """The pruned search's work on `execute.Workers`, with the rows a result cache holds served
+    from it (a row simulated is stored as soon as its round is done)."""
+
+    workers: Workers
+    w: Workload
+    algo: str
+    cache: ResultCache | None = None
+
+    def assess(self, cands: Sequence[Candidate]) -> list[Assessed]:
+        chunks = [cands[i : i + ASSESS_CHUNK] for i in range(0, len(cands), ASSESS_CHUNK)]
+        return [a for part in self.workers.map(_assess_chunk, [(c, self.w, self.algo) for c in chunks]) for a in part]
+
+    def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | None]:
+        out: list[dict[str, Any] | None] = [None] * len(cands)
+        keys: list[str | None] = [None] * len(cands)
+        if self.cache is not None:
+            from shardsim.simulator.sweep.cache import cached_rows
+
+            keys, held = cached_rows(self.cache, cands, self.w, self.algo)
+            for k, row in held.items():
+                out[k] = row
+        todo = [k for k in range(len(cands)) if out[k] is None]
+        todo.sort(key=lambda k: -cands[k].cost_estimate)  # the longest first: the round ends sooner
+        tasks = [(cands[k], self.w, self.algo, limits[k]) for k in todo]
+        for k, row in zip(todo, self.workers.map(_bounded_task, tasks), strict=True):
+            out[k] = row
+            if row is not None and self.cache is not None:
+                self.cache.store(keys[k], row)
+                self.cache.simulated += 1
+        return out
+
+
+@dataclass
+class ExecutorRunner:
+    """The pruned search with its simulations on an executor (Ray, `predict_all`): assessment and
+    chain bounds here."""
+
+    simulate: Callable[[Sequence[Candidate]], list[dict[str, Any]]]
+    w: Workload
+    algo: str
+
+    def assess(self, cands: Sequence[Candidate]) -> list[Assessed]:
+        return [assess(c, self.w, self.algo) for c in cands]
+
+    def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | None]:
+        def kept(k: int) -> bool:
+            lim = limits[k]
+            return lim is None or chain_rate(cands[k], self.w, self.algo) * (1 + SLACK) >= lim
+
+        keep = [k for k in range(len(cands)) if kept(k)]
+        out: list[dict[str, Any] | None] = [None] * len(cands)
+        for k, row in zip(keep, self.simulate([cands[k] for k in keep]), strict=True):
+            out[k] = row
+        return out
 
 
 def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tuple[tuple, int]] | None:
@@ -95,50 +193,43 @@ def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tup
 
 def pruned_rows(
     candidates: Sequence[Candidate],
-    w: Workload,
-    simulate: Callable[[Sequence[Candidate]], list[dict[str, Any]]],
+    runner: LocalRunner | ExecutorRunner,
     *,
-    algo: str = "auto",
     keep: int = 2,
     plots: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> tuple[list[dict[str, Any]], Counter[str]]:
     """Rows for `candidates` in their order (each with a `pruned` column: "" when simulated), and
-    how many were pruned by each rule. `simulate(batch)` predicts a batch of candidates (rows in
-    its order)."""
+    how many were pruned by each rule; `runner` assesses and simulates them."""
     n = len(candidates)
     worlds = {(c.cluster.instance.name, c.cluster.world) for c in candidates}
     multi_world = len(worlds) > len({t for t, _ in worlds})
-    assessed = [assess(c, w) for c in candidates]
+    if progress:
+        progress(0, n, 0.0)
+    assessed = runner.assess(candidates)
     rows = [a.row for a in assessed]
     pruned: Counter[str] = Counter()
     pruned[PRUNED_MEMORY] = sum(a.rate_bound is None for a in assessed)
     groups = [_groups(c, keep, plots, multi_world) for c in candidates]
     best: dict[tuple, list[float]] = {}  # group → min-heap of its K best simulated samples/s
 
-    def below(k: int, ub: float) -> bool | None:
-        """Is `ub` below the K-th best of every group of candidate k (None: a group lacks its K)?"""
-        out = True
+    def limit(k: int) -> float | None:
+        """The samples/s that candidate k's upper bound must reach to matter: the lowest K-th best
+        of its groups (None: never pruned, or a group lacks its K)."""
+        out = float("inf")
         for g, K in groups[k] or ():
             h = best.get(g, [])
             if len(h) < K:
                 return None
-            out = out and ub * (1 + SLACK) < h[0]
-        return out
+            out = min(out, h[0])
+        return None if groups[k] is None else out
 
-    def prunable(k: int) -> str | None:
-        """The rule that prunes candidate k now, or None."""
-        if groups[k] is None or assessed[k].rate_bound is None:
-            return None
-        first = below(k, assessed[k].rate_bound)
-        if first:
-            return PRUNED_COMPUTE
-        if first is None:
-            return None
-        return PRUNED_CHAIN if below(k, chain_rate(candidates[k], w, algo)) else None
-
-    def run(batch: list[int]) -> None:
-        for k, r in zip(batch, simulate([candidates[k] for k in batch]), strict=True):
+    def run(batch: list[int], limits: list[float | None]) -> None:
+        for k, r in zip(batch, runner.run([candidates[k] for k in batch], limits), strict=True):
+            if r is None:
+                rows[k] = rows[k] | {"pruned": PRUNED_CHAIN}
+                pruned[PRUNED_CHAIN] += 1
+                continue
             rows[k] = r | {"pruned": ""}
             rate = r["samples_per_s"]
             if not r["fits"] or rate != rate or groups[k] is None:
@@ -151,29 +242,29 @@ def pruned_rows(
                     heapq.heapreplace(h, rate)
 
     order = sorted((k for k in range(n) if assessed[k].rate_bound is not None), key=lambda k: -assessed[k].rate_bound)
-    if progress:
-        progress(0, n, 0.0)
-    at, size = 0, ROUND
+    at = 0
     while at < len(order):
         batch: list[int] = []
-        while at < len(order) and len(batch) < size:
+        limits: list[float | None] = []
+        while at < len(order) and len(batch) < ROUND:
             k = order[at]
             at += 1
-            rule = prunable(k)
-            if rule:
-                rows[k] = rows[k] | {"pruned": rule}
-                pruned[rule] += 1
+            lim = limit(k)
+            if lim is not None and assessed[k].rate_bound * (1 + SLACK) < lim:  # type: ignore[operator]
+                rows[k] = rows[k] | {"pruned": PRUNED_COMPUTE}
+                pruned[PRUNED_COMPUTE] += 1
             else:
                 batch.append(k)
+                limits.append(lim)
         if batch:
-            run(batch)
+            run(batch, limits)
         done = n - (len(order) - at)
         if progress:
             progress(done, n, done / n)
     if multi_world:
         while more := _scaling_demand(rows):
             pruned.subtract(rows[k]["pruned"] for k in more)
-            run(more)
+            run(more, [None] * len(more))
     return rows, pruned
 
 

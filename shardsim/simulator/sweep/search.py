@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.sweep.execute import estimated_seconds, predict_all
+from shardsim.simulator.sweep.execute import SERIAL_BELOW_S, Workers, default_workers, estimated_seconds, predict_all
 from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.recommendation import Recommendation, recommend
 from shardsim.simulator.sweep.rows import columns, with_pruned
@@ -110,12 +110,20 @@ def sweep(
     cols = columns(space.spans_settings)
     counts: dict[str, int] = {}
     if prune:
-        from shardsim.simulator.sweep.prune import pruned_rows
+        from shardsim.simulator.sweep.prune import ExecutorRunner, LocalRunner, pruned_rows
 
-        def simulate(batch):
-            return predict_all(batch, w, algo=algo, workers=workers, cache=cache, executor=executor)
+        if executor is not None:
 
-        rows, by_rule = pruned_rows(en.candidates, w, simulate, algo=algo, keep=keep, plots=plots, progress=progress)
+            def simulate(batch):
+                return predict_all(batch, w, algo=algo, cache=cache, executor=executor)
+
+            runner = ExecutorRunner(simulate, w, algo)
+            rows, by_rule = pruned_rows(en.candidates, runner, keep=keep, plots=plots, progress=progress)
+        else:
+            small = workers is None and estimated_seconds(en.candidates, 1) < SERIAL_BELOW_S
+            with Workers(1 if small else workers or default_workers()) as pool:
+                runner = LocalRunner(pool, w, algo, cache)
+                rows, by_rule = pruned_rows(en.candidates, runner, keep=keep, plots=plots, progress=progress)
         counts = dict(by_rule)
         cols = with_pruned(cols)
     else:
