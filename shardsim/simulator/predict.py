@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
@@ -31,6 +32,7 @@ from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
+from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.families import check_mlm, from_arch
 from shardsim.simulator.workload.load import load_workload, spec_name
 from shardsim.simulator.workload.model import Workload
@@ -249,7 +251,14 @@ def rank_workload(w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: f
     if tp == 1:
         return w
     assert w.arch is not None  # resolve refuses tensor parallelism of a model without an Arch
-    return from_arch(w.name, w.arch, tp, sequence_parallel, mlm_fraction)
+    return _tp_rank_workload(w.name, w.arch, tp, sequence_parallel, mlm_fraction)
+
+
+@lru_cache(maxsize=64)
+def _tp_rank_workload(name: str, arch: Arch, tp: int, sp: bool, mlm_fraction: float | None) -> Workload:
+    """`from_arch` of one tensor-parallel rank, once per process and argument values (pure, and a
+    Workload is frozen: the sweep asks for the same few for many configurations)."""
+    return from_arch(name, arch, tp, sp, mlm_fraction)
 
 
 def _process_memory(worst: MemoryBreakdown, res: Resolved, cluster: Cluster) -> ProcessMemory:

@@ -40,7 +40,7 @@ from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.predict import Prepared
 from shardsim.simulator.strategies.build import plan_tensor_parallel
 from shardsim.simulator.strategies.steps import BlockTimes, rank_classes
-from shardsim.simulator.strategies.tensor_parallel import TensorParallel
+from shardsim.simulator.strategies.tensor_parallel import TensorParallel, TpCall
 from shardsim.simulator.workload.model import Block
 
 PASSES = ("fwd", "bwd")
@@ -63,6 +63,15 @@ class _Wire:
             t = self._memo[key] = call_alone_s(self.g, coll, layout, nbytes, self.algo, self.backend, self.mics)
         return t
 
+    def calls_s(self, tp: TensorParallel, calls: tuple[TpCall, ...], layout: GroupLayout, mb: int) -> float:
+        """Seconds of tensor-parallel `calls` one after another, each alone (once per calls,
+        layout and micro-batch: a model's layers issue the same calls)."""
+        key = (calls, layout, mb)
+        t = self._memo.get(key)
+        if t is None:
+            t = self._memo[key] = sum(self.alone_s(c.coll, layout, tp.nbytes(c, mb)) for c in calls)
+        return t
+
 
 def _pass_s(
     bt: BlockTimes, blocks: list[Block], mb: int, tp: TensorParallel | None, wire: _Wire, rc: int
@@ -75,9 +84,7 @@ def _pass_s(
         f, bw = c.fwd_s, c.bwd_s + (bt.recompute_s(b, mb) if b.kind == "layer" else 0.0)
         if tp is not None:
             lay = tp.layout(rc)
-            cf, cb = (
-                sum(wire.alone_s(x.coll, lay, tp.nbytes(x, mb)) for x in tp.pass_calls(b, ph)) for ph in ("fwd", "bwd")
-            )
+            cf, cb = (wire.calls_s(tp, tp.pass_calls(b, ph), lay, mb) for ph in PASSES)
             f, bw = (max(f, cf), max(bw, cb)) if tp.overlap else (f + cf, bw + cb)
         fwd += f
         bwd += bw
