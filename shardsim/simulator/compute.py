@@ -94,6 +94,12 @@ class ComputeModel:
     def mem_bytes_per_s(self) -> float:
         return self.device.memory_bandwidth_GBps * 1e9 * self.device.memory_efficiency
 
+    @property
+    def by_name(self) -> bool:
+        """Whether a block's cost depends on its name, not only on its shape: a profile measures
+        blocks by name, and an MLP's first block computes no input gradient (`gpu_kernels`)."""
+        return self.profile is not None or (self.arch is not None and self.arch.family == "mlp")
+
     def block(self, b: Block, batch: int) -> BlockCost:
         esize = DTYPE_BYTES[self.precision]
         mem = b.fwd_mem_elems * self._fused_share(b) * batch * esize / self.mem_bytes_per_s

@@ -4,7 +4,8 @@ compute ops, the optimizer step, and the micro-steps of a data-parallel plan."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.checkpointing import Checkpointing
@@ -168,6 +169,9 @@ def data_parallel_plan(
     (step or optimizer_step)(p, 0, cm, piece, w.params, [prev, *syncs])
 
 
+_shape = attrgetter(*(f.name for f in fields(Block) if f.name != "name"))  # a block's every figure but its name
+
+
 @dataclass
 class BlockTimes:
     """A ComputeModel whose block times are computed once per (block, batch): a plan asks for
@@ -176,17 +180,20 @@ class BlockTimes:
 
     cm: ComputeModel
     ckpt: Checkpointing = field(default_factory=lambda: Checkpointing(frozenset()))
-    _memo: dict[tuple[int, int], BlockCost] = field(default_factory=dict)
+    _memo: dict[tuple[object, int], BlockCost] = field(default_factory=dict)
 
     def recompute_s(self, b: Block, batch: int) -> float:
         """Seconds of forward that backward of `b` runs again (activation checkpointing)."""
         return self.ckpt.recompute_s(b, self.block(b, batch))
 
     def block(self, b: Block, batch: int) -> BlockCost:
-        key = (id(b), batch)  # the workload keeps its blocks alive while the plan is built
-        if key not in self._memo:
-            self._memo[key] = self.cm.block(b, batch)
-        return self._memo[key]
+        # the same for blocks of one shape (a model's layers) unless the cost goes by name; else
+        # per block (the workload keeps its blocks alive while the plan is built)
+        key = (id(b) if self.cm.by_name else _shape(b), batch)
+        cost = self._memo.get(key)
+        if cost is None:
+            cost = self._memo[key] = self.cm.block(b, batch)
+        return cost
 
     @property
     def mem_bytes_per_s(self) -> float:

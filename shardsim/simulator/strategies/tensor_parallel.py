@@ -166,5 +166,8 @@ def tensor_parallel(
 ) -> TensorParallel:
     """The plan's tensor parallelism for a model of `arch` whose (per-rank) `blocks` run on
     `meshes`; `recomputed`: the layers whose backward recomputes their forward."""
-    calls = {b.name: block_calls(b, arch, sp, grad_esize) for b in blocks}
-    return TensorParallel(meshes, esize, calls, recomputed, overlap)
+    by_kind: dict[str, tuple[tuple[TpCall, ...], tuple[TpCall, ...]]] = {}  # a block's calls go by its kind
+    for b in blocks:
+        if b.kind not in by_kind:
+            by_kind[b.kind] = block_calls(b, arch, sp, grad_esize)
+    return TensorParallel(meshes, esize, {b.name: by_kind[b.kind] for b in blocks}, recomputed, overlap)

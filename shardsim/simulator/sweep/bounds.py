@@ -40,7 +40,7 @@ from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.predict import Prepared
 from shardsim.simulator.strategies.build import plan_tensor_parallel
 from shardsim.simulator.strategies.steps import BlockTimes, rank_classes
-from shardsim.simulator.strategies.tensor_parallel import TensorParallel, TpCall
+from shardsim.simulator.strategies.tensor_parallel import TensorParallel
 from shardsim.simulator.workload.model import Block
 
 PASSES = ("fwd", "bwd")
@@ -54,7 +54,8 @@ class _Wire:
     algo: str
     backend: str
     mics: bool
-    _memo: dict[tuple, float] = field(default_factory=dict)
+    _memo: dict[tuple, float] = field(default_factory=dict)  # per call
+    _passes: dict[tuple, float] = field(default_factory=dict)  # per block pass
 
     def alone_s(self, coll: str, layout: GroupLayout, nbytes: float) -> float:
         key = (coll, layout, nbytes)
@@ -63,13 +64,14 @@ class _Wire:
             t = self._memo[key] = call_alone_s(self.g, coll, layout, nbytes, self.algo, self.backend, self.mics)
         return t
 
-    def calls_s(self, tp: TensorParallel, calls: tuple[TpCall, ...], layout: GroupLayout, mb: int) -> float:
-        """Seconds of tensor-parallel `calls` one after another, each alone (once per calls,
-        layout and micro-batch: a model's layers issue the same calls)."""
-        key = (calls, layout, mb)
-        t = self._memo.get(key)
+    def pass_s(self, tp: TensorParallel, b: Block, phase: str, layout: GroupLayout, mb: int) -> float:
+        """Seconds of block `b`'s tensor-parallel calls of `phase` one after another, each alone;
+        once per what decides them (`TensorParallel.pass_calls`: the block's kind, whether it
+        recomputes its forward) for this `tp`, layout and micro-batch."""
+        key = (b.kind, phase, b.name in tp.recomputed, layout, mb)
+        t = self._passes.get(key)
         if t is None:
-            t = self._memo[key] = sum(self.alone_s(c.coll, layout, tp.nbytes(c, mb)) for c in calls)
+            t = self._passes[key] = sum(self.alone_s(c.coll, layout, tp.nbytes(c, mb)) for c in tp.pass_calls(b, phase))
         return t
 
 
@@ -84,7 +86,7 @@ def _pass_s(
         f, bw = c.fwd_s, c.bwd_s + (bt.recompute_s(b, mb) if b.kind == "layer" else 0.0)
         if tp is not None:
             lay = tp.layout(rc)
-            cf, cb = (wire.calls_s(tp, tp.pass_calls(b, ph), lay, mb) for ph in PASSES)
+            cf, cb = (wire.pass_s(tp, b, ph, lay, mb) for ph in PASSES)
             f, bw = (max(f, cf), max(bw, cb)) if tp.overlap else (f + cf, bw + cb)
         fwd += f
         bwd += bw
