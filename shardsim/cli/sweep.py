@@ -175,6 +175,15 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         return _sweep(ns, base, space, out)
 
 
+def _pruned(ns: argparse.Namespace) -> bool:
+    """Prune the search? Where only the table's leading rows are printed (they, the recommendation
+    and the scaling tables are the exhaustive search's), or when asked; never with --top 0 (every
+    row shown) or --exhaustive."""
+    if ns.top == 0 or ns.exhaustive:
+        return False
+    return ns.prune or not (ns.out or ns.json)
+
+
 def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     from shardsim.simulator.sweep.output import publish, to_records, write_recommendation, write_tables
     from shardsim.simulator.sweep.progress import SweepProgress
@@ -189,7 +198,7 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             workers=None if executor is not None else _workers(ns.workers),
             progress=progress,
             confirm=_confirmation(ns.yes),
-            prune=ns.prune and ns.top > 0,  # --top 0 shows every row: each simulated
+            prune=_pruned(ns),
             keep=max(ns.top, 2),
             plots=bool(ns.out) and not ns.no_plots,
             cache=cache,
@@ -276,11 +285,16 @@ def register(sub) -> None:
         "of the sweep its manifest names; one sweep at a time (default: none, print only)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
-    p.add_argument(
+    search = p.add_mutually_exclusive_group()
+    search.add_argument(
         "--prune",
         action="store_true",
-        help="a pruned search: its recommendation, leading --top rows and plotted rows are the exhaustive "
-        "search's, the rows pruned have no times (default: simulate every configuration that fits)",
+        help="a pruned search with --out or --json too: its recommendation, leading --top rows and plotted rows "
+        "are the exhaustive search's, the rows pruned have no times (default: pruned when only the table is "
+        "printed, exhaustive when every row is written: --out, --json, --top 0)",
+    )
+    search.add_argument(
+        "--exhaustive", action="store_true", help="simulate every configuration that fits, whatever is printed"
     )
     p.add_argument("--json", action="store_true", help='print {"rows": [...], "recommended": {...}}')
     p.add_argument(
