@@ -54,6 +54,9 @@ def test_ray_rows_are_the_local_executors_and_only_misses_go_to_ray(tmp_path) ->
             both = sweep(TINY, wider, executor=ex, cache=cache).table
             assert (cache.hits, cache.simulated) == (len(local), len(both) - len(local))
     pd.testing.assert_frame_equal(both, sweep(TINY, wider, workers=1).table, check_exact=True)
+    with RayExecutor(workers=2) as ex:  # the pruned search on Ray: its simulations there, the same rows
+        pruned = sweep(TINY, wider, executor=ex, prune=True, keep=3).table
+    pd.testing.assert_frame_equal(pruned, sweep(TINY, wider, workers=1, prune=True, keep=3).table, check_exact=True)
 
 
 def _tree(pid: int) -> list[int]:
