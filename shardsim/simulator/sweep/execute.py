@@ -199,9 +199,14 @@ class Workers:
         self._pool: ProcessPoolExecutor | None = None
         self._procs: list[BaseProcess] = []
 
-    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
-        """`fn(task)` for each task, results in the tasks' order."""
+    def map(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], meanwhile: Callable[[], object] | None = None
+    ) -> list[Any]:
+        """`fn(task)` for each task, results in the tasks' order; `meanwhile()` runs here while the
+        workers work (first, without workers)."""
         if self.workers == 1 or len(tasks) < 2:
+            if meanwhile:
+                meanwhile()
             return [fn(t) for t in tasks]
         if self._pool is None:
             others = set(active_children())
@@ -211,6 +216,8 @@ class Workers:
         else:
             futures = [self._pool.submit(fn, t) for t in tasks]
         try:
+            if meanwhile:
+                meanwhile()
             return [f.result() for f in futures]
         except BaseException:
             self.close(kill=True)

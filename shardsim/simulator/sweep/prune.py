@@ -122,10 +122,12 @@ class LocalRunner:
     w: Workload
     algo: str
     cache: ResultCache | None = None
+    meanwhile: Callable[[], object] | None = None  # runs here while the workers assess
 
     def assess(self, cands: Sequence[Candidate]) -> list[Assessed]:
         chunks = [cands[i : i + ASSESS_CHUNK] for i in range(0, len(cands), ASSESS_CHUNK)]
-        return [a for part in self.workers.map(_assess_chunk, [(c, self.w, self.algo) for c in chunks]) for a in part]
+        tasks = [(c, self.w, self.algo) for c in chunks]
+        return [a for part in self.workers.map(_assess_chunk, tasks, self.meanwhile) for a in part]
 
     def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | None]:
         out: list[dict[str, Any] | None] = [None] * len(cands)

@@ -122,7 +122,7 @@ def sweep(
         else:
             small = workers is None and estimated_seconds(en.candidates, 1) < SERIAL_BELOW_S
             with Workers(1 if small else workers or default_workers()) as pool:
-                runner = LocalRunner(pool, w, algo, cache)
+                runner = LocalRunner(pool, w, algo, cache, meanwhile=_import_pandas)
                 rows, by_rule = pruned_rows(en.candidates, runner, keep=keep, plots=plots, progress=progress)
         counts = dict(by_rule)
         cols = with_pruned(cols)
