@@ -12,7 +12,7 @@ import pytest
 from shardsim.config import RunConfig
 from shardsim.simulator.predict import chain_bound_s, predict, prepare
 from shardsim.simulator.sweep.bounds import compute_bound_s
-from shardsim.simulator.sweep.plots import representative_rows
+from shardsim.simulator.sweep.plots import representative_rows, scaling_configs
 from shardsim.simulator.sweep.prune import PRUNED_COMPUTE
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
@@ -33,6 +33,12 @@ SPACES = {
             strategy={"kind": "zero", "tp": 2, "sequence_parallel": True, "async_tp": True},
         ),
         SweepSpace(strategies=("zero", "pipeline"), tp_degrees=(2, 4), checkpointing=("full", "selective")),
+    ),
+    "several clusters, checkpointing and accumulation listed": (
+        RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", precision="bf16"),
+        SweepSpace(
+            nodes=(1, 2, 4), global_batch=64, schedules=("1f1b",), checkpointing=("none", "full"), grad_accums=(1, 2)
+        ),
     ),
     "several clusters, strong scaling": (
         RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", precision="bf16"),
@@ -75,6 +81,12 @@ def _compare(base: RunConfig, space: SweepSpace, keep: int) -> None:
             rep_a.drop(columns=["pruned", "rank"]).reset_index(drop=True),
             rep_b.drop(columns="rank").reset_index(drop=True),
         )
+    for top, ga in a.groupby("topology", sort=False):  # the scaling tables: the same lines, every row exact
+        gb = b[b["topology"] == top]
+        lines = scaling_configs(ga)
+        assert lines == scaling_configs(gb)
+        shown = ga[ga["label"].isin(lines) & ga["fits"]]
+        assert (shown["pruned"] == "").all(), shown[shown["pruned"] != ""]["label"].tolist()
     simulated = a["pruned"] == ""
     # every row simulated has the exhaustive figures (its rank aside), and every row pruned by the
     # bound would not have changed the answer: it fits, with NaN times

@@ -232,23 +232,29 @@ def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_co
 
 
 def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
-    """Configurations of one topology present at two or more sizes: every ddp/zero/zero2d one,
-    then the pipelines with the highest samples/s, up to `limit` lines."""
+    """Configurations of one topology present at two or more sizes: every plain ddp/zero/zero2d
+    one (no tensor parallelism, the base settings: no suffix to its label), then the others
+    (tensor-parallel or with other settings, and the pipelines) with the highest samples/s, up to
+    `limit` lines."""
     counts = g.groupby("label", sort=False)["world"].nunique()
     multi = [c for c in counts.index if counts[c] > 1]
     first = g.drop_duplicates("label").set_index("label")
-    pipelines = [c for c in multi if first.loc[c, "strategy_kind"] in PIPELINES]
+    tp = first["strategy_tp"] if "strategy_tp" in first else pd.Series(1, index=first.index)
+
+    def plain(c: str) -> bool:
+        return first.loc[c, "strategy_kind"] not in PIPELINES and int(tp[c] or 1) == 1 and ", " not in c
+
     dp = sorted(
-        (c for c in multi if c not in pipelines),
+        (c for c in multi if plain(c)),
         key=lambda c: (KINDS[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
     )
-    pipe = (
-        g[g["label"].isin(pipelines)]
+    others = (
+        g[g["label"].isin([c for c in multi if not plain(c)])]
         .groupby("label", sort=False)["samples_per_s"]
         .max()
         .sort_values(ascending=False, kind="mergesort")
     )
-    return (dp + list(pipe.index))[:limit] if len(dp) < limit else dp
+    return (dp + list(others.index))[:limit] if len(dp) < limit else dp
 
 
 def _scaling_colors(df: pd.DataFrame) -> dict[str, str]:

@@ -7,10 +7,11 @@ each cluster's `keep` leading rows (rank and figures: the recommendation's best 
 and the report's `--top` rows), the two leading data-parallel rows (the recommended degree and
 its runner-up), the cheapest (a cluster's price is the same for all its rows: its fastest is
 its cheapest), and with `plots` the rows the plots draw (each cluster's best pipeline per pp and
-best layout per tensor-parallel degree, and its `keep` leading pipelines). Never pruned:
+best layout per tensor-parallel degree, and its `keep` leading pipelines), and over several
+cluster sizes each cluster's `SCALING_LINES` leading rows of those that may be pruned (so the
+scaling tables pick the lines the exhaustive search would: `plots.scaling_configs`). Never pruned:
 the ddp/zero/zero2d rows without tensor parallelism (the plots and the scaling tables show
-each), every ddp/zero/zero2d row of a sweep over several cluster sizes, and on demand the rows
-the scaling columns and tables need (`_scaling_demand`).
+each), and on demand the rows the scaling columns and tables need (`_scaling_demand`).
 
 A row pruned keeps its memory and fit, with NaN times; its `pruned` column names the rule:
 - `PRUNED_MEMORY` ("memory"): it does not fit (as an exhaustive sweep does too: not simulated);
@@ -48,7 +49,7 @@ PRUNED_COMPUTE = "compute bound"
 PRUNED_CHAIN = "chain bound"
 SLACK = 1e-9  # relative: a bound within this of the K-th best is not pruned (float rounding of both)
 ROUND = 16  # candidates simulated per round (one `predict_all` call): the same whatever the workers, so are the rows
-SCALING_LINES = 8  # `plots.scaling_configs`'s limit: the pipelines a scaling table may show
+SCALING_LINES = 8  # `plots.scaling_configs`'s limit: the lines a scaling table may show
 
 
 @dataclass
@@ -179,13 +180,12 @@ def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tup
     s = c.cfg.strategy
     cluster = (c.cluster.instance.name, c.cluster.nodes)
     pipeline = s.spec.is_pipeline
-    if not pipeline and (s.tp == 1 or multi_world):
+    if not pipeline and s.tp == 1:
         return None
     out: list[tuple[tuple, int]] = [((cluster, "all"), keep)]
-    if not pipeline:
-        out.append(((cluster, "sdp"), 2))
-    else:
-        out.append(((cluster, "pipelines"), max(keep, SCALING_LINES) if multi_world else keep))
+    out.append(((cluster, "pipelines"), keep) if pipeline else ((cluster, "sdp"), 2))
+    if multi_world:  # the scaling tables' lines beyond the plain ddp/zero/zero2d ones (`plots.scaling_configs`)
+        out.append(((cluster, "scaling"), SCALING_LINES))
     if plots and pipeline and s.tp == 1:
         out.append(((cluster, "pp", s.pp), 1))
     if plots and s.tp > 1:
@@ -273,8 +273,8 @@ def pruned_rows(
 def _scaling_demand(rows: list[dict[str, Any]]) -> list[int]:
     """The bound-pruned rows the scaling columns and tables need: the base row (the smallest
     world) of every (topology, label) with a simulated row, and every row of the labels
-    `plots.scaling_configs` shows (on the table as it stands: the pipelines it picks by their
-    best samples/s are each cluster's leading ones, exact already)."""
+    `plots.scaling_configs` shows (on the table as it stands: the lines it picks by their best
+    samples/s are among their clusters' leading ones, exact already)."""
     import pandas as pd
 
     from shardsim.simulator.sweep.plots import scaling_configs
