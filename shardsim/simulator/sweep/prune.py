@@ -175,8 +175,9 @@ class ExecutorRunner:
 
 
 def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tuple[tuple, int]] | None:
-    """The ranking groups `c` belongs to, each with how many of its leading rows must be exact;
-    None when `c` is never pruned."""
+    """The ranking groups `c` belongs to, each with how many of its leading configurations (by
+    label: a group over several clusters ranks a label by its best row) must be exact; None when
+    `c` is never pruned."""
     s = c.cfg.strategy
     cluster = (c.cluster.instance.name, c.cluster.nodes)
     pipeline = s.spec.is_pipeline
@@ -184,8 +185,9 @@ def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tup
         return None
     out: list[tuple[tuple, int]] = [((cluster, "all"), keep)]
     out.append(((cluster, "pipelines"), keep) if pipeline else ((cluster, "sdp"), 2))
-    if multi_world:  # the scaling tables' lines beyond the plain ddp/zero/zero2d ones (`plots.scaling_configs`)
-        out.append(((cluster, "scaling"), SCALING_LINES))
+    if multi_world:  # the scaling table's lines beyond the plain ddp/zero/zero2d ones (`plots.scaling_configs`):
+        # its topology's configurations by their best samples/s over the cluster sizes
+        out.append(((c.cluster.instance.name, "scaling"), SCALING_LINES))
     if plots and pipeline and s.tp == 1:
         out.append(((cluster, "pp", s.pp), 1))
     if plots and s.tp > 1:
@@ -213,18 +215,20 @@ def pruned_rows(
     pruned: Counter[str] = Counter()
     pruned[PRUNED_MEMORY] = sum(a.rate_bound is None for a in assessed)
     groups = [_groups(c, keep, plots, multi_world) for c in candidates]
-    best: dict[tuple, list[float]] = {}  # group → min-heap of its K best simulated samples/s
+    best: dict[tuple, dict[str, float]] = {}  # group → each label's best simulated samples/s
+    kth: dict[tuple, float] = {}  # group → its K-th best label's (as rows come in; read between rounds)
 
     def limit(k: int) -> float | None:
         """The samples/s that candidate k's upper bound must reach to matter: the lowest K-th best
         of its groups (None: never pruned, or a group lacks its K)."""
+        if groups[k] is None:
+            return None
         out = float("inf")
-        for g, K in groups[k] or ():
-            h = best.get(g, [])
-            if len(h) < K:
+        for g, _ in groups[k]:
+            if g not in kth:
                 return None
-            out = min(out, h[0])
-        return None if groups[k] is None else out
+            out = min(out, kth[g])
+        return out
 
     def run(batch: list[int], limits: list[float | None]) -> None:
         for k, r in zip(batch, runner.run([candidates[k] for k in batch], limits), strict=True):
@@ -237,11 +241,10 @@ def pruned_rows(
             if not r["fits"] or rate != rate or groups[k] is None:
                 continue
             for g, K in groups[k]:
-                h = best.setdefault(g, [])
-                if len(h) < K:
-                    heapq.heappush(h, rate)
-                elif rate > h[0]:
-                    heapq.heapreplace(h, rate)
+                labels = best.setdefault(g, {})
+                labels[candidates[k].label] = max(rate, labels.get(candidates[k].label, rate))
+                if len(labels) >= K:
+                    kth[g] = heapq.nlargest(K, labels.values())[-1]
 
     order = sorted((k for k in range(n) if assessed[k].rate_bound is not None), key=lambda k: -assessed[k].rate_bound)
     at = 0
