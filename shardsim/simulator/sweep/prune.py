@@ -32,7 +32,7 @@ as simulated (no bound tried), so a repeated search may hold more simulated rows
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -246,24 +246,33 @@ def pruned_rows(
                 if len(labels) >= K:
                     kth[g] = heapq.nlargest(K, labels.values())[-1]
 
-    order = sorted((k for k in range(n) if assessed[k].rate_bound is not None), key=lambda k: -assessed[k].rate_bound)
-    at = 0
-    while at < len(order):
+    queue = deque(
+        sorted((k for k in range(n) if assessed[k].rate_bound is not None), key=lambda k: -assessed[k].rate_bound)
+    )
+    while queue:
         batch: list[int] = []
         limits: list[float | None] = []
-        while at < len(order) and len(batch) < ROUND:
-            k = order[at]
-            at += 1
+        later: list[int] = []  # waits for a round that knows the K-th best of a group it would fill
+        filling: Counter[tuple] = Counter()  # this round's candidates toward each group still short of its K
+        while queue and len(batch) < ROUND:
+            k = queue.popleft()
             lim = limit(k)
             if lim is not None and assessed[k].rate_bound * (1 + SLACK) < lim:  # type: ignore[operator]
                 rows[k] = rows[k] | {"pruned": PRUNED_COMPUTE}
                 pruned[PRUNED_COMPUTE] += 1
-            else:
-                batch.append(k)
-                limits.append(lim)
+                continue
+            short = [g for g, K in groups[k] or () if g not in kth]
+            if lim is None and groups[k] is not None:
+                if any(len(best.get(g, ())) + filling[g] >= K for g, K in groups[k] if g in short):
+                    later.append(k)  # enough of this group's are under way to set its K-th best
+                    continue
+                filling.update(short)
+            batch.append(k)
+            limits.append(lim)
+        queue.extendleft(reversed(later))
         if batch:
             run(batch, limits)
-        done = n - (len(order) - at)
+        done = n - len(queue)
         if progress:
             progress(done, n, done / n)
     if multi_world:
