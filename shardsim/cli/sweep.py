@@ -107,16 +107,18 @@ def _workers(asked: int | None) -> int | None:
     return asked
 
 
-def _confirmation(yes: bool) -> Callable[[int, float], None]:
+def _confirmation(yes: bool, pruned: bool = False) -> Callable[[int, float], None]:
     """What a sweep of more than `SWEEP_CONFIRM_ABOVE` configurations needs before it starts:
-    --yes, or a yes typed on the terminal; its size and estimated time are said first."""
+    --yes, or a yes typed on the terminal; its size and estimated time are said first (a pruned
+    search's as at most the exhaustive one's: what it simulates is known only as it goes)."""
 
     def confirm(n: int, seconds: float) -> None:
         from shardsim.simulator.sweep.progress import format_duration
 
         if n <= SWEEP_CONFIRM_ABOVE:
             return
-        size = f"{n:,} configurations (about {format_duration(seconds)} on this machine)"
+        took = f"{'at most ' if pruned else ''}about {format_duration(seconds)}"
+        size = f"{n:,} configurations ({took} on this machine)"
         if yes:
             log.info("sweeping %s", size)
             return
@@ -197,7 +199,7 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             algo=ns.algo,
             workers=None if executor is not None else _workers(ns.workers),
             progress=progress,
-            confirm=_confirmation(ns.yes),
+            confirm=_confirmation(ns.yes, _pruned(ns)),
             prune=_pruned(ns),
             keep=max(ns.top, 2),
             plots=bool(ns.out) and not ns.no_plots,
