@@ -175,7 +175,17 @@ def test_sweep_workers_are_capped_at_the_cores_with_a_note(capsys, monkeypatch) 
     asked = []
     real = search.predict_all
     monkeypatch.setattr(search, "predict_all", lambda *a, **k: asked.append(k["workers"]) or real(*a, **k))
-    argv = ["sweep", "--workload", "tiny-gpt", "--nodes", "1", "--strategies", "ddp,zero", "--no-progress"]
+    argv = [
+        "sweep",
+        "--workload",
+        "tiny-gpt",
+        "--nodes",
+        "1",
+        "--strategies",
+        "ddp,zero",
+        "--no-progress",
+        "--exhaustive",
+    ]
     assert exit_status([*argv, "--workers", "96"]) == 0
     assert asked == [2]
     assert "--workers 96: this machine has 2 cores; the sweep runs 2 processes" in capsys.readouterr().err
