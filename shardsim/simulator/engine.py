@@ -151,17 +151,23 @@ class _Run:
         phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout, algorithm): the same for every call
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
         algos: dict[tuple, Algo] = {}  # per (collective, layout, size): what it runs
+        # per (collective, layout object, size): its phases, found without hashing the layout's fields
+        # (the plan's ops hold their layouts, so no id is reused while this runs)
+        seen: dict[tuple[str | None, int, float], tuple[Phase, ...]] = {}
         for op in p.ops:
             if op.kind == "comm":
-                call = (op.coll, op.layout, op.nbytes)
-                used = algos.get(call)
-                if used is None:
-                    dpn = g.cluster.devices_per_node
-                    used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics)
-                key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0)
-                phs = phases.get(key)
+                phs = seen.get((op.coll, id(op.layout), op.nbytes))
                 if phs is None:
-                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes)
+                    call = (op.coll, op.layout, op.nbytes)
+                    used = algos.get(call)
+                    if used is None:
+                        dpn = g.cluster.devices_per_node
+                        used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics)
+                    key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0)
+                    phs = phases.get(key)
+                    if phs is None:
+                        phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes)
+                    seen[(op.coll, id(op.layout), op.nbytes)] = phs
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None

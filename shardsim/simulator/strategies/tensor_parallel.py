@@ -118,6 +118,7 @@ class TensorParallel:
     recomputed: frozenset[str] = frozenset()
     overlap: bool = False
     _layouts: dict[int, GroupLayout] = field(default_factory=dict)
+    _memo: dict[tuple[str, str, int], tuple[tuple[str, float, str], ...]] = field(default_factory=dict)
 
     def layout(self, rc: int) -> GroupLayout:
         if rc not in self._layouts:
@@ -128,21 +129,32 @@ class TensorParallel:
         """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first)
         after its compute op `op` (beside it, from what it waited for, `start`, with asyncTP);
         what the next op waits for."""
-        fwd, bwd = self.calls.get(b.name, ((), ()))
-        # a recomputed forward stops once it has rebuilt what backward needs: before the
-        # reduction of the layer's output (torch.utils.checkpoint's early stop)
-        calls = fwd if phase == "fwd" else (fwd[:-1] if b.name in self.recomputed else ()) + bwd
+        calls = self._issued(b.name, phase, mb)
         if not calls:
             return op
         lay = self.layout(rc)
         deps: list[Dep] = list(start) if self.overlap else [op]
         last = None
-        for c in calls:
-            nbytes = c.elems * (mb if c.per_sample else 1) * (c.esize or self.esize)
-            name = f"TP {c.coll} {b.name} {c.what}{tag}"
-            last = p.comm(rc, "tp", c.coll, lay, nbytes, name, deps, phase) or last
+        for coll, nbytes, name in calls:
+            last = p.comm(rc, "tp", coll, lay, nbytes, name + tag, deps, phase) or last
             deps = [last] if last is not None else deps
         return op if last is None else _join(op, last)
+
+    def _issued(self, block: str, phase: str, mb: int) -> tuple[tuple[str, float, str], ...]:
+        """(collective, bytes, name before the op's tag) of each call that `after` issues, memoized:
+        they depend on nothing else (`calls`, `recomputed` and `esize` are fixed)."""
+        key = (block, phase, mb)
+        out = self._memo.get(key)
+        if out is None:
+            fwd, bwd = self.calls.get(block, ((), ()))
+            # a recomputed forward stops once it has rebuilt what backward needs: before the
+            # reduction of the layer's output (torch.utils.checkpoint's early stop)
+            calls = fwd if phase == "fwd" else (fwd[:-1] if block in self.recomputed else ()) + bwd
+            out = self._memo[key] = tuple((c.coll, self._bytes(c, mb), f"TP {c.coll} {block} {c.what}") for c in calls)
+        return out
+
+    def _bytes(self, c: TpCall, mb: int) -> float:
+        return c.elems * (mb if c.per_sample else 1) * (c.esize or self.esize)
 
 
 def tensor_parallel(
