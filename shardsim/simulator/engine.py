@@ -156,17 +156,23 @@ class _Run:
         phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout, algorithm): the same for every call
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
         algos: dict[tuple, Algo] = {}  # per (collective, layout, size): what it runs
+        # per (collective, layout object, size): its phases, found without hashing the layout's fields
+        # (the plan's ops hold their layouts, so no id is reused while this runs)
+        seen: dict[tuple[str | None, int, float], tuple[Phase, ...]] = {}
         for op in p.ops:
             if op.kind == "comm":
-                call = (op.coll, op.layout, op.nbytes)
-                used = algos.get(call)
-                if used is None:
-                    dpn = g.cluster.devices_per_node
-                    used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics)
-                key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0)
-                phs = phases.get(key)
+                phs = seen.get((op.coll, id(op.layout), op.nbytes))
                 if phs is None:
-                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes)
+                    call = (op.coll, op.layout, op.nbytes)
+                    used = algos.get(call)
+                    if used is None:
+                        dpn = g.cluster.devices_per_node
+                        used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics)
+                    key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0)
+                    phs = phases.get(key)
+                    if phs is None:
+                        phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes)
+                    seen[(op.coll, id(op.layout), op.nbytes)] = phs
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
@@ -203,36 +209,37 @@ class _Run:
             if self.sm is not None:
                 self.sm.comm(op, +1)
             PhaseRun(self.net, self.steps[op.id], op.nbytes, op.name, lambda: self.end(op, start)).next()
-        elif op.duration > 0 and self.sm is not None:
+        elif not op.duration > 0:
+            self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
+        elif self.sm is not None:
             self.sm.compute(op, lambda: self.end(op, start))
-        elif op.duration > 0 and self.shared:
+        elif self.shared:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
             self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration, yields=True)
-        elif op.duration > 0:
-            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
         else:
-            self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
+            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
 
     def finish(self, op: Op, start: float) -> None:
         self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env.now)
         self.ended += 1
-        waiting = self.waiting
+        waiting, ready = self.waiting, self.ready
         for c in self.children[op.id]:
-            waiting[c] -= 1
-            if waiting[c] == 0:
-                self.ready.append(c)
+            left = waiting[c] - 1
+            waiting[c] = left
+            if not left:
+                ready.append(c)
 
     def end(self, op: Op, start: float) -> None:
         """An op with a duration ends: record it, start what waited for it."""
-        if op.kind == "comm" and self.sm is not None:
+        if self.sm is not None and op.kind == "comm":
             self.sm.comm(op, -1)
         self.finish(op, start)
         self.drain()
 
     def drain(self) -> None:
-        ops, ready = self.ops, self.ready
+        ops, ready, begin = self.ops, self.ready, self.begin
         while ready:
-            self.begin(ops[ready.popleft()])
+            begin(ops[ready.popleft()])
 
 
 class SmSharing:
@@ -244,31 +251,37 @@ class SmSharing:
     def __init__(self, env: simpy.Environment, classes: int, share: float) -> None:
         self.env = env
         self.share = share
+        self.slow = 1.0 - share  # the rate of compute while its class communicates
         self.in_flight = [0] * classes
         self.running: list[dict[int, list]] = [{} for _ in range(classes)]  # op id → [left, since, rate, gen, done]
 
-    def _rate(self, rc: int) -> float:
-        return 1.0 - self.share if self.in_flight[rc] else 1.0
-
     def compute(self, op: Op, done: Callable[[], None]) -> None:
         """Start compute op `op`; `done()` when its work is done."""
-        job = [op.duration, self.env.now, self._rate(op.rank_class), 0, done]
+        job = [op.duration, self.env.now, self.slow if self.in_flight[op.rank_class] else 1.0, 0, done]
         self.running[op.rank_class][op.id] = job
         self._schedule(op.rank_class, op.id, job)
 
     def comm(self, op: Op, delta: int) -> None:
         """A collective (or send) of `op`'s class starts (+1) or ends (-1)."""
-        for rc in {op.rank_class} if op.peer is None else {op.rank_class, op.peer}:
-            before = self._rate(rc)
-            self.in_flight[rc] += delta
-            rate = self._rate(rc)
-            if rate == before:
-                continue
-            now = self.env.now
-            for oid, job in self.running[rc].items():
-                job[0] -= (now - job[1]) * job[2]
-                job[1], job[2], job[3] = now, rate, job[3] + 1
-                self._schedule(rc, oid, job)
+        if op.peer is None:
+            self._shift(op.rank_class, delta)
+        else:
+            for rc in {op.rank_class, op.peer}:
+                self._shift(rc, delta)
+
+    def _shift(self, rc: int, delta: int) -> None:
+        """Class `rc`'s count of collectives in flight moves by `delta`; its running compute ops are
+        rescheduled when that starts or ends its slowdown."""
+        n = self.in_flight[rc]
+        self.in_flight[rc] = m = n + delta
+        if (n == 0) == (m == 0) or self.slow == 1.0:
+            return
+        rate = self.slow if m else 1.0
+        now = self.env.now
+        for oid, job in self.running[rc].items():
+            job[0] -= (now - job[1]) * job[2]
+            job[1], job[2], job[3] = now, rate, job[3] + 1
+            self._schedule(rc, oid, job)
 
     def _schedule(self, rc: int, oid: int, job: list) -> None:
         gen = job[3]

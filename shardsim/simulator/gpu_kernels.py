@@ -162,6 +162,7 @@ def slowest_of(ranks: int, cv: float) -> float:
     return 1.0 + cv * NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25))
 
 
+@lru_cache(maxsize=8192)  # a pure function of its (hashable, frozen) arguments: a sweep asks for the same ones again
 def gemm_time(g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int) -> float:
     """Seconds of one GEMM (times its count): the better of the large tile and a 128×128 tile,
     each wave-quantized over the SMs, split-K when the tiles do not fill them; at least the

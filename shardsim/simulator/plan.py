@@ -70,23 +70,42 @@ class Plan:
     tp: TensorParallel | None = None  # each block's tensor-parallel collectives (none without)
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
-    def add(self, rc: int, stream: str, kind: str, name: str, deps: list[Dep], **kw) -> int:
-        """Append an op of rank class `rc`; returns its id."""
-        key = (rc, stream if self.overlap or stream in ASYNC_STREAMS else "main")
+    def add(
+        self,
+        rc: int,
+        stream: str,
+        kind: str,
+        name: str,
+        deps: list[Dep],
+        duration: float = 0.0,
+        coll: str | None = None,
+        layout: GroupLayout | None = None,
+        nbytes: float = 0.0,
+        phase: str = "",
+    ) -> int:
+        """Append an op of rank class `rc` (its other fields as `Op`'s); returns its id."""
+        if not self.overlap and stream not in ASYNC_STREAMS:
+            stream = "main"
+        key = (rc, stream)
         d = _ids(deps)
         prev = self._last_on_stream.get(key)
         if prev is not None:
             d.append(prev)
-        op = Op(len(self.ops), rc, key[1], kind, name, sorted(set(d)) if len(d) > 1 else d, **kw)
-        self.ops.append(op)
-        self._last_on_stream[key] = op.id
-        return op.id
+        if len(d) == 2:  # the usual case (a dependency and the stream's previous op): sorted, unique
+            a, b = d
+            d = [a] if a == b else d if a < b else [b, a]
+        elif len(d) > 2:
+            d = sorted(set(d))
+        op_id = len(self.ops)
+        self.ops.append(Op(op_id, rc, stream, kind, name, d, duration, coll, layout, nbytes, phase))
+        self._last_on_stream[key] = op_id
+        return op_id
 
     def comm(self, rc: int, stream: str, coll: str, layout: GroupLayout, nbytes: float, name: str, deps, phase: str):
         """Append a collective (or send) of `nbytes` over `layout`; None when it moves nothing."""
         if not moves(layout, nbytes):
             return None
-        return self.add(rc, stream, "comm", name, deps, coll=coll, layout=layout, nbytes=nbytes, phase=phase)
+        return self.add(rc, stream, "comm", name, deps, 0.0, coll, layout, nbytes, phase)
 
 
 def moves(layout: GroupLayout, nbytes: float) -> bool:

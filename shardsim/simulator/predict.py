@@ -105,6 +105,7 @@ def _critical_breakdown(p: Plan, spans: list[Span], rc: int) -> dict[str, float]
     compute = [(s.start, s.end) for s in mine if s.kind == "compute"]
     opt = [(s.start, s.end) for s in mine if s.kind == "optimizer"]
     comm = [(s.start, s.end) for s in spans if s.kind == "comm" and (s.rank_class == rc or p.ops[s.op].peer == rc)]
+    compute, comm = union(compute), union(comm)  # each sorted once (a union's union is itself)
     busy = union(compute + opt)
     idle = subtract([(0.0, end)], busy)
     exposed = length(idle) - length(subtract(idle, comm))

@@ -24,17 +24,21 @@ def length(intervals: list[tuple[float, float]]) -> float:
 
 
 def subtract(whole: list[tuple[float, float]], cut: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Parts of `whole` (a union) not covered by `cut`."""
+    """Parts of `whole` not covered by `cut`, in one pass over each: both made unions (sorted,
+    disjoint), a cut that ends before a piece of `whole` starts ends before every later one does."""
     out = []
     cut = union(cut)
+    j, n = 0, len(cut)
     for a, b in union(whole):
-        cur = a
-        for c, d in cut:
-            if d <= cur or c >= b:
-                continue
+        while j < n and cut[j][1] <= a:
+            j += 1
+        cur, k = a, j
+        while k < n and cut[k][0] < b:
+            c, d = cut[k]
             if c > cur:
                 out.append((cur, c))
             cur = max(cur, d)
+            k += 1
         if cur < b:
             out.append((cur, b))
     return out

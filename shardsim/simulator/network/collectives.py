@@ -492,17 +492,17 @@ class PhaseRun:
     i: int = 0  # the phase to start next
     waited: bool = False  # its latency is over
 
-    def next(self) -> None:
-        if self.i == len(self.steps):
+    def next(self, _ev: object = None) -> None:
+        """Start the next phase (or its latency), or end the call: `on_done` of the phase before and
+        the callback of its latency's timeout (`_ev`, unused)."""
+        i = self.i
+        if i == len(self.steps):
             self.on_done()
             return
-        latency, route = self.steps[self.i]
+        latency, route = self.steps[i]
         if latency and not self.waited:
             self.waited = True
-            self.net.env.timeout(latency).callbacks.append(self._after_latency)
+            self.net.env.timeout(latency).callbacks.append(self.next)
             return
-        self.i, self.waited = self.i + 1, False
+        self.i, self.waited = i + 1, False
         self.net.send(route, self.nbytes, self.tag, self.next)
-
-    def _after_latency(self, _ev: object) -> None:
-        self.next()

@@ -127,16 +127,18 @@ class Network:
             alone, demand = max_rate, [u * nbytes * max_rate for u in route.unit]
         now = self.env.now
         t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag, yields=yields)
-        self._yielding = self._yielding or yields
+        if yields:
+            self._yielding = True
         self._started += 1
-        if not self.active:
+        active = self.active
+        if not active:
             self._busy_since = now
-        self.active[t] = None
+        active[t] = None
         if self._add_load(t):
             changed = self._refill([t])
         else:
             t.rate = alone
-            changed = [t]
+            changed = (t,)
         for c in changed:  # re-arm only when something now ends before the armed timer
             left = c.remaining - c.rate * (now - c.t0)
             if now + left / c.rate < self._timer_at:
@@ -219,8 +221,8 @@ class Network:
     # -- time ------------------------------------------------------------------------
     def _arm(self, t: Transfer, left: float) -> None:
         delay = max(left / t.rate, 0.0)
-        self._timer = self.env.timeout(delay)
-        self._timer.callbacks.append(self._on_timer)
+        timer = self._timer = self.env.timeout(delay)
+        timer.callbacks.append(self._on_timer)
         self._timer_at = self.env.now + delay
         self._target = (t, t.t0, t.rate)
 
@@ -234,18 +236,23 @@ class Network:
             # its rate has not changed since the timer was set for it: it is done by definition,
             # even when its last sliver of time is below float resolution at this clock value
             target.remaining, target.t0 = 0.0, now
-        finished = [t for t in self.active if t.remaining - t.rate * (now - t.t0) <= _EPS]
-        dirty: dict[Transfer, None] = {}
-        for t in finished:
-            del self.active[t]
-        for t in finished:
-            self._remove_load(t, dirty)
-        for t in finished:
-            dirty.pop(t, None)
-        if dirty:
-            self._refill(dirty)
-        if self.active:
-            nxt = min(self.active, key=lambda t: (t.remaining - t.rate * (now - t.t0)) / t.rate)
+        active = self.active
+        finished = [t for t in active if t.remaining - t.rate * (now - t.t0) <= _EPS]
+        if finished:
+            dirty: dict[Transfer, None] = {}
+            for t in finished:
+                del active[t]
+            for t in finished:
+                self._remove_load(t, dirty)
+            for t in finished:
+                dirty.pop(t, None)
+            if dirty:
+                self._refill(dirty)
+        if len(active) == 1:  # the usual case: nothing to compare
+            nxt = next(iter(active))
+            self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
+        elif active:
+            nxt = min(active, key=lambda t: (t.remaining - t.rate * (now - t.t0)) / t.rate)
             self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
         else:
             self.busy_time += now - self._busy_since

@@ -118,6 +118,7 @@ class TensorParallel:
     recomputed: frozenset[str] = frozenset()
     overlap: bool = False
     _layouts: dict[int, GroupLayout] = field(default_factory=dict)
+    _memo: dict[tuple[str, str, int], tuple[tuple[str, float, str], ...]] = field(default_factory=dict)
 
     def layout(self, rc: int) -> GroupLayout:
         if rc not in self._layouts:
@@ -140,18 +141,27 @@ class TensorParallel:
         """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first)
         after its compute op `op` (beside it, from what it waited for, `start`, with asyncTP);
         what the next op waits for."""
-        calls = self.pass_calls(b, phase)
+        calls = self._issued(b, phase, mb)
         if not calls:
             return op
         lay = self.layout(rc)
         deps: list[Dep] = list(start) if self.overlap else [op]
         last = None
-        for c in calls:
-            nbytes = self.nbytes(c, mb)
-            name = f"TP {c.coll} {b.name} {c.what}{tag}"
-            last = p.comm(rc, "tp", c.coll, lay, nbytes, name, deps, phase) or last
+        for coll, nbytes, name in calls:
+            last = p.comm(rc, "tp", coll, lay, nbytes, name + tag, deps, phase) or last
             deps = [last] if last is not None else deps
         return op if last is None else _join(op, last)
+
+    def _issued(self, b: Block, phase: str, mb: int) -> tuple[tuple[str, float, str], ...]:
+        """(collective, bytes, name before the op's tag) of each call that `after` issues
+        (`pass_calls`), memoized: they depend on nothing else (`calls`, `recomputed` and `esize`
+        are fixed)."""
+        key = (b.name, phase, mb)
+        out = self._memo.get(key)
+        if out is None:
+            calls = self.pass_calls(b, phase)
+            out = self._memo[key] = tuple((c.coll, self.nbytes(c, mb), f"TP {c.coll} {b.name} {c.what}") for c in calls)
+        return out
 
 
 def tensor_parallel(
