@@ -25,7 +25,7 @@ from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forw
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
-from shardsim.simulator.workload.model import Workload, stage_ranges
+from shardsim.simulator.workload.model import Block, Workload, stage_ranges
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
 # TCP transport is a rendezvous: measured in emu-2x2, a 64 KiB or 512 KiB isend whose recv is
@@ -65,6 +65,19 @@ def send_waits(kind: str, stage: int, pp: int, m: int) -> list[list[int]]:
     warm = min(m, pp - stage)  # Schedule1F1B's warmup_chunks
     steady = range(warm, warm + 2 * (m - warm) + 1)  # its 1B1F loop: B0, F, B, ..., F, B
     return [([j - 2] if j >= 2 else []) + ([j - 1] if j in steady else []) for j in range(n)]
+
+
+def activation_send(s: int, R: int, blocks: list[Block], mb: int, ebytes: int) -> tuple[GroupLayout, float]:
+    """(layout, bytes) of the send of stage `s`'s output to stage s + 1, each of the `R` ranks of
+    a stage to its peer; `blocks` the stage's, `mb` the micro-batch, `ebytes` per element."""
+    return GroupLayout(s * R, 2 * R, 2, strided=True), blocks[-1].out_elems * mb * ebytes
+
+
+def gradient_send(s: int, R: int, blocks: list[Block], mb: int, ebytes: int) -> tuple[GroupLayout, float]:
+    """(layout, bytes) of the send of stage `s`'s input gradient back to stage s - 1 (nothing from
+    a stage without layers)."""
+    nbytes = blocks[0].in_elems * mb * ebytes if any(b.kind == "layer" for b in blocks) else 0.0
+    return GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True), nbytes
 
 
 def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
@@ -169,8 +182,8 @@ class _Pipeline:
             out = forward(p, s, self.cm, cfg, mb, pc, start, tag)
             if s == P - 1:
                 return out, NO_SEND
-            lay = GroupLayout(s * R, 2 * R, 2, strided=True)
-            return out, self._isend(s, "p2p_fwd", lay, pc.blocks[-1].out_elems * mb * ebytes, f"act{tag}", out, s + 1)
+            lay, nbytes = activation_send(s, R, pc.blocks, mb, ebytes)
+            return out, self._isend(s, "p2p_fwd", lay, nbytes, f"act{tag}", out, s + 1)
         # DDP syncs in the last microbatch's backward (last_backward) of the accumulation boundary;
         # FSDP2 never reduces in a microbatch backward (set_requires_gradient_sync(False))
         last = m == M - 1 and k == K - 1
@@ -186,8 +199,7 @@ class _Pipeline:
         out = _join(op, *syncs)
         if s == 0:
             return out, NO_SEND
-        nbytes = pc.blocks[0].in_elems * mb * ebytes if pc.layers else 0.0
-        lay = GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True)
+        lay, nbytes = gradient_send(s, R, pc.blocks, mb, ebytes)
         return out, self._isend(s, "p2p_bwd", lay, nbytes, f"grad{tag}", out, s - 1)
 
     def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: Dep, peer: int) -> Isend:

@@ -39,6 +39,7 @@ from shardsim.simulator.network.collectives import GroupLayout, call_alone_s
 from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.predict import Prepared
 from shardsim.simulator.strategies.build import plan_tensor_parallel
+from shardsim.simulator.strategies.pipeline import activation_send, gradient_send
 from shardsim.simulator.strategies.steps import BlockTimes, rank_classes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel
 from shardsim.simulator.workload.model import Block
@@ -117,10 +118,7 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
         fwd, bwd = _pass_s(bt, blocks, mb, tp, wire, st)
         best = max(best, K * (M * (fwd + bwd) + before))
         if st + 1 < res.pp:  # the activation to stage st + 1, and its input gradient back
-            nxt = classes[st + 1][1]
-            act = blocks[-1].out_elems * mb * ebytes
-            grad = nxt[0].in_elems * mb * ebytes if any(b.kind == "layer" for b in nxt) else 0.0
-            fwd += wire.alone_s("send_recv", GroupLayout(st * R, 2 * R, 2, strided=True), act)
-            bwd += wire.alone_s("send_recv", GroupLayout(st * R, 2 * R, 2, strided=True, reverse=True), grad)
+            fwd += wire.alone_s("send_recv", *activation_send(st, R, blocks, mb, ebytes))
+            bwd += wire.alone_s("send_recv", *gradient_send(st + 1, R, classes[st + 1][1], mb, ebytes))
         before += fwd + bwd
     return best + optimizer

@@ -208,13 +208,13 @@ class Workers:
             if meanwhile:
                 meanwhile()
             return [fn(t) for t in tasks]
+        first = self._pool is None
+        others = set(active_children()) if first else set()
         if self._pool is None:
-            others = set(active_children())
             self._pool = _pool(self.workers)
-            futures = [self._pool.submit(fn, t) for t in tasks]
+        futures = [self._pool.submit(fn, t) for t in tasks]
+        if first:
             self._procs = [p for p in active_children() if p not in others]  # forked at the first submit
-        else:
-            futures = [self._pool.submit(fn, t) for t in tasks]
         try:
             if meanwhile:
                 meanwhile()
