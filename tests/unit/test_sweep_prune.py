@@ -5,6 +5,7 @@ columns)."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
 import pytest
@@ -51,19 +52,21 @@ SPACES = {
 def test_the_compute_and_chain_bounds_are_below_every_simulated_step(name) -> None:
     base, space = SPACES[name]
     w = load_workload(base.workload, base.shape, base.source)
-    checked = 0
+    tight = []  # bound / step of the pipelines and ddp rows: their schedules and syncs are counted
     for c in enumerate_configs(base, space, w).candidates[::3]:
         s = prepare(c.cfg, workload=w, cluster=c.cluster)
         if not s.fits:
             continue
         step = predict(c.cfg, workload=w, cluster=c.cluster).step_time_s
-        assert 0 < compute_bound_s(s) <= step, c.label
+        bound = compute_bound_s(s)
+        assert 0 < bound <= step * (1 + 1e-12), c.label
         assert 0 < chain_bound_s(s) <= step * (1 + 1e-12), c.label
-        checked += 1
-    assert checked >= 5
+        if c.cfg.strategy.spec.is_pipeline or c.cfg.strategy.kind == "ddp":
+            tight.append(bound / step)
+    assert len(tight) >= 5 and statistics.median(tight) > 0.95
 
 
-def _compare(base: RunConfig, space: SweepSpace, keep: int) -> None:
+def _compare(base: RunConfig, space: SweepSpace, keep: int):
     exact = sweep(base, space, workers=1, prune=False)
     cut = sweep(base, space, workers=1, prune=True, keep=keep, plots=True)
     assert cut.recommendation == exact.recommendation
@@ -98,12 +101,19 @@ def _compare(base: RunConfig, space: SweepSpace, keep: int) -> None:
             assert (sim[col].fillna(-1) == sim[f"{col}_x"].fillna(-1)).all(), col
     gone = a[a["pruned"] == PRUNED_COMPUTE]
     assert gone["fits"].all() and gone["step_time_s"].isna().all()
+    return cut
+
+
+CHAIN_PRUNES = {"several clusters, strong scaling", "tensor-parallel pipelines, asyncTP, checkpointing listed"}
 
 
 @pytest.mark.parametrize("name", SPACES)
 def test_the_pruned_search_answers_as_the_exhaustive_one(name) -> None:
     base, space = SPACES[name]
-    _compare(base, space, keep=2)
+    cut = _compare(base, space, keep=2)
+    assert cut.pruned[PRUNED_COMPUTE] > 0
+    if name in CHAIN_PRUNES:  # what the compute bound leaves, the chain bound prunes
+        assert cut.pruned["chain bound"] > 0
 
 
 def test_the_seed_sweep_prunes_and_answers_the_same() -> None:
@@ -112,7 +122,7 @@ def test_the_seed_sweep_prunes_and_answers_the_same() -> None:
         RunConfig(), SweepSpace(strategies=("zero2d", "pipeline"), tp_degrees=(1,)), workers=1, prune=True, keep=3
     )
     assert cut.recommendation == exact.recommendation
-    assert cut.pruned[PRUNED_COMPUTE] > 0 and cut.pruned["chain bound"] > 0  # both bounds at work
+    assert cut.pruned[PRUNED_COMPUTE] > 0
     assert "compute bound" in (cut.pruned_line() or "")
     assert set(cut.table["pruned"]) <= {"", "memory", "compute bound", "chain bound"}
     assert not math.isnan(cut.table["samples_per_s"].iloc[0])

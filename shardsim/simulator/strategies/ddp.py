@@ -28,7 +28,7 @@ from shardsim.simulator.strategies.steps import (
     data_parallel_plan,
     split_blocks,
 )
-from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.workload.model import Block, Workload
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
@@ -42,16 +42,54 @@ HOOK_CAST_BYTES = 6  # per gradient, each way
 
 
 @dataclass
-class GradBuckets:
-    """DDP's gradient buckets on rank class `rc`: gradients fill buckets in the order backward
-    produces them; a bucket that reaches its cap (the first DDP_FIRST_BUCKET_BYTES, then
-    DDP_BUCKET_BYTES, of fp32 gradients) is all-reduced over `replica` once the op that filled it
-    is done, moving `reduce_bytes` per gradient; `flush` sends the last one.
+class BucketFill:
+    """DDP's bucket assignment by size (`compute_bucket_assignment_by_size`): gradients fill
+    buckets in the order backward produces them; a bucket closes when it reaches its cap (the
+    first DDP_FIRST_BUCKET_BYTES, then DDP_BUCKET_BYTES, of fp32 gradients).
 
-    Approximation (named): a block's gradients fill the buckets as one stream of bytes, all
-    ready when its backward op ends; PyTorch closes a bucket at the first parameter tensor that
-    reaches the cap (so holds up to one tensor more), and that tensor's gradient may be ready
-    before the end of its block's backward."""
+    Approximation (named): a block's gradients fill the buckets as one stream of bytes;
+    PyTorch closes a bucket at the first parameter tensor that reaches the cap (so holds up to
+    one tensor more)."""
+
+    _bytes: float = 0.0
+    _cap: float = DDP_FIRST_BUCKET_BYTES
+
+    def add(self, nbytes: float) -> list[float]:
+        """Gradients of `nbytes` (fp32): the fp32 bytes of each bucket they close."""
+        self._bytes += nbytes
+        closed: list[float] = []
+        while self._bytes >= self._cap:
+            closed.append(self._cap)
+            self._bytes, self._cap = self._bytes - self._cap, DDP_BUCKET_BYTES
+        return closed
+
+    def flush(self) -> list[float]:
+        """The end of backward: the last bucket's bytes (if it holds any)."""
+        closed = [self._bytes] if self._bytes > 0 else []
+        self._bytes, self._cap = 0.0, DDP_BUCKET_BYTES
+        return closed
+
+
+def grad_ready_groups(pc: Piece) -> list[tuple[list[Block], bool]]:
+    """A replicated piece's backward in gradient-ready order (head, layers last to first,
+    embedding) as (blocks, whether they recompute their forward): each group's blocks run, then
+    their gradients are ready together."""
+    return [(pc.head, False), *(([b], True) for b in pc.layers[::-1]), (pc.embed, False)]
+
+
+def wire_bytes_per_grad(cfg: RunConfig) -> int:
+    """Bytes per gradient a DDP bucket's all-reduce moves: 4 (fp32), or 2 with a compression hook."""
+    return GRAD_BYTES if cfg.ddp_reduce_dtype == "fp32" else DTYPE_BYTES[cfg.ddp_reduce_dtype]
+
+
+@dataclass
+class GradBuckets:
+    """DDP's gradient buckets on rank class `rc` (`BucketFill`): a bucket that reaches its cap is
+    all-reduced over `replica` once the op that filled it is done, moving `reduce_bytes` per
+    gradient; `flush` sends the last one.
+
+    Approximation (named): a block's gradients are all ready when its backward op ends (a
+    tensor's gradient may be ready before the end of its block's backward)."""
 
     p: Plan
     rc: int
@@ -61,27 +99,22 @@ class GradBuckets:
     cast_s_per_grad: float = 0.0  # the compression hook's casts, each way (0: no hook)
     ops: list[int | None] = field(default_factory=list)  # the all-reduces (and the hook's copies back)
     sizes: list[float] = field(default_factory=list)  # each bucket's fp32 bytes, in order
-    _bytes: float = 0.0
-    _cap: float = DDP_FIRST_BUCKET_BYTES
+    fill: BucketFill = field(default_factory=BucketFill)
 
     def add(self, nbytes: float, ready: Dep) -> None:
         """Gradients of `nbytes` (fp32) produced by op `ready`."""
-        self._bytes += nbytes
-        while self._bytes >= self._cap:
-            over = self._bytes - self._cap
-            self._bytes = self._cap
-            self._all_reduce(ready)
-            self._bytes = over
+        for size in self.fill.add(nbytes):
+            self._all_reduce(size, ready)
 
     def flush(self, ready: Dep) -> None:
         """The end of backward (op `ready`): all-reduce what the last bucket holds."""
-        if self._bytes > 0:
-            self._all_reduce(ready)
+        for size in self.fill.flush():
+            self._all_reduce(size, ready)
 
-    def _all_reduce(self, ready: Dep) -> None:
+    def _all_reduce(self, size: float, ready: Dep) -> None:
         name = f"AR bucket{self.tag}"
-        grads = self._bytes / GRAD_BYTES
-        self.sizes.append(self._bytes)
+        grads = size / GRAD_BYTES
+        self.sizes.append(size)
         cast = grads * self.cast_s_per_grad
         if cast > 0:
             ready = compute_op(self.p, self.rc, f"cast bucket{self.tag}", [ready], cast, "bwd")
@@ -90,16 +123,14 @@ class GradBuckets:
         if cast > 0 and ar is not None:
             back = f"copy back bucket{self.tag}"
             self.ops.append(self.p.add(self.rc, "hook", "compute", back, [ar], duration=cast, phase="sync"))
-        self._bytes, self._cap = 0.0, DDP_BUCKET_BYTES
 
 
 def ddp_buckets(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, replica: GroupLayout, tag: str) -> GradBuckets:
     """The buckets of `cfg`'s DDP: fp32 on the wire, or with a compression hook 2 bytes and its casts."""
-    dtype = cfg.ddp_reduce_dtype
-    if dtype == "fp32":
+    if cfg.ddp_reduce_dtype == "fp32":
         return GradBuckets(p, rc, replica, tag)
     cast = HOOK_CAST_BYTES / cm.mem_bytes_per_s
-    return GradBuckets(p, rc, replica, tag, DTYPE_BYTES[dtype], cast)
+    return GradBuckets(p, rc, replica, tag, wire_bytes_per_grad(cfg), cast)
 
 
 def ddp_forward(p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after: Dep, tag: str) -> Dep:
@@ -115,32 +146,30 @@ def ddp_backward(
     buckets' all-reduces. Returns (last compute op, the all-reduces)."""
     rep = pc.replica
     if not sync or rep is None:  # no gradient bucket waits on a block: one op
-        durs = [cm.block(b, mb).bwd_s for b in pc.head]
-        durs += [cm.block(b, mb).bwd_s + cm.recompute_s(b, mb) for b in pc.layers[::-1]]
-        durs += [cm.block(b, mb).bwd_s for b in pc.embed]
-        blocks = [*pc.head, *pc.layers[::-1], *pc.embed]
+        groups = grad_ready_groups(pc)
+        durs = [cm.block(b, mb).bwd_s + (cm.recompute_s(b, mb) if r else 0.0) for bs, r in groups for b in bs]
+        blocks = [b for bs, _ in groups for b in bs]
         return blocks_through(p, rc, f"B{tag}", after, blocks, durs, "bwd", mb, tag), []
     prev: Dep = after
-    for b in pc.head:
-        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
     buckets = ddp_buckets(p, rc, cm, cfg, rep, tag)
-    for b in pc.head:
-        buckets.add(b.params * GRAD_BYTES, prev)
-    for b in pc.layers[::-1]:
-        c = cm.block(b, mb)
-        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], c.bwd_s + cm.recompute_s(b, mb), "bwd", b, mb, tag)
-        buckets.add(b.params * GRAD_BYTES, prev)
-    for b in pc.embed:
-        prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
-    for b in pc.embed:
-        buckets.add(b.params * GRAD_BYTES, prev)
+    for blocks, recomputes in grad_ready_groups(pc):
+        for b in blocks:
+            dur = cm.block(b, mb).bwd_s + (cm.recompute_s(b, mb) if recomputes else 0.0)
+            prev = block_op(p, rc, f"B {b.name}{tag}", [prev], dur, "bwd", b, mb, tag)
+        for b in blocks:
+            buckets.add(b.params * GRAD_BYTES, prev)
     buckets.flush(prev)
     return prev, buckets.ops
 
 
-def ddp_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
-    """Strategy ddp: every rank runs the whole model; gradients all-reduced over the world."""
+def ddp_piece(res: Resolved, w: Workload) -> Piece:
+    """Strategy ddp's piece: the whole model, gradients all-reduced over the data-parallel ranks."""
     embed, layers, head = split_blocks(w)
     m = stage_mesh(res)
-    piece = Piece(embed, layers, head, None, m.dp_groups(m.dp))
+    return Piece(embed, layers, head, None, m.dp_groups(m.dp))
+
+
+def ddp_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+    """Strategy ddp: every rank runs the whole model; gradients all-reduced over the world."""
+    piece = ddp_piece(res, w)
     data_parallel_plan(p, cm, cfg, res, w, piece, ddp_forward, ddp_backward)

@@ -92,6 +92,31 @@ class FsdpPiece(Piece):
     residency: Residency = field(default_factory=Residency)
 
 
+def step_gathers(pc: FsdpPiece, order: list[tuple[str, int]]) -> list[tuple[float, int, int]]:
+    """The all-gathers a sharded pipeline stage issues in one schedule step that runs `order`
+    (`pipeline.schedule_order`), each as (its parameters, the index in `order` of the pass whose
+    op first waits for it, that op's index in the pass: a forward runs embedding, layers, head;
+    a backward head, layers last to first, embedding). The unshards are `fsdp_forward`'s (the
+    root, then each layer, resharding after it) and `fsdp_backward`'s (each layer, last first),
+    on a residency like the stage's that starts with every unit sharded (perform_reduce_grad
+    reshards them all at the end of a step)."""
+    res = Residency(pc.residency.reshard_after_backward, pc.residency.reshard_after_forward)
+    out: list[tuple[float, int, int]] = []
+    e, h, n = len(pc.embed), len(pc.head), len(pc.layers)
+    for k, (kind, _) in enumerate(order):
+        if kind == "F":
+            if res.unshard(ROOT) and pc.root_params:  # the embedding's first op waits for it, else the head's
+                out.append((pc.root_params, k, 0 if e else n))
+            for i, b in enumerate(pc.layers):
+                if res.unshard(b.name):
+                    out.append((b.params, k, e + i))
+                res.post_forward(b.name)
+        else:
+            out += [(b.params, k, h + j) for j, b in enumerate(pc.layers[::-1]) if res.unshard(b.name)]
+            res.post_backward()
+    return out
+
+
 def fsdp_forward(
     p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: FsdpPiece, after: Dep, tag: str
 ) -> Dep:

@@ -80,8 +80,8 @@ def gradient_send(s: int, R: int, blocks: list[Block], mb: int, ebytes: int) -> 
     return GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True), nbytes
 
 
-def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
-    """One piece and rank class per stage. A sharded stage (FSDP2 over its replicas) keeps
+def stage_pieces(res: Resolved, w: Workload) -> list[Piece]:
+    """One piece per stage (its rank class's). A sharded stage (FSDP2 over its replicas) keeps
     units unsharded after backward (pipelining's set_reshard_after_backward(False))."""
     embed, layers, head = pipeline_blocks(w, res.pp)
     P, d = res.pp, res.shard
@@ -96,7 +96,6 @@ def _stage_pieces(p: Plan, res: Resolved, w: Workload) -> list[Piece]:
         else:
             pc = Piece(*blocks, None, m.dp_groups(m.dp) if m.dp > 1 else None)
         pieces.append(pc)
-    p.classes += [rc for rc, _ in rank_classes(res, w, pipeline=True)]
     return pieces
 
 
@@ -243,7 +242,8 @@ def _send(
 def pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
     """Strategy pipeline: one rank class per stage, `cfg.grad_accum` schedule steps, then each
     stage's optimizer step."""
-    pieces = _stage_pieces(p, res, w)
+    pieces = stage_pieces(res, w)
+    p.classes += [rc for rc, _ in rank_classes(res, w, pipeline=True)]
     P = res.pp
     pipe = _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)])
     for k in range(cfg.grad_accum):

@@ -2,36 +2,40 @@
 search (`sweep.prune`) compares with the best found.
 
 The compute bound (`compute_bound_s`): every block's forward, backward and recomputation at
-the micro-batch the plan runs, every compute op at full speed, and of the communication only
-what sits on the critical path whatever the overlap, each call alone on the network
-(`collectives.call_alone_s`: the engine's algorithm and phases, its bottleneck link): tensor
-parallelism's collectives after each block's compute (beside it with asyncTP: the longer of the
-two) and a pipeline's sends from stage to stage. It is a lower bound of the simulated step because:
-- the ops of one rank class's compute stream run one after another (`plan.Plan.add`), each
-  taking at least its `duration` (`engine`: a timeout of it, or slower: NCCL's SM share,
-  shared cores); a block's tensor-parallel collectives follow its compute op and the next op
-  waits for them (`tensor_parallel.TensorParallel.after`); a call takes at least its time
-  alone; a step's time is the latest end of any rank class;
-- a data-parallel class runs grad_accum × (forward + backward of every block, recomputation of
-  the checkpointed layers), then the optimizer step on its own parameters (`steps.data_parallel_plan`);
-- a pipeline stage runs grad_accum × microbatches × its blocks' forward + backward, and each
-  schedule step also waits for the chain through the stages before it: the first
-  microbatch's forward through stages 0..s-1 (each stage's forward, then its send of the
-  activation) before its own first op, and after its last backward, that microbatch's backward
-  through stages s-1..0 (a send of the input gradient, then the stage's backward) before stage 0
-  ends the step (the next step's first forward on stage 0 waits for that end; `pipeline._Pipeline.step`);
-  stage 0's optimizer step follows the last step's end.
-  Stage s's bound is grad_accum × (microbatches × (F_s + B_s) + Σ_{j<s} (F_j + B_j + send_j→j+1 +
-  send_j+1→j)) + optimizer_0.
-What it leaves out (so it stays below): data-parallel collectives (all-gathers, reduce-scatters,
-all-reduces: overlapped, or not, depending on the plan), the slowdown of shared links, FSDP's own
-CPU work, the sharded optimizer's overhead, the interleaving of the schedule.
-`tests/test_sweep_prune.py` checks bound ≤ simulated step for every configuration of several spaces.
+the micro-batch the plan runs, every compute op at full speed, and each collective alone on
+the network (`collectives.call_alone_s`: the engine's algorithm and phases, its bottleneck
+link) where it sits on a chain of dependencies whatever the overlap. It is a lower bound of
+the simulated step because the ops of one stream run one after another (`plan.Plan.add`), an
+op starts when its dependencies have ended, a compute op takes at least its `duration`
+(`engine`: NCCL's SM share and shared cores only slow it), a call takes at least its time alone
+(shared links only slow it), and the step ends with the latest rank class. What it counts:
+- every block: its compute op, then its tensor-parallel collectives (the next op waits for
+  them, `tensor_parallel.TensorParallel.after`; beside it with asyncTP: the longer of the two);
+- a data-parallel class: grad_accum × (forward + backward), then the optimizer step
+  (`steps.data_parallel_plan`); with DDP the last backward to the end of its last bucket's
+  all-reduce (`_synced_backward_s`: the buckets all-reduced one after another on their stream,
+  each once backward has produced its gradients, `ddp.BucketFill`);
+- a pipeline, per schedule step: the longest path through its (stage, microbatch) forwards and
+  backwards in the schedule's order, each waiting for the stage's op before it and for its
+  input (the send alone after the other stage's op; `_schedule_s`), to stage 0's last op (the
+  next step's first forward waits for it); in the last step each DDP stage's last backward
+  syncs its gradients (as above: its input-gradient send follows the sync,
+  `pipeline._Pipeline._op`). A sharded stage's all-gathers gate its ops
+  (`_gathered_ops_s`, a flow-shop bound over `fsdp.step_gathers` and FSDP2's copy-outs), and
+  its reductions follow its last op (`_reduce_grad_s`: reduce-scatters, then the replicas'
+  all-reduces; stage 0's end the step, each stage's precede its optimizer step); stage 0's
+  optimizer step follows the last step's end.
+What it leaves out (so it stays below): the overlap of collectives other than those chains,
+the slowdown of shared links, FSDP2's other CPU work (copy-ins), the compression hook's casts,
+the sharded optimizer's overhead, a ZeRO/ZeRO-2D step's all-gathers and reduce-scatters.
+`tests/unit/test_sweep_prune.py` checks bound ≤ simulated step over several spaces.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import accumulate
 
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES
@@ -39,24 +43,37 @@ from shardsim.simulator.network.collectives import GroupLayout, call_alone_s
 from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.predict import Prepared
 from shardsim.simulator.strategies.build import plan_tensor_parallel
-from shardsim.simulator.strategies.pipeline import activation_send, gradient_send
-from shardsim.simulator.strategies.steps import BlockTimes, rank_classes
+from shardsim.simulator.strategies.ddp import GRAD_BYTES, BucketFill, ddp_piece, grad_ready_groups, wire_bytes_per_grad
+from shardsim.simulator.strategies.fsdp import FsdpPiece, step_gathers
+from shardsim.simulator.strategies.kinds.ddp import DDP
+from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
+from shardsim.simulator.strategies.steps import BlockTimes, Piece, rank_classes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel
 from shardsim.simulator.workload.model import Block
 
 PASSES = ("fwd", "bwd")
 
 
+@lru_cache(maxsize=8)
+def _calls(g: LinkGraph, algo: str, backend: str, mics: bool) -> dict[tuple, float]:
+    """The calls timed alone on graph `g` with these options: shared by a sweep's configurations."""
+    return {}
+
+
 @dataclass
 class _Wire:
-    """Calls timed alone on the network, once per (collective, layout, bytes)."""
+    """Calls timed alone on the network, once per (collective, layout, bytes) in a process for a
+    graph and the engine's options (`_calls`)."""
 
     g: LinkGraph
     algo: str
     backend: str
     mics: bool
-    _memo: dict[tuple, float] = field(default_factory=dict)  # per call
-    _passes: dict[tuple, float] = field(default_factory=dict)  # per block pass
+    _memo: dict[tuple, float] = field(init=False)  # per call
+    _passes: dict[tuple, float] = field(default_factory=dict)  # per block pass (of this configuration's `tp`)
+
+    def __post_init__(self) -> None:
+        self._memo = _calls(self.g, self.algo, self.backend, self.mics)
 
     def alone_s(self, coll: str, layout: GroupLayout, nbytes: float) -> float:
         key = (coll, layout, nbytes)
@@ -76,22 +93,97 @@ class _Wire:
         return t
 
 
-def _pass_s(
+def _block_s(bt: BlockTimes, b: Block, mb: int, tp: TensorParallel | None, wire: _Wire, rc: int) -> tuple[float, float]:
+    """(forward, backward with recomputation) seconds of block `b` of rank class `rc` for one
+    micro-batch of `mb`, its tensor-parallel collectives after it (beside it with asyncTP)."""
+    c = bt.block(b, mb)
+    f, bw = c.fwd_s, c.bwd_s + (bt.recompute_s(b, mb) if b.kind == "layer" else 0.0)
+    if tp is not None:
+        lay = tp.layout(rc)
+        cf, cb = (wire.pass_s(tp, b, ph, lay, mb) for ph in PASSES)
+        f, bw = (max(f, cf), max(bw, cb)) if tp.overlap else (f + cf, bw + cb)
+    return f, bw
+
+
+def _costs(
     bt: BlockTimes, blocks: list[Block], mb: int, tp: TensorParallel | None, wire: _Wire, rc: int
-) -> tuple[float, float]:
-    """(forward, backward with recomputation) seconds of `blocks` of rank class `rc` for one
-    micro-batch of `mb`, each block's tensor-parallel collectives after it (beside it with asyncTP)."""
-    fwd = bwd = 0.0
-    for b in blocks:
-        c = bt.block(b, mb)
-        f, bw = c.fwd_s, c.bwd_s + (bt.recompute_s(b, mb) if b.kind == "layer" else 0.0)
-        if tp is not None:
-            lay = tp.layout(rc)
-            cf, cb = (wire.pass_s(tp, b, ph, lay, mb) for ph in PASSES)
-            f, bw = (max(f, cf), max(bw, cb)) if tp.overlap else (f + cf, bw + cb)
-        fwd += f
-        bwd += bw
-    return fwd, bwd
+) -> tuple[dict[int, tuple[float, float]], float, float]:
+    """Each of `blocks`' (forward, backward) seconds by id (`_block_s`), and their sums (the
+    blocks one after another)."""
+    cost = {id(b): _block_s(bt, b, mb, tp, wire, rc) for b in blocks}
+    return cost, sum(cost[id(b)][0] for b in blocks), sum(cost[id(b)][1] for b in blocks)
+
+
+def _synced_backward_s(cost: dict[int, tuple[float, float]], pc: Piece, wire: _Wire, per_grad: int) -> float:
+    """Seconds of a replicated piece's backward that syncs its gradients (`ddp.ddp_backward`
+    with sync; `cost`: each block's (forward, backward) seconds by id), to the end of its last
+    bucket's all-reduce: its blocks one after another in
+    gradient-ready order, each bucket's all-reduce (alone, `per_grad` bytes a gradient) once its
+    gradients are ready and the one before it has ended (one stream). Lower than the plan's:
+    the compression hook's casts are left out."""
+    t = free = 0.0
+    fill = BucketFill()
+
+    def reduce(sizes: list[float]) -> None:
+        nonlocal free
+        for size in sizes:
+            free = max(t, free) + wire.alone_s("all_reduce", pc.replica, size / GRAD_BYTES * per_grad)
+
+    for blocks, _ in grad_ready_groups(pc):
+        t += sum(cost[id(b)][1] for b in blocks)
+        for b in blocks:
+            reduce(fill.add(b.params * GRAD_BYTES))
+    reduce(fill.flush())
+    return max(t, free)
+
+
+def _gathered_ops_s(
+    cost: dict[int, tuple[float, float]],
+    pc: FsdpPiece,
+    order: list[tuple[str, int]],
+    wire: _Wire,
+    ebytes: int,
+    copy_out_per_param: float,
+) -> float:
+    """Seconds of a sharded stage's schedule step, from its first op's inputs to its last op's
+    end, as its all-gathers gate its ops (`fsdp.step_gathers`; `cost`: each block's (forward,
+    backward) seconds by id): the all-gathers run one after another (one stream, each alone),
+    each followed by its copy-out on the compute stream; an op waits for the all-gathers it
+    needs and the op before it. So for every all-gather j, the step takes at least the
+    all-gathers up to j, then the copy-outs from j on and every op from the first that waits
+    for j (a flow-shop bound; j = none: every op and copy-out)."""
+    passes = {
+        "F": [cost[id(b)][0] for b in pc.embed + pc.layers + pc.head],
+        "B": [cost[id(b)][1] for b in pc.head + pc.layers[::-1] + pc.embed],
+    }
+    within = {k: [0.0, *accumulate(v)] for k, v in passes.items()}  # seconds of a pass's first i ops
+    begins = [0.0, *accumulate(within[kind][-1] for kind, _ in order)]  # seconds of the passes before
+    gathers = step_gathers(pc, order)
+    copies = [0.0, *accumulate(copy_out_per_param * n for n, _, _ in reversed(gathers))][::-1]  # from j on
+    alone: dict[float, float] = {}
+    best, gathered = begins[-1] + copies[0], 0.0
+    for j, (params, k, i) in enumerate(gathers):
+        t = alone.get(params)
+        if t is None:
+            t = alone[params] = wire.alone_s("all_gather", pc.shard, params * ebytes)
+        gathered += t
+        best = max(best, gathered + copies[j] + begins[-1] - begins[k] - within[order[k][0]][i])
+    return best
+
+
+def _reduce_grad_s(pc: FsdpPiece, wire: _Wire, gbytes: int, sync: bool) -> float:
+    """Seconds of a sharded stage's perform_reduce_grad after its last op (`fsdp.fsdp_reduce_grad`):
+    each unit's reduce-scatter alone, one after another (one stream), and with `sync` each
+    unit's all-reduce across replicas after its reduce-scatter, one after another (another
+    stream): for every unit j, the reduce-scatters up to j, then the all-reduces from j on (a
+    flow-shop bound). Lower than the plan's: the copy-ins are left out."""
+    units = [params for _, params in pc.units if params > 0]
+    rs = [wire.alone_s("reduce_scatter", pc.shard, n * gbytes) for n in units]
+    if not (sync and pc.replica is not None):
+        return sum(rs)
+    ar = [wire.alone_s("all_reduce", pc.replica, n * gbytes / pc.shard.size) for n in units]
+    after = [*accumulate(ar[::-1])][::-1]  # the all-reduces from j on
+    return max(r + a for r, a in zip(accumulate(rs), after, strict=True))
 
 
 def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
@@ -108,17 +200,99 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     classes = rank_classes(res, w, pipeline=pipeline)
     rc0, blocks0 = classes[0]
     optimizer = s.compute.optimizer(rc0.local_params, sum(b.param_tensors for b in blocks0))
+    per_grad = wire_bytes_per_grad(cfg)
     if not pipeline:
-        fwd, bwd = _pass_s(bt, blocks0, mb, tp, wire, 0)
-        return K * (fwd + bwd) + optimizer
+        cost, fwd, bwd = _costs(bt, blocks0, mb, tp, wire, 0)
+        if cfg.strategy.kind != DDP.name:
+            return K * (fwd + bwd) + optimizer
+        pc = ddp_piece(res, w)  # the last micro-step syncs its buckets; the optimizer waits for them
+        last = _synced_backward_s(cost, pc, wire, per_grad) if pc.replica is not None else bwd
+        return (K - 1) * (fwd + bwd) + fwd + last + optimizer
     M, R, ebytes = res.microbatches, res.world // res.pp, DTYPE_BYTES[cfg.precision]
-    best = 0.0
-    before = 0.0  # Σ_{j<s} (F_j + B_j + sends): one microbatch through the stages before this one
+    gbytes, kind = DTYPE_BYTES[cfg.grad_dtype], cfg.strategy.schedule
+    pieces = stage_pieces(res, w)
+    fsdp = s.compute.fsdp_cpu(w.params, sum(b.params for b in w.layers))  # FSDP2's copies (`build.build_plan`)
+    fwd, bwd, synced, gathered, tails = [], [], [], [], []
+    to_next, to_prev = [], [0.0]  # each stage's activation send to the next, input-gradient send to the one before
     for st, (_, blocks) in enumerate(classes):
-        fwd, bwd = _pass_s(bt, blocks, mb, tp, wire, st)
-        best = max(best, K * (M * (fwd + bwd) + before))
-        if st + 1 < res.pp:  # the activation to stage st + 1, and its input gradient back
-            fwd += wire.alone_s("send_recv", *activation_send(st, R, blocks, mb, ebytes))
-            bwd += wire.alone_s("send_recv", *gradient_send(st + 1, R, classes[st + 1][1], mb, ebytes))
-        before += fwd + bwd
-    return best + optimizer
+        pc = pieces[st]
+        cost, f, b = _costs(bt, blocks, mb, tp, wire, st)
+        fwd.append(f)
+        bwd.append(b)
+        # the last microbatch's backward of the last step (a DDP stage's syncs its gradients)
+        synced.append(_synced_backward_s(cost, pc, wire, per_grad) if _replicated(pc) else b)
+        order = schedule_order(kind, st, res.pp, M)
+        sharded = isinstance(pc, FsdpPiece)
+        gathered.append(_gathered_ops_s(cost, pc, order, wire, ebytes, fsdp.gather_s_per_param) if sharded else 0.0)
+        tails.append(_reduce_grad_s(pc, wire, gbytes, sync=True) if isinstance(pc, FsdpPiece) else 0.0)
+        if st + 1 < res.pp:
+            to_next.append(wire.alone_s("send_recv", *activation_send(st, R, blocks, mb, ebytes)))
+            to_prev.append(wire.alone_s("send_recv", *gradient_send(st + 1, R, classes[st + 1][1], mb, ebytes)))
+    to_next.append(0.0)
+    # a schedule step, from stage 0's end of the step before (the next step's first forward
+    # waits for it) to stage 0's last op's end: the schedule's longest path, or a sharded
+    # stage's all-gathers gating its ops (between the first microbatch's forward to it and the
+    # last one's backward from it); the last step with the DDP stages' gradient syncs
+    step = _schedule_s(kind, M, fwd, bwd, bwd, to_next, to_prev)
+    last = _schedule_s(kind, M, fwd, bwd, synced, to_next, to_prev)
+    into = out = out_last = own = 0.0  # the first microbatch's forward to stage st; the last one's backward from it
+    for st in range(res.pp):
+        step = max(step, into + gathered[st] + out)
+        last = max(last, into + gathered[st] + out_last)
+        own = max(own, into + max(gathered[st], M * (fwd[st] + bwd[st])) + tails[st])  # then its optimizer
+        into += fwd[st] + to_next[st]
+        out += bwd[st] + to_prev[st + 1] if st + 1 < res.pp else 0.0
+        out_last += synced[st] + to_prev[st + 1] if st + 1 < res.pp else 0.0
+    pc0 = pieces[0]
+    if isinstance(pc0, FsdpPiece):  # stage 0's reductions end its step
+        step += _reduce_grad_s(pc0, wire, gbytes, sync=False)
+        last += tails[0]
+    return (K - 1) * step + max(last + optimizer, own)
+
+
+def _replicated(pc: Piece) -> bool:
+    """A DDP stage with replicas (its gradients all-reduced)."""
+    return not isinstance(pc, FsdpPiece) and pc.replica is not None
+
+
+def _schedule_s(
+    kind: str,
+    M: int,
+    fwd: list[float],
+    bwd: list[float],
+    last_bwd: list[float],
+    to_next: list[float],
+    to_prev: list[float],
+) -> float:
+    """The longest path of one schedule step over its (stage, microbatch) ops, each stage's in
+    `pipeline.schedule_order`: an op starts when the stage's op before it has ended and its
+    input has arrived (the previous stage's forward, the next one's backward, then the send
+    alone); stage s's forward takes fwd[s], its backward bwd[s] (last_bwd[s] for the last
+    microbatch). Returns when stage 0's last op ends (after every other stage's)."""
+    P = len(fwd)
+    orders = [schedule_order(kind, s, P, M) for s in range(P)]
+    ends: dict[tuple[str, int, int], float] = {}
+    free = [0.0] * P  # when each stage's last op so far ends
+    at = [0] * P
+    remaining = 2 * M * P
+    while remaining:
+        progressed = 0
+        for s in range(P):
+            order = orders[s]
+            while at[s] < len(order):
+                k, m = order[at[s]]
+                src = s - 1 if k == "F" else s + 1
+                start = free[s]
+                if 0 <= src < P:
+                    got = ends.get((k, src, m))
+                    if got is None:
+                        break
+                    start = max(start, got + (to_next[src] if k == "F" else to_prev[src]))
+                d = fwd[s] if k == "F" else (last_bwd[s] if m == M - 1 else bwd[s])
+                free[s] = ends[(k, s, m)] = start + d
+                at[s] += 1
+                progressed += 1
+        if not progressed:
+            raise RuntimeError("pipeline schedule deadlocked (a bug in schedule_order)")
+        remaining -= progressed
+    return free[0]

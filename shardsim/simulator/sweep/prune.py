@@ -7,7 +7,7 @@ each cluster's `keep` leading rows (rank and figures: the recommendation's best 
 and the report's `--top` rows), the two leading data-parallel rows (the recommended degree and
 its runner-up), the cheapest (a cluster's price is the same for all its rows: its fastest is
 its cheapest), and with `plots` the rows the plots draw (each cluster's best pipeline per pp and
-best layout per tensor-parallel degree, and its `keep` leading pipelines), and over several
+best layout per tensor-parallel degree, and its `plots.MAX_BARS` leading pipelines), and over several
 cluster sizes each cluster's `SCALING_LINES` leading rows of those that may be pruned (so the
 scaling tables pick the lines the exhaustive search would: `plots.scaling_configs`). Never pruned:
 the ddp/zero/zero2d rows without tensor parallelism (the plots and the scaling tables show
@@ -16,7 +16,8 @@ each), and on demand the rows the scaling columns and tables need (`_scaling_dem
 A row pruned keeps its memory and fit, with NaN times; its `pruned` column names the rule:
 - `PRUNED_MEMORY` ("memory"): it does not fit (as an exhaustive sweep does too: not simulated);
 - `PRUNED_COMPUTE` ("compute bound"): global batch / compute bound (an upper bound on its
-  samples/s) is below the `K`-th best samples/s already simulated in every group it belongs to;
+  samples/s) is below the `K`-th best samples/s already simulated in every group it belongs to
+  (the rows never pruned count toward it too);
 - `PRUNED_CHAIN` ("chain bound"): the same with the dependency-chain bound
   (`engine.chain_bound`: its plan built, every collective alone on the network, or its busiest
   link, not simulated), tried only where the compute bound did not prune and every group has its
@@ -174,25 +175,31 @@ class ExecutorRunner:
         return out
 
 
-def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> list[tuple[tuple, int]] | None:
+def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> tuple[list[tuple[tuple, int]], bool]:
     """The ranking groups `c` belongs to, each with how many of its leading configurations (by
-    label: a group over several clusters ranks a label by its best row) must be exact; None when
-    `c` is never pruned."""
+    label: a group over several clusters ranks a label by its best row) must be exact, and
+    whether `c` may be pruned (the plain ddp/zero/zero2d rows never are: the plots and the
+    scaling tables show each; their rates still count toward the K-th best of their groups)."""
     s = c.cfg.strategy
     cluster = (c.cluster.instance.name, c.cluster.nodes)
     pipeline = s.spec.is_pipeline
-    if not pipeline and s.tp == 1:
-        return None
     out: list[tuple[tuple, int]] = [((cluster, "all"), keep)]
-    out.append(((cluster, "pipelines"), keep) if pipeline else ((cluster, "sdp"), 2))
+    if not pipeline:
+        out.append(((cluster, "sdp"), 2))
+    if not pipeline and s.tp == 1:
+        return out, False
     if multi_world:  # the scaling table's lines beyond the plain ddp/zero/zero2d ones (`plots.scaling_configs`):
         # its topology's configurations by their best samples/s over the cluster sizes
         out.append(((c.cluster.instance.name, "scaling"), SCALING_LINES))
+    if plots and pipeline:  # `plots.plot_throughput_cost`'s leading pipelines (at most MAX_BARS)
+        from shardsim.simulator.sweep.plots import MAX_BARS
+
+        out.append(((cluster, "pipelines"), MAX_BARS))
     if plots and pipeline and s.tp == 1:
         out.append(((cluster, "pp", s.pp), 1))
     if plots and s.tp > 1:
         out.append(((cluster, "tp", s.tp), 1))
-    return out
+    return out, True
 
 
 def pruned_rows(
@@ -214,14 +221,14 @@ def pruned_rows(
     rows = [a.row for a in assessed]
     pruned: Counter[str] = Counter()
     pruned[PRUNED_MEMORY] = sum(a.rate_bound is None for a in assessed)
-    groups = [_groups(c, keep, plots, multi_world) for c in candidates]
+    groups, prunable = zip(*(_groups(c, keep, plots, multi_world) for c in candidates), strict=True) if n else ((), ())
     best: dict[tuple, dict[str, float]] = {}  # group → each label's best simulated samples/s
     kth: dict[tuple, float] = {}  # group → its K-th best label's (as rows come in; read between rounds)
 
     def limit(k: int) -> float | None:
         """The samples/s that candidate k's upper bound must reach to matter: the lowest K-th best
         of its groups (None: never pruned, or a group lacks its K)."""
-        if groups[k] is None:
+        if not prunable[k]:
             return None
         out = float("inf")
         for g, _ in groups[k]:
@@ -238,7 +245,7 @@ def pruned_rows(
                 continue
             rows[k] = r | {"pruned": ""}
             rate = r["samples_per_s"]
-            if not r["fits"] or rate != rate or groups[k] is None:
+            if not r["fits"] or rate != rate:
                 continue
             for g, K in groups[k]:
                 labels = best.setdefault(g, {})
@@ -261,12 +268,12 @@ def pruned_rows(
                 rows[k] = rows[k] | {"pruned": PRUNED_COMPUTE}
                 pruned[PRUNED_COMPUTE] += 1
                 continue
-            short = [g for g, K in groups[k] or () if g not in kth]
-            if lim is None and groups[k] is not None:
+            short = [g for g, K in groups[k] if g not in kth]
+            if lim is None and prunable[k]:
                 if any(len(best.get(g, ())) + filling[g] >= K for g, K in groups[k] if g in short):
                     later.append(k)  # enough of this group's are under way to set its K-th best
                     continue
-                filling.update(short)
+            filling.update(short)
             batch.append(k)
             limits.append(lim)
         queue.extendleft(reversed(later))
