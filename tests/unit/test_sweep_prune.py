@@ -104,7 +104,7 @@ def _compare(base: RunConfig, space: SweepSpace, keep: int):
     return cut
 
 
-CHAIN_PRUNES = {"several clusters, strong scaling", "tensor-parallel pipelines, asyncTP, checkpointing listed"}
+CHAIN_PRUNES = {"tensor-parallel pipelines, asyncTP, checkpointing listed"}
 
 
 @pytest.mark.parametrize("name", SPACES)

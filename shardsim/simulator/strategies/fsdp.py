@@ -25,7 +25,9 @@ a pipeline's stages, which keep them unsharded after backward, gather each unit 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
@@ -92,29 +94,40 @@ class FsdpPiece(Piece):
     residency: Residency = field(default_factory=Residency)
 
 
-def step_gathers(pc: FsdpPiece, order: list[tuple[str, int]]) -> list[tuple[float, int, int]]:
+def step_gathers(pc: FsdpPiece, order: Sequence[tuple[str, int]]) -> list[tuple[float, int, int]]:
     """The all-gathers a sharded pipeline stage issues in one schedule step that runs `order`
     (`pipeline.schedule_order`), each as (its parameters, the index in `order` of the pass whose
     op first waits for it, that op's index in the pass: a forward runs embedding, layers, head;
-    a backward head, layers last to first, embedding). The unshards are `fsdp_forward`'s (the
-    root, then each layer, resharding after it) and `fsdp_backward`'s (each layer, last first),
-    on a residency like the stage's that starts with every unit sharded (perform_reduce_grad
-    reshards them all at the end of a step)."""
-    res = Residency(pc.residency.reshard_after_backward, pc.residency.reshard_after_forward)
-    out: list[tuple[float, int, int]] = []
-    e, h, n = len(pc.embed), len(pc.head), len(pc.layers)
+    a backward head, layers last to first, embedding). See `_gathers`."""
+    r = pc.residency
+    shape = (len(pc.embed), len(pc.layers), len(pc.head), bool(pc.root_params))
+    found = _gathers(tuple(order), *shape, r.reshard_after_forward, r.reshard_after_backward)
+    return [(pc.root_params if u < 0 else pc.layers[u].params, k, i) for u, k, i in found]
+
+
+@lru_cache(maxsize=256)
+def _gathers(
+    order: tuple[tuple[str, int], ...], e: int, n: int, h: int, root: bool, after_forward: bool, after_backward: bool
+) -> tuple[tuple[int, int, int], ...]:
+    """`step_gathers` of a stage of `e` embedding, `n` layer and `h` head blocks (a root unit
+    when `root`), with a unit as its layer's index (-1: the root): the unshards of `fsdp_forward`
+    (the root, then each layer, resharding after it) and `fsdp_backward` (each layer, last
+    first), on a residency of these flags that starts with every unit sharded
+    (perform_reduce_grad reshards them all at the end of a step)."""
+    res = Residency(after_backward, after_forward)
+    out: list[tuple[int, int, int]] = []
     for k, (kind, _) in enumerate(order):
         if kind == "F":
-            if res.unshard(ROOT) and pc.root_params:  # the embedding's first op waits for it, else the head's
-                out.append((pc.root_params, k, 0 if e else n))
-            for i, b in enumerate(pc.layers):
-                if res.unshard(b.name):
-                    out.append((b.params, k, e + i))
-                res.post_forward(b.name)
+            if res.unshard(ROOT) and root:  # the embedding's first op waits for it, else the head's
+                out.append((-1, k, 0 if e else n))
+            for i in range(n):
+                if res.unshard(str(i)):
+                    out.append((i, k, e + i))
+                res.post_forward(str(i))
         else:
-            out += [(b.params, k, h + j) for j, b in enumerate(pc.layers[::-1]) if res.unshard(b.name)]
+            out += [(i, k, h + n - 1 - i) for i in range(n - 1, -1, -1) if res.unshard(str(i))]
             res.post_backward()
-    return out
+    return tuple(out)
 
 
 def fsdp_forward(

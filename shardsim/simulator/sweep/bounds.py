@@ -15,16 +15,15 @@ op starts when its dependencies have ended, a compute op takes at least its `dur
   (`steps.data_parallel_plan`); with DDP the last backward to the end of its last bucket's
   all-reduce (`_synced_backward_s`: the buckets all-reduced one after another on their stream,
   each once backward has produced its gradients, `ddp.BucketFill`);
-- a pipeline, per schedule step: the longest path through its (stage, microbatch) forwards and
-  backwards in the schedule's order, each waiting for the stage's op before it and for its
-  input (the send alone after the other stage's op; `_schedule_s`), to stage 0's last op (the
-  next step's first forward waits for it); in the last step each DDP stage's last backward
-  syncs its gradients (as above: its input-gradient send follows the sync,
-  `pipeline._Pipeline._op`). A sharded stage's all-gathers gate its ops
-  (`_gathered_ops_s`, a flow-shop bound over `fsdp.step_gathers` and FSDP2's copy-outs), and
+- a pipeline, per schedule step: the longest paths through its (stage, microbatch) forwards
+  and backwards in the schedule's order (`_schedule_s`), each pass waiting for the stage's pass
+  before it and for its input (the send alone after the other stage's pass), to stage 0's last
+  op (the next step's first forward waits for it). In the last step each DDP stage's last
+  backward syncs its gradients (as above: its input-gradient send follows the sync,
+  `pipeline._Pipeline._op`). A sharded stage's passes wait for their all-gathers (`_gates`:
+  `fsdp.step_gathers`, one stream, none before its pass starts), then FSDP2's copy-outs, and
   its reductions follow its last op (`_reduce_grad_s`: reduce-scatters, then the replicas'
-  all-reduces; stage 0's end the step, each stage's precede its optimizer step); stage 0's
-  optimizer step follows the last step's end.
+  all-reduces), before its optimizer step and, on stage 0, the step's end.
 What it leaves out (so it stays below): the overlap of collectives other than those chains,
 the slowdown of shared links, FSDP2's other CPU work (copy-ins), the compression hook's casts,
 the sharded optimizer's overhead, a ZeRO/ZeRO-2D step's all-gathers and reduce-scatters.
@@ -33,6 +32,7 @@ the sharded optimizer's overhead, a ZeRO/ZeRO-2D step's all-gathers and reduce-s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
@@ -137,38 +137,20 @@ def _synced_backward_s(cost: dict[int, tuple[float, float]], pc: Piece, wire: _W
     return max(t, free)
 
 
-def _gathered_ops_s(
-    cost: dict[int, tuple[float, float]],
-    pc: FsdpPiece,
-    order: list[tuple[str, int]],
-    wire: _Wire,
-    ebytes: int,
-    copy_out_per_param: float,
-) -> float:
-    """Seconds of a sharded stage's schedule step, from its first op's inputs to its last op's
-    end, as its all-gathers gate its ops (`fsdp.step_gathers`; `cost`: each block's (forward,
-    backward) seconds by id): the all-gathers run one after another (one stream, each alone),
-    each followed by its copy-out on the compute stream; an op waits for the all-gathers it
-    needs and the op before it. So for every all-gather j, the step takes at least the
-    all-gathers up to j, then the copy-outs from j on and every op from the first that waits
-    for j (a flow-shop bound; j = none: every op and copy-out)."""
-    passes = {
-        "F": [cost[id(b)][0] for b in pc.embed + pc.layers + pc.head],
-        "B": [cost[id(b)][1] for b in pc.head + pc.layers[::-1] + pc.embed],
-    }
-    within = {k: [0.0, *accumulate(v)] for k, v in passes.items()}  # seconds of a pass's first i ops
-    begins = [0.0, *accumulate(within[kind][-1] for kind, _ in order)]  # seconds of the passes before
-    gathers = step_gathers(pc, order)
-    copies = [0.0, *accumulate(copy_out_per_param * n for n, _, _ in reversed(gathers))][::-1]  # from j on
+def _gates(
+    pc: FsdpPiece, order: Sequence[tuple[str, int]], wire: _Wire, ebytes: int, copy_per_param: float
+) -> dict[int, list[tuple[float, float, int]]]:
+    """A sharded stage's all-gathers in one schedule step (`fsdp.step_gathers`), by the pass
+    (its index in `order`) whose op first waits for each: (seconds alone, its copy-out's
+    seconds on the compute stream, that op's index in the pass)."""
+    out: dict[int, list[tuple[float, float, int]]] = {}
     alone: dict[float, float] = {}
-    best, gathered = begins[-1] + copies[0], 0.0
-    for j, (params, k, i) in enumerate(gathers):
+    for params, k, i in step_gathers(pc, order):
         t = alone.get(params)
         if t is None:
             t = alone[params] = wire.alone_s("all_gather", pc.shard, params * ebytes)
-        gathered += t
-        best = max(best, gathered + copies[j] + begins[-1] - begins[k] - within[order[k][0]][i])
-    return best
+        out.setdefault(k, []).append((t, copy_per_param * params, i))
+    return out
 
 
 def _reduce_grad_s(pc: FsdpPiece, wire: _Wire, gbytes: int, sync: bool) -> float:
@@ -212,42 +194,49 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     gbytes, kind = DTYPE_BYTES[cfg.grad_dtype], cfg.strategy.schedule
     pieces = stage_pieces(res, w)
     fsdp = s.compute.fsdp_cpu(w.params, sum(b.params for b in w.layers))  # FSDP2's copies (`build.build_plan`)
-    fwd, bwd, synced, gathered, tails = [], [], [], [], []
-    to_next, to_prev = [], [0.0]  # each stage's activation send to the next, input-gradient send to the one before
+    stages: list[_Stage] = []
     for st, (_, blocks) in enumerate(classes):
         pc = pieces[st]
-        cost, f, b = _costs(bt, blocks, mb, tp, wire, st)
-        fwd.append(f)
-        bwd.append(b)
-        # the last microbatch's backward of the last step (a DDP stage's syncs its gradients)
-        synced.append(_synced_backward_s(cost, pc, wire, per_grad) if _replicated(pc) else b)
-        order = schedule_order(kind, st, res.pp, M)
+        cost, _, b = _costs(bt, blocks, mb, tp, wire, st)
+        within = {
+            "F": [0.0, *accumulate(cost[id(x)][0] for x in pc.embed + pc.layers + pc.head)],
+            "B": [0.0, *accumulate(cost[id(x)][1] for x in pc.head + pc.layers[::-1] + pc.embed)],
+        }
         sharded = isinstance(pc, FsdpPiece)
-        gathered.append(_gathered_ops_s(cost, pc, order, wire, ebytes, fsdp.gather_s_per_param) if sharded else 0.0)
-        tails.append(_reduce_grad_s(pc, wire, gbytes, sync=True) if isinstance(pc, FsdpPiece) else 0.0)
-        if st + 1 < res.pp:
-            to_next.append(wire.alone_s("send_recv", *activation_send(st, R, blocks, mb, ebytes)))
-            to_prev.append(wire.alone_s("send_recv", *gradient_send(st + 1, R, classes[st + 1][1], mb, ebytes)))
-    to_next.append(0.0)
-    # a schedule step, from stage 0's end of the step before (the next step's first forward
-    # waits for it) to stage 0's last op's end: the schedule's longest path, or a sharded
-    # stage's all-gathers gating its ops (between the first microbatch's forward to it and the
-    # last one's backward from it); the last step with the DDP stages' gradient syncs
-    step = _schedule_s(kind, M, fwd, bwd, bwd, to_next, to_prev)
-    last = _schedule_s(kind, M, fwd, bwd, synced, to_next, to_prev)
-    into = out = out_last = own = 0.0  # the first microbatch's forward to stage st; the last one's backward from it
-    for st in range(res.pp):
-        step = max(step, into + gathered[st] + out)
-        last = max(last, into + gathered[st] + out_last)
-        own = max(own, into + max(gathered[st], M * (fwd[st] + bwd[st])) + tails[st])  # then its optimizer
-        into += fwd[st] + to_next[st]
-        out += bwd[st] + to_prev[st + 1] if st + 1 < res.pp else 0.0
-        out_last += synced[st] + to_prev[st + 1] if st + 1 < res.pp else 0.0
-    pc0 = pieces[0]
-    if isinstance(pc0, FsdpPiece):  # stage 0's reductions end its step
-        step += _reduce_grad_s(pc0, wire, gbytes, sync=False)
-        last += tails[0]
-    return (K - 1) * step + max(last + optimizer, own)
+        order = _orders(kind, res.pp, M)[st]
+        stages.append(
+            _Stage(
+                within,
+                _synced_backward_s(cost, pc, wire, per_grad) if _replicated(pc) else within["B"][-1],
+                wire.alone_s("send_recv", *activation_send(st, R, blocks, mb, ebytes)) if st + 1 < res.pp else 0.0,
+                wire.alone_s("send_recv", *gradient_send(st, R, blocks, mb, ebytes)) if st > 0 else 0.0,
+                _gates(pc, order, wire, ebytes, fsdp.gather_s_per_param) if sharded else {},
+                _reduce_grad_s(pc, wire, gbytes, sync=True) if sharded else 0.0,
+            )
+        )
+    # a schedule step from stage 0's end of the step before (the next step's first forward waits
+    # for it) to stage 0's end, its reductions (a sharded stage's) after its last op; in the last
+    # step the DDP stages sync their gradients, and every stage's optimizer step follows its reductions
+    step = 0.0
+    if K > 1:
+        step = _schedule_s(kind, M, stages, last=False)[0]
+        if isinstance(pieces[0], FsdpPiece):
+            step += _reduce_grad_s(pieces[0], wire, gbytes, sync=False)
+    ends = _schedule_s(kind, M, stages, last=True)
+    own = max(end + st.tail for end, st in zip(ends, stages, strict=True))
+    return (K - 1) * step + max(ends[0] + stages[0].tail + optimizer, own)
+
+
+@dataclass
+class _Stage:
+    """What the compute bound counts of a pipeline stage's schedule step."""
+
+    within: dict[str, list[float]]  # F, B: seconds of a forward's / backward's first i ops
+    last_bwd: float  # the last microbatch's backward in the last step (a DDP stage's to its gradient sync's end)
+    to_next: float  # its activation send to the next stage, alone
+    to_prev: float  # its input-gradient send to the stage before, alone
+    gates: dict[int, list[tuple[float, float, int]]]  # a sharded stage's all-gathers per pass (`_gates`)
+    tail: float  # a sharded stage's reductions after its last op, with the replicas' sync (`_reduce_grad_s`)
 
 
 def _replicated(pc: Piece) -> bool:
@@ -255,44 +244,61 @@ def _replicated(pc: Piece) -> bool:
     return not isinstance(pc, FsdpPiece) and pc.replica is not None
 
 
-def _schedule_s(
-    kind: str,
-    M: int,
-    fwd: list[float],
-    bwd: list[float],
-    last_bwd: list[float],
-    to_next: list[float],
-    to_prev: list[float],
-) -> float:
-    """The longest path of one schedule step over its (stage, microbatch) ops, each stage's in
-    `pipeline.schedule_order`: an op starts when the stage's op before it has ended and its
-    input has arrived (the previous stage's forward, the next one's backward, then the send
-    alone); stage s's forward takes fwd[s], its backward bwd[s] (last_bwd[s] for the last
-    microbatch). Returns when stage 0's last op ends (after every other stage's)."""
-    P = len(fwd)
-    orders = [schedule_order(kind, s, P, M) for s in range(P)]
-    ends: dict[tuple[str, int, int], float] = {}
-    free = [0.0] * P  # when each stage's last op so far ends
+def _schedule_s(kind: str, M: int, stages: list[_Stage], last: bool) -> list[float]:
+    """The longest paths of one schedule step over its (stage, microbatch) passes, each stage's in
+    `pipeline.schedule_order`: when each stage's last pass ends. A pass starts when the stage's
+    pass before it has ended and its input has arrived (the previous stage's forward, the next
+    one's backward, then the send alone) and takes its ops one after another (with `last`, the
+    last microbatch's backward is `_Stage.last_bwd`). A sharded stage's pass also waits for its
+    all-gathers (`_Stage.gates`): they run one after another on their stream, none before the
+    pass starts (FSDP2 issues them in the pass); after all-gather j, its copy-out and those of
+    the pass's later ones, and the pass's ops from the first that waits for j (a flow-shop bound)."""
+    P = len(stages)
+    orders = _orders(kind, P, M)
+    ends = {"F": [[-1.0] * M for _ in range(P)], "B": [[-1.0] * M for _ in range(P)]}  # -1: not yet
+    free = [0.0] * P  # when each stage's last pass so far ends
+    gathered = [0.0] * P  # when each stage's last all-gather so far ends
     at = [0] * P
     remaining = 2 * M * P
     while remaining:
         progressed = 0
         for s in range(P):
-            order = orders[s]
-            while at[s] < len(order):
+            order, t, st = orders[s], free[s], stages[s]
+            while at[s] < 2 * M:
                 k, m = order[at[s]]
-                src = s - 1 if k == "F" else s + 1
-                start = free[s]
-                if 0 <= src < P:
-                    got = ends.get((k, src, m))
-                    if got is None:
+                if k == "F" and s > 0:
+                    got = ends["F"][s - 1][m]
+                    if got < 0:
                         break
-                    start = max(start, got + (to_next[src] if k == "F" else to_prev[src]))
-                d = fwd[s] if k == "F" else (last_bwd[s] if m == M - 1 else bwd[s])
-                free[s] = ends[(k, s, m)] = start + d
+                    t = max(t, got + stages[s - 1].to_next)
+                elif k == "B" and s + 1 < P:
+                    got = ends["B"][s + 1][m]
+                    if got < 0:
+                        break
+                    t = max(t, got + stages[s + 1].to_prev)
+                w = st.within[k]
+                gates = st.gates.get(at[s])
+                if gates:
+                    copies = sum(c for _, c, _ in gates)
+                    end, a = t + w[-1] + copies, max(gathered[s], t)
+                    for sec, copy, i in gates:
+                        a += sec
+                        end = max(end, a + copies + w[-1] - w[i])
+                        copies -= copy
+                    gathered[s], t = a, end
+                else:
+                    t += st.last_bwd if last and k == "B" and m == M - 1 else w[-1]
+                ends[k][s][m] = t
                 at[s] += 1
                 progressed += 1
+            free[s] = t
         if not progressed:
             raise RuntimeError("pipeline schedule deadlocked (a bug in schedule_order)")
         remaining -= progressed
-    return free[0]
+    return free
+
+
+@lru_cache(maxsize=64)
+def _orders(kind: str, P: int, M: int) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Every stage's `schedule_order`."""
+    return tuple(tuple(schedule_order(kind, s, P, M)) for s in range(P))
