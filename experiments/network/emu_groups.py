@@ -1,6 +1,7 @@
 """How gloo's collectives share an emulated NIC: one ring over every rank, one 2-rank group
 across the NIC alone, and every node-local rank's cross-node group at once (the data-parallel
-groups of a tensor-parallel layout).
+groups of a tensor-parallel layout); and what a small tensor-parallel call costs on the host's
+shared cores while other ranks compute.
 
     sudo .venv/bin/python experiments/network/emu_groups.py emu-2x2 [--out FILE.json]
 
@@ -112,8 +113,28 @@ def bench(out: str) -> None:
         calls = _times(10, partial(dist.all_reduce, y, group=local))
         res[f"node0_all_reduce_{size}"] = _median_time(_only(rank < k, calls)) / 10
         res[f"loaded_all_reduce_{size}"] = _median_time(calls if rank < k else _times(2, busy)) / 10
+    # every rank alternating a fixed amount of compute (about 2 ms on a free core, as much as a
+    # small-gpt block's share between two of its calls) with a small
+    # all-reduce in its node's tensor-parallel group, as a tensor-parallel block does: the work
+    # alone (every rank at once), then work and calls, node 0 alone and every node at once
+    # (per round of the two; what the calls add beyond the shared compute is the ranks' wait)
+    c, d = torch.randn(96, 96), torch.randn(96, 96)
+    probe = torch.ones(32 * 1024 // 4)
+
+    def work():
+        for _ in range(100):
+            c @ d
+
+    def paced():
+        work()
+        dist.all_reduce(probe, group=local)
+
+    res["work_all"] = _median_time(_times(20, work)) / 20
+    res["work_node0"] = _median_time(_only(rank < k, _times(20, work))) / 20
+    res["paced_node0"] = _median_time(_only(rank < k, _times(20, paced))) / 20
+    res["paced_all"] = _median_time(_times(20, paced)) / 20
     if rank >= k:  # node 0's figures are node 0's
-        res |= {key: 0.0 for key in res if key.startswith(("node0", "loaded"))}
+        res |= {key: 0.0 for key in res if key.startswith(("node0", "loaded")) or key.endswith("node0")}
     t = torch.tensor(list(res.values()), dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's figure
     if rank == 0:
@@ -160,6 +181,9 @@ def main() -> int:
     world, k = doc["world"], doc["ranks_per_node"]
     nodes = world // k
     for key, t in doc["times_s"].items():
+        if key.startswith(("work", "paced")):
+            print(f"{key:32s} {t * 1e3:9.2f} ms a round")
+            continue
         kind, op, size = key.split("_", 1)[0], key.split("_", 1)[1].rsplit("_", 1)[0], int(key.rsplit("_", 1)[1])
         n = {"world": world, "pair": 2, "local": k, "node0": k, "loaded": k}.get(kind, nodes)
         per_rank = (n - 1) / n * size * (2 if op == "all_reduce" else 1)  # bytes each rank sends (ring)
