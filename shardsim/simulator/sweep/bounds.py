@@ -107,11 +107,9 @@ def _block_s(bt: BlockTimes, b: Block, mb: int, tp: TensorParallel | None, wire:
 
 def _costs(
     bt: BlockTimes, blocks: list[Block], mb: int, tp: TensorParallel | None, wire: _Wire, rc: int
-) -> tuple[dict[int, tuple[float, float]], float, float]:
-    """Each of `blocks`' (forward, backward) seconds by id (`_block_s`), and their sums (the
-    blocks one after another)."""
-    cost = {id(b): _block_s(bt, b, mb, tp, wire, rc) for b in blocks}
-    return cost, sum(cost[id(b)][0] for b in blocks), sum(cost[id(b)][1] for b in blocks)
+) -> dict[int, tuple[float, float]]:
+    """Each of `blocks`' (forward, backward) seconds by id (`_block_s`)."""
+    return {id(b): _block_s(bt, b, mb, tp, wire, rc) for b in blocks}
 
 
 def _synced_backward_s(cost: dict[int, tuple[float, float]], pc: Piece, wire: _Wire, per_grad: int) -> float:
@@ -184,7 +182,8 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     optimizer = s.compute.optimizer(rc0.local_params, sum(b.param_tensors for b in blocks0))
     per_grad = wire_bytes_per_grad(cfg)
     if not pipeline:
-        cost, fwd, bwd = _costs(bt, blocks0, mb, tp, wire, 0)
+        cost = _costs(bt, blocks0, mb, tp, wire, 0)
+        fwd, bwd = (sum(cost[id(b)][i] for b in blocks0) for i in (0, 1))  # the blocks one after another
         if cfg.strategy.kind != DDP.name:
             return K * (fwd + bwd) + optimizer
         pc = ddp_piece(res, w)  # the last micro-step syncs its buckets; the optimizer waits for them
@@ -197,9 +196,9 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     stages: list[_Stage] = []
     for st, (_, blocks) in enumerate(classes):
         pc = pieces[st]
-        cost, _, b = _costs(bt, blocks, mb, tp, wire, st)
+        cost = _costs(bt, blocks, mb, tp, wire, st)
         within = {
-            "F": [0.0, *accumulate(cost[id(x)][0] for x in pc.embed + pc.layers + pc.head)],
+            "F": [0.0, *accumulate(cost[id(x)][0] for x in pc.blocks)],
             "B": [0.0, *accumulate(cost[id(x)][1] for x in pc.head + pc.layers[::-1] + pc.embed)],
         }
         sharded = isinstance(pc, FsdpPiece)
