@@ -63,6 +63,7 @@ def simulate(
     shared_cores: float | None = None,
     comm_cpu: dict[str, float] | None = None,
     mics: bool = False,
+    call_wait_s: float = 0.0,
 ) -> list[Span]:
     """Execute the plan; every op starts when its dependencies (including the previous op on
     its stream, recorded by the plan) are done. Returns one span per op.
@@ -74,12 +75,17 @@ def simulate(
     `comm_cpu` (with `shared_cores`): core-seconds per byte a rank sends, per collective: on
     such a host moving bytes costs the same cores (gloo copies and reduces, the kernel runs TCP
     on both ends), so every phase also loads the cores with its bytes sent; compute yields
-    to it (fairshare.fill). `mics`: the collectives are SageMaker's library's (MiCS's
-    hierarchical all-gather under `auto`), not PyTorch's flat NCCL ones.
+    to it (fairshare.fill). `call_wait_s` (with `shared_cores`): seconds every collective and
+    send waits, beyond its latency, for ranks the host's scheduler has not run yet (on a host
+    whose ranks outnumber its cores a rank that reaches a call waits for its partners, which
+    the fluid share of the cores, where a group's ranks end their compute together, does not
+    hold; measured by the profile, a named addition to each call's first phase). `mics`: the
+    collectives are SageMaker's library's (MiCS's hierarchical all-gather under `auto`), not
+    PyTorch's flat NCCL ones.
 
     With nccl, a compute op of a rank class runs at 1 - `sm_share` of its speed while a
     collective or send of that class (or to it) is in flight (`SmSharing`)."""
-    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
+    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
     with paused_gc():
         run.ready.extend(op.id for op in p.ops if not op.deps)
         run.drain()
@@ -98,6 +104,7 @@ def chain_bound(
     shared_cores: float | None = None,
     comm_cpu: dict[str, float] | None = None,
     mics: bool = False,
+    call_wait_s: float = 0.0,
 ) -> float:
     """A lower bound on the step `simulate` gives (same arguments), without running it: the
     longest chain of dependencies, each compute op at its duration and each collective's phases
@@ -108,7 +115,7 @@ def chain_bound(
     duration (NCCL's SM share and shared cores slow it); a transfer sharing a link gets at most
     what it would alone; a link moves at most its capacity (a collective op of a rank class
     carries every group's bytes: the whole world's traffic)."""
-    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics)
+    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
     cap = run.net._cap
     busy = [0.0] * len(cap)  # seconds of each (grouped) link's capacity the step's bytes take
     alone: dict[int, float] = {}  # per route: seconds per byte alone
@@ -147,6 +154,7 @@ class _Run:
         shared_cores: float | None,
         comm_cpu: dict[str, float] | None = None,
         mics: bool = False,
+        call_wait_s: float = 0.0,
     ) -> None:
         self.env = simpy.Environment()
         capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
@@ -187,6 +195,8 @@ class _Run:
         caps, routes = group_links(capacity, list(own.values()) + ([cpu] if self.shared else []))
         route_of = dict(zip(uniq, routes, strict=False))
         steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
+        if self.shared and call_wait_s > 0:  # the call waits for its ranks once, before its first phase
+            steps = {k: ((st[0][0] + call_wait_s, st[0][1]),) + st[1:] if st else st for k, st in steps.items()}
         self.steps: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]  # per op
         self.cpu = routes[-1] if self.shared else cpu
         self.net = Network(self.env, caps)

@@ -145,12 +145,13 @@ def _engine_options(s: Prepared) -> dict:
     cluster, profile = s.cluster, s.profile
     # an emulated cluster runs every rank on this one host: its cores are shared by all ranks
     shared = cluster.instance.host.cores if cluster.instance.emulated else None
-    comm_cpu = None
+    comm_cpu, wait = None, 0.0
     if shared is not None and profile:
         shared = profile.cores_for(cluster.world, shared)
         comm_cpu = profile.comm_cpu(cluster)
+        wait = profile.call_wait_s(cluster)
     mics = s.cfg.library == "smp"  # SageMaker's collectives: MiCS's hierarchical all-gather under `auto`
-    return {"shared_cores": shared, "comm_cpu": comm_cpu, "mics": mics}
+    return {"shared_cores": shared, "comm_cpu": comm_cpu, "mics": mics, "call_wait_s": wait}
 
 
 def chain_bound_s(s: Prepared, algo: str = "auto", plan: Plan | None = None) -> float:

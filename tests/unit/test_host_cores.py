@@ -11,7 +11,7 @@ import pytest
 
 from shardsim.runtime import validation
 from shardsim.runtime.validation import Row
-from shardsim.simulator.engine import simulate
+from shardsim.simulator.engine import chain_bound, simulate
 from shardsim.simulator.hardware.profile import parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import GroupLayout
@@ -61,7 +61,49 @@ def test_moving_bytes_takes_the_cores_that_compute_shares():
     assert [s.end for s in apart] == pytest.approx([1.0, plain[1].end])
 
 
+def _paced(calls: int) -> Plan:
+    """4 ranks alternating 0.1 core-seconds of compute with a small all-reduce among them."""
+    p = Plan()
+    p.classes = [RankClass("all", 0, 4, 1.0, 1.0, ())]
+    last: list[int] = []
+    for i in range(calls):
+        w = p.add(0, "compute", "compute", f"work{i}", last, duration=0.1)
+        c = p.add(0, "comm", "comm", f"call{i}", [w], coll="all_reduce", layout=GroupLayout.world(4), nbytes=1e3)
+        last = [c]
+    return p
+
+
+def test_on_a_shared_host_every_call_waits_for_unscheduled_ranks_once():
+    """With a measured call wait each collective ends exactly that much later (once per call),
+    the compute between is unchanged; off one host's cores (a real
+    cluster) there is no wait; the chain bound includes it and stays a bound."""
+    g = links_for(make_cluster("emu-2x2"))
+    plain = simulate(_paced(3), g, "ring", "gloo", shared_cores=2.0)
+    waits = simulate(_paced(3), g, "ring", "gloo", shared_cores=2.0, call_wait_s=0.004)
+    calls = [(a, b) for a, b in zip(plain, waits, strict=True) if a.kind == "comm"]
+    for i, (a, b) in enumerate(calls):
+        assert b.end - b.start == pytest.approx(a.end - a.start + 0.004)
+        assert b.end == pytest.approx(a.end + 0.004 * (i + 1))
+    apart = simulate(_paced(3), g, "ring", "gloo", call_wait_s=0.004)
+    assert apart[-1].end == pytest.approx(simulate(_paced(3), g, "ring", "gloo")[-1].end)
+    bound = chain_bound(_paced(3), g, "ring", "gloo", shared_cores=2.0, call_wait_s=0.004)
+    assert bound == pytest.approx(chain_bound(_paced(3), g, "ring", "gloo", shared_cores=2.0) + 3 * 0.004)
+    assert bound <= waits[-1].end + 1e-12
+
+
 PROFILE = {"workload": "small-gpt", "blocks_by_batch_s": {"4": {"embed": [0.001, 0.002]}}}
+
+
+def test_the_profile_carries_what_a_call_waits_on_a_shared_host():
+    """A topology's measured call wait, 0 where it was not measured; a host slower than when
+    it was profiled keeps it (a scheduler's wait, not work); a negative one is bad input."""
+    links = {"emu-4x2": {"nic_Bps": 3.4e7, "call_wait_s": 0.0035}}
+    prof = parse_profile({**PROFILE, "links": links}, "p.json", "small-gpt")
+    assert prof.call_wait_s(make_cluster("emu-4x2")) == 0.0035
+    assert prof.call_wait_s(make_cluster("emu-2x2")) == 0.0
+    assert prof.slowed(1.5).call_wait_s(make_cluster("emu-4x2")) == 0.0035
+    with pytest.raises(Exception, match="links.emu-4x2.call_wait_s"):
+        parse_profile({**PROFILE, "links": {"emu-4x2": {"call_wait_s": -1e-3}}}, "p.json", "small-gpt")
 
 
 def test_the_profile_carries_what_moving_a_byte_costs_the_cores():

@@ -266,6 +266,7 @@ def test_a_ring_step_costs_at_least_the_links_one_way_trip():
     assert got["loopback_latency_s"] == 1e-3 and got["nic_latency_s"] == 2e-3
     assert "nic_Bps" not in ring_figures(bench, 1.6e-5, None)  # one node: no NIC
     assert ring_figures(bench | {"nic_pair_gather_Bps": 1.8e7}, 1.6e-5, 2.2e-5)["nic_pair_gather_Bps"] == 1.8e7
+    assert ring_figures(bench | {"call_wait_s": 3.5e-3}, 1.6e-5, 2.2e-5)["call_wait_s"] == 3.5e-3
 
 
 def test_the_sharded_optimizer_overhead_goes_to_fsdp_ranks_only(tmp_path):
@@ -363,3 +364,26 @@ def test_a_misspelt_configuration_of_a_matrix_is_named_with_the_one_meant(tmp_pa
     with pytest.raises(ConfigError) as err:
         load_matrix(path)
     assert needle in str(err.value), err.value
+
+
+def test_a_profile_without_a_topologys_call_wait_is_measured_again(tmp_path, monkeypatch):
+    """validate's own profile is reused when it covers the matrix; one whose links predate the
+    call wait (which predictions on a shared host use) is measured again, and says so."""
+    from shardsim.runtime import profile as profile_mod
+    from shardsim.runtime.validation.profiling import ensure_profile
+
+    m = load_matrix(validation.MATRICES / "ci.yaml")
+    doc = json.loads((Path(validation.__file__).parents[3] / "experiments/validation/profile.json").read_text())
+    doc["links"] = {"emu-2x2": doc["links"]["emu-2x2"] | {"call_wait_s": 0.002}}
+    doc["blocks_by_batch_s"] = {str(b): doc["blocks_by_batch_s"]["4"] for b in m.microbatch_sizes()}
+    doc["tp_share_by_batch"] = {str(b): {"2+sp": [0.9, 0.8]} for b in m.microbatch_sizes()}
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    built: list[str] = []
+    monkeypatch.setattr(profile_mod, "build_profile", lambda workload, *a, **kw: built.append(workload) or doc)
+    said: list[str] = []
+    assert ensure_profile(m, tmp_path, None, said.append) == str(tmp_path / "profile.json")
+    assert not built and said == [f"profile: reusing {tmp_path / 'profile.json'}"]
+    del doc["links"]["emu-2x2"]["call_wait_s"]
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    ensure_profile(m, tmp_path, None, said.append)
+    assert built == ["small-gpt"] and "lacks emu-2x2's call wait" in said[1]

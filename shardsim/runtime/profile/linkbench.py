@@ -8,7 +8,9 @@ simulator uses it: all nodes' ranks all-gather within their node at once (as the
 groups of ZeRO-2D do), at two sizes, and an alpha-beta fit of the ring all-gather gives the
 loopback's achieved bandwidth per rank and its per-step latency. Every rank's process CPU time
 over the largest all-gather over all ranks and over an all-reduce gives what moving a byte
-costs the host's cores (the simulator charges it to the cores that compute shares).
+costs the host's cores (the simulator charges it to the cores that compute shares). Every rank
+alternating a little compute with a small all-reduce in its node gives what a call waits for
+ranks the host's scheduler has not run yet (`_call_wait_s`).
 
     python -m torch.distributed.run ... -m shardsim.runtime.profile.linkbench OUT.json
 """
@@ -38,6 +40,11 @@ PAIR_ROUNDS = 9
 # size, fewer rounds (process CPU time does not count a stall, so it needs no median).
 REDUCE_SIZE = 4 * 1024 * 1024
 REDUCE_ROUNDS = 2
+# `_call_wait_s`: rounds of PACED_CALLS calls, each after PACED_MATMULS small matmuls (about 2 ms on
+# a free core here: a tensor-parallel block's compute between two of its calls), of PACED_SIZE bytes
+PACED_CALLS = 20
+PACED_MATMULS = 100
+PACED_SIZE = 32 * 1024
 
 
 def _time(fn, repeats: int, rounds: int = ROUNDS) -> tuple[float, float]:
@@ -117,6 +124,47 @@ def _pair_gather_Bps(size: int, world: int, k: int) -> float | None:
     return k * (size / 2) / float(slowest.item())  # k ranks of a node each send half the array across its NIC
 
 
+def _call_wait_s(group, k: int) -> float:
+    """Seconds a small collective waits, beyond its cost on an idle host, when every rank of the
+    host alternates compute with calls in its node's group (as training does, most of all a
+    tensor-parallel block): on a host whose ranks outnumber its cores a rank that reaches the
+    call waits for its partners to be scheduled and reach it. Per call:
+    (paced − work) with every rank at once, less the same with node 0's ranks alone (its call's
+    own cost); the slowest rank's figure. 0 when a node has one rank (no group to call in)."""
+    import torch
+    import torch.distributed as dist
+
+    if k < 2:
+        return 0.0
+    a, b = torch.randn(96, 96), torch.randn(96, 96)
+    x = torch.ones(PACED_SIZE // 4)
+    node0 = dist.get_rank() < k
+
+    def work() -> None:
+        for _ in range(PACED_MATMULS):
+            a @ b
+
+    def paced() -> None:
+        work()
+        dist.all_reduce(x, group=group)
+
+    def calls(fn, member: bool = True):
+        def run() -> None:
+            for _ in range(PACED_CALLS if member else 0):
+                fn()
+
+        return run
+
+    work_all = _time(calls(work), 1)[0] / PACED_CALLS
+    paced_all = _time(calls(paced), 1)[0] / PACED_CALLS
+    work_alone = _time(calls(work, node0), 1)[0] / PACED_CALLS
+    paced_alone = _time(calls(paced, node0), 1)[0] / PACED_CALLS
+    # the slowest rank's call with every rank paced, and node 0's slowest alone
+    t = torch.tensor([paced_all - work_all, (paced_alone - work_alone) if node0 else 0.0], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return max(0.0, float(t[0] - t[1]))
+
+
 def _mean_over_ranks(v: float, world: int) -> float:
     import torch
     import torch.distributed as dist
@@ -149,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     gather_cpu = _mean_over_ranks(gather_cpu / ((n - 1) / n * size), world)
     reduce_cpu = _mean_over_ranks(_reduce_cpu(REDUCE_SIZE, world), world)
     pair_Bps = _pair_gather_Bps(PAIR_SIZE, world, k) if world > k else None
+    call_wait = _call_wait_s(mine, k)
     if rank == 0:
         bw, alpha = fit(k, (SIZES[0], SIZES[1]), (times[0], times[1]))
         doc = {"ranks_per_node": k, "sizes": list(SIZES), "times_s": times}
@@ -160,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             doc |= {"nic_ring_Bps": nic_bw, "nic_ring_latency_s": nic_alpha}
         if pair_Bps is not None:
             doc["nic_pair_gather_Bps"] = pair_Bps
+        doc["call_wait_s"] = call_wait
         atomic_write(out, json.dumps(doc))
     dist.destroy_process_group()
     return 0

@@ -17,7 +17,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     (`runtime.profile.linkbench`), the loopback inside a node as gloo's all-gather gets it with every
     node gathering at once, and a node's NIC as gloo's ring over all ranks gets it (`nic_Bps`,
     `nic_latency_s`, what the simulator uses), and the CPU seconds a rank spends per byte it
-    sends in an all-gather and an all-reduce over all ranks (`*_cpu_s_per_B`). One TCP stream
+    sends in an all-gather and an all-reduce over all ranks (`*_cpu_s_per_B`), and what a small
+    call waits while every rank alternates compute with calls (`call_wait_s`). One TCP stream
     node 0 → node 1 and one inside node 0 are measured too (`nic_tcp_*`, `loopback_tcp_*`):
     for reference, and their latency is the least a ring step can take. Needs root."""
     import subprocess
@@ -79,9 +80,10 @@ def ring_figures(bench: dict, loopback_tcp_latency_s: float, nic_tcp_latency_s: 
     """The link figures the simulator uses, from `runtime.profile.linkbench`'s fits. A ring step takes
     at least a one-way trip over its link, so a fit's per-step cost (clamped at 0 when the
     small size went at the full rate, as it can with tbf's bucket) is floored at the TCP probe's.
-    The CPU a rank spends per byte it sends passes through as measured."""
+    The CPU a rank spends per byte it sends, and what a call waits for ranks not yet scheduled,
+    pass through as measured."""
     out = {"loopback_Bps": bench["loopback_Bps"]}
-    out |= {k: bench[k] for k in ("gather_cpu_s_per_B", "reduce_cpu_s_per_B") if k in bench}
+    out |= {k: bench[k] for k in ("gather_cpu_s_per_B", "reduce_cpu_s_per_B", "call_wait_s") if k in bench}
     out["loopback_latency_s"] = max(bench["loopback_latency_s"], loopback_tcp_latency_s)
     if "nic_ring_Bps" in bench and nic_tcp_latency_s is not None:
         out |= {"nic_Bps": bench["nic_ring_Bps"], "nic_latency_s": max(bench["nic_ring_latency_s"], nic_tcp_latency_s)}

@@ -51,6 +51,9 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
             raise CorruptFile(f"{exc.message} ({hint})", where=exc.where, field=exc.field) from None
         lacks = [f"microbatch {b}" for b in sizes if b not in prof.blocks]
         lacks += [f"{t}'s links" for t, _ in matrix.topologies if t not in prof.links]
+        lacks += [
+            f"{t}'s call wait" for t, _ in matrix.topologies if t in prof.links and prof.links[t].call_wait_s is None
+        ]
         lacks += [f"the cores of {w} ranks" for w in worlds if w not in prof.effective_cores]
         lacks += [
             f"tensor parallel {tp}{' with sp' if sp else ''} at microbatch {b}"

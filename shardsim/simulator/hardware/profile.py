@@ -4,8 +4,9 @@ A profile replaces model figures with measured ones:
 - per-block forward/backward seconds at each measured microbatch size (the compute model);
 - Adam seconds per parameter;
 - per emulated topology, the achieved bandwidth and latency of a node's NIC and of the
-  loopback between two ranks of one node (the links), and the CPU seconds a rank spends per
-  byte it sends (on one host, moving bytes takes the cores that compute needs);
+  loopback between two ranks of one node (the links), the CPU seconds a rank spends per
+  byte it sends (on one host, moving bytes takes the cores that compute needs), and what a
+  call waits for ranks the host has not scheduled yet;
 - how many cores the host's processes really get when N ranks compute at once
   (`effective_cores`: N processes on C cores do not each run at C/N of their speed alone,
   caches and memory bandwidth are shared too), and the hypervisor's share of their time then;
@@ -47,6 +48,10 @@ class LinkProfile:
     # ranks (process CPU time: gloo's copies and reductions, the kernel's TCP on both ends)
     gather_cpu_s_per_B: float | None = None
     reduce_cpu_s_per_B: float | None = None
+    # seconds a collective call waits, beyond its latency on an idle host, for ranks the host's
+    # scheduler has not run yet, when every rank alternates compute with calls and the ranks
+    # outnumber the cores (`runtime.profile.linkbench._call_wait_s`; engine.simulate's `call_wait_s`)
+    call_wait_s: float | None = None
 
     def comm_cpu(self) -> dict[str, float] | None:
         """Core-seconds per byte sent, per collective (engine.simulate's `comm_cpu`); None when
@@ -165,6 +170,11 @@ class Profile:
         """What moving a byte costs the host's cores in this topology, if measured."""
         lp = self.links.get(cluster.instance.name)
         return None if lp is None else lp.comm_cpu()
+
+    def call_wait_s(self, cluster: Cluster) -> float:
+        """What a collective call waits for unscheduled ranks in this topology (0 if not measured)."""
+        lp = self.links.get(cluster.instance.name)
+        return 0.0 if lp is None or lp.call_wait_s is None else lp.call_wait_s
 
     def apply(self, cluster: Cluster) -> Cluster:
         """The cluster with this profile's measured links of its topology, if any."""

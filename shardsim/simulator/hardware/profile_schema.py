@@ -50,6 +50,7 @@ class LinksDoc(Document):
     loopback_latency_s: PositiveSeconds | None = None
     gather_cpu_s_per_B: PositiveSeconds | None = None
     reduce_cpu_s_per_B: PositiveSeconds | None = None
+    call_wait_s: Seconds | None = None
 
 
 class FsdpOverheadDoc(Document):
