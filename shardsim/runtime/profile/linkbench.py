@@ -43,6 +43,7 @@ REDUCE_ROUNDS = 2
 # `_call_wait_s`: rounds of PACED_CALLS calls, each after PACED_MATMULS small matmuls (about 2 ms on
 # a free core here: a tensor-parallel block's compute between two of its calls), of PACED_SIZE bytes
 PACED_CALLS = 20
+PACED_ROUNDS = 15
 PACED_MATMULS = 100
 PACED_SIZE = 32 * 1024
 
@@ -130,7 +131,9 @@ def _call_wait_s(group, k: int) -> float:
     tensor-parallel block): on a host whose ranks outnumber its cores a rank that reaches the
     call waits for its partners to be scheduled and reach it. Per call:
     (paced − work) with every rank at once, less the same with node 0's ranks alone (its call's
-    own cost); the slowest rank's figure. 0 when a node has one rank (no group to call in)."""
+    own cost); each round times the four in turn (this host's speed moves within seconds, so
+    a difference is taken within a round), the medians over PACED_ROUNDS rounds, the slowest
+    rank's figures. 0 when a node has one rank (no group to call in)."""
     import torch
     import torch.distributed as dist
 
@@ -148,19 +151,20 @@ def _call_wait_s(group, k: int) -> float:
         work()
         dist.all_reduce(x, group=group)
 
-    def calls(fn, member: bool = True):
-        def run() -> None:
-            for _ in range(PACED_CALLS if member else 0):
-                fn()
+    def timed(fn, member: bool = True) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(PACED_CALLS if member else 0):
+            fn()
+        return (time.perf_counter() - t0) / PACED_CALLS
 
-        return run
-
-    work_all = _time(calls(work), 1)[0] / PACED_CALLS
-    paced_all = _time(calls(paced), 1)[0] / PACED_CALLS
-    work_alone = _time(calls(work, node0), 1)[0] / PACED_CALLS
-    paced_alone = _time(calls(paced, node0), 1)[0] / PACED_CALLS
+    timed(paced)  # warm-up
+    every, alone = [], []
+    for _ in range(PACED_ROUNDS):
+        every.append(timed(paced) - timed(work))
+        alone.append(timed(paced, node0) - timed(work, node0))
     # the slowest rank's call with every rank paced, and node 0's slowest alone
-    t = torch.tensor([paced_all - work_all, (paced_alone - work_alone) if node0 else 0.0], dtype=torch.float64)
+    t = torch.tensor([statistics.median(every), statistics.median(alone) if node0 else 0.0], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return max(0.0, float(t[0] - t[1]))
 
