@@ -175,3 +175,19 @@ def test_experiments_readme_gives_the_calibration_error_summary_md_gives():
         rows["roofline"][0],
     )
     assert said.groups() == expected
+
+
+def test_the_readme_gives_the_committed_validations_errors():
+    """The README's figures for the shipped validation matrix are those of the committed table
+    (experiments/validation/validation.md), and its tensor-parallel range holds the committed
+    tp/ table's mean."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    table = (ROOT / "experiments" / "validation" / "validation.md").read_text()
+    mean, largest = re.search(r"Mean absolute error ([\d.]+) %, largest ([\d.]+) %", table).groups()
+    assert f"within {mean} % mean, {largest} % largest" in text
+    tp = (ROOT / "experiments" / "validation" / "tp" / "validation.md").read_text()
+    tp_mean = float(re.search(r"Mean absolute error ([\d.]+) %", tp).group(1))
+    low, high = map(float, re.search(r"tensor parallelism within ([\d.]+)–([\d.]+) % mean", text).groups())
+    assert low <= tp_mean <= high

@@ -22,6 +22,7 @@ from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "experiments" / "validation" / "runs"
+OLD_RUNS = ROOT / "experiments" / "validation" / "2026-11-23" / "runs"  # a runs.csv written before the key
 DOC = ROOT / "docs" / "results.md"
 TINY = ["--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "2"]
 KEY_TYPES = {"topology": str, "nodes": int, "world": int, "device": str, "workload": str, "label": str}
@@ -205,14 +206,14 @@ def test_a_committed_runs_csv_written_before_the_key_reads_and_grows_in_todays_c
     from shardsim.core.errors import CorruptFile
     from shardsim.runtime.records import CSV_COLUMNS, read_runs_csv
 
-    committed = (RUNS / CSV_NAME).read_text()
+    committed = (OLD_RUNS / CSV_NAME).read_text()
     assert committed.startswith("run_id,finished_at,workload,topology,nodes,strategy,kind,")  # before the key
     (tmp_path / CSV_NAME).write_text(committed)
     header, rows = read_runs_csv(tmp_path / CSV_NAME)
     assert header == [c for c in CSV_COLUMNS if c in header]  # today's, less those that file lacks (std, ...)
     check_columns(header, CSV_NAME)
     for row in rows:
-        rec = load_run(RUNS / f"{row['run_id']}.json").to_dict()
+        rec = load_run(OLD_RUNS / f"{row['run_id']}.json").to_dict()
         check_row(row, {k: rec[k] for k in KEY_FIELDS}, CSV_NAME)
     write_run(run_record(run_id="new"), tmp_path)
     header, grown = read_runs_csv(tmp_path / CSV_NAME)
