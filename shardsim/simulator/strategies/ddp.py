@@ -8,7 +8,8 @@ bucket is not modelled): in gradient-ready order (head, layers last to first, em
 first capped at `dist._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB), the rest at `bucket_cap_mb` (25 MiB),
 counted in the gradients' own fp32 bytes (`compute_bucket_assignment_by_size`). A bucket's
 all-reduce starts when its last gradient is ready; the last bucket's waits for the end of
-backward, and the optimizer step for it: it is never hidden. With `reduce_dtype` fp16 / bf16
+backward, and the optimizer step for it: it is never hidden. With tensor parallelism every
+DTensor parameter's gradient is ready at the end of backward (`grad_ready_bytes`). With `reduce_dtype` fp16 / bf16
 (PyTorch's fp16_compress_hook / bf16_compress_hook) the all-reduce moves 2-byte gradients."""
 
 from __future__ import annotations
@@ -75,6 +76,24 @@ def grad_ready_groups(pc: Piece) -> list[tuple[list[Block], bool]]:
     embedding) as (blocks, whether they recompute their forward): each group's blocks run, then
     their gradients are ready together."""
     return [(pc.head, False), *(([b], True) for b in pc.layers[::-1]), (pc.embed, False)]
+
+
+def grad_ready_bytes(pc: Piece) -> list[float]:
+    """The fp32 gradient bytes ready at the end of each group of `grad_ready_groups(pc)`: a
+    group's plain parameters' as its backward ends, and every DTensor parameter's (tensor
+    parallelism under DDP, `Block.dtensor_params`) with the last group, at the end of backward.
+
+    Why (PyTorch's TP + DDP composition, ours `runtime.strategies.ddp.LocalShards` and PyTorch's
+    `_pre_dp_module_transform` alike): DDP holds each DTensor's local shard, and the DTensors
+    are rebuilt from them (`DTensor.from_local`) in a forward pre-hook, so their backward nodes
+    are the graph's oldest; the autograd engine runs the ready node of the highest sequence
+    number first, so those nodes, and the local shards' gradients, come after every block's
+    backward (measured: experiments/validation/README.md, "DDP's buckets under tensor
+    parallelism"). Every bucket holding a sharded parameter waits for the end of backward."""
+    groups = grad_ready_groups(pc)
+    ready = [sum(b.params - b.dtensor_params for b in bs) * float(GRAD_BYTES) for bs, _ in groups]
+    ready[-1] += sum(b.dtensor_params for bs, _ in groups for b in bs) * float(GRAD_BYTES)
+    return ready
 
 
 def wire_bytes_per_grad(cfg: RunConfig) -> int:
@@ -152,12 +171,11 @@ def ddp_backward(
         return blocks_through(p, rc, f"B{tag}", after, blocks, durs, "bwd", mb, tag), []
     prev: Dep = after
     buckets = ddp_buckets(p, rc, cm, cfg, rep, tag)
-    for blocks, recomputes in grad_ready_groups(pc):
+    for (blocks, recomputes), ready in zip(grad_ready_groups(pc), grad_ready_bytes(pc), strict=True):
         for b in blocks:
             dur = cm.block(b, mb).bwd_s + (cm.recompute_s(b, mb) if recomputes else 0.0)
             prev = block_op(p, rc, f"B {b.name}{tag}", [prev], dur, "bwd", b, mb, tag)
-        for b in blocks:
-            buckets.add(b.params * GRAD_BYTES, prev)
+        buckets.add(ready, prev)
     buckets.flush(prev)
     return prev, buckets.ops
 

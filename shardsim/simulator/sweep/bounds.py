@@ -43,7 +43,14 @@ from shardsim.simulator.network.collectives import GroupLayout, call_alone_s
 from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.predict import Prepared
 from shardsim.simulator.strategies.build import plan_tensor_parallel
-from shardsim.simulator.strategies.ddp import GRAD_BYTES, BucketFill, ddp_piece, grad_ready_groups, wire_bytes_per_grad
+from shardsim.simulator.strategies.ddp import (
+    GRAD_BYTES,
+    BucketFill,
+    ddp_piece,
+    grad_ready_bytes,
+    grad_ready_groups,
+    wire_bytes_per_grad,
+)
 from shardsim.simulator.strategies.fsdp import FsdpPiece, step_gathers
 from shardsim.simulator.strategies.kinds.ddp import DDP
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
@@ -127,10 +134,9 @@ def _synced_backward_s(cost: dict[int, tuple[float, float]], pc: Piece, wire: _W
         for size in sizes:
             free = max(t, free) + wire.alone_s("all_reduce", pc.replica, size / GRAD_BYTES * per_grad)
 
-    for blocks, _ in grad_ready_groups(pc):
+    for (blocks, _), ready in zip(grad_ready_groups(pc), grad_ready_bytes(pc), strict=True):
         t += sum(cost[id(b)][1] for b in blocks)
-        for b in blocks:
-            reduce(fill.add(b.params * GRAD_BYTES))
+        reduce(fill.add(ready))
     reduce(fill.flush())
     return max(t, free)
 

@@ -50,6 +50,13 @@ def kv_heads_per_rank(a: Arch, tp: int) -> int:
     return max(1, a.kv // tp)
 
 
+def _dtensor(params: int, plain: int, tp: int) -> int:
+    """Of a tensor-parallel rank's `params`, those DTensors hold: all but the `plain` ones (the
+    norms without sequence parallelism, as `runtime.strategies.tensor_parallel` leaves them); 0
+    without tensor parallelism."""
+    return params - plain if tp > 1 else 0
+
+
 def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     """A pre-norm transformer layer of any family (see `Traits`), as one of `tp` tensor-parallel
     ranks runs it (Megatron's split: q/k/v and the MLP's first matrices by columns, attention's
@@ -98,6 +105,7 @@ def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     return Block(
         f"layer{index}", params, fwd, bwd, mem, act, sn * h, sn * h, act_matmul_elems=act_mm,
         param_tensors=layer_param_tensors(a), largest_tensor=max(h * qkv, h * f),
+        dtensor_params=_dtensor(params, 0 if sp else 2 * norm_params(a), tp),
     )  # fmt: skip
 
 
@@ -146,7 +154,9 @@ def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
     params = rows * h + (sn * h if learned else 0)
     mem = 3 * sn * h if learned else sn * h
     # saved: the token ids (the embedding's backward needs them)
-    return Block("embed", params, 0.0, 0.0, mem, s, s, sn * h, "embed", 0.0, 2 if learned else 1, rows * h)
+    tensors = 2 if learned else 1
+    dt = _dtensor(params, 0, tp)  # the token table and the positions: DTensors (`runtime.strategies.tensor_parallel`)
+    return Block("embed", params, 0.0, 0.0, mem, s, s, sn * h, "embed", 0.0, tensors, rows * h, dtensor_params=dt)
 
 
 def masked_tokens(a: Arch, fraction: float) -> int:
@@ -179,7 +189,10 @@ def _masked_head(a: Arch, tp: int, sp: bool, k: int) -> Block:
     act = k * (2 * h + _norm_saved(a)) + (s * h if sp else 0) + k * v + k
     mem = 2 * k * h + 2 * k * h + 3 * k * v
     tensors = norm_tensors(a) + (0 if a.tied_embeddings else 1)
-    return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, k * v, "head", 0.0, tensors, tokens=k)
+    dt = _dtensor(params, 0 if sp else norm_params(a), tp)
+    return Block(
+        "head", params, fwd, 2 * fwd, mem, act, sn * h, k * v, "head", 0.0, tensors, tokens=k, dtensor_params=dt
+    )
 
 
 def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
@@ -217,7 +230,10 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
     tensors = norm_tensors(a) + (0 if a.tied_embeddings else 1)
     mem = 2 * sn * h + 3 * s * v
     largest = h if a.tied_embeddings else h * v  # the norm's weight, or the LM head's matrix
-    return Block("head", params, fwd, 2 * fwd, mem, act, sn * h, s * v, "head", 0.0, tensors, largest)
+    dt = _dtensor(params, 0 if sp else norm_params(a), tp)
+    return Block(
+        "head", params, fwd, 2 * fwd, mem, act, sn * h, s * v, "head", 0.0, tensors, largest, dtensor_params=dt
+    )
 
 
 def from_arch(

@@ -36,6 +36,10 @@ class Block:
     largest_tensor: int = 0
     # tokens per sample the block computes on, 0: the model's (a masked-LM head: its masked positions)
     tokens: int = 0
+    # of `params`, those a tensor-parallel rank holds as DTensors (a parallel style's sharded or
+    # replicated parameters; the rest stay plain tensors): under TP + DDP their gradients are
+    # ready only at the end of backward (`strategies.ddp.grad_ready_bytes`); 0 without TP
+    dtensor_params: int = 0
 
 
 @dataclass(frozen=True)
