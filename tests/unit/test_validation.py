@@ -366,15 +366,19 @@ def test_a_misspelt_configuration_of_a_matrix_is_named_with_the_one_meant(tmp_pa
     assert needle in str(err.value), err.value
 
 
-def test_a_profile_without_a_topologys_call_wait_is_measured_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stale", ["call_wait_s", "nic_queue_s"])
+def test_a_profile_without_a_call_wait_or_of_another_nic_queue_is_measured_again(tmp_path, monkeypatch, stale):
     """validate's own profile is reused when it covers the matrix; one whose links predate the
-    call wait (which predictions on a shared host use) is measured again, and says so."""
+    call wait (which predictions on a shared host use), or were measured with another tbf queue
+    on the emulated NICs, is measured again, and says so."""
     from shardsim.runtime import profile as profile_mod
+    from shardsim.runtime.emulation.plan import QUEUE_LATENCY_S
     from shardsim.runtime.validation.profiling import ensure_profile
 
     m = load_matrix(validation.MATRICES / "ci.yaml")
     doc = json.loads((Path(validation.__file__).parents[3] / "experiments/validation/profile.json").read_text())
-    doc["links"] = {"emu-2x2": doc["links"]["emu-2x2"] | {"call_wait_s": 0.002}}
+    links = {"call_wait_s": 0.002, "nic_queue_s": QUEUE_LATENCY_S}
+    doc["links"] = {"emu-2x2": doc["links"]["emu-2x2"] | links}
     doc["blocks_by_batch_s"] = {str(b): doc["blocks_by_batch_s"]["4"] for b in m.microbatch_sizes()}
     doc["tp_share_by_batch"] = {str(b): {"2+sp": [0.9, 0.8]} for b in m.microbatch_sizes()}
     (tmp_path / "profile.json").write_text(json.dumps(doc))
@@ -383,7 +387,11 @@ def test_a_profile_without_a_topologys_call_wait_is_measured_again(tmp_path, mon
     said: list[str] = []
     assert ensure_profile(m, tmp_path, None, said.append) == str(tmp_path / "profile.json")
     assert not built and said == [f"profile: reusing {tmp_path / 'profile.json'}"]
-    del doc["links"]["emu-2x2"]["call_wait_s"]
+    if stale == "call_wait_s":
+        del doc["links"]["emu-2x2"]["call_wait_s"]
+    else:
+        doc["links"]["emu-2x2"]["nic_queue_s"] = QUEUE_LATENCY_S / 5
     (tmp_path / "profile.json").write_text(json.dumps(doc))
     ensure_profile(m, tmp_path, None, said.append)
-    assert built == ["small-gpt"] and "lacks emu-2x2's call wait" in said[1]
+    why = "call wait" if stale == "call_wait_s" else f"links at today's NIC queue ({QUEUE_LATENCY_S * 1e3:g} ms)"
+    assert built == ["small-gpt"] and f"lacks emu-2x2's {why}" in said[1]

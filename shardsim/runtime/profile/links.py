@@ -18,7 +18,8 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     node gathering at once, and a node's NIC as gloo's ring over all ranks gets it (`nic_Bps`,
     `nic_latency_s`, what the simulator uses), and the CPU seconds a rank spends per byte it
     sends in an all-gather and an all-reduce over all ranks (`*_cpu_s_per_B`), and what a small
-    call waits while every rank alternates compute with calls (`call_wait_s`). One TCP stream
+    call waits while every rank alternates compute with calls (`call_wait_s`), and the NIC's
+    queue they were measured with (`nic_queue_s`: `plan.QUEUE_LATENCY_S`). One TCP stream
     node 0 → node 1 and one inside node 0 are measured too (`nic_tcp_*`, `loopback_tcp_*`):
     for reference, and their latency is the least a ring step can take. Needs root."""
     import subprocess
@@ -31,7 +32,7 @@ def measure_links(topology: str, nodes: int | None = None, timeout_s: float = 12
     from shardsim.runtime.processes import LAUNCHER_ENV, ProcessRef, die_with_parent
 
     cluster = plan_cluster(topology, nodes)
-    out: dict[str, float] = {}
+    out: dict[str, float] = {"nic_queue_s": cluster.queue_latency_s}  # the shaping the figures hold
     with emulated(cluster), tempfile.TemporaryDirectory(prefix="shardsim-linkbench-") as tmp:
         if len(cluster.nodes) > 1:
             nic = measure_link(cluster, 0, 1)

@@ -33,6 +33,7 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
     An out/profile.json that cannot be read (torn, mistyped, another workload's) is named,
     ConfigError, not measured again over it; one that lacks what the matrix needs is measured
     again, with a note saying what it lacked."""
+    from shardsim.runtime.emulation.plan import QUEUE_LATENCY_S
     from shardsim.simulator.hardware.profile import load_profile
 
     workload = matrix.base.get("workload", RunConfig().workload)
@@ -53,6 +54,11 @@ def ensure_profile(matrix: Matrix, out: Path, given: str | None, log: Callable[[
         lacks += [f"{t}'s links" for t, _ in matrix.topologies if t not in prof.links]
         lacks += [
             f"{t}'s call wait" for t, _ in matrix.topologies if t in prof.links and prof.links[t].call_wait_s is None
+        ]
+        lacks += [
+            f"{t}'s links at today's NIC queue ({QUEUE_LATENCY_S * 1e3:g} ms)"
+            for t, _ in matrix.topologies
+            if t in prof.links and prof.links[t].nic_queue_s != QUEUE_LATENCY_S
         ]
         lacks += [f"the cores of {w} ranks" for w in worlds if w not in prof.effective_cores]
         lacks += [

@@ -52,6 +52,8 @@ class LinkProfile:
     # scheduler has not run yet, when every rank alternates compute with calls and the ranks
     # outnumber the cores (`runtime.profile.linkbench._call_wait_s`; engine.simulate's `call_wait_s`)
     call_wait_s: float | None = None
+    # the emulated NICs' tbf queue these figures were measured with (`runtime.emulation.plan`)
+    nic_queue_s: float | None = None
 
     def comm_cpu(self) -> dict[str, float] | None:
         """Core-seconds per byte sent, per collective (engine.simulate's `comm_cpu`); None when

@@ -51,6 +51,7 @@ class LinksDoc(Document):
     gather_cpu_s_per_B: PositiveSeconds | None = None
     reduce_cpu_s_per_B: PositiveSeconds | None = None
     call_wait_s: Seconds | None = None
+    nic_queue_s: PositiveSeconds | None = None
 
 
 class FsdpOverheadDoc(Document):
