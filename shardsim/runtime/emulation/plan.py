@@ -46,9 +46,8 @@ BURST_MIN_MTUS = 8
 # groups across it at once, each a 2-rank ring) rarely lose a frame: a loss at the end of a
 # message stalls its collective for a loss probe or a retransmission timeout (200 ms at least),
 # which the simulator's links (fair shares of a lossless fabric, as NCCL's are over EFA or
-# InfiniBand) do not hold. Measured on emu-2x2 (small-gpt, 4 steps, 10 ms against 50 ms, run in
-# turn): FSDP2 under tp 2 4.54 s (3.88-5.05) against 3.82 s (3.71-3.92); ZeRO-2D d=2 2.73 s
-# (2.60-2.98) against 2.61 s (2.56-2.63); ZeRO over the 4 ranks 5.22 against 5.14 s.
+# InfiniBand) do not hold. Measured against 10 ms: experiments/validation/README.md
+# ("2026-11-28 13:30-14:35").
 QUEUE_LATENCY_S = 0.050
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 

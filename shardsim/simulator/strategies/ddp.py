@@ -9,8 +9,9 @@ first capped at `dist._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB), the rest at `bucket_
 counted in the gradients' own fp32 bytes (`compute_bucket_assignment_by_size`). A bucket's
 all-reduce starts when its last gradient is ready; the last bucket's waits for the end of
 backward, and the optimizer step for it: it is never hidden. With tensor parallelism every
-DTensor parameter's gradient is ready at the end of backward (`grad_ready_bytes`). With `reduce_dtype` fp16 / bf16
-(PyTorch's fp16_compress_hook / bf16_compress_hook) the all-reduce moves 2-byte gradients."""
+DTensor parameter's gradient is ready at the end of backward (`grad_ready_bytes`). With
+`reduce_dtype` fp16 / bf16 (PyTorch's fp16_compress_hook / bf16_compress_hook) the all-reduce
+moves 2-byte gradients."""
 
 from __future__ import annotations
 
