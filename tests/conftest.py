@@ -2,21 +2,61 @@
 namespaces) and are marked `integration`; tests/unit/ runs in-process.
 
     python -m pytest -q -m "not integration"     # the fast subset, for development
+
+CI (the README's test command) runs the tests not marked `serial` on every core (pytest-xdist,
+``-n auto``), then the `serial` ones one at a time: every integration test (their ranks take the
+cores), those in `SERIAL` (they hold the machine to a wall-clock promise or tear down emulated
+clusters) and those marked in place. Under xdist each worker takes the emulated topologies'
+locks in a runtime folder of its own (the tests that run beside each other only take them:
+none brings a cluster up).
 """
 
 import hashlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 INTEGRATION = Path(__file__).parent / "integration"
+RUNTIME_DIR = pytest.StashKey[str]()  # an xdist worker's own runtime folder
+
+
+# unit modules that must have the machine to themselves (marker `serial`)
+SERIAL = {
+    "test_lifecycle.py",  # a process tree killed within seconds; emulated clusters torn down on signals
+    "test_sweep_interrupt.py",  # a sweep and its workers gone within 2 s of Ctrl-C
+    "test_sweep_ray.py",  # starts Ray instances; Ctrl-C ends one within 2 s
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        config.stash[RUNTIME_DIR] = os.environ["SHARDSIM_RUNTIME_DIR"] = tempfile.mkdtemp(prefix=f"shardsim-{worker}-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if RUNTIME_DIR in config.stash:
+        shutil.rmtree(config.stash[RUNTIME_DIR], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if INTEGRATION in Path(item.fspath).parents:
+        path = Path(item.fspath)
+        if INTEGRATION in path.parents:
             item.add_marker(pytest.mark.integration)
+        if INTEGRATION in path.parents or path.name in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
+# The width every test's output is laid out for is the one CI's has (stdout not a terminal, no
+# COLUMNS: no limit) whatever runs the tests (pytest-xdist's workers set COLUMNS=80); a test
+# that wants a width sets COLUMNS itself.
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 # Each test its own result cache (`shardsim sweep` caches rows by default): never the user's

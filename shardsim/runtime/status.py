@@ -30,6 +30,23 @@ def classify(message: str) -> str:
     return "error"
 
 
+def describe(exc: BaseException) -> tuple[str, str]:
+    """The type and the one-line message a failure is reported by. An exception raised from
+    another (``raise ... from``) is reported by its innermost cause, with the wrapper after it:
+    a wrapper's own text may not say what failed (pipelining's "Failed to run stage backward"
+    lists the stage's tensors and keeps the error in its cause)."""
+
+    def line(e: BaseException) -> str:
+        return " ".join(str(e).split()) or type(e).__name__
+
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if root is exc:
+        return type(exc).__name__, line(exc)
+    return type(root).__name__, f"{line(root)} (raised inside {type(exc).__name__}: {line(exc)})"
+
+
 def _write_json(path: Path, data: dict) -> None:
     atomic_write(path, json.dumps(data), durable=False)  # read by the launcher while the job runs
 
@@ -60,11 +77,11 @@ class RankStatus:
         self.failure = exc
         if self.dir is None:
             return
-        msg = " ".join(str(exc).split()) or type(exc).__name__
+        kind, msg = describe(exc)
         data = {
             "rank": self.rank,
             "status": classify(msg),
-            "type": type(exc).__name__,
+            "type": kind,
             "message": msg[:500],
             "step": self.step_no,
             "time": time.time(),

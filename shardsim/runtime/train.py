@@ -285,7 +285,7 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shardsim.runtime.status import RankStatus
+    from shardsim.runtime.status import RankStatus, describe
 
     ns = build_parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         if parent is not None and not parent.alive():  # its peers lost it too: end quietly, as they will
             os.kill(os.getpid(), signal.SIGKILL)
         status.failed(exc)
-        first = " ".join(str(exc).split())[:300] or type(exc).__name__
-        print(f"shardsim: rank {rank} failed at step {status.step_no}: {type(exc).__name__}: {first}", file=sys.stderr)
+        kind, message = describe(exc)
+        print(f"shardsim: rank {rank} failed at step {status.step_no}: {kind}: {message[:300]}", file=sys.stderr)
         raise
     return code
 

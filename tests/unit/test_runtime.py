@@ -21,7 +21,7 @@ from shardsim.runtime import data
 from shardsim.runtime.launch import CONFIG_FILE, RankView, diagnose, write_config
 from shardsim.runtime.models.transformer import build_model
 from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, upgrade_record, write_run
-from shardsim.runtime.status import RankStatus, classify
+from shardsim.runtime.status import RankStatus, classify, describe
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.testing import Fault
 from shardsim.runtime.train import build_parser, rank_config
@@ -255,6 +255,26 @@ def test_a_run_whose_result_could_not_be_written_is_named_as_such(tmp_path):
     status.failed(WriteError(28, "No space left on device", "out/runs.csv"))
     status.finished()  # the rank ends cleanly after reporting: its report stays
     assert json.loads((tmp_path / "rank0.json").read_text())["type"] == "WriteError"
+
+
+def test_a_wrapped_failure_is_reported_by_its_cause_then_its_wrapper(tmp_path):
+    """An error raised from another (pipelining wraps a stage's backward error in a RuntimeError
+    that lists tensors) is named by the innermost cause, which the 300-character line keeps."""
+    try:
+        try:
+            raise ValueError("grad of a tensor that does not require grad")
+        except ValueError as inner:
+            raise RuntimeError("Failed to run stage backward:\n  Stage output: " + "x" * 400) from inner
+    except RuntimeError as exc:
+        wrapped = exc
+    kind, message = describe(wrapped)
+    assert kind == "ValueError" and message.startswith("grad of a tensor that does not require grad (raised inside ")
+    assert "RuntimeError: Failed to run stage backward: Stage output: xxx" in message
+    assert describe(ValueError("plain")) == ("ValueError", "plain") and describe(KeyError())[1] == "KeyError"
+    status = RankStatus(str(tmp_path), 1)
+    status.failed(wrapped)
+    report = json.loads((tmp_path / "rank1.json").read_text())
+    assert report["type"] == "ValueError" and report["message"].startswith("grad of a tensor")
 
 
 def test_fault_spec_targets_one_rank_and_step():
