@@ -211,6 +211,17 @@ def test_one_row_fits_what_it_determines_holds_the_rest_and_says_so(tmp_path, ca
     assert "held at its default" in printed and "determined: the scaled Jacobian's singular values" in printed
 
 
+def test_rows_of_one_model_warn_that_its_own_error_is_read_as_the_stacks(tmp_path):
+    path, rows = synthetic(tmp_path)
+    assert C.one_model(rows[:2]) is not None and C.one_model(rows[:3]) is None and C.one_model(rows[:1]) is None
+    first, second = list(csv.DictReader(path.read_text().splitlines()))[:2]
+    two = write_csv(tmp_path / "two.csv", [first, second | {"seq_len": "1024"}])  # one model at two lengths
+    r = C.calibrate(two, TOPOLOGY, params=("matmul_efficiency.bf16",))
+    said = [w for w in r.warnings if w.startswith("every measured run is of one model (mpt, hidden 2048, 4 layers)")]
+    assert len(said) == 1 and "measure a second model size" in said[0]
+    assert said[0] in r.calibration.fit["warnings"]
+
+
 def test_the_rank_test_holds_the_weakest_direction_and_keeps_the_rest():
     jac = np.array([[10.0, 0.0, 0.01], [0.0, 8.0, 0.01], [10.0, 8.0, 0.02]])
     kept, held, s = P.select(jac, ("a", "b", "c"))

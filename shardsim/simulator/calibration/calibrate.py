@@ -127,6 +127,30 @@ def fit_section(f: MapFit, warnings: list[str]) -> dict[str, Any]:
     } | ({"warnings": list(warnings)} if warnings else {})
 
 
+def model_shape(m: Measurement) -> object:
+    """What tells one model from another among measured runs: its architecture but for the
+    sequence length (the rows of one model at several lengths are one model), else its name."""
+    from dataclasses import replace
+
+    arch = m.workload.arch
+    return replace(arch, seq_len=0) if arch is not None else m.workload.name
+
+
+def one_model(runs: list[Measurement]) -> str | None:
+    """A warning when two or more measured runs are all of one model: the fit cannot tell that
+    model's own error from the stack's, and carries it to every other model."""
+    if len(runs) < 2 or len({model_shape(m) for m in runs}) > 1:
+        return None
+    arch = runs[0].workload.arch
+    name = f"{arch.family}, hidden {arch.hidden}, {arch.layers} layers" if arch else runs[0].workload.name
+    return (
+        f"every measured run is of one model ({name}): the fit cannot tell that model's own error from the "
+        "stack's and carries it to other models (the shipped defaults fitted to 3 rows of one size of the A100 "
+        "calibration table predict its other sizes worse: experiments/calibration/three_rows.md); measure a second "
+        "model size"
+    )
+
+
 def default_params(runs: bool, collectives: bool) -> tuple[str, ...]:
     """What is fitted without ``--params``: `DEFAULT_FIT` to measured runs, `NETWORK_FIT` to
     measured collectives; to both, both but ``nic_efficiency`` (`NIC_EFFICIENCY_NOTE`)."""
@@ -222,6 +246,8 @@ def calibrate(
             f"{len(names)} parameters for {ident.informative} informative row(s) (rows whose prediction depends on "
             "one): only the directions the rows determine are fitted, the rest held at their defaults"
         )
+    if one := one_model(runs):
+        warnings.append(one)
     if not ident.fitted:
         why = f"the rows determine none of {', '.join(names)}: " + "; ".join(f"{n}: {w}" for n, w in ident.held.items())
         raise ConfigError(why + "; measure configurations that depend on them", field="params")
