@@ -23,10 +23,19 @@ NEEDS = {
     ("simulator.md", "collective --topology p5.48xlarge --nodes 2 --calibration"): "calibrate --topology",
 }
 EXAMPLES = [e for e in ALL if e.kind() == "integration" and e.page != "README.md"]
+
+
+def _writers(example: Example) -> list[Example]:
+    """The examples of its page whose files `example` reads (`NEEDS`), in page order."""
+    text = " ".join(example.argv)
+    writer = next((w for (p, s), w in NEEDS.items() if p == example.page and text.startswith(s)), None)
+    return [e for e in ALL if writer and e.page == example.page and " ".join(e.argv).startswith(writer)]
+
+
 # the writers' ids, and the folder each wrote into when it ran as its own test (a reader after it
 # in the same process starts from a copy of that folder instead of running its writer again:
 # the profile example measures for a minute)
-WRITERS = {e.id for e in EXAMPLES for (p, _), w in NEEDS.items() if e.page == p and " ".join(e.argv).startswith(w)}
+WRITERS = {w.id for e in EXAMPLES for w in _writers(e)}
 WRITTEN: dict[str, Path] = {}
 
 
@@ -66,10 +75,7 @@ def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
 
         if not torch.cuda.is_available():
             pytest.skip("a GPU machine's example: the seed's 630M-parameter ViT on one node")
-    writer = next(
-        (w for (p, s), w in NEEDS.items() if p == example.page and " ".join(example.argv).startswith(s)), None
-    )
-    chain = [e for e in ALL if e.page == example.page and writer and " ".join(e.argv).startswith(writer)]
+    chain = _writers(example)
     if any(_emulates(e) for e in [*chain, example]) and (os.geteuid() != 0 or not shutil.which("tc")):
         pytest.skip("an emulated cluster needs root, ip and tc")
     cwd = user_folder(tmp_path)
