@@ -217,11 +217,15 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     files: list[str] = []
     failed: WriteError | None = None
     if out is not None:
+        from shardsim.simulator.sweep.html_report import write_html_report
         from shardsim.simulator.sweep.plots import plot_all
 
         def make(folder: Path) -> list[Path]:
             made = [*write_tables(df, folder), write_recommendation(rec, folder)]
-            return made + ([] if ns.no_plots else plot_all(df, folder))
+            if ns.no_plots:
+                return made
+            plots = plot_all(df, folder)
+            return [*made, *plots, write_html_report(df, rec, folder, plots, ns.command_line)]
 
         try:
             files = [str(p) for p in publish(out, ns.command_line, make)]

@@ -1,18 +1,24 @@
 """Plots of a sweep (matplotlib Figure objects, PNG rendered by Agg, and SVG): two files per figure.
 
 - breakdown: step time per sharded data-parallel degree (and the best pipeline of each
-  degree) as stacked bars of compute, exposed communication, bubble and optimizer;
-- memory: memory per rank, stacked by kind, against the device's memory;
-- throughput_cost: samples/s and cost per million samples of the leading configurations;
-- scaling (sweeps over several cluster sizes): samples/s and scaling efficiency vs node count
+  degree) as stacked bars of compute, exposed communication, bubble and optimizer, of the
+  configurations that fit (those that do not are counted under the panel);
+- memory: memory per rank, stacked by kind, against the device's memory (a line with its size);
+  a bar far above it is cut at the axis' top with its total written on it;
+- throughput_cost: throughput and cost of the leading configurations that fit (those that do
+  not are counted in the title);
+- scaling (sweeps over several cluster sizes): throughput and scaling efficiency vs node count
   per configuration and cluster, with the ideal (linear) line.
-A configuration that does not fit is drawn hatched and marked, never as a plain bar.
+A text model's rates are in tokens (per GPU, and $ per million tokens) as the tables give them,
+other models' in samples (`units`). A configuration that does not fit is drawn hatched and
+marked ✗, never as a plain bar.
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -39,11 +45,35 @@ MEMORY = (
     ("mem_gathered_gib", "gathered / low-precision copies", "#C44E52"),
     ("mem_activations_gib", "activations", "#8172B3"),
     ("mem_overhead_gib", "runtime overhead", "#937860"),
+    ("mem_rest_gib", "step temporaries and allocator reserve", "#CCB974"),  # up to what `fits` compares
 )
 KIND_COLORS = {k: v.color for k, v in KINDS.items()}
 PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
 MAX_BARS = 30
+CLIP = 2.0  # the memory axis ends at this many times the device's memory when a bar is above it
 SCALING_PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+
+
+@dataclass(frozen=True)
+class Units:
+    """The rate and cost a sweep's plots and report give: columns and their names."""
+
+    rate: str
+    rate_name: str
+    cost: str
+    cost_name: str
+    tokens: bool
+
+
+SAMPLES = Units("samples_per_s", "samples/s", "cost_per_million_samples_usd", "USD per million samples", False)
+TOKENS = Units(
+    "tokens_per_s_per_gpu", "tokens/s per GPU", "cost_per_million_tokens_usd", "USD per million tokens", True
+)
+
+
+def units(df: pd.DataFrame) -> Units:
+    """A text model's rows (a sequence length) in tokens per GPU and $ per million tokens, others' in samples."""
+    return TOKENS if "seq_len" in df and bool(df["seq_len"].notna().any()) else SAMPLES
 
 
 def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
@@ -53,7 +83,7 @@ def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
         # no date and fixed ids in the SVG: the same sweep gives the same file
         meta = {"Date": None} if ext == "svg" else {}
         with matplotlib.rc_context({"svg.hashsalt": "shardsim"}), atomic_path(p) as tmp:
-            fig.savefig(tmp, format=ext, dpi=110, metadata=meta)  # constrained layout already fits the labels
+            fig.savefig(tmp, format=ext, dpi=110, metadata=meta, bbox_inches="tight", pad_inches=0.15)
         paths.append(p)
         fig.set_layout_engine("none")  # laid out by the first save: the second keeps its positions
     return paths
@@ -112,12 +142,14 @@ def _grid(n: int) -> tuple[int, int]:
 
 
 def _bars(ax, rows: pd.DataFrame, parts, ylabel: str, limit: float | None = None) -> None:
-    """Stacked bars; a configuration that does not fit is hatched and its label ends in ✗ (red)."""
+    """Stacked bars; a configuration that does not fit is hatched and its label ends in ✗ (red).
+    With the device's memory (`limit`): its line, labelled with its size, and the axis cut at
+    `CLIP` times it when a bar is above that, the bar's total written on it."""
     x = list(range(len(rows)))
     bottom = [0.0] * len(rows)
     fits = rows["fits"].tolist()
     for col, label, color in parts:
-        vals = rows[col].astype(float).tolist()
+        vals = rows[col].astype(float).fillna(0.0).tolist()
         ax.bar(
             x,
             vals,
@@ -131,6 +163,24 @@ def _bars(ax, rows: pd.DataFrame, parts, ylabel: str, limit: float | None = None
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     if limit is not None:
         ax.axhline(limit, color="black", linestyle="--", linewidth=1.0, label="device memory")
+        ax.annotate(
+            f"{limit:,.0f} GiB", (1.0, limit), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7
+        )
+        top = CLIP * limit
+        if max(bottom, default=0.0) > top:
+            ax.set_ylim(0, top)
+            for xi, total in zip(x, bottom, strict=True):
+                if total > top:
+                    ax.text(
+                        xi,
+                        top * 0.98,
+                        f"{total:,.0f} GiB",
+                        rotation=90,
+                        ha="center",
+                        va="top",
+                        fontsize=7,
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0},
+                    )
     ax.set_xticks(x)
     labels = [short_label(r) + ("" if r["fits"] else " ✗") for _, r in rows.iterrows()]
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
@@ -153,82 +203,123 @@ def _legend(fig: Figure, parts, any_unfit: bool, limit: bool = False) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
 
 
-def plot_breakdown(df: pd.DataFrame, out: Path, stem: str = "breakdown") -> list[Path]:
+def _panels(df: pd.DataFrame):
+    """A figure with a panel per cluster (unused ones hidden), and the (cluster, rows, panel) triples."""
     clusters = _clusters(df)
     rows, cols = _grid(len(clusters))
     fig = Figure(figsize=(max(7.0, 5.2 * cols), 4.4 * rows + 0.6), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, ((top, nodes), g) in zip(axes.flat, clusters, strict=False):
-        _bars(ax, representative_rows(g), BREAKDOWN, "step time (s)")
-        ax.set_title(_cluster_title(top, nodes, g), fontsize=9)
     for ax in list(axes.flat)[len(clusters) :]:
         ax.set_visible(False)
-    _legend(fig, BREAKDOWN, not df["fits"].all())
+    return fig, [(key, g, ax) for (key, g), ax in zip(clusters, axes.flat, strict=False)]
+
+
+def plot_breakdown(df: pd.DataFrame, out: Path, stem: str = "breakdown") -> list[Path]:
+    return _save(breakdown_figure(df), out, stem)
+
+
+def breakdown_figure(df: pd.DataFrame) -> Figure:
+    """The breakdown of the configurations that fit (`representative_rows`); those that do not
+    have no step time and are counted under their panel instead."""
+    fig, panels = _panels(df)
+    for (top, nodes), g, ax in panels:
+        rows = representative_rows(g)
+        shown = rows[rows["fits"] & rows["step_time_s"].notna()]
+        if shown.empty:
+            ax.text(0.5, 0.5, "no configuration fits in memory", ha="center", va="center", transform=ax.transAxes)
+            ax.set_xticks([])
+        else:
+            _bars(ax, shown, BREAKDOWN, "step time (s)")
+        title = _cluster_title(top, nodes, g)
+        if left := len(rows) - len(shown):
+            title += f"\n{left} of these {len(rows)} configurations do not fit in memory: not shown (memory.png)"
+        ax.set_title(title, fontsize=9)
+    _legend(fig, BREAKDOWN, False)
     fig.suptitle(
         f"{df['workload'].iloc[0]}: step time by sharded degree (and the best pipeline per pp, the best layout per "
         "tensor-parallel degree: its group shares its samples, so its step trains world / tp ranks' batches)",
         fontsize=10,
         wrap=True,
     )
-    return _save(fig, out, stem)
+    return fig
 
 
 def plot_memory(df: pd.DataFrame, out: Path, stem: str = "memory") -> list[Path]:
-    clusters = _clusters(df)
-    rows, cols = _grid(len(clusters))
-    fig = Figure(figsize=(max(7.0, 5.2 * cols), 4.4 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, ((top, nodes), g) in zip(axes.flat, clusters, strict=False):
+    return _save(memory_figure(df), out, stem)
+
+
+def memory_figure(df: pd.DataFrame) -> Figure:
+    """Each bar the memory a configuration requires (what `fits` compares with the device's):
+    its parts, and the rest (the step's temporaries beyond its parts, the allocator's reserve)."""
+    parts = [col for col, _, _ in MEMORY[:-1]]
+    df = df.assign(mem_rest_gib=(df["memory_required_gib"] - df[parts].sum(axis=1)).clip(lower=0.0))
+    fig, panels = _panels(df)
+    for (top, nodes), g, ax in panels:
         _bars(ax, representative_rows(g), MEMORY, "memory per rank (GiB)", float(g["device_memory_gib"].iloc[0]))
         ax.set_title(_cluster_title(top, nodes, g), fontsize=9)
-    for ax in list(axes.flat)[len(clusters) :]:
-        ax.set_visible(False)
     _legend(fig, MEMORY, not df["fits"].all(), limit=True)
-    fig.suptitle(f"{df['workload'].iloc[0]}: memory per rank vs device memory", fontsize=10)
-    return _save(fig, out, stem)
+    title = f"{df['workload'].iloc[0]}: memory per rank vs device memory"
+    if (df["memory_required_gib"] > CLIP * df["device_memory_gib"]).any():
+        title += f"\n(a bar above {CLIP:g}x the device's memory is cut at the top, its total written on it)"
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def leading_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The throughput plot's bars, best first: of the rows that fit and were simulated, every
+    ddp/zero/zero2d one, then the leading pipelines, up to `MAX_BARS`."""
+    ranked = df[df["fits"] & df["samples_per_s"].notna()].sort_values(
+        "samples_per_s", ascending=False, kind="mergesort"
+    )
+    dp = ranked[~ranked["strategy_kind"].isin(PIPELINES)].head(MAX_BARS)
+    pipe = ranked[ranked["strategy_kind"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
+    return ranked.loc[ranked.index.isin(dp.index) | ranked.index.isin(pipe.index)]
 
 
 def plot_throughput_cost(df: pd.DataFrame, out: Path, stem: str = "throughput_cost") -> list[Path]:
+    return _save(throughput_cost_figure(df), out, stem)
+
+
+def throughput_cost_figure(df: pd.DataFrame) -> Figure:
+    """Throughput and cost (`units`) of `leading_rows`, one bar each; a row whose topology has
+    no price says so in the cost panel. Rows that do not fit (no throughput) are counted in the
+    title, not drawn."""
+    from matplotlib.patches import Patch
+
+    u = units(df)
     multi = df.groupby(["topology", "nodes"]).ngroups > 1
-    ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
-    # every ddp/zero/zero2d row, then the leading pipelines, up to MAX_BARS bars
-    dp = ranked[~ranked["strategy_kind"].isin(PIPELINES)].head(MAX_BARS)
-    pipe = ranked[ranked["strategy_kind"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
-    top = ranked.loc[ranked.index.isin(dp.index) | ranked.index.isin(pipe.index)]
-    top = top.iloc[::-1]  # best at the top of a horizontal bar chart
+    top = leading_rows(df).iloc[::-1]  # best at the top of a horizontal bar chart
     labels = [(f"{int(r['nodes'])}x{r['topology']}  " if multi else "") + short_label(r) for _, r in top.iterrows()]
     y = list(range(len(top)))
-    fig = Figure(figsize=(12, 0.28 * len(top) + 1.6), layout="constrained")
+    fig = Figure(figsize=(12, 0.28 * max(len(top), 3) + 1.6), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, sharey=True)
     colors = [KIND_COLORS.get(k, "gray") for k in top["strategy_kind"]]
-    hatches = [None if f else "//" for f in top["fits"]]
-    for yi, v, c, h in zip(y, top["samples_per_s"], colors, hatches, strict=True):
-        ax1.barh(yi, v, color=c, hatch=h, edgecolor="#B00000" if h else "black", linewidth=0.4)
-    ax1.set_yticks(y)
-    ax1.set_yticklabels(labels, fontsize=7)
-    ax1.set_xlabel("samples/s")
+    ax1.barh(y, top[u.rate].astype(float), color=colors, edgecolor="black", linewidth=0.4)
+    ax1.set_yticks(y, labels, fontsize=7)
+    ax1.set_ylim(-0.6, max(len(top), 1) - 0.4)
+    ax1.set_xlabel(u.rate_name)
     ax1.grid(axis="x", alpha=0.3)
-    cost = top["cost_per_million_samples_usd"]
+    cost = top[u.cost].astype(float)
     if cost.notna().any():
-        for yi, v, c, h in zip(y, cost, colors, hatches, strict=True):
-            if pd.notna(v):
-                ax2.barh(yi, v, color=c, hatch=h, edgecolor="#B00000" if h else "black", linewidth=0.4)
-            else:
-                ax2.text(0, yi, " unknown (no price)", va="center", fontsize=7)
-        ax2.set_xlabel("USD per million samples (on-demand price)")
+        ax2.barh(y, cost.fillna(0.0), color=colors, edgecolor="black", linewidth=0.4)
+        for yi in (yi for yi, v in zip(y, cost, strict=True) if pd.isna(v)):
+            ax2.text(0, yi, " unknown (no price)", va="center", fontsize=7)
+        ax2.set_xlabel(f"{u.cost_name} (on-demand price)")
     else:
         ax2.text(0.5, 0.5, "cost unknown: the topology has no price", ha="center", va="center", transform=ax2.transAxes)
         ax2.set_xticks([])
     ax2.grid(axis="x", alpha=0.3)
-    from matplotlib.patches import Patch
-
+    if top.empty:
+        ax1.text(0.5, 0.5, "no configuration fits in memory", ha="center", va="center", transform=ax1.transAxes)
     kinds = [k for k in KIND_COLORS if k in set(top["strategy_kind"])]
     handles = [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
-    if not top["fits"].all():
-        handles.append(Patch(facecolor="white", hatch="//", edgecolor="#B00000", label="does not fit"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8)
-    fig.suptitle(f"{df['workload'].iloc[0]}: throughput and cost of the leading configurations", fontsize=10)
-    return _save(fig, out, stem)
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8)
+    title = f"{df['workload'].iloc[0]}: throughput and cost of the leading configurations"
+    if unfit := int((~df["fits"]).sum()):
+        title += f"\n({unfit} of {len(df)} configurations do not fit in memory: not shown)"
+    fig.suptitle(title, fontsize=10)
+    return fig
 
 
 def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
@@ -276,7 +367,8 @@ def plot_scaling(df: pd.DataFrame, out: Path, stem: str = "scaling") -> list[Pat
 
 
 def scaling_figure(df: pd.DataFrame) -> Figure:
-    """Per cluster (a column each), samples/s and scaling efficiency vs node count, a line per
+    """Per cluster (a column each), throughput (a text model's in tokens/s over all its GPUs,
+    others' in samples/s) and scaling efficiency vs node count, a line per
     configuration present at two or more sizes (`scaling_configs`), on linear axes with a tick at
     each node count. Only what is drawn is in the legend (below the panels, off the data); a size
     where a configuration does not fit is an x on the zero line; a configuration that fits at no
@@ -288,6 +380,8 @@ def scaling_figure(df: pd.DataFrame) -> Figure:
     axes = fig.subplots(2, len(tops), squeeze=False)
     mode = df["scaling_mode"].iloc[0] if "scaling_mode" in df else "weak"
     colors = _scaling_colors(df)
+    per_sample = df["seq_len"].astype(float) if units(df).tokens else pd.Series(1.0, index=df.index)
+    df = df.assign(rate=df["samples_per_s"] * per_sample, ideal_rate=df["ideal_samples_per_s"] * per_sample)
     drawn: dict[str, str] = {}
     ideal_drawn = unfit_drawn = False
     for j, top in enumerate(tops):
@@ -296,15 +390,15 @@ def scaling_figure(df: pd.DataFrame) -> Figure:
         never: list[str] = []
         for cfg in scaling_configs(g):
             s = g[g["label"] == cfg].sort_values("nodes", kind="mergesort")
-            ok = s[s["fits"] & s["samples_per_s"].notna()]
+            ok = s[s["fits"] & s["rate"].notna()]
             if ok.empty:
                 never.append(cfg)
                 continue
             color = drawn.setdefault(cfg, colors[cfg])
-            ax.plot(ok["nodes"], ok["samples_per_s"], "o-", color=color, linewidth=1.4, markersize=4)
-            ideal = ok[ok["ideal_samples_per_s"].notna()]
+            ax.plot(ok["nodes"], ok["rate"], "o-", color=color, linewidth=1.4, markersize=4)
+            ideal = ok[ok["ideal_rate"].notna()]
             if len(ideal) > 1:
-                ax.plot(ideal["nodes"], ideal["ideal_samples_per_s"], ":", color=color, linewidth=1.0, alpha=0.8)
+                ax.plot(ideal["nodes"], ideal["ideal_rate"], ":", color=color, linewidth=1.0, alpha=0.8)
                 ideal_drawn = True
             bad = s[~s["fits"]]
             if not bad.empty:
@@ -321,7 +415,7 @@ def scaling_figure(df: pd.DataFrame) -> Figure:
             a.set_xlabel(f"nodes ({per_node} GPUs each)")
             a.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
-        ax.set_ylabel("samples/s")
+        ax.set_ylabel("tokens/s (all GPUs)" if units(df).tokens else "samples/s")
         title = f"{top} ({g['workload'].iloc[0]}, {g['precision'].iloc[0]})"
         if never:
             title += "\n" + textwrap.fill("does not fit at any size: " + ", ".join(never), 64)
@@ -337,7 +431,8 @@ def scaling_figure(df: pd.DataFrame) -> Figure:
         handles.append(Line2D([], [], color="black", marker="x", linestyle="none", label="does not fit in memory"))
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8)
-    fig.suptitle(f"{mode} scaling: samples/s and scaling efficiency vs nodes, per configuration", fontsize=10)
+    rate = "tokens/s" if units(df).tokens else "samples/s"
+    fig.suptitle(f"{mode} scaling: {rate} and scaling efficiency vs nodes, per configuration", fontsize=10)
     return fig
 
 
