@@ -138,3 +138,15 @@ def test_a_browser_renders_the_page_without_errors_and_sorts_its_table(out, tmp_
     subprocess.run([*run, "--window-size=1280,1600", f"--screenshot={shot}", (out / "report.html").as_uri()],
                    capture_output=True, timeout=120, check=True)  # fmt: skip
     assert _png_size(shot) == (1280, 1600) and shot.stat().st_size > 20_000  # more than a blank page
+
+
+@pytest.mark.parametrize("ci", ["1", None])
+def test_without_chromium_the_browser_test_fails_in_ci_and_skips_elsewhere(monkeypatch, ci):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.fail.Exception if ci else pytest.skip.Exception, match="no Chromium"):
+        _chromium()
