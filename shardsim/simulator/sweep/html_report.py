@@ -27,14 +27,15 @@ STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 .rec p { margin: .3em 0; } .note { color: #555; }
-table { border-collapse: collapse; margin: .5em 0; font-size: 13px; }
+table { border-collapse: collapse; margin: .5em 0; font-size: 12.5px; }
 caption { text-align: left; font-weight: 600; padding: .3em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; white-space: nowrap; }
+th, td { border-bottom: 1px solid #ddd; padding: 2px 6px; text-align: left; white-space: nowrap; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 table.sortable th { cursor: pointer; } table.sortable th:hover { background: #e6e6e6; }
 th[aria-sort=ascending]::after { content: " \\25B2"; } th[aria-sort=descending]::after { content: " \\25BC"; }
 td.fig, th.fig { text-align: right; font-variant-numeric: tabular-nums; }
 tr.unfit td { color: #888; } tr.unfit td.mark { color: #B00000; }
+.scroll { max-height: 80vh; overflow: auto; display: inline-block; max-width: 100%; }
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 """
 
@@ -134,7 +135,7 @@ def report_html(df: pd.DataFrame, rec: dict[str, Any], images: list[Path], comma
     grid, _ = report._ranked_grid(ranked, title, 0, with_cluster=multi)
     rate = "in tokens per second per GPU and USD per million tokens" if u.tokens else "in samples/s"
     parts.append(f"<h2>Ranked configurations</h2><p class=note>Rates {e(rate)}; click a header to sort.</p>")
-    parts.append(grid_html(grid, sortable=True))
+    parts.append(f"<div class=scroll>{grid_html(grid, sortable=True)}</div>")
     if images:
         parts.append("<h2>Plots</h2>")
         parts += [_image(p) for p in images]
