@@ -266,11 +266,10 @@ def memory_figure(df: pd.DataFrame) -> Figure:
 
 
 def leading_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The throughput plot's bars, best first: of the rows that fit and were simulated, every
-    ddp/zero/zero2d one, then the leading pipelines, up to `MAX_BARS`."""
-    ranked = df[df["fits"] & df["samples_per_s"].notna()].sort_values(
-        "samples_per_s", ascending=False, kind="mergesort"
-    )
+    """The throughput plot's bars, best first by the rate it draws (`units`): of the rows that
+    fit and were simulated, every ddp/zero/zero2d one, then the leading pipelines, up to `MAX_BARS`."""
+    rate = units(df).rate
+    ranked = df[df["fits"] & df[rate].notna()].sort_values(rate, ascending=False, kind="mergesort")
     dp = ranked[~ranked["strategy_kind"].isin(PIPELINES)].head(MAX_BARS)
     pipe = ranked[ranked["strategy_kind"].isin(PIPELINES)].head(max(MAX_BARS - len(dp), 0))
     return ranked.loc[ranked.index.isin(dp.index) | ranked.index.isin(pipe.index)]
@@ -416,6 +415,7 @@ def scaling_figure(df: pd.DataFrame) -> Figure:
             a.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("tokens/s (all GPUs)" if units(df).tokens else "samples/s")
+        ax.yaxis.set_major_formatter("{x:,.0f}")
         title = f"{top} ({g['workload'].iloc[0]}, {g['precision'].iloc[0]})"
         if never:
             title += "\n" + textwrap.fill("does not fit at any size: " + ", ".join(never), 64)
