@@ -19,6 +19,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.simulator.sweep.html_report import report_html
 from shardsim.simulator.sweep.output import MANIFEST
+from shardsim.simulator.sweep.recommendation import recommend
 
 SWEEP = ["sweep", "--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "1,2", "--strategies",
          "ddp,zero", "--tp", "1", "--workers", "1", "--no-progress"]  # fmt: skip
@@ -91,6 +92,12 @@ def test_every_value_is_escaped_and_the_rows_that_do_not_fit_are_marked(out):
     assert page.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;") == 2  # the command and the row
     assert page.count("<tr class=unfit>") == 1
     assert re.search(r"<td class=['\"]?fig mark['\"]?>99\.00 GiB &gt; [^<]* ✗</td>", page)
+
+
+def test_a_sweep_where_nothing_fits_has_a_page_that_says_so(out):
+    df = pd.read_parquet(out / "sweep.parquet").assign(fits=False)
+    page = report_html(df, recommend(df), [])
+    assert "No recommendation:" in page and page.count("<tr class=unfit>") == len(df)
 
 
 def _chromium() -> str:

@@ -16,6 +16,7 @@ from shardsim.simulator.sweep.plots import (
     CLIP,
     breakdown_figure,
     memory_figure,
+    plot_all,
     representative_rows,
     throughput_cost_figure,
 )
@@ -119,3 +120,13 @@ def test_each_memory_bar_is_what_fits_compares(table):
         tops[x] = max(tops.get(x, 0.0), p.get_y() + p.get_height())
     assert [tops[x] for x in sorted(tops)] == pytest.approx(g["memory_required_gib"].tolist())
     assert not math.isnan(ax.get_ylim()[1])
+
+
+def test_a_sweep_where_nothing_fits_says_so_in_every_plot(table, tmp_path):
+    df = table
+    for kind in df["strategy_kind"].unique():
+        df = unfit(df, kind)
+    for figure in (throughput_cost_figure, breakdown_figure):
+        assert "no configuration fits in memory" in texts(figure(df))
+    names = {p.name for p in plot_all(df, tmp_path)}
+    assert {"breakdown.png", "memory.png", "throughput_cost.png", "scaling.png"} <= names

@@ -231,7 +231,7 @@ def breakdown_figure(df: pd.DataFrame) -> Figure:
         else:
             _bars(ax, shown, BREAKDOWN, "step time (s)")
         title = _cluster_title(top, nodes, g)
-        if left := len(rows) - len(shown):
+        if left := int((~rows["fits"]).sum()):
             title += f"\n{left} of these {len(rows)} configurations do not fit in memory: not shown (memory.png)"
         ax.set_title(title, fontsize=9)
     _legend(fig, BREAKDOWN, False)
