@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 import textwrap
 
 from shardsim.config.flags import setting_type, str_list
@@ -87,6 +88,8 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
         nodes=ns.nodes,
     )
     inst, rows, before, after, cv, f = r.instance, r.rows, r.before, r.after, r.cv, r.fit
+    for line in r.dropped:
+        print(line, file=sys.stderr)
     width = output_width()
     n_coll = sum(isinstance(m, CollectiveRow) for m in rows)
     sources = [f"{len(rows) - n_coll} measured rows from {ns.measured}"] if ns.measured is not None else []

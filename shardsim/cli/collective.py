@@ -116,7 +116,7 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
 
 def _compare(ns: argparse.Namespace) -> int:
     from shardsim.simulator.collective import compare_collective
-    from shardsim.simulator.network.nccl_tests import read_nccl_tests
+    from shardsim.simulator.network.nccl_tests import NO_NODES, dropped_line, read_nccl_tests
 
     if ns.ranks:  # --size and --sizes are refused beside --compare by the parser
         raise ConfigError("--compare takes its ranks from the file: leave out --ranks", field="ranks")
@@ -125,10 +125,14 @@ def _compare(ns: argparse.Namespace) -> int:
 
         check_output_file(ns.plot, "plot", make_folder=True)
     measured = read_nccl_tests(ns.compare, ns.op)
+    if ns.nodes is None and measured.nodes is None:
+        raise ConfigError(f"{measured.path}: {NO_NODES}", field="nodes")
     if ns.nodes is not None and measured.nodes is not None and ns.nodes != measured.nodes:
         raise ConfigError(f"{measured.path}: measured on {measured.nodes} nodes, not --nodes {ns.nodes}", field="nodes")
     cluster = _cluster(ns, ns.nodes if ns.nodes is not None else measured.nodes)
     doc = compare_collective(cluster, measured, ns.algo, ns.backend, _progress(ns), ns.protocol)
+    if line := dropped_line([measured]):  # once the comparison stands: a refusal stays one line
+        print(line, file=sys.stderr)
     if ns.plot:
         plot_comparison(doc, ns.plot)
     if ns.json:
@@ -219,7 +223,8 @@ def register(sub) -> None:
         "--nodes",
         type=setting_type("nodes"),
         default=None,
-        help="number of nodes (default 1, or the emulated count; with --compare, the file's)",
+        help="number of nodes (default 1, or the emulated count; with --compare, from the file's '# Rank' lines;"
+        " needed where it has none)",
     )
     c.add_argument(
         "--op",

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from shardsim.core.errors import ConfigError
-from shardsim.core.units import format_bytes, parse_size
+from shardsim.core.units import format_bytes, is_whole_size, parse_size
 
 _SHOWN = 40  # characters of a refused value repeated in its message
 
@@ -88,6 +88,8 @@ class Size:
     maximum: int
 
     def __call__(self, text: str) -> int:
+        if not is_whole_size(text):
+            raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {_given(text)}")
         try:
             value = parse_size(text)
         except ConfigError:
@@ -120,7 +122,13 @@ class SizeSweep:
                 sizes.append(low)
                 low *= 2
         else:
-            sizes = [one(x) for x in text.split(",") if x.strip()]
+            items = text.split(",")
+            if empty := [i for i, x in enumerate(items, start=1) if not x.strip()]:
+                raise argparse.ArgumentTypeError(
+                    f"expected a list of sizes such as 1MiB,64MiB,1GiB, got an empty element (item {empty[0]})"
+                    f" in {_given(text)}"
+                )
+            sizes = [one(x) for x in items]
         if not sizes or len(sizes) > self.most:
             raise argparse.ArgumentTypeError(f"expected 1 to {self.most} sizes, got {len(sizes)} from {text!r}")
         return tuple(dict.fromkeys(sizes))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from shardsim.core.errors import ConfigError
 
@@ -47,6 +48,16 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
     if size <= 0:
         raise ConfigError(f"expected a size > 0, got {text!r}", field=field)
     return size
+
+
+def is_whole_size(text: str) -> bool:
+    """Whether `text`, a size as `parse_size` reads it, is a whole number of bytes (``0.5KiB`` is,
+    ``1.5B`` is not); text that is no size is left to `parse_size` to name."""
+    m = _SIZE_RE.match(text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        return True
+    exact = Decimal(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    return exact == exact.to_integral_value()
 
 
 _BINARY = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))

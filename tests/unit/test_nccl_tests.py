@@ -4,15 +4,25 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.calibration.apply import read_calibration
 from shardsim.simulator.collective import compare_collective, nccl_tests_row, simulate_collective
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import BUS_FACTOR
-from shardsim.simulator.network.nccl_tests import CSV_COLUMNS, read_nccl_tests
+from shardsim.simulator.network.nccl_tests import (
+    CSV_COLUMNS,
+    NCCL_TESTS_BYTES,
+    NCCL_TESTS_ROWS,
+    dropped_line,
+    read_nccl_tests,
+    read_nccl_tests_sections,
+)
+from tests.nccl_logs import DOUBLING, Section, log, row
 from tests.unit.test_flag_bounds import exit_status, refused
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +65,7 @@ def test_the_calibration_csv_reads_into_the_same_result() -> None:
     ("edit", "line", "words"),
     [
         (lambda t: t.replace("  float  ", "  flot   ", 1), 20, "type 'flot'"),
-        (lambda t: t.replace("30.08", "30.0x", 1), 21, "time '30.0x'"),
+        (lambda t: t.replace("        4096   ", "        40x6   ", 1), 21, "size '40x6'"),
         (lambda t: t.replace("     0    29.42", "     3    29.42", 1), 20, "wrong values"),
         (lambda t: t.replace("# Out of bounds", "Warning: something else\n# Out of bounds", 1), 30, "fields"),
     ],
@@ -167,7 +177,7 @@ def test_a_starting_line_names_the_collective_and_a_root_makes_a_broadcast(tmp_p
         read_nccl_tests(f)
 
 
-def test_a_size_of_zero_is_read_and_left_out_of_the_comparison(tmp_path) -> None:
+def test_a_size_of_zero_is_dropped_and_named(tmp_path, capsys) -> None:
     zero = (
         "  ".join(["0", "0", "float", "none", "-1", "0.10", "0.00", "0.00", "0"] + ["0.10", "0.00", "0.00", "0"]) + "\n"
     )
@@ -176,6 +186,123 @@ def test_a_size_of_zero_is_read_and_left_out_of_the_comparison(tmp_path) -> None
     f = tmp_path / "all_gather_perf.log"
     f.write_text("".join(lines[:first] + [zero] + lines[first:]))
     m = read_nccl_tests(f)
-    assert m.rows[0].size_bytes == 0 and len(m.rows) == 11
-    doc = compare_collective(make_cluster("g4dn.12xlarge", 2), m)
-    assert [r["size_bytes"] for r in doc["rows"]] == [r.size_bytes for r in m.rows[1:]]
+    assert len(m.rows) == 10 and m.rows[0].size_bytes == 1024 and m.read == 11
+    assert dropped_line([m]) == f"{f}: dropped 1 row of 11: size 0 B (size 0: nothing moves, line {first + 1})"
+    assert exit_status(["collective", "--topology", "g4dn.12xlarge", "--compare", str(f)]) == 0
+    out, err = capsys.readouterr()
+    assert "# 10 sizes;" in out and err == dropped_line([m]) + "\n"
+
+
+# --- sections, dropped rows, nodes, bounds -------------------------------------------------------------------
+
+MIXED = (Section("all_reduce", DOUBLING), Section("all_gather", DOUBLING))
+G4 = ["--topology", "g4dn.12xlarge"]  # 4 devices a node: the sections' 8 ranks on 2 nodes
+
+
+@pytest.mark.parametrize("starting", [True, False], ids=["starting-lines", "tables-only"])
+def test_each_section_keeps_its_collective_and_ranks(tmp_path, starting) -> None:
+    f = tmp_path / "run.log"
+    f.write_text(log(*(replace(s, starting=starting) for s in MIXED), Section("all_gather", (1024,), ranks=4, nodes=1)))
+    sections = read_nccl_tests_sections(f)
+    assert [(s.collective, s.ranks, s.nodes, len(s.rows)) for s in sections] == [
+        ("all_reduce", 8, 2, 10),
+        ("all_gather", 8, 2, 10),
+        ("all_gather", 4, 1, 1),
+    ]
+    assert [r.size_bytes for r in sections[1].rows] == list(DOUBLING)
+    with pytest.raises(ConfigError, match=r"3 sections of different collectives or ranks \(all_reduce, 8 ranks on 2"):
+        read_nccl_tests(f)
+    with pytest.raises(ConfigError, match=r"no broadcast section \(all_reduce"):
+        read_nccl_tests(f, "broadcast")
+    assert read_nccl_tests(f, "all_reduce") == replace(sections[0])
+
+
+def test_sections_of_one_collective_read_as_one(tmp_path) -> None:
+    f = tmp_path / "all_reduce_perf.log"
+    f.write_text(log(Section("all_reduce", DOUBLING[:4]), Section("all_reduce", DOUBLING[4:])))
+    m = read_nccl_tests(f)
+    assert (m.collective, m.ranks, m.nodes, [r.size_bytes for r in m.rows]) == ("all_reduce", 8, 2, list(DOUBLING))
+
+
+def test_compare_of_a_mixed_file_is_refused_in_one_line_or_takes_its_op(tmp_path, capsys) -> None:
+    f = tmp_path / "run.log"
+    f.write_text(log(*MIXED))
+    err = refused(capsys, ["collective", "--topology", "g4dn.12xlarge", "--compare", str(f)])
+    assert "all_reduce, 8 ranks on 2 nodes (line 1); all_gather, 8 ranks on 2 nodes (line 27)" in err, err
+    assert exit_status(["collective", *G4, "--compare", str(f), "--op", "all_gather", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["op"] == "all_gather" and len(doc["rows"]) == 10
+
+
+def test_calibrate_keeps_each_section_with_its_collective(tmp_path, capsys) -> None:
+    f = tmp_path / "run.log"
+    f.write_text(log(*MIXED))
+    out = tmp_path / "cal.yaml"
+    argv = ["calibrate", *G4, "--nccl-tests", str(f), "--folds", "0", "--force", "--out", str(out)]
+    assert exit_status(argv) == 0, capsys.readouterr()
+    stdout = capsys.readouterr().out
+    assert "20 collective sizes" in stdout and "all_reduce 1.00 KiB" in stdout and "all_gather 1.00 KiB" in stdout
+    files = read_calibration(out).fitted_to["nccl_tests"]
+    assert [(e["op"], e["rows"]) for e in files] == [("all_reduce", 10), ("all_gather", 10)]
+
+
+def test_rows_with_no_time_are_dropped_and_named_in_one_line(tmp_path, capsys) -> None:
+    f = tmp_path / "all_gather_perf.log"
+    f.write_text(log(Section("all_gather", (8, *DOUBLING), times=((8, "0.00"), (1024, "nan"), (4096, "-1.5")))))
+    m = read_nccl_tests(f)
+    assert [r.size_bytes for r in m.rows] == list(DOUBLING[2:])
+    assert [(d.size_bytes, d.why) for d in m.dropped] == [(8, "time 0"), (1024, "time 'nan'"), (4096, "time '-1.5'")]
+    argv = ["calibrate", "--topology", "g4dn.12xlarge", "--nccl-tests", str(f), "--folds", "0"]
+    assert exit_status(argv) == 0
+    out, err = capsys.readouterr()
+    assert "8 collective sizes" in out
+    named = "size 8 B (time 0, line 14), size 1024 B (time 'nan', line 15), size 4096 B (time '-1.5', line 16)"
+    assert err == f"{f}: dropped 3 rows of 11: {named}\n"
+
+
+def test_compare_of_a_file_that_names_no_nodes_needs_nodes(capsys) -> None:
+    err = refused(capsys, ["collective", "--topology", "p5.48xlarge", "--compare", str(CALIBRATION)])
+    assert "names no ranks or nodes" in err and "(--nodes)" in err, err
+    argv = ["calibrate", "--topology", "p5.48xlarge", "--nccl-tests", str(CALIBRATION)]
+    assert "(--nodes)" in refused(capsys, argv)
+
+
+def test_a_file_beyond_the_row_bound_is_refused_at_its_first_row_beyond(tmp_path, capsys) -> None:
+    f = tmp_path / "all_reduce_perf.log"
+    head = log(Section("all_reduce", (1024,)))
+    body = "".join(row("all_reduce", 1024 << (k % 20), 8) + "\n" for k in range(23_000_000 // 103))
+    f.write_text(head + body)
+    assert f.stat().st_size > 23_000_000
+    for argv in (
+        ["collective", "--topology", "g4dn.12xlarge", "--compare", str(f)],
+        ["calibrate", "--topology", "g4dn.12xlarge", "--nccl-tests", str(f)],
+    ):
+        err = refused(capsys, argv)
+        assert f"more than {NCCL_TESTS_ROWS:,} result rows" in err, err
+
+
+def test_a_file_beyond_the_byte_bound_is_refused_unread(tmp_path, capsys) -> None:
+    f = tmp_path / "all_reduce_perf.log"
+    with open(f, "wb") as out:
+        out.truncate(NCCL_TESTS_BYTES + 1)  # sparse: no disk written
+    err = refused(capsys, ["collective", "--topology", "g4dn.12xlarge", "--compare", str(f)])
+    assert f"larger than {NCCL_TESTS_BYTES >> 20} MiB" in err, err
+
+
+@pytest.mark.parametrize(
+    ("sizes", "words"),
+    [
+        ("1KiB,,2KiB", "empty element (item 2)"),
+        ("1KiB,", "empty element (item 2)"),
+        (",", "empty element (item 1)"),
+        ("1.5B,2KiB", "whole number of bytes"),
+        ("0.5B:1KiB", "whole number of bytes"),
+    ],
+)
+def test_a_size_list_with_an_empty_or_fractional_size_is_refused(capsys, sizes, words) -> None:
+    assert words in refused(capsys, ["collective", "--sizes", sizes])
+
+
+def test_a_fraction_of_a_unit_that_is_whole_bytes_is_a_size(capsys) -> None:
+    assert exit_status(["collective", "--sizes", "0.5KiB,1KiB", "--json"]) == 0
+    assert [r["size_bytes"] for r in json.loads(capsys.readouterr().out)["rows"]] == [512, 1024]

@@ -14,7 +14,7 @@ of `calibrate` have the same names (``--nccl-tests`` is `nccl_tests`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +73,7 @@ class CalibrationResult:
     warning: str
     calibration: Calibration
     warnings: list[str]  # what the user should know of a fit that is written (more parameters than rows)
+    dropped: list[str] = field(default_factory=list)  # per nccl-tests file with rows left out: which and why
 
     @property
     def values(self) -> dict[str, float]:
@@ -166,33 +167,42 @@ NIC_EFFICIENCY_NOTE = "nic_efficiency: left out beside nccl-tests files, the NIC
 
 def collective_measurements(
     paths: tuple[str | Path, ...], inst: InstanceType, nodes: int | None
-) -> tuple[list[CollectiveRow], list[dict[str, Any]]]:
-    """The rows of each nccl-tests file (`collectives.collective_rows`; `nodes` for a file that
-    names no ranks) and what the calibration file says of each: path, collective, ranks, nodes,
-    rows, sha256. A file given twice, or measured on other nodes than `nodes`, is refused."""
+) -> tuple[list[CollectiveRow], list[dict[str, Any]], list[str]]:
+    """The rows of each section of each nccl-tests file (`collectives.collective_rows`; `nodes`
+    for a file that names no ranks), what the calibration file says of each section (path,
+    collective, ranks, nodes, rows, sha256) and one line per file that had rows dropped
+    (`nccl_tests.dropped_line`). A file given twice, or measured on other nodes than `nodes`, is
+    refused."""
     from shardsim.simulator.calibration.collectives import collective_rows
-    from shardsim.simulator.network.nccl_tests import read_nccl_tests
+    from shardsim.simulator.network.nccl_tests import dropped_line, read_nccl_tests_sections
 
     rows: list[CollectiveRow] = []
     files: list[dict[str, Any]] = []
+    dropped: list[str] = []
     seen: set[Path] = set()
     for path in paths:
         if Path(path).resolve() in seen:
             raise ConfigError(f"{path}: given twice", field="nccl_tests")
         seen.add(Path(path).resolve())
-        result = read_nccl_tests(path)
-        if nodes is not None and result.nodes is not None and result.nodes != nodes:
-            raise ConfigError(f"{path}: measured on {result.nodes} nodes, not --nodes {nodes}", field="nodes")
-        these = collective_rows(result, inst, nodes)
-        if not these:
+        sections = read_nccl_tests_sections(path)
+        found = 0
+        for result in sections:
+            if nodes is not None and result.nodes is not None and result.nodes != nodes:
+                raise ConfigError(f"{path}: measured on {result.nodes} nodes, not --nodes {nodes}", field="nodes")
+            these = collective_rows(result, inst, nodes)
+            found += len(these)
+            rows += these
+            if these:
+                r0 = these[0]
+                files.append(
+                    {"file": str(path), "op": r0.op, "ranks": r0.ranks, "nodes": r0.nodes, "rows": len(these),
+                     "sha256": result.sha256}
+                )  # fmt: skip
+        if not found:
             raise ConfigError(f"{path}: no sizes above 0 bytes with a time", field="nccl_tests")
-        rows += these
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        r0 = these[0]
-        files.append(
-            {"file": str(path), "op": r0.op, "ranks": r0.ranks, "nodes": r0.nodes, "rows": len(these), "sha256": digest}
-        )
-    return rows, files
+        if line := dropped_line(sections):
+            dropped.append(line)
+    return rows, files, dropped
 
 
 def calibrate(
@@ -228,7 +238,7 @@ def calibrate(
         runs = read_measurements(measured, topology, inst) if is_path else read_frame(measured, topology, inst)
         if not runs:
             raise ConfigError("no measurements: the table has no rows", field="measurements")
-    collectives, files = collective_measurements(tuple(nccl_tests), inst, nodes)
+    collectives, files, dropped = collective_measurements(tuple(nccl_tests), inst, nodes)
     rows: list[Row] = [*runs, *collectives]
     requested = default_params(bool(runs), bool(collectives)) if params is None else tuple(params)
     names, notes = F.fitted_names(inst, rows, requested)
@@ -278,4 +288,5 @@ def calibrate(
     )
     names = f.names
     notes += [f"{n}: {why}" for n, why in f.held.items()]
-    return CalibrationResult(inst, rows, names, notes, f, before, after, cv, errs, warning or "", cal, warnings)
+    result = (inst, rows, names, notes, f, before, after, cv, errs, warning or "", cal, warnings, dropped)
+    return CalibrationResult(*result)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.collective import OPS, simulate_collective
 from shardsim.simulator.hardware.topology import Cluster, InstanceType
-from shardsim.simulator.network.nccl_tests import NcclTestsResult
+from shardsim.simulator.network.nccl_tests import NO_NODES, NcclTestsResult
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,7 @@ def collective_rows(result: NcclTestsResult, inst: InstanceType, nodes: int | No
     k = inst.device.count
     ranks = result.ranks or (result.nodes * k if result.nodes else None) or (nodes * k if nodes else None)
     if ranks is None:
-        raise ConfigError(
-            f"{result.path}: the file names no ranks or nodes (nccl-tests' '# Rank' lines); "
-            "give the node count (--nodes)",
-            field="nodes",
-        )
+        raise ConfigError(f"{result.path}: {NO_NODES}", field="nodes")
     if ranks % k and ranks > k:
         raise ConfigError(f"{result.path}: {ranks} ranks do not fill nodes of {k} devices ({inst.name})")
     nodes = max(1, ranks // k)

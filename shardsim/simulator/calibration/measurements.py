@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.config import SETTINGS, RunConfig, build_config, resolve
-from shardsim.core.csvfile import CSV_BYTES, read_table
+from shardsim.core.csvfile import read_table
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import read_text
 from shardsim.simulator.hardware.topology import InstanceType
@@ -51,6 +51,7 @@ METRICS = ("tokens_per_s_per_gpu", "step_time_s")
 # what a measurement may be: a training step of a microsecond to eleven days, a thousandth of a
 # token to a billion tokens a second per device (beyond: other units, or not a measurement)
 METRIC_BOUNDS = {"tokens_per_s_per_gpu": (1e-3, 1e9), "step_time_s": (1e-6, 1e6)}
+RUN_JSON_BYTES = 64 << 20  # a run JSON file of `shardsim run` (its record); larger is refused before it is parsed
 RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
 PARAMS_TOLERANCE = 0.01  # a num_params column may differ this much from the model's count
 # llm-foundry's benchmark columns → the schema's fields
@@ -357,7 +358,7 @@ def _flatten(config: dict[str, Any]) -> dict[str, Any]:
 def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
     where = str(path)
     try:
-        data = json.loads(read_text(path, limit=CSV_BYTES))
+        data = json.loads(read_text(path, limit=RUN_JSON_BYTES))
     except ValueError as exc:
         raise ConfigError(f"not a readable run record: {exc}", where=where) from None
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
