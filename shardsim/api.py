@@ -176,7 +176,7 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
     for k, v in given.items():
         if not isinstance(k, str) or k not in names:
             raise _unknown(str(k), names, "sweep axis")
-        if v is None:
+        if v is None:  # left out
             continue
         if k in SCALAR_AXES:  # one number; a list of one is that number
             if isinstance(v, list | tuple):
@@ -188,6 +188,7 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
             given[k] = (v,)  # a list axis: one value is a list of one
         else:
             given[k] = tuple(v)
+    given = {k: v for k, v in given.items() if v is not None}
     for t in given.get("topologies") or ():
         if not isinstance(t, str | InstanceType):
             raise ConfigError(f"expected topology names or YAML paths, got {t!r}", field="topologies")
