@@ -162,7 +162,6 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
     """The sweep's space: a `SweepSpace`, a mapping of its axes, or keyword axes (not two of them)."""
     from dataclasses import fields
 
-    from shardsim.simulator.hardware.topology import InstanceType
     from shardsim.simulator.sweep.space import SweepSpace
 
     if space is not None and axes:
@@ -182,17 +181,12 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
             if isinstance(v, list | tuple):
                 if len(v) != 1:
                     raise ConfigError(f"expected one number (or a list of one), got {v!r}", field=k)
-                given[k] = v = v[0]
-            _count(v, k)
+                given[k] = v[0]
         elif isinstance(v, Mapping) or not isinstance(v, Iterable) or isinstance(v, str):
             given[k] = (v,)  # a list axis: one value is a list of one
         else:
             given[k] = tuple(v)
-    given = {k: v for k, v in given.items() if v is not None}
-    for t in given.get("topologies") or ():
-        if not isinstance(t, str | InstanceType):
-            raise ConfigError(f"expected topology names or YAML paths, got {t!r}", field="topologies")
-    return SweepSpace(**given)
+    return SweepSpace(**{k: v for k, v in given.items() if v is not None})
 
 
 def _takes_three(f: Any) -> bool:

@@ -329,3 +329,10 @@ def test_recommend_refuses_columns_of_another_type() -> None:
 def test_a_size_is_a_whole_number_of_bytes() -> None:
     assert shardsim.collective(size=2.0).size_bytes == 2 and shardsim.collective(size="1.5KB").size_bytes == 1500
     assert "whole number of bytes" in _refused(lambda: shardsim.collective(size="0.3KiB"), "size")
+
+
+def test_a_sweep_space_refuses_a_global_batch_or_topology_of_another_type() -> None:
+    _refused(lambda: SweepSpace(global_batch="64"), "global_batch")
+    _refused(lambda: SweepSpace(global_batch=64.5), "global_batch")
+    _refused(lambda: SweepSpace(topologies=(3,)), "topologies")
+    assert SweepSpace(global_batch=64, topologies=("p4d.24xlarge",)).global_batch == 64
