@@ -78,7 +78,7 @@ def load_config(
         raise ConfigError(f"expected a mapping of settings, got {type(overrides).__name__}", field="overrides")
     if path is not None and not isinstance(path, str | PathLike):
         raise ConfigError(f"expected a file path, got {type(path).__name__}", field="path")
-    return load(path, _flat_strategy(_merged(_flat_strategy(overrides or {}), _flat_strategy(settings))))
+    return load(path, _merged(_flat_strategy(overrides or {}), _flat_strategy(settings)))
 
 
 def _config_of(config: Any = None, settings: Mapping[str, Any] | None = None) -> RunConfig:
@@ -258,7 +258,7 @@ def _check_columns(table: pd.DataFrame) -> None:
     from pandas.api import types
 
     def refuse(col: str, what: str) -> ConfigError:
-        shown = table[col].iloc[0] if len(table) else None
+        shown = table[col].iloc[0]
         return ConfigError(f"expected {what} in every row, got {table[col].dtype} (e.g. {shown!r})", field=col)
 
     if not types.is_bool_dtype(table["fits"]):
@@ -288,9 +288,9 @@ def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
     for col in (*TEXT_COLUMNS, *NUMBER_COLUMNS, "fits"):
         if col not in table.columns:
             raise ConfigError("the table lacks this column of a sweep's table", field=col)
-    _check_columns(table)
     if table.empty:
         raise ConfigError("no rows: nothing to recommend", field="table")
+    _check_columns(table)
     return rec(table)
 
 
