@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from shardsim.simulator.sweep.space import SweepSpace
 
 
-def _unknown(name: str, known: Iterable[str], what: str) -> ConfigError:
+def _unknown(name: str, known: Iterable[str], what: str, field: str | None = None) -> ConfigError:
     near = difflib.get_close_matches(name, list(known), n=1)
     hint = f"; did you mean {near[0]!r}?" if near else f"; expected one of {', '.join(known)}"
-    return ConfigError(f"unknown {what}{hint}", field=name)
+    return ConfigError(f"unknown {what}{hint}", field=field or name)
 
 
 def _merged(mapping: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,20 +45,40 @@ def _merged(mapping: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str
     return {**mapping, **settings}
 
 
+def _flat_strategy(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` with a ``strategy`` given as a mapping (``{"kind": "pipeline", "pp": 2}``, as
+    a file's strategy block) or a `Strategy` as the flat keys a flag gives (``strategy``,
+    ``pp``, ...); a key of it that is no strategy field, or given flat too with another value, is refused."""
+    from shardsim.config.schema import STRATEGY_FIELDS, StrategyBase
+
+    strategy = settings.get("strategy")
+    if isinstance(strategy, StrategyBase):
+        strategy = strategy.model_dump()
+    if not isinstance(strategy, Mapping):
+        return dict(settings)
+    for k in strategy:
+        if k not in ("kind", *STRATEGY_FIELDS):
+            raise _unknown(str(k), ("kind", *STRATEGY_FIELDS), "strategy field", f"strategy.{k}")
+    flat = {("strategy" if k == "kind" else k): v for k, v in strategy.items()}
+    rest = {k: v for k, v in settings.items() if k != "strategy"}
+    return _merged(flat, rest)
+
+
 def load_config(
     path: str | PathLike | None = None, overrides: Mapping[str, Any] | None = None, /, **settings: Any
 ) -> RunConfig:
     """A checked configuration: the file at `path` (YAML; SageMaker keys accepted; default: the
     seed scenario's defaults), with `overrides` and keyword `settings` over it (the file's flat
     keys: ``workload``, ``topology``, ``nodes``, ``strategy``, ``degree``, ``batch_per_device``,
-    ...; None leaves a key as the file has it), exactly as the command line's flags override it."""
+    ...; None leaves a key as the file has it), exactly as the command line's flags override it.
+    ``strategy`` may be a name, a mapping as a file's strategy block, or a `Strategy`."""
     from shardsim.config import load_config as load
 
     if overrides is not None and not isinstance(overrides, Mapping):
         raise ConfigError(f"expected a mapping of settings, got {type(overrides).__name__}", field="overrides")
     if path is not None and not isinstance(path, str | PathLike):
         raise ConfigError(f"expected a file path, got {type(path).__name__}", field="path")
-    return load(path, _merged(overrides or {}, settings))
+    return load(path, _merged(_flat_strategy(overrides or {}), _flat_strategy(settings)))
 
 
 def _config_of(config: Any = None, settings: Mapping[str, Any] | None = None) -> RunConfig:
@@ -93,6 +113,15 @@ def _algo(algo: Any) -> str:
     return algo
 
 
+def _path(value: Any, field: str) -> str | None:
+    """A file path given as `str` or `PathLike` (None: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, str | PathLike):
+        raise ConfigError(f"expected a file path, got {type(value).__name__}", field=field)
+    return str(value)
+
+
 def _count(value: Any, field: str, minimum: int = 1) -> int | None:
     if value is None:
         return None
@@ -117,12 +146,16 @@ def predict(
 
     cfg = _config_of(config, settings)
     algo = _algo(algo)
+    trace = _path(trace, "trace")
     if trace is not None:
-        check_output_file(str(trace), "trace")
+        check_output_file(trace, "trace")
     pred = simulate(cfg, algo=algo)
     if trace is not None:
         save_trace(pred, trace)
     return pred
+
+
+SCALAR_AXES = ("global_batch", "max_batch")  # a sweep's axes that take one number, not a list
 
 
 def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
@@ -140,11 +173,35 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
     given = dict(space or axes)
     names = [f.name for f in fields(SweepSpace)]
     for k, v in given.items():
-        if k not in names:
-            raise _unknown(k, names, "sweep axis")
-        if k != "global_batch" and v is not None:  # a list axis: one value is a list of one
-            given[k] = (v,) if isinstance(v, str | int) else tuple(v)
-    return SweepSpace(**given)
+        if not isinstance(k, str) or k not in names:
+            raise _unknown(str(k), names, "sweep axis")
+        if v is None:  # left out
+            continue
+        if k in SCALAR_AXES:  # one number; a list of one is that number
+            if isinstance(v, list | tuple):
+                if len(v) != 1:
+                    raise ConfigError(f"expected one number (or a list of one), got {v!r}", field=k)
+                given[k] = v[0]
+        elif isinstance(v, Mapping) or not isinstance(v, Iterable) or isinstance(v, str):
+            given[k] = (v,)  # a list axis: one value is a list of one
+        else:
+            given[k] = tuple(v)
+    return SweepSpace(**{k: v for k, v in given.items() if v is not None})
+
+
+def _takes_three(f: Any) -> bool:
+    """Whether `f` can be called with three positional arguments."""
+    import inspect
+
+    if not callable(f):
+        return False
+    try:
+        inspect.signature(f).bind(0, 0, 0.0)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): called as it is
+        return True
+    return True
 
 
 def sweep(
@@ -166,8 +223,9 @@ def sweep(
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
     ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``precisions``,
     ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``, ``batch_sizes``,
-    ``grad_accums``, ``max_batch``; a list each but ``global_batch`` and ``max_batch``; an
-    axis left out: every valid value, or the base's setting); workers:
+    ``grad_accums``, ``max_batch``, ``tp_degrees``; a list each, one value being a list of
+    one, but ``global_batch`` and ``max_batch``: one number; an axis left out: every valid
+    value, or the base's setting); algo: as `predict` takes it; workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""
     from shardsim.simulator.sweep.search import sweep as run
@@ -176,9 +234,41 @@ def sweep(
     sp = _space(space, axes)
     algo = _algo(algo)
     workers = _count(workers, "workers")
-    if progress is not None and not callable(progress):
+    if progress is not None and not _takes_three(progress):
         raise ConfigError(f"expected a function progress(done, total, work), got {progress!r}", field="progress")
     return run(base, sp, algo=algo, workers=workers, progress=progress)
+
+
+# The columns `recommend` reads, by the type a sweep's table holds there
+TEXT_COLUMNS = ("topology", "label", "strategy_kind")
+NUMBER_COLUMNS = (
+    "nodes",
+    "world",
+    "strategy_degree",
+    "samples_per_s",
+    "memory_required_gib",
+    "device_memory_gib",
+    "cost_per_million_samples_usd",
+)
+
+
+def _check_columns(table: pd.DataFrame) -> None:
+    """Each column `recommend` reads holds what a sweep's table holds there: `fits` True or
+    False, numbers (NaN where none) and text; else one ConfigError naming the column."""
+    from pandas.api import types
+
+    def refuse(col: str, what: str) -> ConfigError:
+        shown = table[col].iloc[0]
+        return ConfigError(f"expected {what} in every row, got {table[col].dtype} (e.g. {shown!r})", field=col)
+
+    if not types.is_bool_dtype(table["fits"]):
+        raise refuse("fits", "True or False")
+    for col in NUMBER_COLUMNS:
+        if types.is_bool_dtype(table[col]) or not types.is_numeric_dtype(table[col]):
+            raise refuse(col, "numbers")
+    for col in TEXT_COLUMNS:
+        if not table[col].map(lambda v: isinstance(v, str)).all():
+            raise refuse(col, "text")
 
 
 def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
@@ -195,25 +285,26 @@ def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
     if not isinstance(table, pd.DataFrame):
         why = f"expected a sweep's table (a pandas DataFrame) or a SweepResult, got {type(table).__name__}"
         raise ConfigError(why, field="table")
-    needed = (
-        "topology",
-        "nodes",
-        "world",
-        "label",
-        "strategy_kind",
-        "strategy_degree",
-        "samples_per_s",
-        "memory_required_gib",
-        "device_memory_gib",
-        "fits",
-        "cost_per_million_samples_usd",
-    )
-    for col in needed:
+    for col in (*TEXT_COLUMNS, *NUMBER_COLUMNS, "fits"):
         if col not in table.columns:
             raise ConfigError("the table lacks this column of a sweep's table", field=col)
     if table.empty:
         raise ConfigError("no rows: nothing to recommend", field="table")
+    _check_columns(table)
     return rec(table)
+
+
+def _paths(value: Any, field: str) -> tuple[str, ...]:
+    """File paths given as one path or an iterable of paths (None: none)."""
+    if value is None:
+        return ()
+    if isinstance(value, str | PathLike):
+        return (str(value),)
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        items = tuple(value)
+        if all(isinstance(v, str | PathLike) for v in items):
+            return tuple(str(v) for v in items)
+    raise ConfigError(f"expected a file path or a list of them, got {value!r}", field=field)
 
 
 def calibrate(
@@ -252,26 +343,26 @@ def calibrate(
         raise ConfigError(why, field="measurements")
     if not isinstance(topology, str):
         raise ConfigError(f"expected a topology name or YAML path, got {type(topology).__name__}", field="topology")
-    if nccl_tests is None:
-        files: tuple[str, ...] = ()
-    elif isinstance(nccl_tests, str | PathLike):
-        files = (str(nccl_tests),)
-    else:
-        files = tuple(str(f) for f in nccl_tests)
+    files = _paths(nccl_tests, "nccl_tests")
     if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1):
         raise ConfigError(f"expected a node count of 1 or more, got {nodes!r}", field="nodes")
     if params is None:
         names = None
     elif isinstance(params, str):
         names = tuple(p.strip() for p in params.split(",") if p.strip())
-    else:
+    elif isinstance(params, Iterable) and not isinstance(params, Mapping):
         names = tuple(params)
+    else:
+        names = ()
     if names is not None and (not names or not all(isinstance(n, str) for n in names)):
         raise ConfigError(f"expected parameter names, got {params!r}", field="params")
+    if folds is not None and (isinstance(folds, bool) or not isinstance(folds, int)):
+        raise ConfigError(f"expected an integer (0: no cross-validation), got {folds!r}", field="folds")
     if not isinstance(force, bool):
         raise ConfigError(f"expected True or False, got {force!r}", field="force")
+    out = _path(out, "out")
     if out is not None:
-        check_output_file(str(out), "out")
+        check_output_file(out, "out")
     folds = DEFAULT_FOLDS if folds is None else folds
     source = measurements if isinstance(measurements, pd.DataFrame) or measurements is None else str(measurements)
     result = fit(source, topology, params=names, folds=folds, force=force, nccl_tests=files, nodes=nodes)

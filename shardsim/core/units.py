@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
+from fractions import Fraction
 
 from shardsim.core.errors import ConfigError
 
@@ -31,23 +31,25 @@ COMPACT_UP_TO = 99_999.5  # a figure from here on (or not finite) is given in sc
 
 
 def parse_size(text: str | int | float, *, field: str = "size") -> int:
-    """Parse '1GiB', '25MB', '4096' into a positive number of bytes."""
+    """Parse '1GiB', '25MB', '4096' into a positive whole number of bytes (exactly: '1.5KB' is
+    1500; '1.5', 0.3KiB or 1.5 is refused, a byte being the smallest size)."""
     if isinstance(text, bool):
         raise ConfigError(f"expected a size such as 1GiB or 25MB, got {text!r}", field=field)
     if isinstance(text, (int, float)):
-        value, unit = float(text), ""
+        number, unit = text, ""
     else:
         m = _SIZE_RE.match(str(text))
         if not m or m.group(2).lower() not in _SIZE_UNITS:
             raise ConfigError(f"expected a size such as 1GiB or 25MB, got {text!r}", field=field)
-        value, unit = float(m.group(1)), m.group(2).lower()
-    scaled = value * _SIZE_UNITS[unit]
-    if not math.isfinite(scaled):
+        number, unit = m.group(1), m.group(2).lower()
+    if not math.isfinite(float(number) * _SIZE_UNITS[unit]):
         raise ConfigError(f"expected a finite size, got {text!r}", field=field)
-    size = int(round(scaled))
-    if size <= 0:
+    exact = Fraction(number) * _SIZE_UNITS[unit]
+    if exact <= 0:
         raise ConfigError(f"expected a size > 0, got {text!r}", field=field)
-    return size
+    if exact.denominator != 1:
+        raise ConfigError(f"expected a whole number of bytes, got {text!r} ({float(exact):g} bytes)", field=field)
+    return int(exact)
 
 
 def is_whole_size(text: str) -> bool:
@@ -56,8 +58,7 @@ def is_whole_size(text: str) -> bool:
     m = _SIZE_RE.match(text)
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         return True
-    exact = Decimal(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
-    return exact == exact.to_integral_value()
+    return (Fraction(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]).denominator == 1
 
 
 _BINARY = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))

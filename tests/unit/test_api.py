@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,32 +22,35 @@ from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict as simulate
 from shardsim.simulator.sweep.recommendation import recommend
 from shardsim.simulator.sweep.space import SweepSpace
+from tests.api_doc import DOC, cells, run_cells, with_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "api.md"
 SEED_FILE = ROOT / "experiments" / "seed" / "zero2d-4.yaml"
 MEASURED = ROOT / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"
 TINY = {"workload": "tiny-gpt"}
 
 
-def _cells() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
-
-
-def test_the_docs_example_runs_cell_by_cell(monkeypatch, capsys) -> None:
-    cells = _cells()
-    assert len(cells) >= 5
-    monkeypatch.chdir(ROOT)  # the example names files relative to the repository
-    ns: dict = {}
-    for i, cell in enumerate(cells):
-        exec(compile(cell, f"{DOC.name} cell {i + 1}", "exec"), ns)
-    out = capsys.readouterr().out
+def test_the_docs_example_runs_cell_by_cell_and_prints_what_it_shows(monkeypatch) -> None:
+    text = DOC.read_text()
+    shown = [out for _, out in cells(text)]
+    assert len(shown) >= 5 and all(shown), "each cell shows its output"
+    printed, ns = run_cells(text)
+    for i, (out, want) in enumerate(zip(printed, shown, strict=True)):
+        assert out == want, f"{DOC.name} cell {i + 1} prints other than it shows: run python tests/api_doc.py"
     # what the cells computed is what the functions underneath give
+    monkeypatch.chdir(ROOT)  # the example names files relative to the repository
     cfg = load_config(SEED_FILE.relative_to(ROOT), {"batch_per_device": 2})
     assert ns["cfg"] == cfg and ns["pred"].to_dict() == simulate(cfg).to_dict()
     assert ns["rec"] == recommend(ns["table"]) and ns["rec"].sharded_data_parallel_degree is not None
-    assert f"sharded_data_parallel_degree: {ns['rec']['sharded_data_parallel_degree']}" in out
-    assert set(ns["cal"].values) == {"attention_efficiency"} and "ConfigError on 'nodes'" in out
+    assert f"sharded_data_parallel_degree: {ns['rec']['sharded_data_parallel_degree']}" in printed[2]
+    assert set(ns["cal"].values) == {"attention_efficiency"} and "ConfigError on 'nodes'" in printed[-1]
+
+
+def test_the_outputs_are_written_in_place_of_the_shown_ones() -> None:
+    text = DOC.read_text()
+    assert with_outputs(text, [out for _, out in cells(text)]) == text
+    blank = with_outputs(text, [""] * len(cells(text)))
+    assert "Output:" not in blank and with_outputs(blank, [out for _, out in cells(text)]) == text
 
 
 def test_import_shardsim_loads_no_heavy_module() -> None:
@@ -210,3 +212,127 @@ def test_collective_is_the_commands() -> None:
     _refused(lambda: shardsim.collective(ranks=1), "ranks")
     _refused(lambda: shardsim.collective(nodes=0), "nodes")
     _refused(lambda: shardsim.collective(algo="rng"), "algo")
+
+
+# Each documented axis of `sweep` with one value, as a scalar and as a list of one; `settings`:
+# what else the sweep needs for the value to apply (a small space on one p4d node).
+AXES = [
+    ("strategies", "zero", {}),
+    ("degrees", 4, {"strategies": ["zero2d"]}),
+    ("pp", 2, {"strategies": ["pipeline"]}),
+    ("microbatches", 2, {"strategies": ["pipeline"], "pp": [2]}),
+    ("schedules", "gpipe", {"strategies": ["pipeline"], "pp": [2]}),
+    ("topologies", "p4d.24xlarge", {}),
+    ("nodes", 1, {}),
+    ("global_batch", 64, {}),
+    ("reshard_after_forward", False, {"strategies": ["zero"]}),
+    ("checkpointing", "full", {}),
+    ("selective_ac_options", "op", {"checkpointing": ["selective"]}),
+    ("reduce_dtypes", "fp16", {}),
+    ("optimizer_impls", "fused", {}),
+    ("precisions", "fp16", {}),
+    ("optimizers", "sgd", {}),
+    ("attentions", "math", {}),
+    ("compile", True, {}),
+    ("mlm_fractions", 0.15, {"config": {"workload": "bert-large", "topology": "p4d.24xlarge", "nodes": 1}}),
+    ("batch_sizes", 2, {}),
+    ("grad_accums", 2, {}),
+    ("max_batch", 8, {}),
+    ("tp_degrees", 2, {}),
+]
+
+
+@pytest.mark.parametrize(("axis", "value", "settings"), AXES, ids=[a[0] for a in AXES])
+def test_every_documented_axis_takes_a_scalar_or_a_list(axis, value, settings) -> None:
+    settings = dict(settings)
+    config = settings.pop("config", {**TINY, "topology": "p4d.24xlarge", "nodes": 1})
+    settings = {"strategies": ["ddp"], "tp_degrees": [1], **settings}
+    one = shardsim.sweep(config, workers=1, **{**settings, axis: value})
+    listed = shardsim.sweep(config, workers=1, **{**settings, axis: [value]})
+    pd.testing.assert_frame_equal(one.table, listed.table)
+    assert len(one.table) >= 1
+    assert f"``{axis}``" in shardsim.sweep.__doc__ and f"`{axis}`" in DOC.read_text()
+
+
+def test_a_scalar_axis_takes_one_number() -> None:
+    _refused(lambda: shardsim.sweep(TINY, global_batch=[64, 128]), "global_batch")
+    _refused(lambda: shardsim.sweep(TINY, global_batch="64"), "global_batch")
+    _refused(lambda: shardsim.sweep(TINY, max_batch=8.5), "max_batch")
+    _refused(lambda: shardsim.sweep(TINY, max_batch=[]), "max_batch")
+    _refused(lambda: shardsim.sweep(TINY, topologies=[3]), "topologies")
+    _refused(lambda: shardsim.sweep(TINY, degrees=4.0), "degrees")
+
+
+def test_a_strategy_is_a_name_a_mapping_or_a_strategy_as_a_file_takes_it(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("workload: tiny-gpt\nstrategy: {kind: pipeline, pp: 2}\n")
+    from_file = shardsim.predict(path).to_dict()
+    assert shardsim.predict(TINY, strategy={"kind": "pipeline", "pp": 2}).to_dict() == from_file
+    assert shardsim.predict({**TINY, "strategy": {"kind": "pipeline", "pp": 2}}).to_dict() == from_file
+    assert shardsim.predict(TINY, strategy=shardsim.Strategy("pipeline", pp=2)).to_dict() == from_file
+    assert (
+        shardsim.load_config(None, TINY, strategy={"kind": "pipeline", "pp": 2}).to_dict()
+        == load_config(path).to_dict()
+    )
+    assert "did you mean 'pp'" in _refused(
+        lambda: shardsim.predict(TINY, strategy={"kind": "pipeline", "ppp": 2}), "strategy.ppp"
+    )
+    _refused(lambda: shardsim.predict(TINY, strategy={"kind": "pipeline", "pp": 2}, pp=4), "pp")
+    _refused(lambda: shardsim.predict(TINY, strategy={"kind": "pipeline", "pp": "x"}), "pp")
+
+
+WRONG_TYPES = [
+    (lambda: shardsim.load_config(42), "path"),
+    (lambda: shardsim.load_config(None, 42), "overrides"),
+    (lambda: shardsim.predict(TINY, trace=123), "trace"),
+    (lambda: shardsim.predict(TINY, algo=["ring"]), "algo"),
+    (lambda: shardsim.predict(TINY, nodes="2"), "nodes"),
+    (lambda: shardsim.sweep(TINY, global_batch=[64, 128]), "global_batch"),
+    (lambda: shardsim.sweep(TINY, workers="2"), "workers"),
+    (lambda: shardsim.sweep(TINY, progress=lambda: None), "progress"),
+    (lambda: shardsim.sweep(TINY, algo=1), "algo"),
+    (lambda: shardsim.sweep(TINY, strategies={"ddp": 1}), "strategies"),
+    (lambda: shardsim.recommend(None), "table"),
+    (lambda: shardsim.calibrate(None, "p4d.24xlarge", nccl_tests=123), "nccl_tests"),
+    (lambda: shardsim.calibrate(None, "p4d.24xlarge", nccl_tests=[1, 2]), "nccl_tests"),
+    (lambda: shardsim.calibrate(None, "p4d.24xlarge", params=3), "params"),
+    (lambda: shardsim.calibrate(None, "p4d.24xlarge", folds="3"), "folds"),
+    (lambda: shardsim.calibrate(None, "p4d.24xlarge", nodes=2.0), "nodes"),
+    (lambda: shardsim.calibrate(None, "p4d.24xlarge", out=7), "out"),
+    (lambda: shardsim.calibrate(None, 7), "topology"),
+    (lambda: shardsim.collective(3), "op"),
+    (lambda: shardsim.collective(size=[1]), "size"),
+    (lambda: shardsim.collective(size=1.5), "size"),
+    (lambda: shardsim.collective(size="1.5"), "size"),
+    (lambda: shardsim.collective(topology=3), "topology"),
+    (lambda: shardsim.collective(nodes=2.0), "nodes"),
+    (lambda: shardsim.collective(algo=None), "algo"),
+    (lambda: shardsim.collective(backend=["nccl"]), "backend"),
+    (lambda: shardsim.collective(ranks="4"), "ranks"),
+]
+
+
+@pytest.mark.parametrize(("call", "field"), WRONG_TYPES, ids=[f for _, f in WRONG_TYPES])
+def test_a_keyword_of_the_wrong_type_is_one_config_error_naming_it(call, field) -> None:
+    _refused(call, field)
+
+
+def test_recommend_refuses_columns_of_another_type() -> None:
+    table = shardsim.sweep(TINY, strategies=["ddp", "zero"], workers=1).table
+    _refused(lambda: shardsim.recommend(table.assign(fits="False")), "fits")
+    _refused(lambda: shardsim.recommend(table.assign(fits=1)), "fits")
+    _refused(lambda: shardsim.recommend(table.assign(samples_per_s="x")), "samples_per_s")
+    _refused(lambda: shardsim.recommend(table.assign(label=3)), "label")
+    assert shardsim.recommend(table.assign(cost_per_million_samples_usd=float("nan"))).best is not None
+
+
+def test_a_size_is_a_whole_number_of_bytes() -> None:
+    assert shardsim.collective(size=2.0).size_bytes == 2 and shardsim.collective(size="1.5KB").size_bytes == 1500
+    assert "whole number of bytes" in _refused(lambda: shardsim.collective(size="0.3KiB"), "size")
+
+
+def test_a_sweep_space_refuses_a_global_batch_or_topology_of_another_type() -> None:
+    _refused(lambda: SweepSpace(global_batch="64"), "global_batch")
+    _refused(lambda: SweepSpace(global_batch=64.5), "global_batch")
+    _refused(lambda: SweepSpace(topologies=(3,)), "topologies")
+    assert SweepSpace(global_batch=64, topologies=("p4d.24xlarge",)).global_batch == 64

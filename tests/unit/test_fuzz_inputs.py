@@ -354,3 +354,163 @@ def test_sweep_flags(flags: list[tuple[str, str]]) -> None:
     for flag, value in flags:
         argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
     check_promise([*argv, "--json"])
+
+
+# Pipelines that do not fit: predict answers, and its `to fit` hint, from flags or a SageMaker block.
+BIG_MODELS = ["llama-3.1-8b", "gpt2-xl", "llama-2-13b", "bert-large", "gpt-neox-20b"]
+
+
+@settings(CASES, max_examples=40)
+@given(
+    workload=st.sampled_from(BIG_MODELS),
+    topology=st.sampled_from(["p4d.24xlarge", "g4dn.12xlarge"]),
+    nodes=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([2, 4, 8, 3]),
+    microbatches=st.sampled_from([None, 1, 2, 4, 3]),
+    batch=st.sampled_from([None, 1, 4, 16]),
+    smp=st.sampled_from([None, "pipeline_parallel_degree", "partitions"]),
+    json_out=st.booleans(),
+)
+@example("llama-3.1-8b", "p4d.24xlarge", 2, 2, None, None, None, False)
+@example("llama-3.1-8b", "p4d.24xlarge", 2, 2, None, None, "pipeline_parallel_degree", False)
+@example("llama-3.1-8b", "p4d.24xlarge", 2, 2, None, None, "partitions", True)
+def test_pipelines_that_do_not_fit(workload, topology, nodes, pp, microbatches, batch, smp, json_out) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        if smp is None:
+            argv = ["predict", "--workload", workload, "--topology", topology, "--nodes", str(nodes)]
+            argv += ["--strategy", "pipeline", "--pp", str(pp)]
+        else:
+            parameters = {smp: pp} | ({"microbatches": microbatches} if microbatches else {})
+            tree = {
+                "workload": workload,
+                "instance_type": f"ml.{topology}",
+                "instance_count": nodes,
+                "distribution": {"smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}}},
+            }
+            argv = ["predict", _write(tmp, "smp.yaml", yaml.safe_dump(tree))]
+        if microbatches and smp is None:
+            argv += ["--microbatches", str(microbatches)]
+        if batch:
+            argv += ["--batch-per-device", str(batch)]
+        check_promise([*argv, "--json"] if json_out else argv)
+        code, out, _ = run(argv)
+        if (workload, topology, nodes, pp, microbatches, batch) == ("llama-3.1-8b", "p4d.24xlarge", 2, 2, None, None):
+            assert code == 0 and "DOES NOT FIT" in out  # the case a user met
+        if code == 0 and "DOES NOT FIT" in out:
+            assert any(line.strip().startswith("to fit") for line in out.splitlines()), out
+
+
+# The sweep's result cache: a stored row of any JSON shape is dropped and predicted again.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=10,
+)
+CACHED_SWEEP = ["sweep", "--workload", "tiny-gpt", "--topology", "p4d.24xlarge", "--nodes", "1"]
+CACHED_SWEEP += ["--strategies", "ddp,zero", "--tp-degrees", "1", "--workers", "1", "--no-progress", "--json"]
+
+
+@pytest.fixture(scope="module")
+def cache_folder(tmp_path_factory) -> tuple[Path, dict]:
+    """A cache folder filled by a small sweep, and that sweep's answer."""
+    folder = tmp_path_factory.mktemp("cache")
+    code, out, err = run([*CACHED_SWEEP, "--cache-dir", str(folder)])
+    assert code == 0, err
+    return folder, json.loads(out)
+
+
+@settings(CASES, max_examples=40)
+@given(rows=st.lists(JSON_VALUES, min_size=1, max_size=3))
+def test_cache_rows_of_any_json_shape(cache_folder, rows) -> None:
+    import sqlite3
+
+    from shardsim.simulator.sweep.cache import FILE
+
+    folder, fresh = cache_folder
+    with sqlite3.connect(folder / FILE) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM rows ORDER BY key")]
+        for i, key in enumerate(keys):
+            db.execute("UPDATE rows SET row = ? WHERE key = ?", (json.dumps(rows[i % len(rows)]), key))
+    argv = [*CACHED_SWEEP, "--cache-dir", str(folder)]
+    check_promise(argv)
+    code, out, err = run(argv)  # the rows predicted again were stored: served now
+    assert code == 0 and json.loads(out) == fresh, err
+
+
+# The Python API's keywords given values of any type: a result, or one ConfigError of one line.
+API_VALUES = st.one_of(
+    values,
+    st.sampled_from([object(), 1.5, b"x", (1,), {"kind": "pipeline", "pp": 2}, Path("no-such-dir/x"), print]),
+)
+TINY_P4D = {"workload": "tiny-gpt", "topology": "p4d.24xlarge", "nodes": 1}
+API_KEYWORDS = {
+    "load_config": (lambda **kw: __import__("shardsim").load_config(None, TINY_P4D, **kw)),
+    "predict": (lambda **kw: __import__("shardsim").predict(TINY_P4D, **kw)),
+    "sweep": (lambda **kw: __import__("shardsim").sweep(TINY_P4D, **{"strategies": ["ddp"], "workers": 1, **kw})),
+    "calibrate": (lambda **kw: __import__("shardsim").calibrate(kw.pop("measurements", None), "p4d.24xlarge", **kw)),
+    "collective": (lambda **kw: __import__("shardsim").collective(**kw)),
+    "recommend": (lambda **kw: __import__("shardsim").recommend(kw["table_or_result"])),
+}
+KEYWORDS = {
+    "load_config": ["nodes", "strategy", "degree", "pp", "batch_per_device", "precision", "workload", "checkpointing"],
+    "predict": ["algo", "trace", "nodes", "strategy", "degree", "pp", "microbatches", "tp", "grad_accum"],
+    "sweep": [
+        "algo",
+        "workers",
+        "progress",
+        "strategies",
+        "degrees",
+        "nodes",
+        "global_batch",
+        "max_batch",
+        "precisions",
+        "compile",
+        "tp_degrees",
+        "batch_sizes",
+        "topologies",
+    ],
+    "calibrate": ["measurements", "params", "folds", "force", "out", "nccl_tests", "nodes"],
+    "collective": ["op", "size", "topology", "nodes", "algo", "backend", "ranks"],
+    "recommend": ["table_or_result"],
+}
+
+
+@settings(CASES, max_examples=150)
+@given(data=st.data(), function=st.sampled_from(sorted(KEYWORDS)))
+def test_api_keywords_of_any_type(data: st.DataObject, function: str) -> None:
+    import shardsim
+
+    keyword = data.draw(st.sampled_from(KEYWORDS[function]), label="keyword")
+    value = data.draw(API_VALUES, label="value")
+    try:
+        result = API_KEYWORDS[function](**{keyword: value})
+    except shardsim.ConfigError as err:
+        assert "\n" not in str(err), (function, keyword, value, str(err))
+        return
+    if hasattr(result, "to_json"):
+        assert _finite(json.loads(result.to_json(), parse_constant=_refuse_constant))
+
+
+# A size is a whole number of bytes: exact, or refused in one line.
+@settings(CASES, max_examples=60)
+@given(
+    number=st.one_of(st.floats(0, 1e6, allow_nan=False), st.fractions(0, 10**6).map(lambda f: float(f))),
+    unit=st.sampled_from(["", "B", "KB", "KiB", "MB", "MiB"]),
+    as_text=st.booleans(),
+)
+def test_fractional_sizes(number: float, unit: str, as_text: bool) -> None:
+    from fractions import Fraction
+
+    import shardsim
+    from shardsim.core.units import _SIZE_UNITS
+
+    size = f"{number!r}{unit}" if as_text or unit else number
+    exact = Fraction(repr(number)) * _SIZE_UNITS[unit.lower()]
+    try:
+        r = shardsim.collective("all_reduce", size, topology="p4d.24xlarge", nodes=1)
+    except shardsim.ConfigError as err:
+        assert "\n" not in str(err) and err.field == "size"
+        assert exact.denominator != 1 or not 1 <= exact <= 2**40, (size, str(err))
+    else:
+        assert r.size_bytes == exact and math.isfinite(r.time_s)
+    check_promise(["collective", "--topology", "p4d.24xlarge", "--size", str(size), "--json"])

@@ -4,17 +4,30 @@ cache that cannot be used is one warning and the sweep runs without it."""
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep.cache import FILE, KeyMaker, ResultCache, cache_dir, decode_row, encode_row
+from shardsim.simulator.sweep.cache import (
+    FILE,
+    KeyMaker,
+    ResultCache,
+    cache_dir,
+    cached_rows,
+    decode_row,
+    encode_row,
+    is_row,
+)
 from shardsim.simulator.sweep.execute import predict_all
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
@@ -120,6 +133,76 @@ def test_a_corrupt_cache_is_one_warning_and_the_sweep_runs(tmp_path, capsys) -> 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unusable" in err and "sweeping without the cache" in err, err
     assert "Traceback" not in err
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _overwrite_rows(folder: Path, text: str) -> int:
+    """Every stored row replaced by `text`; how many there are."""
+    with sqlite3.connect(folder / FILE) as db:
+        db.execute("UPDATE rows SET row = ?", (text,))
+        return int(db.execute("SELECT count(*) FROM rows").fetchone()[0])
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> tuple[Path, list, object, dict]:
+    """A cache folder holding the rows of a small sweep, its candidates, workload and one real row."""
+    folder = tmp_path_factory.mktemp("rows")
+    w = load_workload(TINY.workload, TINY.shape, TINY.source)
+    cands = enumerate_configs(TINY, SweepSpace(strategies=("ddp", "zero")), w).candidates[:4]
+    with ResultCache(folder) as cache:
+        rows = predict_all(cands, w, workers=1, cache=cache)
+    return folder, cands, w, rows[0]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(value=JSON)
+def test_a_stored_row_of_any_json_shape_is_dropped_not_served(stored, value) -> None:
+    folder, cands, w, _ = stored
+    n = _overwrite_rows(folder, json.dumps(value))
+    with ResultCache(folder) as cache:
+        _, served = cached_rows(cache, cands, w, "auto")
+        assert served == {} and cache.dropped == n == len(cands)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_a_row_with_a_key_missing_or_a_value_of_another_shape_is_no_row(stored, data) -> None:
+    row = dict(stored[3])
+    assert is_row(row)
+    key = data.draw(st.sampled_from(sorted(row)), label="key")
+    if data.draw(st.booleans(), label="delete"):
+        del row[key]
+    else:  # no column holds a list or a mapping
+        row[key] = data.draw(st.lists(JSON, max_size=2) | st.dictionaries(st.text(max_size=4), JSON, max_size=2))
+    assert not is_row(row)
+
+
+def test_a_row_with_text_for_a_figure_is_no_row(stored) -> None:
+    row = stored[3]
+    assert not is_row({**row, "step_time_s": "1.5"})
+    assert not is_row({**row, "fits": 1}) and not is_row({**row, "nodes": True}) and not is_row({**row, "label": 3})
+    assert is_row({**row, "cost_per_hour_usd": None})  # a topology with no price
+
+
+def test_bad_stored_rows_are_one_warning_and_predicted_again(tmp_path, capsys) -> None:
+    argv = ["sweep", "--workload", "tiny-gpt", "--nodes", "2", "--strategies", "ddp,zero", "--workers", "1", "--json"]
+    argv += ["--cache-dir", str(tmp_path)]
+    assert main(argv) == 0
+    fresh = json.loads(capsys.readouterr().out)
+    for text in ("null", "{}", "[]", "42", '"x"', '{"step_time_s": "1"}', "not json"):
+        n = _overwrite_rows(tmp_path, text)
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out) == fresh
+        assert err.count("\n") == 1 and f"{n} stored row(s) were not sweep rows" in err, err
+    assert main(argv) == 0  # replaced by the rows predicted again
+    assert capsys.readouterr().err == f"shardsim: cache: {len(fresh['rows'])} hits, 0 simulated\n"
 
 
 def test_an_unwritable_cache_folder_is_one_warning(tmp_path, capsys) -> None:

@@ -15,7 +15,10 @@ Where (`cache_dir`): ``--cache-dir``, else ``$SHARDSIM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/shardsim``, else ``~/.cache/shardsim``; the rows are in `FILE` there (delete it
 to clear the cache). Concurrent sweeps share it: WAL mode, one connection per process, each
 row committed as it is predicted. A folder that cannot be written or a file that is not a
-database is one warning, and the sweep runs without the cache.
+database is one warning, and the sweep runs without the cache. A stored row that is not a sweep
+row (`is_row`: any other JSON value, a key missing, a value of the wrong type) is not served: the
+configuration is predicted again and its row replaced, and closing the cache warns once with the
+count of rows dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from enum import Enum
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from shardsim.simulator.sweep.rows import COLUMNS, columns
 
 if TYPE_CHECKING:
     from shardsim.simulator.sweep.space import Candidate
@@ -164,7 +169,63 @@ def encode_row(row: dict[str, Any]) -> str:
     return json.dumps(row, allow_nan=True, separators=(",", ":"))
 
 
-def decode_row(text: str) -> dict[str, Any]:
+# The type of each column a stored row must hold (`rows.row_of`); the other columns of
+# `rows.columns(True)` but the rank hold a JSON scalar or nothing.
+_TEXT = (
+    "topology",
+    "device",
+    "workload",
+    "strategy_kind",
+    "label",
+    "layout",
+    "precision",
+    "checkpointing",
+    "reduce_dtype",
+    "optimizer_impl",
+    "optimizer",
+    "attention",
+    "fit_reason",
+)
+_COUNTS = (
+    "nodes",
+    "world",
+    "strategy_degree",
+    "strategy_pp",
+    "strategy_microbatches",
+    "strategy_tp",
+    "batch_per_device",
+    "grad_accum",
+    "global_batch",
+)
+_FLAGS = ("fits", "strategy_sequence_parallel", "strategy_async_tp", "compile")
+_FIGURES = COLUMNS[COLUMNS.index("step_time_s") : COLUMNS.index("mem_step_temporaries_gib") + 1]
+
+
+def _is(value: Any, column: str) -> bool:
+    """Whether `value` has the type `column` holds in a sweep row."""
+    if column in _TEXT:
+        return isinstance(value, str)
+    if column in _FLAGS:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return column not in _COUNTS and column not in _FIGURES
+    if column in _COUNTS:
+        return isinstance(value, int)
+    if column in _FIGURES:
+        return isinstance(value, int | float)
+    return value is None or isinstance(value, int | float | str)
+
+
+def is_row(obj: Any) -> bool:
+    """Whether `obj` (a decoded stored row) is a sweep row: a mapping with every column of
+    `rows.row_of`, each of its type."""
+    if not isinstance(obj, dict):
+        return False
+    return all(c in obj and _is(obj[c], c) for c in columns(True) if c != "rank")
+
+
+def decode_row(text: str) -> Any:
+    """A stored row as JSON values (ValueError where the text is not JSON)."""
     return json.loads(text)
 
 
@@ -172,13 +233,15 @@ class ResultCache:
     """The store of sweep rows in `folder` (`FILE`), with this process's counts: `hits` (rows
     served) and `simulated` (rows predicted and stored). Unusable (a folder that cannot be made or
     written, a file that is not a database, a write refused): one warning, then it serves and
-    stores nothing (`usable` False) and the sweep goes on without it."""
+    stores nothing (`usable` False) and the sweep goes on without it. A stored row that is not a
+    sweep row is not served (counted in `dropped`; `close` warns once with the count)."""
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         self.folder = cache_dir(folder)
         self.path = self.folder / FILE
         self.hits = 0
         self.simulated = 0
+        self.dropped = 0
         self._db: sqlite3.Connection | None = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -208,10 +271,11 @@ class ResultCache:
                 pass
         self._db = None
 
-    def lookup(self, keys: Iterable[str | None]) -> dict[str, dict[str, Any]]:
-        """The stored rows of `keys` (those found; a row that does not decode is not found)."""
+    def lookup(self, keys: Iterable[str | None]) -> dict[str, Any]:
+        """The stored rows of `keys` (those found; a row that is not JSON is not found, and counted
+        in `dropped`)."""
         wanted = sorted({k for k in keys if k is not None})
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, Any] = {}
         if self._db is None:
             return found
         try:
@@ -221,8 +285,8 @@ class ResultCache:
                 for key, text in self._db.execute(f"SELECT key, row FROM rows WHERE key IN ({marks})", chunk):
                     try:
                         found[key] = decode_row(text)
-                    except ValueError:
-                        continue
+                    except (ValueError, TypeError, RecursionError):
+                        self.dropped += 1
         except sqlite3.Error as exc:
             self._give_up(exc)
             return {}
@@ -244,6 +308,12 @@ class ResultCache:
         return int(self._db.execute("SELECT count(*) FROM rows").fetchone()[0])
 
     def close(self) -> None:
+        """Close the store; warn once if rows were dropped."""
+        if self.dropped:
+            log.warning(
+                "cache %s: %d stored row(s) were not sweep rows; dropped and predicted again", self.path, self.dropped
+            )
+            self.dropped = 0
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -259,10 +329,15 @@ def cached_rows(
     cache: ResultCache, candidates: Sequence[Candidate], workload: Workload, algo: str
 ) -> tuple[list[str | None], dict[int, dict[str, Any]]]:
     """The candidates' keys, and the rows the cache holds for them by index (each with its
-    candidate's label); counted in `cache.hits`."""
+    candidate's label); counted in `cache.hits`. A stored row that is not a sweep row (`is_row`)
+    is left out, to be predicted again, and counted in `cache.dropped`."""
     maker = KeyMaker(workload, algo)
     keys = [maker.key(c) for c in candidates]
     found = cache.lookup(keys)
-    rows = {k: {**found[key], "label": candidates[k].label} for k, key in enumerate(keys) if key in found}
+    bad = {key for key, row in found.items() if not is_row(row)}
+    cache.dropped += len(bad)
+    rows = {
+        k: {**found[key], "label": candidates[k].label} for k, key in enumerate(keys) if key in found and key not in bad
+    }
     cache.hits += len(rows)
     return keys, rows

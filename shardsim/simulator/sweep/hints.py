@@ -4,7 +4,9 @@ memory model alone (no step is simulated) and named with the memory it leaves pe
 The remedies, each alone: a smaller batch per device (the largest that fits; under a fixed global
 batch, more accumulation steps make up the rest), full activation checkpointing, sharding over
 more ranks (FSDP over every data-parallel rank, or a pipeline's stages sharded over all theirs),
-and more nodes (the fewest, doubling then bisection, up to `MAX_NODES_FACTOR` × today's).
+for a pipeline more stages and smaller microbatches (the fewest stages, the most samples per
+microbatch, that fit), and more nodes (the fewest, doubling then bisection, up to
+`MAX_NODES_FACTOR` × today's).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def _wider_shard(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None
     tp = s.tp
     if s.spec.is_pipeline:
         ranks = cluster.world // (s.pp * tp)
-        if s.degree >= ranks:
+        if (s.degree or 1) >= ranks:
             return None
         return _remedy(f"stages sharded over {ranks}", cfg.replace(strategy=s.replace(degree=ranks)), cluster, w)
     if s.kind == ZERO.name:
@@ -89,6 +91,53 @@ def _wider_shard(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None
     extra = {"tp": tp, "sequence_parallel": s.sequence_parallel, "async_tp": s.async_tp}
     zero = Strategy(ZERO.name, **extra)
     return _remedy(f"{ZERO.name} (sharded over all {cluster.world // tp})", cfg.replace(strategy=zero), cluster, w)
+
+
+def _first_fitting(changes: list[tuple[str, RunConfig]], cluster: Cluster, w: Workload) -> Remedy | None:
+    """The first of `changes` (ordered from the least change) that fits, else the one that leaves
+    the least memory; None where the memory model takes none of them."""
+    taken = []
+    for change, changed in changes:
+        r = _remedy(change, changed, cluster, w)
+        if r.fits:
+            return r
+        if r.required_gib is not None:
+            taken.append(r)
+    return min(taken, key=lambda r: r.required_gib, default=None)
+
+
+def _more_stages(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None:
+    """A pipeline's fewest stages (more than today's, dividing the ranks, at most a layer each)
+    that fit, each microbatch as large as today (a replica's batch grows with its stages)."""
+    s = cfg.strategy
+    if not s.spec.is_pipeline:
+        return None
+    ranks = cluster.world // s.tp
+    layers = len(w.layers) or len(w.blocks)
+    changes = [
+        (
+            f"pp {pp} x {s.microbatches * pp // s.pp} microbatches",
+            cfg.replace(strategy=s.replace(pp=pp, microbatches=s.microbatches * pp // s.pp)),
+        )
+        for pp in range(s.pp + 1, min(ranks, layers) + 1)
+        if ranks % pp == 0 and s.microbatches * pp % s.pp == 0
+    ]
+    return _first_fitting(changes, cluster, w)
+
+
+def _smaller_microbatches(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None:
+    """A pipeline's fewest microbatches (more than today's, dividing its per-replica batch) that
+    fit: smaller microbatches hold fewer activations in flight."""
+    s = cfg.strategy
+    if not s.spec.is_pipeline:
+        return None
+    per_replica = cfg.batch_per_device * s.pp
+    changes = [
+        (f"{m} microbatches of {per_replica // m}", cfg.replace(strategy=s.replace(microbatches=m)))
+        for m in range(s.microbatches + 1, per_replica + 1)
+        if per_replica % m == 0
+    ]
+    return _first_fitting(changes, cluster, w)
 
 
 def _more_nodes(cfg: RunConfig, cluster: Cluster, w: Workload) -> Remedy | None:
@@ -124,6 +173,8 @@ def fit_hint(cfg: RunConfig, cluster: Cluster, w: Workload, global_batch: int | 
         if cfg.checkpointing == "full"
         else _remedy("full checkpointing", cfg.replace(checkpointing="full"), cluster, w),
         _wider_shard(cfg, cluster, w),
+        _more_stages(cfg, cluster, w),
+        _smaller_microbatches(cfg, cluster, w),
         _more_nodes(cfg, cluster, w),
     ]
     tried = [r for r in remedies if r is not None and r.required_gib is not None]
@@ -136,6 +187,8 @@ def fit_hint(cfg: RunConfig, cluster: Cluster, w: Workload, global_batch: int | 
             + f" of {dev}"
         )
     if not tried:
-        return "no smaller batch, checkpointing, wider sharding or more nodes applies to it"
+        return (
+            "no smaller batch, checkpointing, wider sharding, more stages or microbatches, or more nodes applies to it"
+        )
     each = "; ".join(f"{r.change}: {format_bytes(r.required_gib * GIB)}" for r in tried)
     return f"no single change tried makes it fit in {dev} ({each}): combine them, or take a larger device"

@@ -114,11 +114,15 @@ class SweepSpace:
         for v in self.nodes or ():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ConfigError(f"expected integers >= 1, got {v!r}", field="nodes")
-        if self.global_batch is not None and (isinstance(self.global_batch, bool) or self.global_batch < 1):
+        gb = self.global_batch
+        if gb is not None and (isinstance(gb, bool) or not isinstance(gb, int) or gb < 1):
             raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
         for name in ("topologies", "nodes"):
             if getattr(self, name) is not None and not getattr(self, name):
                 raise ConfigError("empty list", field=name)
+        for t in self.topologies or ():
+            if not isinstance(t, str | InstanceType):
+                raise ConfigError(f"expected topology names or YAML paths, got {t!r}", field="topologies")
         for name, bound in (("batch_sizes", MAX_BATCH), ("grad_accums", MAX_GRAD_ACCUM)):
             values = getattr(self, name)
             if values is None:
