@@ -3,15 +3,17 @@
 SageMaker's flat (``sharded_data_parallel_degree: 32``) or the whole ``distribution`` block of a
 PyTorch estimator, with ``instance_type`` and ``instance_count``; FSDP's ``sharding_strategy``
 and ``mixed_precision: {param_dtype, reduce_dtype}`` (``param_dtype`` and dtype names such as
-``torch.bfloat16`` also flat); contradictions are refused. A key at any level of the block that
-SageMaker does not define there is refused, and so are parameters under ``enabled: false``
-(SageMaker would not apply them).
+``torch.bfloat16`` also flat); contradictions are refused (``bf16`` and ``fp16`` both true among
+them). A key at any level of the block that SageMaker does not define there is refused, and so
+are parameters under ``enabled: false`` (SageMaker would not apply them); the keys accepted and
+not modelled (`SMP_NOTES`, `LAUNCHER_NOTES`) are noted on stderr, one line each.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from shardsim.config.notes import not_modelled
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import check_keys
 from shardsim.simulator.strategies.kinds import DDP, FSDP_SHARDING, PIPELINE, ZERO, ZERO2D
@@ -36,6 +38,23 @@ SMP_KEYS = (
     "sharded_data_parallel_degree_pipeline",
 )
 
+_PARTITION = "pipeline stages split the layers evenly (SMP's partitioning is not modelled)"
+SMP_NOTES = {  # parameters accepted, not modelled: why
+    "ddp": "the ranks beside the model-parallel groups always replicate the model (data parallelism)",
+    "delayed_parameter_initialization": "initialization is not part of a training step",
+    "placement_strategy": "the ranks are placed by mesh_order",
+    "optimize": _PARTITION,
+    "auto_partition": _PARTITION,
+    "default_partition": _PARTITION,
+    "activation_loading_horizon": "activation offloading is not modelled",
+    "sharded_data_parallel_degree_pipeline": "a pipeline's stages are sharded by degree",
+}
+LAUNCHER_NOTES = {  # the `mpi` and `torch_distributed` launchers' keys
+    "enabled": "the launcher is not part of a training step",
+    "processes_per_host": "each of a node's GPUs runs one rank (gpus_per_node sets how many)",
+    "custom_mpi_options": "the launcher is not part of a training step",
+}
+assert set(SMP_NOTES) <= set(SMP_KEYS)
 
 FSDP_KEYS = ("sharding_strategy", "mixed_precision", "param_dtype")
 # a PyTorch estimator's keys beside its parameters: the `distribution` block and the cluster
@@ -100,7 +119,7 @@ DISTRIBUTION = "distribution"
 DISTRIBUTION_KEYS = ("smdistributed", "mpi", "torch_distributed")
 SMDISTRIBUTED_KEYS = ("modelparallel",)
 MODELPARALLEL_KEYS = ("enabled", "parameters")
-LAUNCHER_KEYS = ("enabled", "processes_per_host", "custom_mpi_options")  # mpi, torch_distributed
+LAUNCHER_KEYS = tuple(LAUNCHER_NOTES)  # mpi, torch_distributed
 
 
 def _block(parent: dict[str, Any], key: str, keys: tuple[str, ...], where: str, name: str) -> dict[str, Any]:
@@ -143,9 +162,12 @@ def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], di
     if params:
         extra["library"] = "smp"  # SageMaker's model-parallel library runs these collectives
     for launcher in ("mpi", "torch_distributed"):
-        block = _block(dist, launcher, LAUNCHER_KEYS, where, f"{DISTRIBUTION}.{launcher}")
+        name = f"{DISTRIBUTION}.{launcher}"
+        block = _block(dist, launcher, LAUNCHER_KEYS, where, name)
         if "processes_per_host" in block:
             extra.setdefault("processes_per_host", block["processes_per_host"])
+        for key in block:
+            not_modelled(where, f"{name}.{key}", LAUNCHER_NOTES[key])
     for key in SMP_KEYS:
         if key in data:
             smp[key] = data[key]
@@ -158,6 +180,12 @@ def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], di
 def pos_int(value: Any, where: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"expected an integer >= 1, got {value!r}", where=where, field=name)
+    return value
+
+
+def _flag(value: Any, where: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}", where=where, field=name)
     return value
 
 
@@ -207,11 +235,13 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
         if sched is None:
             raise ConfigError(f"expected simple or interleaved, got {smp['pipeline']!r}", where=where, field="pipeline")
         put("schedule", sched, "pipeline")
-    if smp.get("ddp") is False and (pp > 1 or degrees):
-        pass  # SMP v1 needed ddp: True for data parallelism; shardsim always replicates across the rest
-    if smp.get("bf16"):
-        put("precision", "bf16", "bf16")
-    elif smp.get("fp16"):
-        put("precision", "fp16", "fp16")
+    halves = [k for k in ("bf16", "fp16") if k in smp and _flag(smp[k], where, k)]
+    if len(halves) > 1:
+        raise ConfigError("bf16 and fp16 are both true; set one of them", where=where, field="fp16")
+    if halves:
+        put("precision", halves[0], halves[0])
+    for key in smp:
+        if key in SMP_NOTES:
+            not_modelled(where, key, SMP_NOTES[key])
     if "processes_per_host" in extra:
         values["_processes_per_host"] = pos_int(extra["processes_per_host"], where, "mpi.processes_per_host")

@@ -178,10 +178,19 @@ HF_KEYS = {
 }
 
 
+def _printable(name: str) -> str:
+    """`name` with its control characters (a terminal's escape sequences, newlines) escaped as Python writes them."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
 def model_name(data: dict[str, Any], path: Path) -> str:
-    """What a config.json's model is called: its ``_name_or_path`` (a hub id as written, a local
-    path's last part); else its folder's name when that names the model type (``Mistral-7B-v0.1/``,
-    not a snapshot hash); else its ``model_type``."""
+    """What a config.json's model is called, its control characters escaped (`_printable`): its
+    ``_name_or_path`` (a hub id as written, a local path's last part); else its folder's name when
+    that names the model type (``Mistral-7B-v0.1/``, not a snapshot hash); else its ``model_type``."""
+    return _printable(_given_name(data, path))
+
+
+def _given_name(data: dict[str, Any], path: Path) -> str:
     given = data.get("_name_or_path")
     if isinstance(given, str) and given.strip():
         given = given.strip().rstrip("/")
