@@ -39,6 +39,15 @@ class Count:
         return value
 
 
+def list_items(text: str) -> list[str]:
+    """The comma-separated items of a list flag's value, stripped; an empty one (``4,,8``, a
+    trailing comma, nothing at all) is refused rather than dropped."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated values, none of them empty, got {_given(text)}")
+    return items
+
+
 @dataclass(frozen=True)
 class CountList:
     """``2,4,8`` → (2, 4, 8): comma-separated `Count`s, duplicates dropped, order kept."""
@@ -48,8 +57,9 @@ class CountList:
 
     def __call__(self, text: str) -> tuple[int, ...]:
         count = Count(self.maximum, self.minimum)
+        items = list_items(text)
         try:
-            values = tuple(count(x) for x in text.split(",") if x.strip())
+            values = tuple(count(x) for x in items)
         except argparse.ArgumentTypeError:
             values = ()
         if not values:
@@ -120,7 +130,7 @@ class SizeSweep:
                 sizes.append(low)
                 low *= 2
         else:
-            sizes = [one(x) for x in text.split(",") if x.strip()]
+            sizes = [one(x) for x in list_items(text)]
         if not sizes or len(sizes) > self.most:
             raise argparse.ArgumentTypeError(f"expected 1 to {self.most} sizes, got {len(sizes)} from {text!r}")
         return tuple(dict.fromkeys(sizes))
