@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardsim.config.notes import not_modelled
 from shardsim.config.smp import _put
 from shardsim.core.errors import ConfigError
+from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import check_keys
 from shardsim.simulator.strategies.kinds import DDP, ZERO, ZERO1, ZERO2D
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardsim.config.notes import not_modelled
 from shardsim.core.errors import ConfigError
+from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import check_keys
 from shardsim.simulator.strategies.kinds import DDP, FSDP_SHARDING, PIPELINE, ZERO, ZERO2D
 

@@ -180,3 +180,20 @@ def test_control_characters_of_a_models_name_are_escaped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("evil\\x1b[2J\\x07\\nname seq_len=128 on 1 x p4d.24xlarge"), out[:100]
     assert "\x1b" not in out and "\x07" not in out
+
+
+def test_the_keys_a_config_json_family_does_not_read_are_named_once(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**HF, "rope_theta": 10000.0, "architectures": ["LlamaForCausalLM"]}))
+    argv = ["predict", "--workload", str(path), "--topology", "p4d.24xlarge", "--nodes", "1"]
+    assert cli(argv) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"shardsim: {path}: rms_norm_eps, rope_theta, architectures accepted, not modelled: "
+        "the llama family is modelled from its shape keys alone"
+    ]
+
+
+def test_a_refused_configuration_prints_its_one_line_without_the_notes(tmp_path, capsys):
+    block = {"stage": 3, "overlap_comm": True, "mics_shard_size": 3}  # noted, then refused on the cluster
+    err = refused(["predict", str(config(tmp_path, {**DS, "zero_optimization": block}))], capsys)
+    assert "field 'degree': degree 3 does not divide the world size 8" in err, err
