@@ -57,6 +57,15 @@ LAUNCHER_NOTES = {  # the `mpi` and `torch_distributed` launchers' keys
 assert set(SMP_NOTES) <= set(SMP_KEYS)
 
 FSDP_KEYS = ("sharding_strategy", "mixed_precision", "param_dtype")
+MIXED_PRECISION = ("param_dtype", "reduce_dtype")  # FSDP1's MixedPrecision, FSDP2's MixedPrecisionPolicy
+_CASTS = "the casts of a module's inputs and outputs are not modelled"
+MIXED_PRECISION_NOTES = {
+    "buffer_dtype": "module buffers are not modelled",
+    "keep_low_precision_grads": "gradients are held in reduce_dtype",
+    "cast_forward_inputs": _CASTS,
+    "cast_root_forward_inputs": _CASTS,
+    "output_dtype": _CASTS,
+}
 # a PyTorch estimator's keys beside its parameters: the `distribution` block and the cluster
 SAGEMAKER_CLUSTER_KEYS = ("distribution", "instance_type", "instance_count")
 # FSDP1's ShardingStrategy (FSDP2: reshard_after_forward) → (kind, reshard_after_forward)
@@ -102,9 +111,15 @@ def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) ->
     if mp is not None and not isinstance(mp, dict):
         raise ConfigError("expected a mapping {param_dtype, reduce_dtype}", where=where, field="mixed_precision")
     mp = dict(mp or {})
-    check_keys(mp, ("param_dtype", "reduce_dtype"), where=where, prefix="mixed_precision.")
+    check_keys(mp, (*MIXED_PRECISION, *MIXED_PRECISION_NOTES), where=where, prefix="mixed_precision.")
+    for key in mp:
+        if key in MIXED_PRECISION_NOTES:
+            not_modelled(where, f"mixed_precision.{key}", MIXED_PRECISION_NOTES[key])
     if "param_dtype" in data:
-        mp.setdefault("param_dtype", data["param_dtype"])
+        if "param_dtype" in mp and mp["param_dtype"] != data["param_dtype"]:
+            why = f"disagrees with {mp['param_dtype']!r} in mixed_precision; give it once"
+            raise ConfigError(why, where=where, field="param_dtype")
+        mp["param_dtype"] = data["param_dtype"]
     if "param_dtype" in mp:
         _put(values, "precision", dtype_name(mp["param_dtype"], where, "param_dtype"), "param_dtype", where)
     if "reduce_dtype" in mp:
@@ -170,6 +185,9 @@ def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], di
             not_modelled(where, f"{name}.{key}", LAUNCHER_NOTES[key])
     for key in SMP_KEYS:
         if key in data:
+            if key in smp and smp[key] != data[key]:
+                why = f"disagrees with {smp[key]!r} in {mp_name}.parameters; give it once"
+                raise ConfigError(why, where=where, field=key)
             smp[key] = data[key]
     for key in ("instance_type", "instance_count"):
         if key in data:

@@ -197,3 +197,23 @@ def test_a_refused_configuration_prints_its_one_line_without_the_notes(tmp_path,
     block = {"stage": 3, "overlap_comm": True, "mics_shard_size": 3}  # noted, then refused on the cluster
     err = refused(["predict", str(config(tmp_path, {**DS, "zero_optimization": block}))], capsys)
     assert "field 'degree': degree 3 does not divide the world size 8" in err, err
+
+
+def test_a_key_given_flat_and_in_the_distribution_block_must_agree(tmp_path, capsys):
+    inner = {"distribution": {"smdistributed": {"modelparallel": {"parameters": {"sharded_data_parallel_degree": 4}}}}}
+    assert load_config(config(tmp_path, {**SMP, **inner, "sharded_data_parallel_degree": 4})).strategy.degree == 4
+    err = refused(["predict", str(config(tmp_path, {**SMP, **inner, "sharded_data_parallel_degree": 8}))], capsys)
+    assert "field 'sharded_data_parallel_degree': disagrees with 4 in distribution.smdistributed" in err, err
+
+
+def test_fsdp_mixed_precision_keys_are_read_noted_or_refused(tmp_path, capsys):
+    mp = {"param_dtype": "bf16", "buffer_dtype": "fp32", "cast_forward_inputs": True}
+    said = notes(capsys, tmp_path, {**DS, "mixed_precision": mp})
+    assert [line.split(" accepted")[0].rsplit(": ", 1)[-1] for line in said] == [
+        "mixed_precision.buffer_dtype",
+        "mixed_precision.cast_forward_inputs",
+    ]
+    err = refused(["predict", str(config(tmp_path, {**DS, "mixed_precision": mp, "param_dtype": "fp16"}))], capsys)
+    assert "field 'param_dtype': disagrees with 'bf16' in mixed_precision; give it once" in err, err
+    err = refused(["predict", str(config(tmp_path, {**DS, "mixed_precision": {"bufer_dtype": "fp32"}}))], capsys)
+    assert "field 'mixed_precision.bufer_dtype': unknown key; did you mean 'buffer_dtype'?" in err, err
