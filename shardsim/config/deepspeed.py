@@ -81,7 +81,6 @@ OFFLOAD_KEYS = {
         "nvme_path",
         "buffer_count",
         "pin_memory",
-        "pipeline",
         "pipeline_read",
         "pipeline_write",
         "fast_init",
