@@ -75,7 +75,8 @@ def _build(ns: argparse.Namespace):
         attentions=spanned["attention"],
         compile=spanned["compile"],
         mlm_fractions=spanned["mlm_fraction"],
-        batch_sizes=ns.batch_per_device if ns.global_batch is not None else _several(ns.batch_per_device),
+        # one batch is the base's, unless a global batch or a search would override it: then it is held to
+        batch_sizes=ns.batch_per_device if ns.global_batch or ns.max_batch else _several(ns.batch_per_device),
         grad_accums=_several(ns.grad_accum),
         max_batch=ns.max_batch,
     )

@@ -92,3 +92,9 @@ def test_a_sweep_without_data_parallel_kinds_says_what_it_swept(capsys, extra):
     out = capsys.readouterr().out
     assert "No ddp/zero/zero2d configuration was swept (only pipeline)." in out, out
     assert "fits in memory; only pipelines do" not in out
+
+
+@pytest.mark.parametrize("extra", [[], ["--global-batch", "64"]])
+def test_a_batch_per_device_beside_a_search_is_refused_not_overridden(capsys, extra):
+    err = refused([*SWEEP, "--max-batch", "8", "--batch-per-device", "2", *extra], capsys)
+    assert "field 'max_batch': searches the batch: give batch sizes or the search, not both" in err, err
