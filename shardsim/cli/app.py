@@ -32,7 +32,7 @@ import sys
 import threading
 from pathlib import Path
 
-from shardsim.core import interrupts
+from shardsim.core import interrupts, notes
 from shardsim.core.errors import ConfigError, WriteError
 
 log = logging.getLogger("shardsim")
@@ -253,7 +253,8 @@ def _main(argv: list[str] | None) -> int:
         ns = build_parser().parse_args(argv)
         ns.command_line = shlex.join(["shardsim", *(sys.argv[1:] if argv is None else argv)])
         setup_logging(ns.verbose - ns.quiet)
-        code = int(ns.func(ns) or 0)
+        with notes.held():  # a refused input: its one line alone
+            code = int(ns.func(ns) or 0)
         if sys.stdout is not None:
             sys.stdout.flush()  # a broken pipe is this command's, not an error at exit
         return code

@@ -75,7 +75,8 @@ def _build(ns: argparse.Namespace):
         attentions=spanned["attention"],
         compile=spanned["compile"],
         mlm_fractions=spanned["mlm_fraction"],
-        batch_sizes=_several(ns.batch_per_device),
+        # one batch is the base's, unless a global batch or a search would override it: then it is held to
+        batch_sizes=ns.batch_per_device if ns.global_batch or ns.max_batch else _several(ns.batch_per_device),
         grad_accums=_several(ns.grad_accum),
         max_batch=ns.max_batch,
     )
@@ -269,8 +270,8 @@ def register(sub) -> None:
         "--global-batch",
         type=Count(MAX_BATCH * MAX_WORLD),
         dest="global_batch",
-        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
-        "scaling at the batch per device)",
+        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum), or with "
+        "--batch-per-device grad_accum = N / (world x batch) (default: none, weak scaling at the batch per device)",
     )
     p.add_argument(
         "--max-batch",

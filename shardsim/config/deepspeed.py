@@ -12,15 +12,13 @@ refused unless off (their off value, as DeepSpeed's default, is what the simulat
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from shardsim.config.smp import _put
 from shardsim.core.errors import ConfigError
+from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import check_keys
 from shardsim.simulator.strategies.kinds import DDP, ZERO, ZERO1, ZERO2D
-
-log = logging.getLogger("shardsim")
 
 ZERO_OPTIMIZATION = "zero_optimization"
 DEEPSPEED_KEYS = (ZERO_OPTIMIZATION,)  # a configuration file's keys this module reads
@@ -76,6 +74,22 @@ REFUSED = {
     "zenflow": ("ZenFlow", (None,)),
 }
 ZERO_KEYS = (*MODELLED, *DEEPSPEED_NOTES, *REFUSED)
+# the keys of an offload block (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig and ...ParamConfig)
+OFFLOAD_KEYS = {
+    "offload_optimizer": (
+        "device",
+        "nvme_path",
+        "buffer_count",
+        "pin_memory",
+        "pipeline_read",
+        "pipeline_write",
+        "fast_init",
+        "ratio",
+    ),
+    "offload_param": ("device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"),
+}
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+_OFFLOAD_OFF = "applies to offload, which is off (device none)"
 
 
 def _int(value: Any, where: str, name: str) -> int:
@@ -90,14 +104,32 @@ def _bool(value: Any, where: str, name: str) -> bool:
     return value
 
 
+def _offload_device(block: dict[str, Any], key: str, where: str) -> Any:
+    """The ``device`` of the offload block `key` (none where absent), every key of the block
+    one DeepSpeed defines there; the others of a block that is off are noted."""
+    value = block[key]
+    if not isinstance(value, dict):
+        return value
+    name = f"{ZERO_OPTIMIZATION}.{key}"
+    check_keys(value, OFFLOAD_KEYS[key], where=where, prefix=f"{name}.")
+    device = value.get("device", "none")
+    if device not in OFFLOAD_DEVICES:
+        raise ConfigError(
+            f"expected one of {', '.join(OFFLOAD_DEVICES)}, got {device!r}", where=where, field=f"{name}.device"
+        )
+    if device == "none":
+        for inner in value:
+            if inner != "device":
+                not_modelled(where, f"{name}.{inner}", _OFFLOAD_OFF)
+    return device
+
+
 def _refuse_enabled(block: dict[str, Any], where: str) -> None:
     """Refuse a `REFUSED` key that is on (an offload's ``device`` other than none)."""
     for key, (what, off) in REFUSED.items():
         if key not in block:
             continue
-        value = block[key]
-        if isinstance(value, dict) and key.startswith("offload_"):
-            value = value.get("device", "none")
+        value = _offload_device(block, key, where) if key in OFFLOAD_KEYS else block[key]
         if value not in off:
             raise ConfigError(
                 f"{what} is not modelled; remove it or set it off", where=where, field=f"{ZERO_OPTIMIZATION}.{key}"
@@ -137,4 +169,4 @@ def apply_deepspeed(values: dict[str, Any], data: dict[str, Any], where: str) ->
         _put(values, "reshard_after_forward", False, name, where)
     for key in block:
         if key in DEEPSPEED_NOTES:
-            log.warning("%s: %s.%s accepted, not modelled: %s", where, ZERO_OPTIMIZATION, key, DEEPSPEED_NOTES[key])
+            not_modelled(where, f"{ZERO_OPTIMIZATION}.{key}", DEEPSPEED_NOTES[key])

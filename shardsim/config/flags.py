@@ -10,7 +10,7 @@ from typing import Any
 from shardsim.config.load import load_config
 from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig, fraction_value
 from shardsim.core.errors import ConfigError
-from shardsim.core.flagtypes import Count, CountList
+from shardsim.core.flagtypes import Count, CountList, list_items
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -31,7 +31,7 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     """A parser of comma-separated values, each one of `choices`."""
 
     def parse(text: str) -> tuple[str, ...]:
-        vals = tuple(x.strip() for x in text.split(",") if x.strip())
+        vals = tuple(list_items(text))
         bad = [v for v in vals if v not in choices]
         if not vals or bad:
             raise argparse.ArgumentTypeError(f"expected some of {','.join(choices)}, got {text!r}")
@@ -41,16 +41,13 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
 
 
 def str_list(text: str) -> tuple[str, ...]:
-    vals = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
-    if not vals:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return vals
+    return tuple(dict.fromkeys(list_items(text)))
 
 
 def bool_list(text: str) -> tuple[bool, ...]:
     """``true,false`` → (True, False); duplicates dropped, order kept."""
     words = {"true": True, "false": False}
-    vals = tuple(x.strip().lower() for x in text.split(",") if x.strip())
+    vals = tuple(x.lower() for x in list_items(text))
     if not vals or any(v not in words for v in vals):
         raise argparse.ArgumentTypeError(f"expected true and/or false, comma-separated, got {text!r}")
     return tuple(dict.fromkeys(words[v] for v in vals))
@@ -73,10 +70,7 @@ def fraction(text: str) -> float:
 
 def fraction_list(text: str) -> tuple[float, ...]:
     """``0.15,0.3`` → (0.15, 0.3): numbers in (0, 1], duplicates dropped, order kept."""
-    vals = [x.strip() for x in text.split(",") if x.strip()]
-    if not vals:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return tuple(dict.fromkeys(fraction(v) for v in vals))
+    return tuple(dict.fromkeys(fraction(v) for v in list_items(text)))
 
 
 def list_type(s: FlatSetting) -> Callable[[str], tuple[Any, ...]]:

@@ -609,6 +609,14 @@ class RunConfig(Frozen):
 
         return workload_value(value, None)
 
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _part_of_node(cls, value: int | None) -> int | None:
+        """A power of two (1, 2, 4 of an 8-GPU node), as an instance's GPUs split by its PCIe switches."""
+        if value is not None and value & (value - 1):
+            raise ConfigError(f"expected a power of two (1, 2, 4, ...), got {value}", field="gpus_per_node")
+        return value
+
     @field_validator("checkpointing", mode="before")
     @classmethod
     def _checkpointing(cls, value: Any) -> Any:

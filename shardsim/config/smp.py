@@ -3,9 +3,10 @@
 SageMaker's flat (``sharded_data_parallel_degree: 32``) or the whole ``distribution`` block of a
 PyTorch estimator, with ``instance_type`` and ``instance_count``; FSDP's ``sharding_strategy``
 and ``mixed_precision: {param_dtype, reduce_dtype}`` (``param_dtype`` and dtype names such as
-``torch.bfloat16`` also flat); contradictions are refused. A key at any level of the block that
-SageMaker does not define there is refused, and so are parameters under ``enabled: false``
-(SageMaker would not apply them).
+``torch.bfloat16`` also flat); contradictions are refused (``bf16`` and ``fp16`` both true among
+them). A key at any level of the block that SageMaker does not define there is refused, and so
+are parameters under ``enabled: false`` (SageMaker would not apply them); the keys accepted and
+not modelled (`SMP_NOTES`, `LAUNCHER_NOTES`) are noted on stderr, one line each.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardsim.core.errors import ConfigError
+from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import check_keys
 from shardsim.simulator.strategies.kinds import DDP, FSDP_SHARDING, PIPELINE, ZERO, ZERO2D
 
@@ -36,8 +38,34 @@ SMP_KEYS = (
     "sharded_data_parallel_degree_pipeline",
 )
 
+_PARTITION = "pipeline stages split the layers evenly (SMP's partitioning is not modelled)"
+SMP_NOTES = {  # parameters accepted, not modelled: why
+    "ddp": "the ranks beside the model-parallel groups always replicate the model (data parallelism)",
+    "delayed_parameter_initialization": "initialization is not part of a training step",
+    "placement_strategy": "the ranks are placed by mesh_order",
+    "optimize": _PARTITION,
+    "auto_partition": _PARTITION,
+    "default_partition": _PARTITION,
+    "activation_loading_horizon": "activation offloading is not modelled",
+    "sharded_data_parallel_degree_pipeline": "a pipeline's stages are sharded by degree",
+}
+LAUNCHER_NOTES = {  # the `mpi` and `torch_distributed` launchers' keys
+    "enabled": "the launcher is not part of a training step",
+    "processes_per_host": "each of a node's GPUs runs one rank (gpus_per_node sets how many)",
+    "custom_mpi_options": "the launcher is not part of a training step",
+}
+assert set(SMP_NOTES) <= set(SMP_KEYS)
 
 FSDP_KEYS = ("sharding_strategy", "mixed_precision", "param_dtype")
+MIXED_PRECISION = ("param_dtype", "reduce_dtype")  # FSDP1's MixedPrecision, FSDP2's MixedPrecisionPolicy
+_CASTS = "the casts of a module's inputs and outputs are not modelled"
+MIXED_PRECISION_NOTES = {
+    "buffer_dtype": "module buffers are not modelled",
+    "keep_low_precision_grads": "gradients are held in reduce_dtype",
+    "cast_forward_inputs": _CASTS,
+    "cast_root_forward_inputs": _CASTS,
+    "output_dtype": _CASTS,
+}
 # a PyTorch estimator's keys beside its parameters: the `distribution` block and the cluster
 SAGEMAKER_CLUSTER_KEYS = ("distribution", "instance_type", "instance_count")
 # FSDP1's ShardingStrategy (FSDP2: reshard_after_forward) → (kind, reshard_after_forward)
@@ -83,9 +111,15 @@ def apply_fsdp_keys(values: dict[str, Any], data: dict[str, Any], where: str) ->
     if mp is not None and not isinstance(mp, dict):
         raise ConfigError("expected a mapping {param_dtype, reduce_dtype}", where=where, field="mixed_precision")
     mp = dict(mp or {})
-    check_keys(mp, ("param_dtype", "reduce_dtype"), where=where, prefix="mixed_precision.")
+    check_keys(mp, (*MIXED_PRECISION, *MIXED_PRECISION_NOTES), where=where, prefix="mixed_precision.")
+    for key in mp:
+        if key in MIXED_PRECISION_NOTES:
+            not_modelled(where, f"mixed_precision.{key}", MIXED_PRECISION_NOTES[key])
     if "param_dtype" in data:
-        mp.setdefault("param_dtype", data["param_dtype"])
+        if "param_dtype" in mp and mp["param_dtype"] != data["param_dtype"]:
+            why = f"disagrees with {mp['param_dtype']!r} in mixed_precision; give it once"
+            raise ConfigError(why, where=where, field="param_dtype")
+        mp["param_dtype"] = data["param_dtype"]
     if "param_dtype" in mp:
         _put(values, "precision", dtype_name(mp["param_dtype"], where, "param_dtype"), "param_dtype", where)
     if "reduce_dtype" in mp:
@@ -100,7 +134,7 @@ DISTRIBUTION = "distribution"
 DISTRIBUTION_KEYS = ("smdistributed", "mpi", "torch_distributed")
 SMDISTRIBUTED_KEYS = ("modelparallel",)
 MODELPARALLEL_KEYS = ("enabled", "parameters")
-LAUNCHER_KEYS = ("enabled", "processes_per_host", "custom_mpi_options")  # mpi, torch_distributed
+LAUNCHER_KEYS = tuple(LAUNCHER_NOTES)  # mpi, torch_distributed
 
 
 def _block(parent: dict[str, Any], key: str, keys: tuple[str, ...], where: str, name: str) -> dict[str, Any]:
@@ -143,11 +177,17 @@ def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], di
     if params:
         extra["library"] = "smp"  # SageMaker's model-parallel library runs these collectives
     for launcher in ("mpi", "torch_distributed"):
-        block = _block(dist, launcher, LAUNCHER_KEYS, where, f"{DISTRIBUTION}.{launcher}")
+        name = f"{DISTRIBUTION}.{launcher}"
+        block = _block(dist, launcher, LAUNCHER_KEYS, where, name)
         if "processes_per_host" in block:
             extra.setdefault("processes_per_host", block["processes_per_host"])
+        for key in block:
+            not_modelled(where, f"{name}.{key}", LAUNCHER_NOTES[key])
     for key in SMP_KEYS:
         if key in data:
+            if key in smp and smp[key] != data[key]:
+                why = f"disagrees with {smp[key]!r} in {mp_name}.parameters; give it once"
+                raise ConfigError(why, where=where, field=key)
             smp[key] = data[key]
     for key in ("instance_type", "instance_count"):
         if key in data:
@@ -158,6 +198,12 @@ def smp_parameters(data: dict[str, Any], where: str) -> tuple[dict[str, Any], di
 def pos_int(value: Any, where: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"expected an integer >= 1, got {value!r}", where=where, field=name)
+    return value
+
+
+def _flag(value: Any, where: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}", where=where, field=name)
     return value
 
 
@@ -207,11 +253,13 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
         if sched is None:
             raise ConfigError(f"expected simple or interleaved, got {smp['pipeline']!r}", where=where, field="pipeline")
         put("schedule", sched, "pipeline")
-    if smp.get("ddp") is False and (pp > 1 or degrees):
-        pass  # SMP v1 needed ddp: True for data parallelism; shardsim always replicates across the rest
-    if smp.get("bf16"):
-        put("precision", "bf16", "bf16")
-    elif smp.get("fp16"):
-        put("precision", "fp16", "fp16")
+    halves = [k for k in ("bf16", "fp16") if k in smp and _flag(smp[k], where, k)]
+    if len(halves) > 1:
+        raise ConfigError("bf16 and fp16 are both true; set one of them", where=where, field="fp16")
+    if halves:
+        put("precision", halves[0], halves[0])
+    for key in smp:
+        if key in SMP_NOTES:
+            not_modelled(where, key, SMP_NOTES[key])
     if "processes_per_host" in extra:
         values["_processes_per_host"] = pos_int(extra["processes_per_host"], where, "mpi.processes_per_host")

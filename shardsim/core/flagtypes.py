@@ -39,6 +39,17 @@ class Count:
         return value
 
 
+def list_items(text: str) -> list[str]:
+    """The comma-separated items of a list flag's value, stripped; an empty one (``4,,8``, a
+    trailing comma, nothing at all) is refused rather than dropped."""
+    items = [x.strip() for x in text.split(",")]
+    if empty := [i for i, x in enumerate(items, start=1) if not x]:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated values, none of them empty, got {_given(text)}: empty element (item {empty[0]})"
+        )
+    return items
+
+
 @dataclass(frozen=True)
 class CountList:
     """``2,4,8`` → (2, 4, 8): comma-separated `Count`s, duplicates dropped, order kept."""
@@ -48,8 +59,9 @@ class CountList:
 
     def __call__(self, text: str) -> tuple[int, ...]:
         count = Count(self.maximum, self.minimum)
+        items = list_items(text)
         try:
-            values = tuple(count(x) for x in text.split(",") if x.strip())
+            values = tuple(count(x) for x in items)
         except argparse.ArgumentTypeError:
             values = ()
         if not values:
@@ -122,13 +134,7 @@ class SizeSweep:
                 sizes.append(low)
                 low *= 2
         else:
-            items = text.split(",")
-            if empty := [i for i, x in enumerate(items, start=1) if not x.strip()]:
-                raise argparse.ArgumentTypeError(
-                    f"expected a list of sizes such as 1MiB,64MiB,1GiB, got an empty element (item {empty[0]})"
-                    f" in {_given(text)}"
-                )
-            sizes = [one(x) for x in items]
+            sizes = [one(x) for x in list_items(text)]
         if not sizes or len(sizes) > self.most:
             raise argparse.ArgumentTypeError(f"expected 1 to {self.most} sizes, got {len(sizes)} from {text!r}")
         return tuple(dict.fromkeys(sizes))

@@ -3,7 +3,8 @@
 Every file the user passes is read through `load_yaml` or `load_json` (or `read_text`): at most
 `FILE_BYTES` of it (more is refused before it is parsed), as UTF-8, its YAML with one loader
 (`StrictLoader`) that refuses duplicate keys and nesting deeper than `MAX_DEPTH`, and its JSON
-refusing duplicate keys too.
+refusing duplicate keys too. A file of 0 bytes is refused, and so is a number that is not
+finite (YAML's ``.nan`` and ``.inf``, JSON's ``NaN`` and ``Infinity``) wherever it is, read or not.
 
 A figure in a topology or workload file may be written plainly (``memory_gib: 16``) or
 with its source (``memory_gib: {value: 16, source: "NVIDIA T4 datasheet"}``). Shipped
@@ -50,6 +51,14 @@ def read_text(path: Path, *, limit: int = FILE_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text at byte {exc.start}", where=where) from None
+
+
+def _some_text(path: Path, limit: int) -> str:
+    """`read_text`, refusing a file of 0 bytes (an unwritten file is not a configuration of defaults)."""
+    text = read_text(path, limit=limit)
+    if not text:
+        raise ConfigError("empty file (0 bytes)", where=str(path))
+    return text
 
 
 class _Refused(yaml.MarkedYAMLError):
@@ -105,10 +114,45 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _key_path(path: tuple[Any, ...]) -> str:
+    """``a.b[2].c``: where a value sits in nested mappings and lists."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
+
+
+def non_finite(value: Any) -> tuple[str, float] | None:
+    """The first number that is not finite in nested mappings and lists (its key path and
+    value), or None; walked without recursion."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict) and "value" in item and set(item) <= set(FIGURE_KEYS):
+            item = item["value"]  # a figure with its source: named by its key, as `Fields.raw` reads it
+        if isinstance(item, float) and not math.isfinite(item):
+            return _key_path(path), item
+        if isinstance(item, dict):
+            stack.extend((v, (*path, k)) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def check_finite(value: Any, where: str) -> Any:
+    """`value`, once every number in it is finite; ConfigError naming the first other one's key."""
+    found = non_finite(value)
+    if found is not None:
+        path, number = found
+        raise ConfigError(f"expected a finite number, got {number!r}", where=where, field=path or None)
+    return value
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """The value of a YAML text (`StrictLoader`); ConfigError naming `where` and the line otherwise."""
+    """The value of a YAML text (`StrictLoader`), every number in it finite (`check_finite`);
+    ConfigError naming `where` and the line otherwise."""
     try:
-        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: plain data only
+        return check_finite(yaml.load(text, Loader=StrictLoader), where)  # a SafeLoader: plain data only
     except _Refused as exc:
         raise ConfigError(str(exc.problem), where=where) from None
     except yaml.reader.ReaderError as exc:
@@ -123,8 +167,16 @@ def parse_yaml(text: str, where: str) -> Any:
 
 
 def load_yaml(path: Path, *, limit: int = FILE_BYTES) -> dict[str, Any]:
-    """Load a YAML mapping from a file of at most `limit` bytes; ConfigError naming the file otherwise."""
-    data = parse_yaml(read_text(path, limit=limit), str(path))
+    """Load a YAML mapping from a file of at most `limit` bytes (an empty document, comments
+    alone, is an empty mapping; a file of 0 bytes is refused); a ``.json`` file is read as JSON
+    (`load_json`: its ``NaN`` and ``Infinity`` are numbers, where YAML would read them as words).
+    ConfigError naming the file otherwise."""
+    if path.suffix.lower() == ".json":
+        data = load_json(path, limit=limit)
+        if not isinstance(data, dict):
+            raise ConfigError("expected a JSON object at the top level", where=str(path))
+        return data
+    data = parse_yaml(_some_text(path, limit), str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -159,7 +211,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def load_json(path: Path, *, limit: int = FILE_BYTES) -> Any:
     """The value of a JSON file of at most `limit` bytes; ConfigError naming the file otherwise."""
     where = str(path)
-    text = read_text(path, limit=limit)
+    text = _some_text(path, limit)
     too_deep = ConfigError(f"nested deeper than {MAX_DEPTH} levels", where=where)
     try:
         data = json.loads(text, object_pairs_hook=_unique_keys)
@@ -171,7 +223,7 @@ def load_json(path: Path, *, limit: int = FILE_BYTES) -> Any:
         raise too_deep from None
     if _too_deep(data):
         raise too_deep
-    return data
+    return check_finite(data, where)
 
 
 def suggest(name: str, known: Iterable[str]) -> str:

@@ -514,3 +514,125 @@ def test_fractional_sizes(number: float, unit: str, as_text: bool) -> None:
     else:
         assert r.size_bytes == exact and math.isfinite(r.time_s)
     check_promise(["collective", "--topology", "p4d.24xlarge", "--size", str(size), "--json"])
+
+
+# --- pasted DeepSpeed and SageMaker blocks, list flags, empty files ------------------------------
+
+BASE_DS = {
+    "workload": "tiny-gpt",
+    "topology": "p4d.24xlarge",
+    "nodes": 1,
+    "zero_optimization": {
+        "stage": 3,
+        "mics_shard_size": 4,
+        "overlap_comm": True,
+        "reduce_bucket_size": 500000000,
+        "offload_optimizer": {"device": "none", "pin_memory": True},
+        "offload_param": {"device": "none", "buffer_count": 4},
+    },
+}
+BASE_SMP_BLOCK = {
+    "workload": "tiny-gpt",
+    "instance_type": "ml.p4d.24xlarge",
+    "instance_count": 1,
+    "bf16": True,
+    "mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32"},
+    "distribution": {
+        "smdistributed": {
+            "modelparallel": {
+                "enabled": True,
+                "parameters": {
+                    "sharded_data_parallel_degree": 4,
+                    "ddp": True,
+                    "activation_loading_horizon": 4,
+                    "placement_strategy": "cluster",
+                    "microbatches": 1,
+                },
+            }
+        },
+        "mpi": {"enabled": True, "processes_per_host": 8, "custom_mpi_options": "-x NCCL_DEBUG=WARN"},
+    },
+}
+# keys that disagree with a base's (or with another key of the same file)
+CLASHES = [
+    {"fp16": True},
+    {"precision": "fp16"},
+    {"sharding_strategy": "NO_SHARD"},
+    {"hybrid_shard_degree": 2},
+    {"degree": 2},
+    {"strategy": "ddp"},
+    {"pipeline_parallel_degree": 2, "partitions": 4},
+    {"zero_optimization": {"stage": 1}},
+]
+
+
+@CASES
+@given(
+    data=st.data(),
+    base=st.sampled_from([BASE_DS, BASE_SMP_BLOCK]),
+    clash=st.one_of(st.none(), st.sampled_from(CLASHES)),
+    suffix=st.sampled_from([".yaml", ".json"]),
+)
+def test_deepspeed_and_sagemaker_blocks(data: st.DataObject, base: dict, clash: dict | None, suffix: str) -> None:
+    """Misspelt keys at any depth (offload_optimizer's too), disagreeing keys, NaN or infinity
+    anywhere; as YAML, and as JSON (NaN and Infinity as JSON writes them)."""
+    text = mutate(data, {**base, **(clash or {})})
+    if suffix == ".json":
+        text = json.dumps(yaml.safe_load(text))  # a repeated key: the last, as YAML reads it
+    with tempfile.TemporaryDirectory() as tmp:
+        check_promise(["predict", _write(tmp, f"c{suffix}", text), "--json"])
+
+
+SWEEP_LISTS = {  # a list flag of the sweep → good elements, space-separated
+    "--nodes": "1 2",
+    "--strategies": "ddp zero",
+    "--degrees": "2 4",
+    "--pp": "2",
+    "--microbatches": "2 4",
+    "--schedules": "gpipe 1f1b",
+    "--batch-per-device": "2 4",
+    "--grad-accum": "1 2",
+    "--checkpointing": "none full",
+    "--reduce-dtypes": "fp32 bf16",
+    "--topology": "p4d.24xlarge",
+    "--compile": "true false",
+}
+LIST_FLAGS = [("sweep", f, good.split()) for f, good in SWEEP_LISTS.items()] + [("collective", "--sizes", ["1MiB"])]
+SWEEP_BASE = ["--workload", "tiny-gpt", "--topology", "p4d.24xlarge", "--nodes", "1", "--workers", "1", "--no-progress"]
+
+
+@settings(CASES, max_examples=60)
+@given(flag=st.sampled_from(LIST_FLAGS), data=st.data())
+def test_an_empty_list_element(flag: tuple[str, str, list[str]], data: st.DataObject) -> None:
+    """A list flag with an empty element (``1,,2``, a trailing comma, blanks): refused, one line."""
+    command, name, good = flag
+    items = data.draw(st.lists(st.sampled_from(good), max_size=3))
+    blank = data.draw(st.sampled_from(["", " ", "\t"]))
+    items.insert(data.draw(st.integers(0, len(items))), blank)
+    argv = [command, *(SWEEP_BASE if command == "sweep" else ["--topology", "p4d.24xlarge"])]
+    argv = [*argv, f"{name}={','.join(items)}", "--json"]
+    check_promise(argv)
+    code, _, err = run(argv)
+    assert code == 2 and "none of them empty" in err, (argv, err)
+
+
+PREDICT_TINY = ["predict", "--workload", "tiny-gpt", "--topology", "p4d.24xlarge", "--nodes", "1"]
+EMPTY_FILES = {  # a file's name → the flag that passes it to predict (None: the configuration)
+    "c.yaml": None,
+    "c.json": None,
+    "t.yaml": "--topology",
+    "m.yaml": "--workload",
+    "config.json": "--workload",
+    "cal.yaml": "--calibration",
+    "p.json": "--profile",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_FILES))
+def test_a_file_of_0_bytes(name: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path, flag = _write(tmp, name, ""), EMPTY_FILES[name]
+        argv = [*PREDICT_TINY, *([flag, path] if flag else [path]), "--json"]
+        check_promise(argv)
+        code, _, err = run(argv)
+        assert code == 2 and "empty file (0 bytes)" in err, (argv, err)

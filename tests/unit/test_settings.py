@@ -65,7 +65,7 @@ def test_checkpointing_spellings(tmp_path):
         ("strategy: ddp\nreshard_after_forward: false\n", "reshard_after_forward"),
         ("sharding_strategy: FULL\n", "sharding_strategy"),
         ("precision: fp32\nparam_dtype: bfloat16\n", "param_dtype"),
-        ("mixed_precision: {buffer_dtype: fp32}\n", "mixed_precision.buffer_dtype"),
+        ("mixed_precision: {bufer_dtype: fp32}\n", "mixed_precision.bufer_dtype"),
     ],
 )
 def test_bad_settings_name_the_field_and_file(tmp_path, text, field):

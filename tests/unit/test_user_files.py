@@ -70,8 +70,8 @@ def test_a_torn_profile_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("timeout: .inf\n", "field 'timeout': expected a finite number from 1 to 86,400, got inf"),
-        ("timeout: .nan\n", "field 'timeout': expected a finite number from 1 to 86,400, got nan"),
+        ("timeout: .inf\n", "field 'timeout': expected a finite number, got inf"),
+        ("timeout: .nan\n", "field 'timeout': expected a finite number, got nan"),
         ("steps: '3'\n", "field 'steps': expected a whole number from 1 to 100,000, got '3'"),
         ("retries: 1.5\n", "field 'retries': expected a whole number from 0 to 100, got 1.5"),
         ("max_steal: [0.2]\n", "field 'max_steal': expected a part of the cores' time, 0 < max_steal <= 1, got [0.2]"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shardsim.config import CHECKPOINTING, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
+from shardsim.config import CHECKPOINTING, DATA_PARALLEL, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
 from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
 from shardsim.core.units import (
@@ -144,7 +144,9 @@ def _degrees_line(b: dict) -> str:
     )
 
 
-def _recommendation_lines(rec: dict, multi: bool, batches: bool = False) -> list[str]:
+def _recommendation_lines(rec: dict, multi: bool, batches: bool = False, swept: tuple[str, ...] = ()) -> list[str]:
+    """The recommendation's lines; `swept`: the kinds of the table's rows (where none is a
+    data-parallel one, the missing sharded_data_parallel_degree says so)."""
     if rec["best"] is None:
         hint = f"; {rec['hint']}" if rec.get("hint") else ""
         return [f"[bold red]No recommendation:[/bold red] {rec['reason']}{hint}"]
@@ -165,6 +167,8 @@ def _recommendation_lines(rec: dict, multi: bool, batches: bool = False) -> list
             if rec["sdp_runner_up"]["nodes"] != sdp["nodes"] and multi:
                 line += f" on {rec['sdp_runner_up']['nodes']} x {rec['sdp_runner_up']['topology']}"
         lines.append(line)
+    elif swept and not set(swept) & set(DATA_PARALLEL):
+        lines.append(f"No ddp/zero/zero2d configuration was swept (only {', '.join(swept)}).")
     else:
         lines.append("No ddp/zero/zero2d configuration fits in memory; only pipelines do.")
     line = f"[bold]Best configuration overall:[/bold] {_describe(rec['best'], batches)}{where}"
@@ -389,7 +393,8 @@ def print_report(
     for line in skipped:
         out.print(f"[yellow]skipped[/yellow] {line}")
     batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1) or max_batch is not None
-    for line in _recommendation_lines(rec, multi, batches):
+    swept = tuple(dict.fromkeys(df["strategy_kind"]))
+    for line in _recommendation_lines(rec, multi, batches, swept):
         out.print(line)
     if files:
         out.print(f"Wrote {len(files)} files to {out_dir}: " + ", ".join(sorted({f.rsplit("/", 1)[-1] for f in files})))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.core.errors import ConfigError
+from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import MiB, load_json
 from shardsim.simulator.workload.arch import Arch, check_arch
 
@@ -29,12 +30,19 @@ DEFAULT_SEQ_LEN = 4096
 
 
 class _Keys:
-    """Typed reads of a config.json's keys, errors naming the key and the file."""
+    """Typed reads of a config.json's keys, errors naming the key and the file; `read` holds the
+    keys a family looks at."""
 
     def __init__(self, data: dict[str, Any], where: str):
         self.data, self.where = data, where
+        self.read: set[str] = {"model_type", "_name_or_path"}  # the family, the name (`model_name`)
+
+    def get(self, name: str) -> Any:
+        self.read.add(name)
+        return self.data.get(name)
 
     def int(self, *names: str, default: int | None = None) -> int:
+        self.read.update(names)
         for name in names:
             value = self.data.get(name)
             if value is None:
@@ -53,6 +61,7 @@ class _Keys:
         return min(DEFAULT_SEQ_LEN, self.int(*names))
 
     def flag(self, name: str, default: bool) -> bool:
+        self.read.add(name)
         value = self.data.get(name, default)
         if not isinstance(value, bool):
             raise ConfigError(f"expected true or false, got {value!r}", where=self.where, field=name)
@@ -61,7 +70,7 @@ class _Keys:
 
 def _llama(k: _Keys) -> Arch:
     hidden, heads = k.int("hidden_size"), k.int("num_attention_heads")
-    if k.data.get("head_dim") is not None and k.int("head_dim") * heads != hidden:
+    if k.get("head_dim") is not None and k.int("head_dim") * heads != hidden:
         raise ConfigError("a head_dim other than hidden_size / heads is not modelled", where=k.where, field="head_dim")
     for name in ("attention_bias", "mlp_bias"):
         if k.flag(name, False):
@@ -126,7 +135,7 @@ def _mpt(k: _Keys) -> Arch:
 
 
 def _vit(k: _Keys) -> Arch:
-    labels = k.data.get("id2label")
+    labels = k.get("id2label")
     classes = k.int("num_labels", default=len(labels) if isinstance(labels, dict) and labels else 2)
     return Arch(
         "vit",
@@ -178,10 +187,19 @@ HF_KEYS = {
 }
 
 
+def _printable(name: str) -> str:
+    """`name` with its control characters (a terminal's escape sequences, newlines) escaped as Python writes them."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
 def model_name(data: dict[str, Any], path: Path) -> str:
-    """What a config.json's model is called: its ``_name_or_path`` (a hub id as written, a local
-    path's last part); else its folder's name when that names the model type (``Mistral-7B-v0.1/``,
-    not a snapshot hash); else its ``model_type``."""
+    """What a config.json's model is called, its control characters escaped (`_printable`): its
+    ``_name_or_path`` (a hub id as written, a local path's last part); else its folder's name when
+    that names the model type (``Mistral-7B-v0.1/``, not a snapshot hash); else its ``model_type``."""
+    return _printable(_given_name(data, path))
+
+
+def _given_name(data: dict[str, Any], path: Path) -> str:
     given = data.get("_name_or_path")
     if isinstance(given, str) and given.strip():
         given = given.strip().rstrip("/")
@@ -218,9 +236,14 @@ def _arch(data: dict[str, Any], where: str) -> Arch:
     if kind not in MODEL_TYPES:
         known = ", ".join(MODEL_TYPES)
         raise ConfigError(f"unsupported model type {kind!r}; supported: {known}", where=where, field="model_type")
-    arch = MODEL_TYPES[kind](_Keys(data, where))
+    keys = _Keys(data, where)
+    arch = MODEL_TYPES[kind](keys)
     try:
-        return check_arch(arch, where)
+        arch = check_arch(arch, where)
     except ConfigError as err:
         key = next((k for k in HF_KEYS.get(err.field or "", ()) if k in data), err.field)
         raise ConfigError(err.message, where=where, field=key) from None
+    unread = [str(k) for k in data if k not in keys.read]
+    if unread:
+        not_modelled(where, ", ".join(unread), f"the {arch.family} family is modelled from its shape keys alone")
+    return arch
