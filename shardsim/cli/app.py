@@ -34,6 +34,7 @@ from pathlib import Path
 
 from shardsim.core import interrupts
 from shardsim.core.errors import ConfigError, WriteError
+from shardsim.core.files import named_stdout
 
 log = logging.getLogger("shardsim")
 
@@ -253,9 +254,10 @@ def _main(argv: list[str] | None) -> int:
         ns = build_parser().parse_args(argv)
         ns.command_line = shlex.join(["shardsim", *(sys.argv[1:] if argv is None else argv)])
         setup_logging(ns.verbose - ns.quiet)
-        code = int(ns.func(ns) or 0)
-        if sys.stdout is not None:
-            sys.stdout.flush()  # a broken pipe is this command's, not an error at exit
+        with named_stdout():  # a write of stdout that fails (a full disk, /dev/full) is a WriteError
+            code = int(ns.func(ns) or 0)
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a broken pipe is this command's, not an error at exit
         return code
     except ConfigError as exc:
         log.error("error: %s", exc)
