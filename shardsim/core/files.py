@@ -4,7 +4,7 @@ checking an output path before any work is done for it (`check_output_file`, `ch
 
 Every output, a file or a folder, gets its missing folders made (parents too): a file's when it
 is written, removed again when that write fails; a folder's by `output_folder`, removed again
-when the command fails before it wrote anything into them. An output is never one of the same
+when the command ends without anything written into them. An output is never one of the same
 command's inputs (`check_not_input`: the same file however it is reached).
 
 A write goes where the path leads and leaves what is there as it is (`write_target`):
@@ -343,14 +343,14 @@ def check_output_dir(path: str | Path, field: str) -> Path:
 @contextlib.contextmanager
 def output_folder(path: str | Path, field: str) -> Iterator[Path]:
     """`path` checked (`check_output_dir`) and made, parents too, for the block; the folders it
-    made are removed again when the block fails and leaves them empty."""
+    made that are still empty when the block ends (a command that failed before writing, or
+    whose files could not be written) are removed again."""
     p = check_output_dir(path, field)
     made = make_folders(Path(os.path.realpath(p)), str(p))
     try:
         yield p
-    except BaseException:
+    finally:
         remove_empty(made)
-        raise
 
 
 def same_file(a: str | Path, b: str | Path) -> bool:

@@ -1,5 +1,6 @@
 """The one atomic-write helper: old or new file, never a torn one, no temporary left."""
 
+import contextlib
 import errno
 import os
 import stat
@@ -241,5 +242,20 @@ def test_output_checks_accept_what_can_be_written_through(tmp_path):
     assert check_output_dir(folder_link, "out") == folder_link
     assert not (tmp_path / "team" / "results").exists()  # checked, not made
     with output_folder(folder_link, "out") as made:
-        assert made == folder_link
+        atomic_write(made / "f", "x")
     assert (tmp_path / "team" / "results").is_dir() and folder_link.is_symlink()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_an_output_folder_made_and_left_empty_is_removed_one_written_in_is_kept(tmp_path, fails):
+    (tmp_path / "there").mkdir()
+    for name, write in (("empty", False), ("full", True)):
+        folder = tmp_path / "there" / name / "deep"
+        with contextlib.suppress(RuntimeError), output_folder(folder, "out") as made:
+            assert made.is_dir()
+            if write:
+                atomic_write(made / "f", "x")
+            if fails:
+                raise RuntimeError("the command failed")
+    assert sorted(os.listdir(tmp_path / "there")) == ["full"]  # a folder that was there stays
+    assert (tmp_path / "there" / "full" / "deep" / "f").read_text() == "x"
