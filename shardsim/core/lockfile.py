@@ -77,7 +77,10 @@ class Busy(Exception):
 def held(path: str | Path, holder: str) -> Iterator[None]:
     """Hold the lock of `path` for the block, with `holder` (who this process is) in the lock
     file; `Busy`, naming the process that holds it, when another does."""
-    fd = acquire(path, blocking=False)
+    try:
+        fd = acquire(path, blocking=False)
+    except OSError as exc:  # a disk with no room for even the lock file: it is named
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     if fd is None:
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
@@ -88,7 +91,7 @@ def held(path: str | Path, holder: str) -> Iterator[None]:
         try:
             os.ftruncate(fd, 0)
             os.write(fd, holder.encode())
-        except OSError as exc:  # a full disk: the lock file is named
+        except OSError as exc:
             raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         yield
     finally:

@@ -121,7 +121,7 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(tmp_path, capsys,
 def test_a_sweep_that_would_replace_its_config_is_refused_before_any_prediction(tmp_path, capsys, monkeypatch):
     _no_work(monkeypatch)
     out = tmp_path / "out"
-    for name in ("sweep.csv", "notes.yaml"):  # a file the sweep writes; one its predecessor listed, removed
+    for name in ("sweep.csv", "report.html", "notes.yaml"):  # files the sweep writes; one its predecessor listed
         config = _copy(SEED, out / name)
         (out / MANIFEST).write_text(json.dumps({"command": "x", "files": ["notes.yaml"]}))
         assert cli(["sweep", config, "--out", out]) == 2
@@ -219,17 +219,20 @@ def _full(*a, **k):
 
 
 class _FullLockDisk:
-    """`os` for the lock file's module, on a disk with no room left: writing fails."""
+    """`os` for the lock file's module, on a disk with no room left: `failing` (making the file,
+    or writing in it) fails."""
 
-    write = staticmethod(_full)
+    def __init__(self, failing: str):
+        self.failing = failing
 
     def __getattr__(self, name):
-        return getattr(os, name)
+        return _full if name == self.failing else getattr(os, name)
 
 
-def test_a_sweep_on_a_full_disk_names_the_lock_file_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("failing", ["open", "write"])
+def test_a_sweep_on_a_full_disk_names_the_lock_file_and_leaves_no_folder(tmp_path, capsys, monkeypatch, failing):
     ran = _predictions(monkeypatch)
-    monkeypatch.setattr(lockfile, "os", _FullLockDisk())
+    monkeypatch.setattr(lockfile, "os", _FullLockDisk(failing))
     out = tmp_path / "new" / "out"
     assert cli([*SWEEP, "--out", out]) == 1
     err = one_line(capsys)

@@ -40,7 +40,7 @@ STAGING = ".shardsim-sweep-new-"  # the prefix of the folder the files are made 
 
 
 # the files a sweep writes besides its plots (*.png, *.svg) and the manifest
-TABLES = ("sweep.csv", "sweep.parquet", "recommended.json")
+TABLES = ("sweep.csv", "sweep.parquet", "recommended.json", "report.html")
 PLOTS = ("*.png", "*.svg")
 
 
