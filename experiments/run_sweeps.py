@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from shardsim.config import RunConfig
-from shardsim.core.files import atomic_write
-from shardsim.simulator.sweep.output import check_output_dir, write_tables
+from shardsim.core.files import atomic_write, check_output_dir
+from shardsim.simulator.sweep.output import write_tables
 from shardsim.simulator.sweep.plots import plot_all
 from shardsim.simulator.sweep.recommendation import recommend
 from shardsim.simulator.sweep.rows import upgrade_table
@@ -221,7 +221,7 @@ def pivot_markdown(df: pd.DataFrame) -> list[str]:
 
 def run_study(name: str, workers: int | None, replot: bool = False, root: Path = OUT) -> None:
     command, parts = STUDIES[name]
-    out = check_output_dir(root / name)
+    out = check_output_dir(root / name, "--out")  # made as its first file is written
     t = time.perf_counter()
     if replot:  # tables as committed: summary and plots only (e.g. after a change to the plots)
         df = upgrade_table(pd.read_parquet(out / "sweep.parquet"))  # one written before the result key too

@@ -139,8 +139,8 @@ def predict(
     config: a `RunConfig`, a configuration file, a mapping of settings, or None (the seed
     scenario); settings: keyword settings over a file or mapping (refused beside a RunConfig);
     algo: the collective algorithm (auto, ring, tree, hierarchical); trace: a Chrome trace
-    file of the step to write (its folder must exist)."""
-    from shardsim.core.files import check_output_file
+    file of the step to write (its folder made if missing; never the configuration file)."""
+    from shardsim.core.files import check_output_file, input_files
     from shardsim.simulator.predict import predict as simulate
     from shardsim.simulator.predict import save_trace
 
@@ -148,7 +148,7 @@ def predict(
     algo = _algo(algo)
     trace = _path(trace, "trace")
     if trace is not None:
-        check_output_file(trace, "trace")
+        check_output_file(str(trace), "trace", inputs=input_files(config))
     pred = simulate(cfg, algo=algo)
     if trace is not None:
         save_trace(pred, trace)
@@ -333,7 +333,7 @@ def calibrate(
     several), each size a row; nodes: the nodes of a file that names no ranks (the CSV form)."""
     import pandas as pd
 
-    from shardsim.core.files import check_output_file
+    from shardsim.core.files import check_output_file, input_files
     from shardsim.simulator.calibration.apply import write_calibration
     from shardsim.simulator.calibration.calibrate import DEFAULT_FOLDS
     from shardsim.simulator.calibration.calibrate import calibrate as fit
@@ -362,7 +362,7 @@ def calibrate(
         raise ConfigError(f"expected True or False, got {force!r}", field="force")
     out = _path(out, "out")
     if out is not None:
-        check_output_file(out, "out")
+        check_output_file(str(out), "out", inputs=input_files(measurements, topology, *files))
     folds = DEFAULT_FOLDS if folds is None else folds
     source = measurements if isinstance(measurements, pd.DataFrame) or measurements is None else str(measurements)
     result = fit(source, topology, params=names, folds=folds, force=force, nccl_tests=files, nodes=nodes)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from shardsim.core import interrupts, notes
 from shardsim.core.errors import ConfigError, WriteError
+from shardsim.core.files import named_stdout
 
 log = logging.getLogger("shardsim")
 
@@ -253,10 +254,10 @@ def _main(argv: list[str] | None) -> int:
         ns = build_parser().parse_args(argv)
         ns.command_line = shlex.join(["shardsim", *(sys.argv[1:] if argv is None else argv)])
         setup_logging(ns.verbose - ns.quiet)
-        with notes.held():  # a refused input: its one line alone
+        with notes.held(), named_stdout():  # a refused input: its one line alone; a failed stdout write named
             code = int(ns.func(ns) or 0)
-        if sys.stdout is not None:
-            sys.stdout.flush()  # a broken pipe is this command's, not an error at exit
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a broken pipe is this command's, not an error at exit
         return code
     except ConfigError as exc:
         log.error("error: %s", exc)

@@ -17,7 +17,7 @@ import textwrap
 from shardsim.config.flags import setting_type, str_list
 from shardsim.core.console import output_width
 from shardsim.core.errors import ConfigError
-from shardsim.core.files import check_output_file
+from shardsim.core.files import check_output_file, input_files
 from shardsim.core.flagtypes import Count
 
 MAX_FOLDS = 1_000
@@ -77,7 +77,7 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
     if ns.measured is None and not ns.nccl_tests:
         raise ConfigError("nothing to fit to: give measured runs (MEASURED) or --nccl-tests FILE", field="measured")
     if ns.out:
-        check_output_file(ns.out, "out")
+        check_output_file(ns.out, "out", inputs=input_files(ns.measured, ns.topology, *ns.nccl_tests))
     r = calibrate(
         ns.measured,
         ns.topology,
@@ -186,7 +186,10 @@ def register(sub) -> None:
         "'# Rank' lines) (default: none)",
     )
     p.add_argument(
-        "--out", metavar="FILE", help="write the calibration file (YAML) here (default: none, print the fit only)"
+        "--out",
+        metavar="FILE",
+        help="write the calibration file (YAML) here, its folder made if missing; never one of the inputs "
+        "(default: none, print the fit only)",
     )
     p.add_argument(
         "--folds",

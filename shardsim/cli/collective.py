@@ -121,9 +121,9 @@ def _compare(ns: argparse.Namespace) -> int:
     if ns.ranks:  # --size and --sizes are refused beside --compare by the parser
         raise ConfigError("--compare takes its ranks from the file: leave out --ranks", field="ranks")
     if ns.plot:  # a path that cannot be written is refused before any work
-        from shardsim.core.files import check_output_file
+        from shardsim.core.files import check_output_file, input_files
 
-        check_output_file(ns.plot, "plot", make_folder=True)
+        check_output_file(ns.plot, "plot", inputs=input_files(ns.compare, ns.topology, ns.calibration))
     measured = read_nccl_tests(ns.compare, ns.op)
     if ns.nodes is None and measured.nodes is None:
         raise ConfigError(f"{measured.path}: {NO_NODES}", field="nodes")
@@ -257,7 +257,8 @@ def register(sub) -> None:
         "--plot",
         metavar="OUT.png",
         default=None,
-        help="with --compare: busbw predicted vs measured (PNG; default: none)",
+        help="with --compare: busbw predicted vs measured (PNG, its folder made if missing; never an input of the "
+        "command) (default: none)",
     )
     add_algo_argument(c, auto=True)
     c.add_argument(

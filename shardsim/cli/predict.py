@@ -6,6 +6,7 @@ import argparse
 import json
 import textwrap
 
+from shardsim.cli.inputs import config_inputs
 from shardsim.config import add_config_arguments, config_from_args
 from shardsim.config.flags import add_algo_argument
 from shardsim.core.console import labelled, output_width
@@ -67,7 +68,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
 
     cfg = config_from_args(ns)
     if ns.trace:
-        check_output_file(ns.trace, "trace")
+        check_output_file(ns.trace, "trace", inputs=config_inputs(ns, cfg))
     pred = predict(cfg, algo=ns.algo)
     if ns.trace:
         save_trace(pred, ns.trace)
@@ -157,6 +158,7 @@ def register(sub) -> None:
     p.add_argument(
         "--trace",
         metavar="FILE",
-        help="write a Chrome trace of the step to FILE; its folder must exist (default: none)",
+        help="write a Chrome trace of the step to FILE (its folder made if missing; never an input of the command) "
+        "(default: none)",
     )
     p.set_defaults(func=_cmd_predict)

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 
+from shardsim.cli.inputs import config_inputs
 from shardsim.config import add_config_arguments, config_from_args
 from shardsim.core.errors import ConfigError
 from shardsim.core.files import check_output_file
@@ -49,7 +50,7 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
             field=name,
         )
     device = _device(ns.device)
-    out = check_output_file(ns.out, "out", make_folder=True)
+    out = check_output_file(ns.out, "out", inputs=config_inputs(ns, cfg))
     batches = list(ns.batch or (cfg.batch_per_device,))
     cluster = make_cluster(cfg.topology, cfg.nodes)
     emulated = cluster.instance.emulated is not None
@@ -126,7 +127,11 @@ def register(sub) -> None:
         "validate take with --profile.",
     )
     add_config_arguments(p)
-    p.add_argument("--out", default="results/profile.json", help="profile file to write (default: %(default)s)")
+    p.add_argument(
+        "--out",
+        default="results/profile.json",
+        help="profile file to write, its folder made if missing (default: %(default)s)",
+    )
     p.add_argument(
         "--device",
         default="auto",

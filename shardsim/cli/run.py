@@ -14,12 +14,13 @@ import contextlib
 import logging
 from pathlib import Path
 
+from shardsim.cli.inputs import config_inputs
 from shardsim.config import add_config_arguments, config_from_args
 from shardsim.core.errors import ConfigError
-from shardsim.core.files import check_output_dir
+from shardsim.core.files import check_not_input, check_output_dir, output_folder
 from shardsim.core.flagtypes import Count
 from shardsim.runtime.plan import CPU_RANKS_PER_CORE, MAX_CPU_RANKS, RunPlan, plan_run, run_flags, run_planned
-from shardsim.runtime.records import check_runs_csv, load_run
+from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run
 from shardsim.simulator.scale import MAX_WORLD
 from shardsim.simulator.workload.load import spec_name
 
@@ -39,8 +40,10 @@ def main_run(ns: argparse.Namespace) -> int:
                 field=key,
             )
     plan = plan_run(cfg, ns.nproc, ns.emulate)
-    with _holding(plan, ns.wait):  # a busy topology is refused before anything is made or said
-        return _run(ns, plan)
+    out = check_output_dir(Path(ns.out).resolve(), "out")
+    check_not_input([out / CSV_NAME], config_inputs(ns, cfg), "out")
+    with _holding(plan, ns.wait), output_folder(out, "out"):  # a busy topology is refused before anything is made
+        return _run(ns, plan, out)
 
 
 def _holding(plan: RunPlan, wait: bool):
@@ -54,10 +57,9 @@ def _holding(plan: RunPlan, wait: bool):
     return held([plan_cluster(plan.resolved_cfg.topology, plan.resolved_cfg.nodes)], wait=wait)
 
 
-def _run(ns: argparse.Namespace, plan: RunPlan) -> int:
+def _run(ns: argparse.Namespace, plan: RunPlan, out: Path) -> int:
     from shardsim.runtime.train import default_run_id
 
-    out = check_output_dir(Path(ns.out).resolve(), "out")
     check_runs_csv(out)  # its row is added at the end: a torn one is named now, not after the run
     run_id = default_run_id(plan.resolved_cfg)
     worker_args = run_flags(ns.steps, ns.warmup, out, ns.timeout, ns.threads, ns.data_batches, run_id)

@@ -165,6 +165,8 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
 
     if ns.address is not None and ns.executor != "ray":
         raise ConfigError("--address names a Ray cluster: it needs --executor ray", field="address")
+    if ns.force and not ns.out:
+        raise ConfigError("--force lets --out write into a folder of other files: it needs --out", field="force")
     if ns.executor == "ray":
         from shardsim.simulator.sweep.ray_executor import require_ray
 
@@ -174,7 +176,13 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         from shardsim.simulator.calibration.apply import load_calibration
 
         load_calibration(base.calibration)  # read (and a forced one told) once, before the workers fork
-    with sweep_folder(ns.out, ns.command_line) if ns.out else contextlib.nullcontext() as out:
+    folder = None
+    if ns.out:
+        from shardsim.cli.inputs import config_inputs
+
+        inputs = config_inputs(ns, base, *(ns.topology or ()))
+        folder = sweep_folder(ns.out, ns.command_line, force=ns.force, inputs=inputs)
+    with folder or contextlib.nullcontext() as out:
         return _sweep(ns, base, space, out)
 
 
@@ -288,10 +296,17 @@ def register(sub) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="write sweep.csv, sweep.parquet, recommended.json, plots and manifest.json here, in place of the files "
-        "of the sweep its manifest names; one sweep at a time (default: none, print only)",
+        help="write sweep.csv, sweep.parquet, recommended.json, plots and manifest.json here (made if missing), in "
+        "place of the files of the sweep its manifest names; one sweep at a time; a folder that holds files and no "
+        "manifest is refused (default: none, print only)",
     )
     p.add_argument("--no-plots", action="store_true", help="with --out: tables only")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --out: write into a folder that holds files and no sweep manifest, replacing those of the "
+        "sweep's names (default: refused)",
+    )
     search = p.add_mutually_exclusive_group()
     search.add_argument(
         "--prune",

@@ -6,9 +6,8 @@ import contextlib
 import json
 import logging
 from dataclasses import asdict, replace
-from pathlib import Path
 
-from shardsim.core.errors import ConfigError
+from shardsim.core.files import check_not_input, check_output_dir, input_files, output_folder
 from shardsim.core.flagtypes import Count, Real
 from shardsim.core.torch_required import require_torch
 from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
@@ -20,6 +19,8 @@ from shardsim.runtime.validation.report import markdown
 
 log = logging.getLogger("shardsim")
 
+# the files validate writes in its --out folder, besides runs/ and the profile it measures
+WRITTEN = ("validation.json", "validation.csv", "validation.md", "scatter.png", "errors.png")
 MAX_ERROR_PCT = 1_000.0  # --max-mape and --max-error: a bound above 1,000 % bounds nothing
 
 
@@ -40,19 +41,16 @@ def _holding(matrix, wait: bool):
 def _cmd_validate(ns) -> int:
     require_torch("shardsim validate")
     matrix = load_matrix(ns.matrix)
-    out = Path(ns.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"cannot write the output folder: {exc.strerror}", where=str(out)) from None
+    out = check_output_dir(ns.out, "out")
+    written = [out / name for name in (*WRITTEN, *(() if ns.profile else ("profile.json",)))]
+    runs = out / "runs"
+    written += [p for p in runs.rglob("*") if p.is_file()] if runs.is_dir() else []
+    check_not_input(written, input_files(ns.matrix, ns.profile, ns.calibration), "out")
     if ns.max_steal is not None:
         matrix = replace(matrix, max_steal=ns.max_steal)
     if ns.retries is not None:
         matrix = replace(matrix, retries=ns.retries)
-    with _holding(matrix, ns.wait):  # the whole job: profiling the links and every run
+    with _holding(matrix, ns.wait), output_folder(out, "out"):  # the whole job: profiling the links and every run
         rows, summary = validate(matrix, out, profile=ns.profile, threads=ns.threads, calibration=ns.calibration)
     if ns.json:
         print(json.dumps({"rows": [asdict(r) for r in rows], **summary}))

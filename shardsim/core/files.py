@@ -1,5 +1,11 @@
 """Writing files so that a reader never sees a torn one (`atomic_write`, `atomic_path`), and
-checking an output path before any work is done for it (`check_output_file`, `check_output_dir`).
+checking an output path before any work is done for it (`check_output_file`, `check_output_dir`,
+`check_not_input`).
+
+Every output, a file or a folder, gets its missing folders made (parents too): a file's when it
+is written, removed again when that write fails; a folder's by `output_folder`, removed again
+when the command ends without anything written into them. An output is never one of the same
+command's inputs (`check_not_input`: the same file however it is reached).
 
 A write goes where the path leads and leaves what is there as it is (`write_target`):
 - a regular file is replaced atomically (a temporary next to it, renamed over it) and keeps its
@@ -15,6 +21,7 @@ the file (and, in a command's own message, what else it wrote and what not: `rec
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -22,7 +29,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +37,8 @@ from pathlib import Path
 from shardsim.core.errors import ConfigError, WriteError
 
 FILE_MODE = 0o644  # every file shardsim writes, before the umask: the owner writes, everyone reads
+# a write that failed for want of room (a full disk, a quota, a file too large, a device that fails)
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
 def _umask() -> int:
@@ -151,7 +160,12 @@ def atomic_path(path: str | Path, *, durable: bool = True) -> Iterator[Path]:
         raise IsADirectoryError(21, "Is a directory", str(path))
     # a written-through target's temporary goes to the temporary folder: its own may be /dev
     folder = None if target.through else target.path.parent
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.path.name}.", suffix=".tmp")
+    made = [] if folder is None else make_folders(folder, str(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.path.name}.", suffix=".tmp")
+    except OSError as exc:
+        remove_empty(made)
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     os.close(fd)
     try:
         yield Path(tmp)
@@ -162,6 +176,7 @@ def atomic_path(path: str | Path, *, durable: bool = True) -> Iterator[Path]:
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        remove_empty(made)
         if not isinstance(exc, OSError) or isinstance(exc, WriteError) or _stdout_closed(exc, target):
             raise
         raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
@@ -169,6 +184,35 @@ def atomic_path(path: str | Path, *, durable: bool = True) -> Iterator[Path]:
         os.unlink(tmp)  # a written-through target's copy
     if (done := _WRITTEN.get()) is not None:
         done.append(Path(path))
+
+
+def make_folders(folder: Path, path: str) -> list[Path]:
+    """Make `folder` and its missing parents; the folders made, outermost first (`remove_empty`
+    takes them back). `WriteError` naming `path`, the file to be written, when one cannot be made."""
+    missing = []
+    for f in (folder, *folder.parents):
+        if f.exists() or f.is_symlink():
+            break
+        missing.append(f)
+    made: list[Path] = []
+    for f in reversed(missing):
+        try:
+            f.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            remove_empty(made)
+            raise WriteError(exc.errno, exc.strerror or str(exc), path) from exc
+        made.append(f)
+    return made
+
+
+def remove_empty(made: list[Path]) -> None:
+    """Remove the folders `made` (outermost first, as `make_folders` returns them) that are empty,
+    innermost first: what a failed command made and did not write in."""
+    for f in reversed(made):
+        with contextlib.suppress(OSError):
+            f.rmdir()
 
 
 def install(src: Path, path: str | Path) -> None:
@@ -226,20 +270,25 @@ def _writable_folder(folder: Path) -> bool:
     does not see read-only mounts or root's exemptions the way a write does)."""
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".shardsim-write-test.", suffix=".tmp")
-    except OSError:
+    except OSError as exc:
+        if exc.errno in FULL:  # the path is fine: the disk is full
+            raise WriteError(exc.errno, exc.strerror or str(exc), str(folder)) from exc
         return False
     os.close(fd)
     os.unlink(tmp)
     return True
 
 
-def check_output_file(path: str | Path, field: str, *, make_folder: bool = False) -> Path:
-    """`path` as a file shardsim can write, checked before any work is done for it: not a
-    folder, its folder there (made, parents too, with `make_folder`) and writable; a symlink is
-    checked as the file it leads to, and a device, a FIFO or ``/dev/stdout`` as written through
-    (open for writing, nothing made). ConfigError naming `path` and the flag `field` otherwise."""
+def check_output_file(path: str | Path, field: str, *, inputs: Iterable[str | Path] = ()) -> Path:
+    """`path` as a file shardsim can write, checked before any work is done for it: none of the
+    command's `inputs` (`check_not_input`), not a folder, and its folder writable, or, when
+    missing, the nearest folder above it that is there (the missing ones are made when the file
+    is written: `atomic_path`); a symlink is checked as the file it leads to, and a device, a
+    FIFO or ``/dev/stdout`` as written through (open for writing, nothing made). ConfigError
+    naming `path` and the flag `field` otherwise."""
     p = Path(path)
     where = str(path)
+    check_not_input([p], inputs, field)
     if p.is_dir():
         raise ConfigError("is a folder; expected a file path", where=where, field=field)
     target = write_target(p)
@@ -251,20 +300,21 @@ def check_output_file(path: str | Path, field: str, *, make_folder: bool = False
         if not os.access(target.path, os.W_OK):
             raise ConfigError("not writable", where=where, field=field)
         return p
-    folder = target.path.parent
-    if make_folder:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot make its folder {folder}: {exc.strerror or exc}", where=where, field=field
-            ) from None
-    elif not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise ConfigError(f"its folder {folder} {what}", where=where, field=field)
+    folder = _nearest_folder(target.path.parent, where, field)
     if not _writable_folder(folder) or (target.path.exists() and not os.access(target.path, os.W_OK)):
         raise ConfigError("not writable", where=where, field=field)
     return p
+
+
+def _nearest_folder(folder: Path, where: str, field: str) -> Path:
+    """`folder`, or the nearest folder above it that is there; ConfigError when what is there is
+    not a folder (a file where a folder is to be made)."""
+    for f in (folder, *folder.parents):
+        if f.is_dir():
+            return f
+        if f.exists() or f.is_symlink():
+            raise ConfigError(f"cannot make its folder {folder}: {f} is not a folder", where=where, field=field)
+    return Path("/")
 
 
 def _open_for_writing(fd: int) -> bool:
@@ -275,17 +325,103 @@ def _open_for_writing(fd: int) -> bool:
 
 
 def check_output_dir(path: str | Path, field: str) -> Path:
-    """`path` as a folder shardsim can write files in (made, parents too, if missing; a symlink
-    is kept and the folder it leads to made), checked before any work is done for it.
-    ConfigError naming `path` and the flag `field` otherwise."""
+    """`path` as a folder shardsim can write files in, checked before any work is done for it:
+    a folder, or missing with the nearest folder above it writable (`output_folder` makes it;
+    a symlink is kept and the folder it leads to made). ConfigError naming `path` and the flag
+    `field` otherwise."""
     p = Path(path)
     where = str(path)
     if p.exists() and not p.is_dir():
         raise ConfigError("is a file; expected a folder", where=where, field=field)
-    try:
-        Path(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)  # a symlink's folder is made where it leads
-    except OSError as exc:
-        raise ConfigError(f"cannot make the folder: {exc.strerror or exc}", where=where, field=field) from None
-    if not _writable_folder(p):
+    real = Path(os.path.realpath(p))
+    folder = real if real.is_dir() else _nearest_folder(real.parent, where, field)
+    if not _writable_folder(folder):
         raise ConfigError("cannot write in the folder", where=where, field=field)
     return p
+
+
+@contextlib.contextmanager
+def output_folder(path: str | Path, field: str) -> Iterator[Path]:
+    """`path` checked (`check_output_dir`) and made, parents too, for the block; the folders it
+    made that are still empty when the block ends (a command that failed before writing, or
+    whose files could not be written) are removed again."""
+    p = check_output_dir(path, field)
+    made = make_folders(Path(os.path.realpath(p)), str(p))
+    try:
+        yield p
+    finally:
+        remove_empty(made)
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether `a` and `b` are the same file: one inode (symlinks followed, hard links alike)
+    where both are there, the same resolved path otherwise."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def input_files(*values: object) -> list[Path]:
+    """The values that name a file or folder that is there (a configuration's path-or-name
+    fields: a workload, a topology, a profile): the inputs an output must not be."""
+    return [Path(v) for v in values if isinstance(v, str | os.PathLike) and str(v) and os.path.lexists(v)]
+
+
+def check_not_input(outputs: Iterable[str | Path], inputs: Iterable[str | Path], field: str) -> None:
+    """Refuse the outputs that are one of `inputs` (`same_file`): a ConfigError naming both and
+    the output's flag `field`, before any work."""
+    sources = list(inputs)
+    for out in outputs:
+        for src in sources:
+            if same_file(out, src):
+                raise ConfigError(
+                    f"is an input of this command ({src}); writing it would replace it: write elsewhere",
+                    where=str(out),
+                    field=field,
+                )
+
+
+class _NamedStdout:
+    """A text stream whose failed writes (not a broken pipe: stdout closed early) raise
+    `WriteError` naming stdout; everything else is the stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _stdout_error(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _stdout_error(exc) from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _stdout_error(exc: OSError) -> OSError:
+    if isinstance(exc, BrokenPipeError | WriteError):
+        return exc
+    return WriteError(exc.errno, exc.strerror or str(exc), "stdout")
+
+
+@contextlib.contextmanager
+def named_stdout() -> Iterator[None]:
+    """For the block, a write of `sys.stdout` that fails (``> /dev/full``, a full disk) raises
+    `WriteError` naming stdout, as a file's failed write does."""
+    stream = sys.stdout
+    if stream is None:
+        yield
+        return
+    sys.stdout = _NamedStdout(stream)
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _NamedStdout):
+            sys.stdout = stream

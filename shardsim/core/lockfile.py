@@ -8,7 +8,7 @@ holds it the file is gone (a holder killed outright leaves it behind; the next h
 and removes it). The kernel drops the lock of a process that ends, however it ends.
 
 `locked` waits for the lock; `held` refuses at once (`Busy`) with what the holder wrote in the
-lock file about itself.
+lock file about itself (a `WriteError` naming the lock file when that cannot be written).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from shardsim.core.errors import WriteError
 
 
 def acquire(path: str | Path, *, blocking: bool = True) -> int | None:
@@ -75,7 +77,10 @@ class Busy(Exception):
 def held(path: str | Path, holder: str) -> Iterator[None]:
     """Hold the lock of `path` for the block, with `holder` (who this process is) in the lock
     file; `Busy`, naming the process that holds it, when another does."""
-    fd = acquire(path, blocking=False)
+    try:
+        fd = acquire(path, blocking=False)
+    except OSError as exc:  # a disk with no room for even the lock file: it is named
+        raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     if fd is None:
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
@@ -83,8 +88,11 @@ def held(path: str | Path, holder: str) -> Iterator[None]:
             text = ""
         raise Busy(text)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, holder.encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, holder.encode())
+        except OSError as exc:
+            raise WriteError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         yield
     finally:
         release(path, fd)

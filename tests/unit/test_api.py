@@ -108,7 +108,8 @@ def test_predict_refuses_contradictory_or_unknown_inputs(tmp_path) -> None:
     _refused(lambda: shardsim.predict(workload=object()), "workload")
     _refused(lambda: shardsim.predict(42), "config")
     _refused(lambda: shardsim.predict(TINY, algo="rng"), "algo")
-    _refused(lambda: shardsim.predict(TINY, trace=tmp_path / "no" / "t.json"), "trace")
+    (tmp_path / "file").write_text("")
+    _refused(lambda: shardsim.predict(TINY, trace=tmp_path / "file" / "t.json"), "trace")  # no folder can be made
 
 
 def test_predict_writes_a_trace(tmp_path) -> None:
@@ -196,7 +197,9 @@ def test_calibrate_refuses_bad_input(tmp_path) -> None:
     _refused(lambda: shardsim.calibrate(42, "a100-40gb-roce"), "measurements")
     _refused(lambda: shardsim.calibrate(pd.DataFrame(columns=["model"]), "a100-40gb-roce"), "measurements")
     _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", force="yes"), "force")
-    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", out=tmp_path / "no" / "c.yaml"), "out")
+    (tmp_path / "file").write_text("")
+    _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", out=tmp_path / "file" / "c.yaml"), "out")
+    assert "is an input" in _refused(lambda: shardsim.calibrate(path, "a100-40gb-roce", out=path), "out")
     bad = pd.read_csv(path).assign(microbatch="four")
     assert "measurements row 0" in _refused(lambda: shardsim.calibrate(bad, "a100-40gb-roce"), "microbatch")
 

@@ -130,8 +130,9 @@ def test_a_bad_row_is_one_line_naming_its_line_and_column_exit_2(tmp_path, capsy
 
 def test_a_bad_output_path_fails_before_any_work(tmp_path, capsys):
     missing = tmp_path / "nowhere.csv"  # would fail later: the output is checked first
-    assert main(["calibrate", str(missing), "--topology", TOPOLOGY, "--out", str(tmp_path / "no" / "c.yaml")]) == 2
-    assert "out" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["calibrate", str(missing), "--topology", TOPOLOGY, "--out", str(tmp_path / "file" / "c.yaml")]) == 2
+    assert "field 'out': cannot make its folder" in capsys.readouterr().err
 
 
 def test_run_json_files_and_runs_csv_are_read(tmp_path):

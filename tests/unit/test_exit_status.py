@@ -77,10 +77,11 @@ def test_a_stdout_that_cannot_encode_a_character_gets_it_escaped():
 
 @pytest.mark.parametrize("inject", ["\nshardsim: error: fake", "\r\x1b[2Kfake", "\x85\u2028"])
 def test_a_message_is_one_line_whatever_it_quotes(capsys, tmp_path, inject):
-    path = f"{tmp_path}/missing{inject}/trace.json"
+    Path(f"{tmp_path}/file{inject}").write_text("")
+    path = f"{tmp_path}/file{inject}/trace.json"
     assert main(["predict", "--trace", path]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("shardsim: error: ") and err.endswith("does not exist\n")
+    assert err.startswith("shardsim: error: ") and err.endswith("is not a folder\n")
     assert len(err.splitlines()) == 1 and "\x1b" not in err and "\r" not in err, repr(err)
 
 
@@ -95,7 +96,7 @@ def test_a_sweep_that_cannot_write_a_file_prints_its_table_and_names_what_was_wr
     out = tmp_path / "out"
     out.mkdir()
     (out / "sweep.parquet").symlink_to(private_device(tmp_path / "full", 1, 7))  # the disk full at the second file
-    assert main([*SWEEP, "--out", str(out), "--no-plots"]) == 1
+    assert main([*SWEEP, "--out", str(out), "--no-plots", "--force"]) == 1  # forced: no manifest yet
     captured = capsys.readouterr()
     assert "Recommended sharded_data_parallel_degree" in captured.out and "sweep.csv" in captured.out
     assert captured.err == (

@@ -1,5 +1,6 @@
 """The one atomic-write helper: old or new file, never a torn one, no temporary left."""
 
+import contextlib
 import errno
 import os
 import stat
@@ -19,6 +20,7 @@ from shardsim.core.files import (
     check_output_dir,
     check_output_file,
     file_mode,
+    output_folder,
     recorded,
 )
 from tests.helpers import private_device
@@ -63,13 +65,20 @@ def test_a_failure_at_any_step_after_the_write_leaves_no_temporary(tmp_path, mon
     assert os.listdir(tmp_path) == ["out.json"]
 
 
-def test_a_folder_or_a_missing_folder_as_target_creates_nothing(tmp_path):
+def test_a_folder_as_target_creates_nothing(tmp_path):
     (tmp_path / "sub").mkdir()
     with pytest.raises(IsADirectoryError):
         atomic_write(tmp_path / "sub", "x")
-    with pytest.raises(FileNotFoundError):
-        atomic_write(tmp_path / "missing" / "x.json", "x")
     assert os.listdir(tmp_path) == ["sub"] and os.listdir(tmp_path / "sub") == []
+
+
+def test_a_missing_folder_is_made_and_removed_again_when_the_write_fails(tmp_path, monkeypatch):
+    atomic_write(tmp_path / "a" / "b" / "x.json", "x")
+    assert (tmp_path / "a" / "b" / "x.json").read_text() == "x"
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
+    with pytest.raises(WriteError, match=r"cannot write .*y\.json: No space left"):
+        atomic_write(tmp_path / "c" / "d" / "y.json", "y")
+    assert sorted(os.listdir(tmp_path)) == ["a"]  # c and d made, then removed: nothing written in them
 
 
 def test_an_interrupt_while_writing_leaves_no_temporary(tmp_path):
@@ -96,18 +105,18 @@ def test_output_paths_are_checked(tmp_path):
     assert check_output_file(tmp_path / "a.json", "out") == tmp_path / "a.json"
     for path, why in [
         (tmp_path / "sub", "is a folder"),
-        (tmp_path / "no" / "a.json", "its folder .* does not exist"),
-        (tmp_path / "file" / "a.json", "its folder .* is not a folder"),
+        (tmp_path / "file" / "a.json", "cannot make its folder .* is not a folder"),
+        (tmp_path / "file" / "x" / "a.json", "cannot make its folder .* is not a folder"),
     ]:
         with pytest.raises(ConfigError, match=f"field 'out': {why}"):
             check_output_file(path, "out")
-    assert check_output_file(tmp_path / "made" / "a.json", "out", make_folder=True).parent.is_dir()
-    assert check_output_dir(tmp_path / "d" / "e", "out").is_dir()
+    assert check_output_file(tmp_path / "no" / "a.json", "out") == tmp_path / "no" / "a.json"  # made when written
+    assert check_output_dir(tmp_path / "d" / "e", "out") == tmp_path / "d" / "e"
     with pytest.raises(ConfigError, match="is a file; expected a folder"):
         check_output_dir(tmp_path / "file", "out")
-    with pytest.raises(ConfigError, match="cannot make the folder"):
+    with pytest.raises(ConfigError, match="cannot make its folder"):
         check_output_dir(tmp_path / "file" / "x", "out")
-    assert sorted(os.listdir(tmp_path)) == ["d", "file", "made", "sub"]  # the checks leave nothing behind
+    assert sorted(os.listdir(tmp_path)) == ["file", "sub"]  # the checks make nothing
 
 
 def test_a_folder_nobody_can_write_in_is_refused():
@@ -231,4 +240,22 @@ def test_output_checks_accept_what_can_be_written_through(tmp_path):
     folder_link = tmp_path / "results"
     folder_link.symlink_to(tmp_path / "team" / "results")  # a link to a folder still to be made
     assert check_output_dir(folder_link, "out") == folder_link
+    assert not (tmp_path / "team" / "results").exists()  # checked, not made
+    with output_folder(folder_link, "out") as made:
+        atomic_write(made / "f", "x")
     assert (tmp_path / "team" / "results").is_dir() and folder_link.is_symlink()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_an_output_folder_made_and_left_empty_is_removed_one_written_in_is_kept(tmp_path, fails):
+    (tmp_path / "there").mkdir()
+    for name, write in (("empty", False), ("full", True)):
+        folder = tmp_path / "there" / name / "deep"
+        with contextlib.suppress(RuntimeError), output_folder(folder, "out") as made:
+            assert made.is_dir()
+            if write:
+                atomic_write(made / "f", "x")
+            if fails:
+                raise RuntimeError("the command failed")
+    assert sorted(os.listdir(tmp_path / "there")) == ["full"]  # a folder that was there stays
+    assert (tmp_path / "there" / "full" / "deep" / "f").read_text() == "x"

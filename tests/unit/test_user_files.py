@@ -132,17 +132,18 @@ def test_field_names_read_as_the_file_does():
     assert field_name(()) == ""
 
 
-@pytest.mark.parametrize("target", ["missing/trace.json", "folder", "."], ids=["missing-folder", "folder", "dot"])
+@pytest.mark.parametrize("target", ["file/trace.json", "folder", "."], ids=["under-a-file", "folder", "dot"])
 def test_a_trace_path_that_cannot_be_written_is_refused_before_predicting(tmp_path, capsys, monkeypatch, target):
     import shardsim.simulator.predict as predict
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("")
     monkeypatch.setattr(predict, "predict", lambda *a, **k: pytest.fail("predicted before checking --trace"))
     assert cli(["predict", "--trace", target]) == 2
     err = one_line(capsys)
     assert f"{target}: field 'trace': " in err
-    assert sorted(os.listdir(tmp_path)) == ["folder"] and os.listdir(tmp_path / "folder") == []  # nothing left
+    assert sorted(os.listdir(tmp_path)) == ["file", "folder"] and os.listdir(tmp_path / "folder") == []  # nothing left
 
 
 def test_a_trace_is_written_where_asked(tmp_path, capsys):
@@ -162,9 +163,7 @@ def test_file_outputs_of_calibrate_and_profile_are_checked_before_work(tmp_path,
     assert cli([*argv, "--out", str(tmp_path)]) == 2
     assert "field 'out': is a folder; expected a file path" in one_line(capsys)
     measured = write(tmp_path, "m.csv", "workload,step_time_s\ngpt2-xl,1.0\n")
-    assert (
-        cli(["calibrate", str(measured), "--topology", "a100-40gb-roce", "--out", str(tmp_path / "no" / "c.yaml")]) == 2
-    )
+    assert cli(["calibrate", str(measured), "--topology", "a100-40gb-roce", "--out", str(blocker / "c.yaml")]) == 2
     err = one_line(capsys)
-    assert f"{tmp_path / 'no' / 'c.yaml'}: field 'out': its folder" in err and "does not exist" in err
+    assert f"{blocker / 'c.yaml'}: field 'out': cannot make its folder" in err and "is not a folder" in err
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["file", "m.csv"]

@@ -155,5 +155,4 @@ def build_profile(
 
 def write_json_atomic(path: Path, doc: dict) -> None:
     """Write `doc` as indented JSON to `path` (its folder made if missing), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(doc, indent=2))

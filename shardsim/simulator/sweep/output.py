@@ -3,7 +3,9 @@ atomically into an output folder checked before any prediction runs.
 
 One folder holds one sweep. `sweep_folder` holds it for the whole sweep (a lock file,
 `LOCK`, naming the holder): a second sweep into it is refused at once, before any prediction,
-naming the first. `publish` makes the new files in a staging folder inside it, then removes the
+naming the first; so are a folder whose manifest is corrupt, a folder of files that has no
+manifest (not a sweep's: unless forced) and a folder where the sweep would replace one of its
+own inputs. `publish` makes the new files in a staging folder inside it, then removes the
 files the earlier sweep's `MANIFEST` lists, moves the new ones in and writes the manifest: what
 this sweep wrote and the command that wrote it. Files the manifest does not list are left as
 they are; a sweep that fails before publishing leaves the earlier one's files whole.
@@ -17,13 +19,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardsim.config.key import nest
 from shardsim.core.errors import ConfigError, CorruptFile, WriteError
-from shardsim.core.files import atomic_path, atomic_write, install
+from shardsim.core.files import atomic_path, atomic_write, check_not_input, install, output_folder
 from shardsim.core.lockfile import Busy, held
 from shardsim.core.yamlio import read_text
 from shardsim.simulator.sweep.rows import native
@@ -32,42 +34,52 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def check_output_dir(out: str | Path) -> Path:
-    """Make sure `out` is a writable folder before any prediction runs (ConfigError otherwise)."""
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"output folder {out} is a file, not a folder", field="--out")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".shardsim-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"cannot write to output folder {out}: {exc.strerror or exc}", field="--out") from None
-    return path
-
-
 MANIFEST = "manifest.json"
 LOCK = ".shardsim-sweep.lock"
 STAGING = ".shardsim-sweep-new-"  # the prefix of the folder the files are made in before they are moved in
 
 
+# the files a sweep writes besides its plots (*.png, *.svg) and the manifest
+TABLES = ("sweep.csv", "sweep.parquet", "recommended.json", "report.html")
+PLOTS = ("*.png", "*.svg")
+
+
 @contextlib.contextmanager
-def sweep_folder(out: str | Path, command: str) -> Iterator[Path]:
-    """`out` checked (`check_output_dir`) and held for the block by this process, running
-    `command`; ConfigError naming the holder when another sweep holds it."""
-    path = check_output_dir(out)
-    since = time.strftime("%Y-%m-%d %H:%M:%S")
-    hold = contextlib.ExitStack()
-    try:
-        hold.enter_context(held(path / LOCK, f"pid {os.getpid()} ({command}) since {since}"))
-    except Busy as exc:
-        who = f"another sweep, {exc.holder}" if exc.holder else "another sweep"
-        raise ConfigError(
-            f"{out} is being written by {who}; wait for it to end or choose another --out", field="--out"
-        ) from None
-    with hold:
+def sweep_folder(out: str | Path, command: str, *, force: bool = False, inputs: Iterable[Path] = ()) -> Iterator[Path]:
+    """`out` checked and made (`files.output_folder`) and held for the block by this process,
+    running `command`, all before any prediction runs. ConfigError naming the holder when
+    another sweep holds it; CorruptFile when its manifest is not one (`earlier_files`); ConfigError
+    when it holds files and no manifest, unless `force` (not a sweep's folder: its files are
+    the user's), or when one of the command's `inputs` is a file the sweep would replace."""
+    with output_folder(out, "--out") as path, contextlib.ExitStack() as hold:
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            hold.enter_context(held(path / LOCK, f"pid {os.getpid()} ({command}) since {since}"))
+        except Busy as exc:
+            who = f"another sweep, {exc.holder}" if exc.holder else "another sweep"
+            raise ConfigError(
+                f"{out} is being written by {who}; wait for it to end or choose another --out", field="--out"
+            ) from None
+        _check_folder(path, force, inputs)
         yield path
+
+
+def _check_folder(out: Path, force: bool, inputs: Iterable[Path]) -> None:
+    """Refuse `out` before any prediction runs: a corrupt manifest, files without a manifest
+    (unless `force`), an input among the files the sweep would write or remove."""
+    earlier = earlier_files(out)
+    if not earlier and not force:
+        theirs = sorted(p.name for p in out.iterdir() if not (p.name == LOCK or p.name.startswith(STAGING)))
+        if theirs:
+            shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+            raise ConfigError(
+                f"{out} holds files ({shown}) and no sweep manifest ({MANIFEST}): not a sweep's folder, whose files "
+                "a sweep may replace; choose an empty or new folder, or --force to write into it",
+                field="--out",
+            )
+    replaced = [out / n for n in (*earlier, *TABLES, MANIFEST)]
+    replaced += [p for pattern in PLOTS for p in out.glob(pattern)]
+    check_not_input(replaced, inputs, "--out")
 
 
 def earlier_files(out: Path) -> list[str]:
