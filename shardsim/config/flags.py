@@ -55,7 +55,7 @@ def aliases_text(s: FlatSetting) -> str:
     """``; also fsdp (= zero), hsdp (= zero2d)``: the other names a setting's flag takes ("" where none)."""
     if not s.aliases:
         return ""
-    return "; also " + ", ".join(f"{alias} (= {name})" for alias, name in s.aliases.items())
+    return "; also " + ", ".join(f"{alias} (= {name})" for alias, name in s.aliases)
 
 
 def choices_metavar(choices: tuple[str, ...] | None) -> str | None:
@@ -113,7 +113,7 @@ def list_type(s: FlatSetting) -> Callable[[str], tuple[Any, ...]]:
         return setting_list(s.name)
     if s.kind is bool:
         return bool_list
-    return choice_list(s.choices, s.aliases) if s.choices else str_list
+    return choice_list(s.choices, dict(s.aliases)) if s.choices else str_list
 
 
 def add_config_arguments(
@@ -147,7 +147,7 @@ def add_config_arguments(
         else:
             kind = setting_type(s.name) if s.kind is int else fraction if s.kind is float else s.kind
             if s.aliases:
-                kind = _alias_reader(s.aliases)
+                kind = _alias_reader(dict(s.aliases))
             more = {"metavar": m} if (m := choices_metavar(s.choices)) else {}
             help_ = s.help + aliases_text(s) + default
             p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=help_, **more)

@@ -731,7 +731,7 @@ class FlatSetting:
     negated: str | None
     minimum: int | None = None
     maximum: int | None = None
-    aliases: dict[str, str] | None = None  # other names of choices, as typed → the choice
+    aliases: tuple[tuple[str, str], ...] = ()  # (another name of a choice, the choice)
 
     @property
     def option(self) -> str:
@@ -778,7 +778,7 @@ def _settings() -> tuple[FlatSetting, ...]:
             continue
         if name == "strategy":
             kind = _flat("strategy", DdpConfig.model_fields["kind"], defaults.strategy.kind)
-            out.append(FlatSetting(**{**kind.__dict__, "choices": STRATEGIES, "aliases": ALIASES}))
+            out.append(FlatSetting(**{**kind.__dict__, "choices": STRATEGIES, "aliases": tuple(ALIASES.items())}))
             for f in STRATEGY_FIELDS:
                 m = next(m for m in MODELS.values() if f in m.model_fields)
                 default = getattr(defaults.strategy, f)
@@ -831,7 +831,7 @@ def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
             if s.maximum is not None and v > s.maximum:
                 raise ConfigError(f"{v:,} is beyond the simulator's bound of {s.maximum:,}", field=s.axis)
         elif s.choices is not None:
-            v = (s.aliases or {}).get(v, v) if isinstance(v, str) else v
+            v = dict(s.aliases).get(v, v) if isinstance(v, str) else v
             if v not in s.choices:
                 raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(s.choices)}", field=s.axis)
         out.append(v)
