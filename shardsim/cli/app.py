@@ -7,7 +7,7 @@ modules load inside `main`, after its signal handlers are in place, so that a Ct
 early is one line.
 
 Streams: a command's result goes to stdout (``--json`` output stays clean); diagnostics go through
-`logging` to stderr (``-v`` for more, ``-q`` for warnings and errors only), one line each, control
+`logging` to stderr (``-v`` for more, ``-q`` for errors only), one line each, control
 characters escaped. A character stdout's encoding cannot hold is escaped (``\\u2717``), never an error.
 Exit status: 0 done, 1 a run or check failed, a file could not be written (one line naming what
 was written and what not) or something unexpected happened (one line names a log file with the
@@ -84,14 +84,17 @@ def _version() -> str:
 
 def _add_verbosity(p: argparse.ArgumentParser, default) -> None:
     p.add_argument("-v", "--verbose", action="count", default=default, help="more diagnostics on stderr")
-    p.add_argument("-q", "--quiet", action="count", default=default, help="only warnings and errors on stderr")
+    p.add_argument(
+        "-q", "--quiet", action="count", default=default, help="only errors on stderr: no notes, warnings or progress"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="shardsim",
-        description="Predict, sweep, run and validate distributed training configurations "
-        "(DDP, ZeRO, ZeRO-2D / MiCS, pipelines) on described GPU clusters.",
+        description="Predict, sweep, run and validate distributed training configurations on described GPU "
+        "clusters: data parallel (DDP), ZeRO / FSDP, ZeRO-2D / HSDP / MiCS, pipeline, tensor and sequence "
+        "parallel, and their compositions.",
     )
     p.add_argument("--version", action="version", version=f"shardsim {_version()}")
     _add_verbosity(p, 0)
@@ -125,12 +128,12 @@ class _OneLine(logging.Formatter):
 
 def setup_logging(level: int) -> None:
     """Diagnostics on stderr, prefixed ``shardsim:``, one line each; `level` 0 is INFO, < 0
-    WARNING, > 0 DEBUG."""
+    ERROR (``-q``: the results and errors only), > 0 DEBUG."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine("shardsim: %(message)s"))
     log.handlers[:] = [handler]
     log.propagate = False
-    log.setLevel(logging.DEBUG if level > 0 else logging.INFO if level == 0 else logging.WARNING)
+    log.setLevel(logging.DEBUG if level > 0 else logging.INFO if level == 0 else logging.ERROR)
 
 
 def crash_log(text: str) -> Path:

@@ -154,10 +154,16 @@ def _executor(ns: argparse.Namespace):
     return RayExecutor(ns.address, _workers(ns.workers) if ns.address is None else None)
 
 
-def _report_dropped(dropped: dict[str, int]) -> None:
-    """What the requested space holds that the simulator cannot do: a line per reason, on stderr."""
-    for why, n in dropped.items():
-        log.warning("dropped %d configuration%s: %s", n, "s" if n > 1 else "", why)
+def _report_dropped(result) -> None:
+    """What the requested space holds that the simulator cannot do, on stderr: one line with a
+    count per kind of reason; with -v, a line per reason."""
+    line = result.dropped_line()
+    if line is None:
+        return
+    listed = log.isEnabledFor(logging.DEBUG)
+    log.info("%s%s", line, "" if listed else " (-v lists them)")
+    for why, n in result.dropped.items():
+        log.debug("dropped %d configuration%s: %s", n, "s" if n > 1 else "", why)
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
@@ -219,9 +225,9 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             # a line where the cache served something (-v: always); a first sweep stays quiet
             say = log.info if cache.hits else log.debug
             say("cache: %d hits, %d simulated", cache.hits, cache.simulated)
-    _report_dropped(result.dropped)
+    _report_dropped(result)
     if (line := result.pruned_line()) and not ns.json:
-        print(line, file=sys.stderr)
+        log.info("%s", line)
     df, rec, skipped = result.table, result.recommendation, list(result.skipped)
     files: list[str] = []
     failed: WriteError | None = None

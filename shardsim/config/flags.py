@@ -27,17 +27,43 @@ def setting_list(name: str) -> CountList:
     return CountList(s.maximum, s.minimum)
 
 
-def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
-    """A parser of comma-separated values, each one of `choices`."""
+def choice_list(choices: tuple[str, ...], aliases: dict[str, str] | None = None) -> Callable[[str], tuple[str, ...]]:
+    """A parser of comma-separated values, each one of `choices` or of their `aliases` (read as
+    the choice it stands for)."""
+    aliases = aliases or {}
 
     def parse(text: str) -> tuple[str, ...]:
-        vals = tuple(list_items(text))
+        vals = tuple(aliases.get(v, v) for v in list_items(text))
         bad = [v for v in vals if v not in choices]
         if not vals or bad:
             raise argparse.ArgumentTypeError(f"expected some of {','.join(choices)}, got {text!r}")
         return tuple(dict.fromkeys(vals))
 
     return parse
+
+
+def _alias_reader(aliases: dict[str, str]) -> Callable[[str], str]:
+    """A flag's type that reads an alias as the choice it stands for (argparse then checks the choice)."""
+
+    def choice(text: str) -> str:
+        return aliases.get(text, text)
+
+    return choice
+
+
+def aliases_text(s: FlatSetting) -> str:
+    """``; also fsdp (= zero), hsdp (= zero2d)``: the other names a setting's flag takes ("" where none)."""
+    if not s.aliases:
+        return ""
+    return "; also " + ", ".join(f"{alias} (= {name})" for alias, name in s.aliases)
+
+
+def choices_metavar(choices: tuple[str, ...] | None) -> str | None:
+    """The choices as they are typed, where one holds a comma itself (``{pp,dp,tp | pp,tp,dp}``:
+    argparse's ``{a,b}`` would read as more choices); None elsewhere (argparse's own)."""
+    if not choices or not any("," in c for c in choices):
+        return None
+    return "{" + " | ".join(choices) + "}"
 
 
 def str_list(text: str) -> tuple[str, ...]:
@@ -81,7 +107,7 @@ def list_type(s: FlatSetting) -> Callable[[str], tuple[Any, ...]]:
         return setting_list(s.name)
     if s.kind is bool:
         return bool_list
-    return choice_list(s.choices) if s.choices else str_list
+    return choice_list(s.choices, dict(s.aliases)) if s.choices else str_list
 
 
 def add_config_arguments(
@@ -114,7 +140,11 @@ def add_config_arguments(
             )
         else:
             kind = setting_type(s.name) if s.kind is int else fraction if s.kind is float else s.kind
-            p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=s.help + default)
+            if s.aliases:
+                kind = _alias_reader(dict(s.aliases))
+            more = {"metavar": m} if (m := choices_metavar(s.choices)) else {}
+            help_ = s.help + aliases_text(s) + default
+            p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=help_, **more)
 
 
 def add_axis_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,7 +154,8 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     for s in AXES:
         names = dict.fromkeys(("--" + s.axis.replace("_", "-"), s.option))
         extra: dict[str, Any] = {"nargs": "?", "const": (s.alone,)} if s.alone is not None else {}
-        p.add_argument(*names, dest=s.name, type=list_type(s), metavar="LIST", help=s.axis_help, **extra)
+        help_ = (s.axis_help or "") + aliases_text(s)
+        p.add_argument(*names, dest=s.name, type=list_type(s), metavar="LIST", help=help_, **extra)
         if s.kind is bool:
             no = f"= {s.option} false"
             p.add_argument(f"--no-{s.option[2:]}", dest=s.name, action="store_const", const=(False,), help=no)

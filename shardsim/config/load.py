@@ -18,7 +18,7 @@ from shardsim.config.smp import (
 )
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, check_keys, load_json, load_yaml, parse_yaml, unknown_key
-from shardsim.simulator.strategies.kinds import DEFAULT_KIND, STRATEGIES
+from shardsim.simulator.strategies.kinds import ALIASES, DEFAULT_KIND, STRATEGIES, kind_name
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch
 from shardsim.simulator.workload.describe import arch_from_mapping
 
@@ -82,7 +82,7 @@ def tree_of(data: dict[str, Any], where: str | None) -> dict[str, Any]:
     flat = {k: v for k, v in flat.items() if v is not None}
     strategy = values.get("strategy")
     if strategy is None or isinstance(strategy, str):
-        kind = DEFAULT_KIND if strategy is None else strategy
+        kind = DEFAULT_KIND if strategy is None else kind_name(strategy)
         if kind not in STRATEGIES:
             why = f"expected one of {', '.join(STRATEGIES)}, got {kind!r}"
             raise ConfigError(why, where=where, field="strategy")
@@ -104,7 +104,7 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
     built in Python (cluster-independent checks only)."""
     f = Fields(values, where).closed(FIELDS)
     given = {k: f.raw(k) for k in FIELDS if f.has(k)}
-    f.text("strategy", default=DEFAULT_KIND, choices=tuple(STRATEGIES))
+    f.text("strategy", default=DEFAULT_KIND, choices=(*STRATEGIES, *ALIASES))
     # Without a node count: the seed's 8 nodes on the default topology; otherwise the
     # topology decides (an emulated cluster has its own count, an instance type gives 1).
     if "nodes" not in given and "topology" in values:

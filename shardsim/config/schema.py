@@ -35,6 +35,7 @@ from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
 from shardsim.simulator.strategies.kinds import (
+    ALIASES,
     DDP,
     DEFAULT_KIND,
     DEFAULT_SWEEP,
@@ -43,6 +44,7 @@ from shardsim.simulator.strategies.kinds import (
     ZERO1,
     ZERO2D,
     StrategyKind,
+    kind_name,
 )
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
@@ -378,6 +380,7 @@ def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyC
         if k not in STRATEGY_FIELDS:
             raise ConfigError(f"unknown key; expected kind or one of {', '.join(STRATEGY_FIELDS)}", field=k)
     kind = d.get("kind", DEFAULT_KIND)
+    kind = kind_name(kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in MODELS:
         raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
     return Strategy(**strategy_fields(kind, rest, where))
@@ -385,7 +388,9 @@ def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyC
 
 def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa: N802 (builds a union member)
     """The strategy of `kind` with `fields` (None: not given); a field the kind does not carry,
-    an unknown kind or a bad value is a ConfigError naming the field."""
+    an unknown kind or a bad value is a ConfigError naming the field. `kind` may be an alias
+    (``fsdp``, ``hsdp``: `kinds.ALIASES`)."""
+    kind = kind_name(kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in MODELS:
         raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
     given = {k: v for k, v in fields.items() if v is not None}
@@ -734,6 +739,7 @@ class FlatSetting:
     negated: str | None
     minimum: int | None = None
     maximum: int | None = None
+    aliases: tuple[tuple[str, str], ...] = ()  # (another name of a choice, the choice)
 
     @property
     def option(self) -> str:
@@ -780,7 +786,7 @@ def _settings() -> tuple[FlatSetting, ...]:
             continue
         if name == "strategy":
             kind = _flat("strategy", DdpConfig.model_fields["kind"], defaults.strategy.kind)
-            out.append(FlatSetting(**{**kind.__dict__, "choices": STRATEGIES}))
+            out.append(FlatSetting(**{**kind.__dict__, "choices": STRATEGIES, "aliases": tuple(ALIASES.items())}))
             for f in STRATEGY_FIELDS:
                 m = next(m for m in MODELS.values() if f in m.model_fields)
                 default = getattr(defaults.strategy, f)
@@ -813,7 +819,8 @@ def fraction_value(v: Any, field: str | None) -> float:
 
 def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
     """A sweep's list of values of setting `s`, each checked as the setting is (its type, bound
-    or choices); ConfigError naming the list (`s.axis`) on an empty list or the first bad value."""
+    or choices, an alias read as its choice); ConfigError naming the list (`s.axis`) on an empty
+    list or the first bad value."""
     if isinstance(values, str | bytes) or not isinstance(values, tuple | list):
         raise ConfigError(f"expected a list, got {values!r}", field=s.axis)
     if not values:
@@ -831,7 +838,9 @@ def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
                 raise ConfigError(f"expected integers >= {s.minimum}, got {v!r}", field=s.axis)
             if s.maximum is not None and v > s.maximum:
                 raise ConfigError(f"{v:,} is beyond the simulator's bound of {s.maximum:,}", field=s.axis)
-        elif s.choices is not None and v not in s.choices:
-            raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(s.choices)}", field=s.axis)
+        elif s.choices is not None:
+            v = dict(s.aliases).get(v, v) if isinstance(v, str) else v
+            if v not in s.choices:
+                raise ConfigError(f"unknown value {v!r}; expected some of {', '.join(s.choices)}", field=s.axis)
         out.append(v)
     return tuple(out)

@@ -58,3 +58,21 @@ def test_version_prints_the_version():
         [sys.executable, "-m", "shardsim.cli", "--version"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and proc.stdout.startswith("shardsim ") and proc.stdout.split()[1][0].isdigit()
+
+
+def test_the_top_level_help_names_every_parallel_dimension():
+    text = " ".join(build_parser().format_help().split())
+    for dimension in ("data parallel", "ZeRO / FSDP", "ZeRO-2D / HSDP", "pipeline", "tensor", "sequence parallel"):
+        assert dimension in text, dimension
+
+
+def test_choices_holding_commas_are_shown_as_they_are_typed():
+    text = " ".join(_commands()["predict"].format_help().split())
+    assert "--mesh-order {pp,dp,tp | pp,tp,dp}" in text
+    assert "{pp,dp,tp,pp,tp,dp}" not in text
+
+
+def test_the_strategy_flags_name_their_aliases():
+    predict = " ".join(_commands()["predict"].format_help().split())
+    sweep = " ".join(_commands()["sweep"].format_help().split())
+    assert "also fsdp (= zero), hsdp (= zero2d)" in predict and "also fsdp (= zero), hsdp (= zero2d)" in sweep

@@ -150,7 +150,7 @@ def test_help_starts_fast_without_torch() -> None:
 
 
 def test_a_distribution_block_means_sagemakers_collectives(tmp_path) -> None:
-    """Issue 25: MiCS's hierarchical all-gather only where the configuration says SageMaker's
+    """MiCS's hierarchical all-gather only where the configuration says SageMaker's
     library (a pasted distribution block, or `library: smp`); flat keys are PyTorch's."""
     from shardsim.simulator.predict import predict
 

@@ -1,4 +1,4 @@
-"""A new user's first hour (issue 27 item 6): one topology shown and exported (the export loads
+"""A new user's first hour: one topology shown and exported (the export loads
 back), the library and a model file described (text and JSON), a Hugging Face config.json read at
 a stated sequence length under the model's name, and a hint when a step does not fit."""
 

@@ -258,7 +258,7 @@ def test_topology_without_price_says_unknown(capsys) -> None:
         (["--global-batch", "12", "--nodes", "2", "--tp", "1"], "does not divide"),  # (tp 2: 12 over 4 ranks)
         (["--topology", "no-such-instance"], "unknown topology"),
         (["--nodes", "two"], "comma-separated integers"),
-        (["--strategies", "ddp,fsdp"], "expected some of"),
+        (["--strategies", "ddp,zero3"], "expected some of"),
         (["--reshard-after-forward", "maybe"], "expected true and/or false"),
         (["--checkpointing", "none,some"], "expected some of"),
         (["--reduce-dtypes", "fp32,fp8"], "expected some of"),

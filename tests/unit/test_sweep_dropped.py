@@ -44,15 +44,37 @@ def test_a_sweep_reports_what_it_dropped_on_stderr_and_in_json(capsys) -> None:
     captured = capsys.readouterr()
     too_deep = _why(Strategy("pipeline", pp=8, microbatches=8))
     assert json.loads(captured.out)["dropped"] == {too_deep: 18}  # 3 degrees x 3 microbatch counts x 2 schedules
-    assert captured.err == f"shardsim: dropped 18 configurations: {too_deep}\n"
+    summary = "shardsim: dropped 18 configurations: 18 invalid layout"
+    assert captured.err == f"{summary} (-v lists them)\n"
     assert main(argv) == 0  # the table too (a pruned search: its line may follow)
     first, *rest = capsys.readouterr().err.splitlines()
-    assert first == f"shardsim: dropped 18 configurations: {too_deep}"
-    assert all(line.startswith("pruned search: ") for line in rest)
+    assert first == f"{summary} (-v lists them)"
+    assert all(line.startswith("shardsim: pruned search: ") for line in rest)
     assert main([*argv, "--prune"]) == 0  # and the pruned search's line, when a bound pruned
     err = capsys.readouterr().err
-    assert err.startswith(f"shardsim: dropped 18 configurations: {too_deep}\n")
-    assert all(line.startswith("pruned search: ") for line in err.splitlines()[1:]), err
+    assert err.startswith(f"{summary} (-v lists them)\n")
+    assert all(line.startswith("shardsim: pruned search: ") for line in err.splitlines()[1:]), err
+    assert main([*argv, "-v", "--json"]) == 0  # -v: the summary, then a line per reason
+    err = capsys.readouterr().err.splitlines()
+    assert err[err.index(summary) + 1] == f"shardsim: dropped 18 configurations: {too_deep}", err
+    assert main([*argv, "-q"]) == 0  # -q: the results alone
+    assert capsys.readouterr().err == ""
+
+
+def test_many_reasons_are_one_line_with_a_count_per_kind(capsys) -> None:
+    # 16 microbatch counts, most of which divide no pipeline's batch: a reason for each pair
+    counts = ",".join(str(m) for m in range(1, 17))
+    argv = ["sweep", "--workload", "tiny-gpt", "--pp", "2,4", "--microbatches", counts, "--tp", "1"]
+    argv += ["--workers", "1", "--no-progress", "--no-cache", "--json", "--precisions", "fp32,tf32"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    dropped, err = json.loads(captured.out)["dropped"], captured.err
+    assert len(dropped) > 10, dropped
+    no_tf32 = dropped.pop("NVIDIA T4 has no tf32 support")
+    layout = sum(dropped.values())
+    total = layout + no_tf32
+    kinds = f"{no_tf32:,} precision the device lacks, {layout:,} invalid layout"  # in the order first met
+    assert err.splitlines() == [f"shardsim: dropped {total:,} configurations: {kinds} (-v lists them)"], err
 
 
 def test_an_empty_space_says_why_in_one_line(capsys) -> None:

@@ -57,7 +57,7 @@ def test_default_matrix_covers_what_the_issue_names():
     [
         ("topologies: {no-such-top: [ddp]}\n", "field 'topologies.no-such-top': unknown topology"),
         ("topologies: {p4d.24xlarge: [ddp]}\n", "is not emulated"),
-        ("topologies: {emu-2x2: [fsdp]}\n", "field 'topologies.emu-2x2[0]': unknown strategy 'fsdp'"),
+        ("topologies: {emu-2x2: [zero3]}\n", "field 'topologies.emu-2x2[0]': unknown strategy 'zero3'"),
         ("topologies: {emu-2x2: [{strategy: zero2d, degree: 3}]}\n", "degree 3 does not divide the world size 4"),
         ("topologies: {emu-2x2: [{strategy: pipeline, pp: 2, bogus: 1}]}\n", "field 'topologies.emu-2x2[0].bogus'"),
         ("topologies: {emu-2x2: []}\n", "expected a list of configurations"),

@@ -16,6 +16,7 @@ from shardsim.data import MATRICES
 from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.strategies import STRATEGIES as KINDS
+from shardsim.simulator.strategies.kinds import kind_name
 
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
@@ -83,6 +84,7 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
     """One matrix entry → strategy fields. Shorthands: ddp, zero, zero2d (every degree strictly
     between 1 and the world), pipeline (pp 2, microbatches 2·pp, gpipe and 1f1b)."""
     if isinstance(entry, str):
+        entry = kind_name(entry)
         if entry not in STRATEGIES:
             near = difflib.get_close_matches(entry, STRATEGIES, n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(STRATEGIES)}"

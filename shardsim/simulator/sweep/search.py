@@ -18,7 +18,7 @@ from shardsim.simulator.sweep.execute import SERIAL_BELOW_S, Workers, default_wo
 from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.recommendation import Recommendation, recommend
 from shardsim.simulator.sweep.rows import columns, with_pruned
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+from shardsim.simulator.sweep.space import SweepSpace, dropped_line, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
 
@@ -39,6 +39,8 @@ class SweepResult:
     skipped: one line per cluster (or axis value) left out whole, with the reason;
     dropped: configurations of the clusters kept that the simulator cannot do, how many for
       each reason, in the order first met;
+    dropped_kinds: the same configurations, how many for each kind of reason (`space.OVER_OP_BOUND`,
+      `space.INVALID_LAYOUT`, `space.NO_PRECISION`);
     pruned: configurations not simulated, how many by each rule (`prune.PRUNED_MEMORY`: does
       not fit; `prune.PRUNED_COMPUTE`: its compute bound says it cannot matter); empty when the
       search was exhaustive (its unfit rows are not simulated either).
@@ -49,6 +51,11 @@ class SweepResult:
     skipped: tuple[str, ...] = ()
     dropped: dict[str, int] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
+    dropped_kinds: dict[str, int] = field(default_factory=dict)
+
+    def dropped_line(self) -> str | None:
+        """One line: how many configurations were dropped, by kind of reason (None when none was)."""
+        return dropped_line(self.dropped_kinds)
 
     def pruned_line(self) -> str | None:
         """One line: how many were simulated and how many pruned by which rule (None when no bound pruned any)."""
@@ -148,7 +155,7 @@ def sweep(
 
         least = en.candidates[min(range(len(rows)), key=lambda k: rows[k]["memory_required_gib"])]
         rec["hint"] = fit_hint(least.cfg, least.cluster, w, space.global_batch)
-    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped), counts)
+    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped), counts, dict(en.dropped_kinds))
 
 
 def _import_pandas():

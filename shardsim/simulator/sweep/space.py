@@ -168,15 +168,35 @@ class Candidate:
     label: str  # the row's configuration: the strategy's label, and the settings that differ from the base's
 
 
+# what kind of reason drops a configuration of a kept cluster (`Enumeration.dropped_kinds`)
+OVER_OP_BOUND = "over the simulator's op bound"
+INVALID_LAYOUT = "invalid layout"
+NO_PRECISION = "precision the device lacks"
+
+
 @dataclass
 class Enumeration:
     """The candidates in enumeration order, and what was dropped on the way: whole clusters or
     axes (`skipped`, a line each, with the reasons of a cluster where nothing was valid) and single
-    configurations of the clusters kept (`dropped`, how many for each reason, in the order first met)."""
+    configurations of the clusters kept (`dropped`, how many for each reason, in the order first met;
+    `dropped_kinds`, the same configurations counted by kind of reason: `OVER_OP_BOUND`,
+    `INVALID_LAYOUT`, `NO_PRECISION`)."""
 
     candidates: list[Candidate] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one line per cluster or axis value dropped
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> configurations dropped for it
+    dropped_kinds: Counter[str] = field(default_factory=Counter)  # kind of reason -> configurations
+
+
+def dropped_line(kinds: dict[str, int]) -> str | None:
+    """One line: how many configurations were dropped, and how many of each kind of reason
+    (None when none was): ``dropped 1,234 configurations: 1,100 over the simulator's op bound,
+    134 invalid layout``."""
+    total = sum(kinds.values())
+    if not total:
+        return None
+    each = ", ".join(f"{n:,} {kind}" for kind, n in kinds.items())
+    return f"dropped {total:,} configuration{'s' if total > 1 else ''}: {each}"
 
 
 def divisors(n: int) -> list[int]:
@@ -540,12 +560,12 @@ def enumerate_configs(
             out.skipped.append(f"{name}: {why}")
             continue
         before = len(out.candidates)
-        here: Counter[str] = Counter()  # this cluster's dropped configurations, by reason
+        here: Counter[tuple[str, str]] = Counter()  # this cluster's dropped configurations, by (kind, reason)
         for strat, batch, ga in _layout_strategies(base, cfg0, space, cluster, layouts, n_layers, reshard):
             for settings in variants:
                 prec = settings.get("precision", cfg0.precision)
                 if not cluster.instance.device.supports(prec):  # a listed precision this device lacks
-                    here[f"{cluster.instance.device.model} has no {prec} support"] += 1
+                    here[NO_PRECISION, f"{cluster.instance.device.model} has no {prec} support"] += 1
                     continue
                 try:
                     cfg = cfg0.replace(strategy=strat, grad_accum=ga, **settings)
@@ -562,11 +582,11 @@ def enumerate_configs(
                         devices_per_node=cluster.devices_per_node,
                     )
                 except ConfigError as exc:
-                    here[exc.message] += 1
+                    here[INVALID_LAYOUT, exc.message] += 1
                     continue
                 too_big = plan_refusal(cfg, n_layers)
                 if too_big:
-                    here[too_big.message] += 1
+                    here[OVER_OP_BOUND, too_big.message] += 1
                     continue
                 key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
                 key += (cfg.batch_per_device, cfg.grad_accum)
@@ -580,9 +600,11 @@ def enumerate_configs(
                 cost = _cost_estimate(cfg, n_layers, cluster.world)
                 out.candidates.append(Candidate(len(out.candidates), cfg, cluster, cost, label))
         if len(out.candidates) == before:  # the whole cluster is out: one line with the reasons
-            reasons = "; ".join(f"{why} ({n} configuration{'s' if n > 1 else ''})" for why, n in here.items())
+            reasons = "; ".join(f"{why} ({n} configuration{'s' if n > 1 else ''})" for (_, why), n in here.items())
             nothing = f"the requested strategies have no configuration on {cluster.world} devices"
             out.skipped.append(f"{name}: {reasons or nothing}")
-        else:
-            out.dropped.update(here)
+            continue
+        for (kind, why), n in here.items():
+            out.dropped[why] += n
+            out.dropped_kinds[kind] += n
     return out

@@ -17,8 +17,17 @@ DEFAULT_SWEEP = tuple(k for k, v in STRATEGIES.items() if v.in_default_sweep)
 # FSDP1's ShardingStrategy names → (kind, reshard_after_forward)
 FSDP_SHARDING = {name: (k, raf) for k, v in STRATEGIES.items() for name, raf in v.fsdp_sharding.items()}
 DEFAULT_KIND = ZERO.name  # a configuration's strategy unless it names one
+# other names of kinds, taken wherever a kind's name is (PyTorch's FSDP and HSDP); outputs name the kind
+ALIASES = {"fsdp": ZERO.name, "hsdp": ZERO2D.name}
+
+
+def kind_name(name: str) -> str:
+    """The kind `name` stands for: an alias's kind (``fsdp`` → ``zero``), else `name` as given."""
+    return ALIASES.get(name, name)
+
 
 __all__ = [
+    "ALIASES",
     "DDP",
     "DEFAULT_KIND",
     "DEFAULT_SWEEP",
@@ -29,4 +38,5 @@ __all__ = [
     "ZERO1",
     "ZERO2D",
     "StrategyKind",
+    "kind_name",
 ]
