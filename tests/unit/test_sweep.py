@@ -15,7 +15,7 @@ from shardsim.config.key import flatten
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.sweep.recommendation import recommend
-from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS
+from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
@@ -206,7 +206,14 @@ def test_cli_table_and_files(tmp_path, capsys) -> None:
     ):
         assert (out / name).stat().st_size > 0, name
     csv, parquet = pd.read_csv(out / "sweep.csv"), pd.read_parquet(out / "sweep.parquet")
-    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(COLUMNS)  # every configuration simulated
+    # every configuration a row, pruned as the printed table is (its bound and why beside it)
+    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(with_pruned(COLUMNS))
+    cut = parquet[parquet["pruned"].isin(("compute bound", "chain bound"))]
+    assert (
+        cut["step_time_s"].isna().all()
+        and (cut["bound_step_s"] > 0).all()
+        and cut["pruned_by"].isin(parquet["label"]).all()
+    )
     assert (out / "breakdown.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -290,7 +297,11 @@ def test_weak_scaling_rows_and_efficiency(capsys) -> None:
     df = sweep(TINY, space, workers=1).table
     assert set(SCALING_COLUMNS) <= set(df.columns)
     assert sorted(df["world"].unique()) == [4, 8, 16]
-    assert (df["batch_per_device"] == TINY.batch_per_device).all()  # weak: fixed per device
+    # weak: the data-parallel rows' batch per device fixed; every layout of a cluster at their global batch
+    dp = df["strategy_tp"] == 1
+    assert (df.loc[dp, "batch_per_device"] == TINY.batch_per_device).all() and (~dp).any()
+    assert (df["global_batch"] == TINY.batch_per_device * df["world"]).all()
+    assert (df["batch_per_device"] == TINY.batch_per_device * df["strategy_tp"]).all()
     assert (df["scaling_mode"] == "weak").all()
     for cfg, g in df.groupby("label"):
         g = g.sort_values("world")
@@ -364,7 +375,11 @@ SETTINGS_SPACE = SweepSpace(
 def test_without_settings_lists_the_space_and_columns_are_todays(tiny_df: pd.DataFrame) -> None:
     en = enumerate_configs(TINY)
     assert [c.label for c in en.candidates] == [c.cfg.strategy.label() for c in en.candidates]
-    assert all(c.cfg == TINY.replace(strategy=c.cfg.strategy) for c in en.candidates)
+    # the base's settings, and its global batch: a tensor-parallel group of t devices takes t times the batch
+    t = TINY.batch_per_device
+    assert all(
+        c.cfg == TINY.replace(strategy=c.cfg.strategy, batch_per_device=t * c.cfg.strategy.tp) for c in en.candidates
+    )
     assert list(tiny_df.columns) == list(COLUMNS) and not set(SETTING_COLUMNS) & set(tiny_df.columns)
 
 
