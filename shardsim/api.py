@@ -142,9 +142,12 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
     for k, v in given.items():
         if k not in names:
             raise _unknown(k, names, "sweep axis")
-        if k != "global_batch" and v is not None:  # a list axis: one value is a list of one
+        if k not in SCALARS and v is not None:  # a list axis: one value is a list of one
             given[k] = (v,) if isinstance(v, str | int) else tuple(v)
     return SweepSpace(**given)
+
+
+SCALARS = ("global_batch", "max_batch", "hold_global_batch")  # the sweep axes that take one value, not a list
 
 
 def sweep(
@@ -166,7 +169,8 @@ def sweep(
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
     ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``precisions``,
     ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``, ``batch_sizes``,
-    ``grad_accums``, ``max_batch``; a list each but ``global_batch`` and ``max_batch``; an
+    ``grad_accums``, ``max_batch``, ``hold_global_batch``; a list each but ``global_batch``,
+    ``max_batch`` and ``hold_global_batch`` (true: every layout at the data-parallel layout's global batch); an
     axis left out: every valid value, or the base's setting); workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""

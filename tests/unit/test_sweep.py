@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig, resolve
@@ -491,3 +493,19 @@ def test_space_rejects_bad_settings() -> None:
         SweepSpace(selective_ac_options=("every",))
     with pytest.raises(ConfigError, match="selective"):
         enumerate_configs(TINY, SweepSpace(selective_ac_options=("op", "2")))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(batch=st.integers(1, 4), accum=st.integers(1, 3), nodes=st.sampled_from((1, 2)))
+def test_every_layout_of_a_cluster_runs_the_data_parallel_layouts_global_batch(batch, accum, nodes) -> None:
+    base = TINY.replace(batch_per_device=batch, grad_accum=accum, nodes=nodes)
+    en = enumerate_configs(base, SweepSpace(pp=(2,)))
+    world = en.candidates[0].cluster.world
+    tps = {c.cfg.strategy.tp for c in en.candidates}
+    assert tps > {1}  # tensor-parallel layouts are among them
+    for c in en.candidates:
+        s = c.cfg.strategy
+        assert c.cfg.batch_per_device * (world // s.tp) * c.cfg.grad_accum == batch * world * accum, c.label
+        assert c.cfg.batch_per_device == batch * s.tp and c.cfg.grad_accum == accum
+    apart = enumerate_configs(base, SweepSpace(pp=(2,), hold_global_batch=False))
+    assert {c.cfg.batch_per_device for c in apart.candidates} == {batch}

@@ -121,6 +121,8 @@ class SweepSpace:
         for v in self.nodes or ():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ConfigError(f"expected integers >= 1, got {v!r}", field="nodes")
+        if not isinstance(self.hold_global_batch, bool):
+            raise ConfigError(f"expected true or false, got {self.hold_global_batch!r}", field="hold_global_batch")
         if self.global_batch is not None and (isinstance(self.global_batch, bool) or self.global_batch < 1):
             raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
         for name in ("topologies", "nodes"):
