@@ -266,8 +266,9 @@ def register(sub) -> None:
         "--global-batch",
         type=Count(MAX_BATCH * MAX_WORLD),
         dest="global_batch",
-        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum) (default: none, weak "
-        "scaling at the batch per device)",
+        help="strong scaling: one global batch on every cluster, batch per device = N / (world / tp x grad_accum) "
+        "(default: each cluster's data-parallel layout's, batch per device x world x grad_accum, run by every layout "
+        "of it: weak scaling across clusters; with lists of batches, each row's own)",
     )
     p.add_argument(
         "--max-batch",
