@@ -63,7 +63,7 @@ def mixed_batches_line(df) -> str | None:
     values = ", ".join(str(int(v)) for v in sorted(df["global_batch"].unique()))
     return (
         f"These rows run different global batches ({values}), as the batch axes asked: ranked by throughput, "
-        "not by step time (--global-batch N holds one)."
+        "not by step time (--global-batch N holds one for every row)."
     )
 
 
