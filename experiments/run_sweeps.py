@@ -4,8 +4,9 @@
     python experiments/run_sweeps.py seed mics-gpt-10b --workers 2
 
 Studies (experiments/README.md says what they show):
-- seed: every configuration of the seed scenario (vit-630m, 8 x g4dn.12xlarge, batch 4/device,
-  fp32, checkpointing) — what `shardsim sweep` prints with no arguments.
+- seed: every configuration of the seed scenario (vit-630m, 8 x g4dn.12xlarge, global batch 128:
+  batch 4/device where data parallel, fp32, checkpointing, SageMaker's library as the seed's
+  measurement ran) — what `shardsim sweep` prints with no arguments.
 - mics-gpt-10b, mics-gpt-100b: ZeRO vs ZeRO-2D (MiCS, as SageMaker's library runs it: `library: smp`,
   the hierarchical all-gather across nodes) on p4d.24xlarge (bf16) and p3dn.24xlarge
   (fp16: V100 has no bf16) from 4 to 64 nodes, weak scaling at a fixed batch per device; degree
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from shardsim.config import RunConfig
+from shardsim.config import RunConfig, load_config
 from shardsim.core.files import atomic_write, check_output_dir
 from shardsim.simulator.sweep.output import write_tables
 from shardsim.simulator.sweep.plots import plot_all
@@ -53,7 +54,7 @@ class Part:
 
 
 STUDIES: dict[str, tuple[str, list[Part]]] = {
-    "seed": ("shardsim sweep", [Part(RunConfig(), SweepSpace())]),
+    "seed": ("shardsim sweep", [Part(load_config(), SweepSpace())]),
     "mics-gpt-10b": (
         "shardsim sweep --workload gpt-10b --batch-per-device 2 --strategies zero,zero2d --degrees 8,16,32,64,128 "
         "--nodes 4,8,16,32,64 --topology p4d.24xlarge --precision bf16 --library smp --tp 1 "
@@ -158,11 +159,12 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
         "scaling_efficiency",
     )
     for (top, nodes), g in df.groupby(["topology", "nodes"], sort=False):
-        lines += [
-            f"## {nodes} x {top} ({int(g['world'].iloc[0])} GPUs, {g['precision'].iloc[0]}, "
-            f"batch {int(g['batch_per_device'].iloc[0])}/device)",
-            "",
-        ]
+        batch = f"batch {int(g['batch_per_device'].iloc[0])}/device"
+        if g["batch_per_device"].nunique() > 1 and g["global_batch"].nunique() == 1:  # held across layouts
+            per_device = int(g.loc[g["strategy_tp"] == 1, "batch_per_device"].iloc[0])
+            gb = int(g["global_batch"].iloc[0])
+            batch = f"global batch {gb}: batch {per_device}/device where data parallel"
+        lines += [f"## {nodes} x {top} ({int(g['world'].iloc[0])} GPUs, {g['precision'].iloc[0]}, {batch})", ""]
         present = [c for c in cols if c in g]
         lines.append("| " + " | ".join(present) + " |")
         lines.append("|" + "---|" * len(present))

@@ -155,7 +155,7 @@ def predict(
     return pred
 
 
-SCALAR_AXES = ("global_batch", "max_batch")  # a sweep's axes that take one number, not a list
+SCALAR_AXES = ("global_batch", "max_batch", "hold_global_batch")  # a sweep's axes that take one value, not a list
 
 
 def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
@@ -204,6 +204,7 @@ def _takes_three(f: Any) -> bool:
     return True
 
 
+
 def sweep(
     config: Any = None,
     space: SweepSpace | Mapping[str, Any] | None = None,
@@ -223,9 +224,10 @@ def sweep(
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
     ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``precisions``,
     ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``, ``batch_sizes``,
-    ``grad_accums``, ``max_batch``, ``tp_degrees``; a list each, one value being a list of
-    one, but ``global_batch`` and ``max_batch``: one number; an axis left out: every valid
-    value, or the base's setting); algo: as `predict` takes it; workers:
+    ``grad_accums``, ``max_batch``, ``tp_degrees``, ``hold_global_batch``; a list each, one value
+    being a list of one, but ``global_batch``, ``max_batch`` (one number) and ``hold_global_batch``
+    (true, the default: every layout at the data-parallel layout's global batch); an axis left out:
+    every valid value, or the base's setting); algo: as `predict` takes it; workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""
     from shardsim.simulator.sweep.search import sweep as run

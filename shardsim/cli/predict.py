@@ -9,6 +9,7 @@ import textwrap
 from shardsim.cli.inputs import config_inputs
 from shardsim.config import add_config_arguments, config_from_args
 from shardsim.config.flags import add_algo_argument
+from shardsim.config.model_defaults import library_text
 from shardsim.core.console import labelled, output_width
 from shardsim.core.files import check_output_file
 from shardsim.core.units import (
@@ -85,7 +86,10 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     rates = format_rate_unit(pred.samples_per_s, "samples")
     if pred.tokens_per_s_per_gpu is not None:
         rates += f", {format_rate_unit(pred.tokens_per_s_per_gpu, 'tokens')} per GPU"
-    peak = f"{pred.config['precision']} dense peak ({format_flops_rate(pred.peak_tflops * 1e12)})"
+    rate = format_flops_rate(pred.peak_tflops * 1e12)
+    peak = f"{pred.mfu_peak_precision} dense peak ({rate})"
+    if pred.mfu_peak_precision != pred.config["precision"]:  # fp32 against the tensor cores it leaves idle
+        peak = f"{pred.mfu_peak_precision} tensor-core peak ({rate}), which {pred.config['precision']} leaves idle"
     lines = [
         ("step time", f"{format_seconds(pred.step_time_s)}   ({rates})"),
         (
@@ -139,7 +143,10 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     batch = f"global batch {pred.global_batch}"
     if pred.seq_len is not None:
         batch = f"seq {pred.seq_len:,}, {batch} ({pred.global_batch * pred.seq_len:,} tokens)"
-    print(_header(f"{display_name(cfg.workload, cfg.shape)} on {pred.cluster}, {pred.label}, {batch}", width))
+    head = (
+        f"{display_name(cfg.workload, cfg.shape)} on {pred.cluster}, {pred.label}, {batch}, {library_text(cfg.library)}"
+    )
+    print(_header(head, width))
     for label, text in lines:
         print(labelled(label, text, width))
     return 0

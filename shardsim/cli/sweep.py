@@ -193,12 +193,13 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
 
 
 def _pruned(ns: argparse.Namespace) -> bool:
-    """Prune the search? Where only the table's leading rows are printed (they, the recommendation
-    and the scaling tables are the exhaustive search's), or when asked; never with --top 0 (every
-    row shown) or --exhaustive."""
+    """Prune the search? Where the table's leading rows are printed, with --out or not (they, the
+    recommendation, the scaling tables and the plotted rows are the exhaustive search's; the files
+    hold every row, a pruned one with its bound and why), or when asked; never with --top 0
+    (every row shown), --json (every row's figures) unless --prune, or --exhaustive."""
     if ns.top == 0 or ns.exhaustive:
         return False
-    return ns.prune or not (ns.out or ns.json)
+    return ns.prune or not ns.json
 
 
 def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
@@ -284,8 +285,10 @@ def register(sub) -> None:
         "--global-batch",
         type=Count(MAX_BATCH * MAX_WORLD),
         dest="global_batch",
-        help="strong scaling: fixed global batch, batch per device = N / (world x grad_accum), or with "
-        "--batch-per-device grad_accum = N / (world x batch) (default: none, weak scaling at the batch per device)",
+        help="strong scaling: one global batch on every cluster, batch per device = N / (world / tp x grad_accum), "
+        "or with --batch-per-device grad_accum = N / (world / tp x batch) (default: each cluster's data-parallel "
+        "layout's, batch per device x world x grad_accum, run by every layout of it: weak scaling across clusters; "
+        "with lists of batches, each row's own)",
     )
     p.add_argument(
         "--max-batch",
@@ -317,9 +320,9 @@ def register(sub) -> None:
     search.add_argument(
         "--prune",
         action="store_true",
-        help="a pruned search with --out or --json too: its recommendation, leading --top rows and plotted rows "
-        "are the exhaustive search's, the rows pruned have no times (default: pruned when only the table is "
-        "printed, exhaustive when every row is written: --out, --json, --top 0)",
+        help="a pruned search with --json too: its recommendation, leading --top rows and plotted rows "
+        "are the exhaustive search's, the rows pruned have no times (default: pruned when the table is printed, "
+        "with --out too, whose files give a pruned row's bound and why; exhaustive with --json or --top 0)",
     )
     search.add_argument(
         "--exhaustive", action="store_true", help="simulate every configuration that fits, whatever is printed"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.config.deepspeed import DEEPSPEED_KEYS, apply_deepspeed
+from shardsim.config.model_defaults import with_model_defaults
 from shardsim.config.schema import FIELDS, FOREIGN_ONLY, STRATEGY_FIELDS, RunConfig, strategy_fields
 from shardsim.config.smp import (
     FSDP_KEYS,
@@ -110,7 +111,7 @@ def build_config(values: dict[str, Any], where: str) -> RunConfig:
     if "nodes" not in given and "topology" in values:
         given["nodes"] = None
     try:
-        return RunConfig(**given, source=where)
+        return with_model_defaults(RunConfig(**given, source=where), given)
     except ConfigError as err:
         raise ConfigError(err.message, where=where, field=err.field) from None
 

@@ -475,7 +475,14 @@ class RunConfig(Frozen):
         ),
     ] = None
     strategy: StrategyConfig = Field(default_factory=lambda: Strategy())
-    batch_per_device: Annotated[int, bounded("batch_per_device"), Setting("samples per device per micro-step")] = 4
+    batch_per_device: Annotated[
+        int,
+        bounded("batch_per_device"),
+        Setting(
+            "samples per device per micro-step",
+            default_text="4; a language model's, about 8,192 tokens: 8192 // its sequence length, 1 to 4",
+        ),
+    ] = 4
     grad_accum: Annotated[
         int, bounded("grad_accum"), Setting("micro-steps per optimizer step (gradient accumulation)")
     ] = 1
@@ -484,6 +491,7 @@ class RunConfig(Frozen):
         Precision,
         Setting(
             "training precision (tf32: fp32 storage, matmuls on TF32 tensor cores: A100, H100 and later)",
+            default_text="fp32; bf16 for a language model on a device with bf16 tensor cores",
             axis="precisions",
             axis_help=f"training precisions, some of {','.join(PRECISIONS)} (default: the file's, else fp32)",
         ),
@@ -523,7 +531,8 @@ class RunConfig(Frozen):
         Library,
         Setting(
             "training library whose collectives are predicted: pytorch (FSDP2 / DDP: flat NCCL collectives) or smp "
-            "(SageMaker model parallel: MiCS's hierarchical all-gather across nodes; set by a distribution block)"
+            "(SageMaker model parallel: MiCS's hierarchical all-gather across nodes; set by a distribution block)",
+            default_text="pytorch; smp for the seed scenario (no workload and no topology named)",
         ),
     ] = "pytorch"
     optimizer: Annotated[

@@ -11,12 +11,15 @@ QK^T in backward not counted). Per token of a causal text model that is
 N the parameters that multiply (every matrix, the LM head's included, the embedding lookups
 not), L layers, d the hidden size, S the sequence length: the forward's attention is 2·S·d per
 token and layer for QK^T and PV, halved for a causal model (the masked half is not computed).
-The peak it is divided by is the device's dense peak for the precision (`peak_tflops`, no
-sparsity), per device, over the step time.
+The peak it is divided by is the dense peak (`peak_tflops`, no sparsity) of the tensor cores
+at the precision they run (`mfu_peak`): bf16's, fp16's or tf32's; for fp32 on a device with 16-bit
+tensor cores theirs (bf16's, else fp16's), since fp32 matmuls leave them idle and fp32's own,
+lower peak would flatter the slower precision; fp32's only where the device has nothing else (a CPU).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardsim.simulator.workload.model import Workload
@@ -31,6 +34,20 @@ MODEL_ERROR = 0.044
 MODEL_ERROR_SOURCE = "experiments/calibration/README.md (5-fold CV mean absolute error)"
 
 MFU_FORMULA = {True: "6·N + 6·L·d·S", False: "6·N + 12·L·d·S"}  # FLOPs per token, causal or not
+
+
+TENSOR_CORE_PRECISIONS = ("bf16", "fp16")  # what fp32's MFU is taken against, the first the device has
+
+
+def mfu_peak(peak_tflops: Mapping[str, float], precision: str) -> tuple[str, float]:
+    """The precision whose dense peak MFU is taken against, and that peak in TFLOP/s: the
+    precision's own, but fp32's is the device's 16-bit tensor cores' (`TENSOR_CORE_PRECISIONS`)
+    where it has them."""
+    if precision == "fp32":
+        for p in TENSOR_CORE_PRECISIONS:
+            if p in peak_tflops:
+                return p, peak_tflops[p]
+    return precision, peak_tflops[precision]
 
 
 def model_flops_per_sample(w: Workload) -> float:

@@ -14,7 +14,14 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
-from shardsim.simulator.economics import StepEconomics, economics, mfu_formula, model_flops_per_sample, sequence_length
+from shardsim.simulator.economics import (
+    StepEconomics,
+    economics,
+    mfu_formula,
+    mfu_peak,
+    model_flops_per_sample,
+    sequence_length,
+)
 from shardsim.simulator.engine import Span, chain_bound, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
@@ -41,8 +48,9 @@ from shardsim.simulator.workload.model import Workload
 @dataclass(frozen=True)
 class StepPrediction:
     """One step's prediction. `tflops_per_device` and `mfu` count model FLOPs, 3 × the forward's
-    (per token 6·N + 6·L·d·S for a causal text model: `economics`), over the device's dense peak
-    for the precision (`peak_tflops`). `params` is the model's parameter count. For a text model
+    (per token 6·N + 6·L·d·S for a causal text model: `economics`), over the dense peak of the
+    tensor cores at the precision they run (`peak_tflops`, that of `mfu_peak_precision`:
+    `economics.mfu_peak`). `params` is the model's parameter count. For a text model
     `seq_len` is its tokens per sample and `tokens_per_s_per_gpu` the step's tokens per second
     over the world; the costs are the cluster's on-demand price over the step (None without a
     price, or for tokens without a sequence). It starts
@@ -77,6 +85,7 @@ class StepPrediction:
     cost_per_hour_usd: float | None
     params: int = 0
     peak_tflops: float = 0.0
+    mfu_peak_precision: str = ""
     mfu_formula: str = ""
     seq_len: int | None = None
     tokens_per_s_per_gpu: float | None = None
@@ -318,6 +327,7 @@ def _summarize(
     reason = "" if fits else f"needs {worst.required_gib:.2f} GiB per rank, device has {dev.memory_gib:g} GiB"
     price = cluster.price_per_hour_usd
     money = economics(step, samples, res.world, sequence_length(w), price)
+    peak_precision, peak_tflops = mfu_peak(dev.peak_tflops, cfg.precision)
     proc = _process_memory(worst, res, cluster)
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
@@ -329,7 +339,7 @@ def _summarize(
         samples_per_s=rate,
         breakdown=bd,
         tflops_per_device=tflops,
-        mfu=tflops * 1e12 / cm.peak_flops,
+        mfu=tflops / peak_tflops,
         memory_allocated_gib=worst.allocated_gib,
         memory_reserved_gib=worst.reserved_gib,
         memory_required_gib=worst.required_gib,
@@ -340,7 +350,8 @@ def _summarize(
         collectives=dict(counts),
         cost_per_hour_usd=price,
         params=w.params,
-        peak_tflops=cm.peak_flops / 1e12,
+        peak_tflops=peak_tflops,
+        mfu_peak_precision=peak_precision,
         mfu_formula=mfu_formula(w),
         **asdict(money),
         memory_process_gib=proc.process_gib,
@@ -400,7 +411,7 @@ def upgrade_prediction(d: dict) -> dict:
     return _with_economics(out | {"memory_process_gib": None, "memory_process": {}})
 
 
-ECONOMICS_FIELDS = ("peak_tflops", "mfu_formula", *StepEconomics.__dataclass_fields__)
+ECONOMICS_FIELDS = ("peak_tflops", "mfu_peak_precision", "mfu_formula", *StepEconomics.__dataclass_fields__)
 
 
 def _with_economics(d: dict) -> dict:
@@ -420,6 +431,7 @@ def _with_economics(d: dict) -> dict:
     money = economics(step, d["global_batch"], d["world"], seq, d.get("cost_per_hour_usd"))
     peak = d["tflops_per_device"] / d["mfu"] if d.get("mfu") else 0.0
     out.setdefault("peak_tflops", peak)
+    out.setdefault("mfu_peak_precision", d.get("config", {}).get("precision", ""))
     out.setdefault("mfu_formula", "")
     for k, v in asdict(money).items():
         out.setdefault(k, v)

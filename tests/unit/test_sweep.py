@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig, resolve
@@ -15,7 +17,7 @@ from shardsim.config.key import flatten
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.sweep.recommendation import recommend
-from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS
+from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
@@ -206,7 +208,14 @@ def test_cli_table_and_files(tmp_path, capsys) -> None:
     ):
         assert (out / name).stat().st_size > 0, name
     csv, parquet = pd.read_csv(out / "sweep.csv"), pd.read_parquet(out / "sweep.parquet")
-    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(COLUMNS)  # every configuration simulated
+    # every configuration a row, pruned as the printed table is (its bound and why beside it)
+    assert len(csv) == len(parquet) > 0 and list(parquet.columns) == list(with_pruned(COLUMNS))
+    cut = parquet[parquet["pruned"].isin(("compute bound", "chain bound"))]
+    assert (
+        cut["step_time_s"].isna().all()
+        and (cut["bound_step_s"] > 0).all()
+        and cut["pruned_by"].isin(parquet["label"]).all()
+    )
     assert (out / "breakdown.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -290,7 +299,11 @@ def test_weak_scaling_rows_and_efficiency(capsys) -> None:
     df = sweep(TINY, space, workers=1).table
     assert set(SCALING_COLUMNS) <= set(df.columns)
     assert sorted(df["world"].unique()) == [4, 8, 16]
-    assert (df["batch_per_device"] == TINY.batch_per_device).all()  # weak: fixed per device
+    # weak: the data-parallel rows' batch per device fixed; every layout of a cluster at their global batch
+    dp = df["strategy_tp"] == 1
+    assert (df.loc[dp, "batch_per_device"] == TINY.batch_per_device).all() and (~dp).any()
+    assert (df["global_batch"] == TINY.batch_per_device * df["world"]).all()
+    assert (df["batch_per_device"] == TINY.batch_per_device * df["strategy_tp"]).all()
     assert (df["scaling_mode"] == "weak").all()
     for cfg, g in df.groupby("label"):
         g = g.sort_values("world")
@@ -364,7 +377,11 @@ SETTINGS_SPACE = SweepSpace(
 def test_without_settings_lists_the_space_and_columns_are_todays(tiny_df: pd.DataFrame) -> None:
     en = enumerate_configs(TINY)
     assert [c.label for c in en.candidates] == [c.cfg.strategy.label() for c in en.candidates]
-    assert all(c.cfg == TINY.replace(strategy=c.cfg.strategy) for c in en.candidates)
+    # the base's settings, and its global batch: a tensor-parallel group of t devices takes t times the batch
+    t = TINY.batch_per_device
+    assert all(
+        c.cfg == TINY.replace(strategy=c.cfg.strategy, batch_per_device=t * c.cfg.strategy.tp) for c in en.candidates
+    )
     assert list(tiny_df.columns) == list(COLUMNS) and not set(SETTING_COLUMNS) & set(tiny_df.columns)
 
 
@@ -476,3 +493,19 @@ def test_space_rejects_bad_settings() -> None:
         SweepSpace(selective_ac_options=("every",))
     with pytest.raises(ConfigError, match="selective"):
         enumerate_configs(TINY, SweepSpace(selective_ac_options=("op", "2")))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(batch=st.integers(1, 4), accum=st.integers(1, 3), nodes=st.sampled_from((1, 2)))
+def test_every_layout_of_a_cluster_runs_the_data_parallel_layouts_global_batch(batch, accum, nodes) -> None:
+    base = TINY.replace(batch_per_device=batch, grad_accum=accum, nodes=nodes)
+    en = enumerate_configs(base, SweepSpace(pp=(2,)))
+    world = en.candidates[0].cluster.world
+    tps = {c.cfg.strategy.tp for c in en.candidates}
+    assert tps > {1}  # tensor-parallel layouts are among them
+    for c in en.candidates:
+        s = c.cfg.strategy
+        assert c.cfg.batch_per_device * (world // s.tp) * c.cfg.grad_accum == batch * world * accum, c.label
+        assert c.cfg.batch_per_device == batch * s.tp and c.cfg.grad_accum == accum
+    apart = enumerate_configs(base, SweepSpace(pp=(2,), hold_global_batch=False))
+    assert {c.cfg.batch_per_device for c in apart.candidates} == {batch}

@@ -15,6 +15,7 @@ from shardsim.simulator.predict import chain_bound_s, predict, prepare
 from shardsim.simulator.sweep.bounds import compute_bound_s
 from shardsim.simulator.sweep.plots import representative_rows, scaling_configs
 from shardsim.simulator.sweep.prune import PRUNED_COMPUTE
+from shardsim.simulator.sweep.rows import PRUNED_COLUMNS
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
@@ -71,17 +72,17 @@ def _compare(base: RunConfig, space: SweepSpace, keep: int):
     cut = sweep(base, space, workers=1, prune=True, keep=keep, plots=True)
     assert cut.recommendation == exact.recommendation
     a, b = cut.table, exact.table
-    assert list(a.drop(columns="pruned").columns) == list(b.columns)
+    assert list(a.drop(columns=list(PRUNED_COLUMNS)).columns) == list(b.columns)
     assert len(a) == len(b)
     assert sum(cut.pruned.values()) == int((a["pruned"] != "").sum())
     clusters = ["topology", "nodes"]
     for (cl, ga), (cl_b, gb) in zip(a.groupby(clusters, sort=False), b.groupby(clusters, sort=False), strict=True):
         assert cl == cl_b
-        head_a, head_b = ga.head(keep).drop(columns="pruned"), gb.head(keep)
+        head_a, head_b = ga.head(keep).drop(columns=list(PRUNED_COLUMNS)), gb.head(keep)
         pd.testing.assert_frame_equal(head_a.reset_index(drop=True), head_b.reset_index(drop=True))
         rep_a, rep_b = representative_rows(ga), representative_rows(gb)
         pd.testing.assert_frame_equal(
-            rep_a.drop(columns=["pruned", "rank"]).reset_index(drop=True),
+            rep_a.drop(columns=[*PRUNED_COLUMNS, "rank"]).reset_index(drop=True),
             rep_b.drop(columns="rank").reset_index(drop=True),
         )
     for top, ga in a.groupby("topology", sort=False):  # the scaling tables: the same lines, every row exact
@@ -101,6 +102,16 @@ def _compare(base: RunConfig, space: SweepSpace, keep: int):
             assert (sim[col].fillna(-1) == sim[f"{col}_x"].fillna(-1)).all(), col
     gone = a[a["pruned"] == PRUNED_COMPUTE]
     assert gone["fits"].all() and gone["step_time_s"].isna().all()
+    # a row a bound pruned: its bound is below its exhaustive step, and the configuration it names
+    # as pruning it (simulated on its topology: a scaling line's best is over the cluster sizes)
+    # runs faster than that bound allows it to
+    bounded = merged[merged["pruned"].isin((PRUNED_COMPUTE, "chain bound")).values]
+    assert (bounded["bound_step_s"] <= bounded["step_time_s_x"] * (1 + 1e-9)).all()
+    for _, r in bounded.iterrows():
+        by = a[(a["topology"] == r["topology"]) & (a["label"] == r["pruned_by"]) & (a["pruned"] == "")]
+        assert len(by) >= 1, r["pruned_by"]
+        assert by["samples_per_s"].max() > r["global_batch"] / r["bound_step_s"], r["label"]
+    assert (a.loc[simulated, "pruned_by"] == "").all() and a.loc[simulated, "bound_step_s"].isna().all()
     return cut
 
 

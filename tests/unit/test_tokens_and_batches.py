@@ -199,7 +199,8 @@ def test_the_cli_takes_batch_lists_and_refuses_a_search_beside_them(capsys):
     argv = ["sweep", "--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "1", "--strategies", "ddp"]
     assert main([*argv, "--batch-per-device", "4,8", "--grad-accum", "1,2", "--tp-degrees", "1"]) == 0
     out = capsys.readouterr().out
-    assert "ddp, batch 8, ga 2" in out and "batch×ga" in out and "tok/s/GPU" in out and "MFU" in out
+    assert "ddp, batch 8, ga 2" in out and "micro×ga" in out and "tok/s/GPU" in out and "MFU" in out
+    assert "These rows run different global batches (16, 32, 64), as the batch axes asked" in " ".join(out.split())
     assert "seq 32" in out.splitlines()[0]
     assert main([*argv, "--batch-per-device", "4,8", "--max-batch", "64"]) == 2
     err = capsys.readouterr().err

@@ -13,7 +13,9 @@ scaling tables pick the lines the exhaustive search would: `plots.scaling_config
 the ddp/zero/zero2d rows without tensor parallelism (the plots and the scaling tables show
 each), and on demand the rows the scaling columns and tables need (`_scaling_demand`).
 
-A row pruned keeps its memory and fit, with NaN times; its `pruned` column names the rule:
+A row pruned keeps its memory and fit, with NaN times; its `pruned` column names the rule,
+`bound_step_s` the lower bound on its step time that put it out (the rate bound's), and
+`pruned_by` the configuration whose simulated rate it could not reach (the K-th best of its group):
 - `PRUNED_MEMORY` ("memory"): it does not fit (as an exhaustive sweep does too: not simulated);
 - `PRUNED_COMPUTE` ("compute bound"): global batch / compute bound (an upper bound on its
   samples/s) is below the `K`-th best samples/s already simulated in every group it belongs to
@@ -71,9 +73,11 @@ def assess(c: Candidate, w: Workload, algo: str = "auto") -> Assessed:
     s = prepare(c.cfg, workload=w, cluster=c.cluster)
     row = row_of(c, s.unsimulated())
     if not s.fits:
-        return Assessed(row | {"pruned": PRUNED_MEMORY}, None)
+        return Assessed(row | {"pruned": PRUNED_MEMORY, "bound_step_s": float("nan"), "pruned_by": ""}, None)
     bound = compute_bound_s(s, algo)
-    return Assessed(row, s.res.global_batch / bound if bound > 0 else float("inf"))
+    return Assessed(
+        row | {"bound_step_s": float("nan"), "pruned_by": ""}, s.res.global_batch / bound if bound > 0 else float("inf")
+    )
 
 
 def _rate(global_batch: int, bound_s: float) -> float:
@@ -88,8 +92,8 @@ def chain_rate(c: Candidate, w: Workload, algo: str) -> float:
     return _rate(s.res.global_batch, chain_bound_s(s, algo))
 
 
-def bounded_row(c: Candidate, w: Workload, algo: str, limit: float | None) -> dict[str, Any] | None:
-    """`c`'s row, simulated, or None when `limit` is given and the chain bound's samples/s is below
+def bounded_row(c: Candidate, w: Workload, algo: str, limit: float | None) -> dict[str, Any] | float:
+    """`c`'s row, simulated, or the chain bound's samples/s when `limit` is given and that is below
     it: its plan is built once, for the bound and then the simulation."""
     from shardsim.simulator.gcpause import paused_gc
     from shardsim.simulator.predict import chain_bound_s, prepare
@@ -98,8 +102,10 @@ def bounded_row(c: Candidate, w: Workload, algo: str, limit: float | None) -> di
     with paused_gc():
         s = prepare(c.cfg, workload=w, cluster=c.cluster)
         plan = s.plan()
-        if limit is not None and _rate(s.res.global_batch, chain_bound_s(s, algo, plan)) * (1 + SLACK) < limit:
-            return None
+        if limit is not None:
+            rate = _rate(s.res.global_batch, chain_bound_s(s, algo, plan))
+            if rate * (1 + SLACK) < limit:
+                return rate
         return row_of(c, s.simulated(plan, algo))
 
 
@@ -108,7 +114,7 @@ def _assess_chunk(task: tuple[Sequence[Candidate], Workload, str]) -> list[Asses
     return [assess(c, w, algo) for c in cands]
 
 
-def _bounded_task(task: tuple[Candidate, Workload, str, float | None]) -> dict[str, Any] | None:
+def _bounded_task(task: tuple[Candidate, Workload, str, float | None]) -> dict[str, Any] | float:
     return bounded_row(*task)
 
 
@@ -131,8 +137,9 @@ class LocalRunner:
         tasks = [(c, self.w, self.algo) for c in chunks]
         return [a for part in self.workers.map(_assess_chunk, tasks, self.meanwhile) for a in part]
 
-    def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | None]:
-        out: list[dict[str, Any] | None] = [None] * len(cands)
+    def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | float]:
+        """Each candidate's row, simulated, or the chain bound's samples/s that pruned it."""
+        out: list[dict[str, Any] | float | None] = [None] * len(cands)
         keys: list[str | None] = [None] * len(cands)
         if self.cache is not None:
             from shardsim.simulator.sweep.cache import cached_rows
@@ -145,10 +152,10 @@ class LocalRunner:
         tasks = [(cands[k], self.w, self.algo, limits[k]) for k in todo]
         for k, row in zip(todo, self.workers.map(_bounded_task, tasks), strict=True):
             out[k] = row
-            if row is not None and self.cache is not None:
+            if isinstance(row, dict) and self.cache is not None:
                 self.cache.store(keys[k], row)
                 self.cache.simulated += 1
-        return out
+        return out  # type: ignore[return-value]  # every entry set
 
 
 @dataclass
@@ -163,13 +170,16 @@ class ExecutorRunner:
     def assess(self, cands: Sequence[Candidate]) -> list[Assessed]:
         return [assess(c, self.w, self.algo) for c in cands]
 
-    def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | None]:
-        def kept(k: int) -> bool:
-            lim = limits[k]
-            return lim is None or chain_rate(cands[k], self.w, self.algo) * (1 + SLACK) >= lim
-
-        keep = [k for k in range(len(cands)) if kept(k)]
-        out: list[dict[str, Any] | None] = [None] * len(cands)
+    def run(self, cands: Sequence[Candidate], limits: Sequence[float | None]) -> list[dict[str, Any] | float]:
+        """Each candidate's row, simulated, or the chain bound's samples/s that pruned it."""
+        out: list[dict[str, Any] | float] = [0.0] * len(cands)
+        keep = []
+        for k, lim in enumerate(limits):
+            rate = None if lim is None else chain_rate(cands[k], self.w, self.algo)
+            if rate is not None and rate * (1 + SLACK) < lim:  # type: ignore[operator]
+                out[k] = rate
+            else:
+                keep.append(k)
         for k, row in zip(keep, self.simulate([cands[k] for k in keep]), strict=True):
             out[k] = row
         return out
@@ -223,27 +233,37 @@ def pruned_rows(
     pruned[PRUNED_MEMORY] = sum(a.rate_bound is None for a in assessed)
     groups, prunable = zip(*(_groups(c, keep, plots, multi_world) for c in candidates), strict=True) if n else ((), ())
     best: dict[tuple, dict[str, float]] = {}  # group → each label's best simulated samples/s
-    kth: dict[tuple, float] = {}  # group → its K-th best label's (as rows come in; read between rounds)
+    kth: dict[tuple, tuple[float, str]] = {}  # group → its K-th best label's rate and label (read between rounds)
 
-    def limit(k: int) -> float | None:
-        """The samples/s that candidate k's upper bound must reach to matter: the lowest K-th best
-        of its groups (None: never pruned, or a group lacks its K)."""
+    def limit_by(k: int) -> tuple[float, str] | None:
+        """The samples/s that candidate k's upper bound must reach to matter, and the label that
+        set it: the lowest K-th best of its groups (None: never pruned, or a group lacks its K)."""
         if not prunable[k]:
             return None
-        out = float("inf")
+        out = (float("inf"), "")
         for g, _ in groups[k]:
             if g not in kth:
                 return None
-            out = min(out, kth[g])
+            out = min(out, kth[g], key=lambda v: v[0])
         return out
+
+    def limit(k: int) -> float | None:
+        lb = limit_by(k)
+        return None if lb is None else lb[0]
+
+    def cut(k: int, rule: str, rate: float) -> None:
+        """Row k pruned by `rule`, its rate bound `rate` below the limit `limit_by(k)` names."""
+        lb = limit_by(k)
+        bound = rows[k]["global_batch"] / rate if rate > 0 else 0.0
+        rows[k] = rows[k] | {"pruned": rule, "bound_step_s": bound, "pruned_by": lb[1] if lb else ""}
+        pruned[rule] += 1
 
     def run(batch: list[int], limits: list[float | None]) -> None:
         for k, r in zip(batch, runner.run([candidates[k] for k in batch], limits), strict=True):
-            if r is None:
-                rows[k] = rows[k] | {"pruned": PRUNED_CHAIN}
-                pruned[PRUNED_CHAIN] += 1
+            if not isinstance(r, dict):
+                cut(k, PRUNED_CHAIN, r)
                 continue
-            rows[k] = r | {"pruned": ""}
+            rows[k] = r | {"pruned": "", "bound_step_s": float("nan"), "pruned_by": ""}
             rate = r["samples_per_s"]
             if not r["fits"] or rate != rate:
                 continue
@@ -251,7 +271,8 @@ def pruned_rows(
                 labels = best.setdefault(g, {})
                 labels[candidates[k].label] = max(rate, labels.get(candidates[k].label, rate))
                 if len(labels) >= K:
-                    kth[g] = heapq.nlargest(K, labels.values())[-1]
+                    label, rate_k = heapq.nlargest(K, labels.items(), key=lambda kv: kv[1])[-1]
+                    kth[g] = (rate_k, label)
 
     queue = deque(
         sorted((k for k in range(n) if assessed[k].rate_bound is not None), key=lambda k: -assessed[k].rate_bound)
@@ -265,8 +286,7 @@ def pruned_rows(
             k = queue.popleft()
             lim = limit(k)
             if lim is not None and assessed[k].rate_bound * (1 + SLACK) < lim:  # type: ignore[operator]
-                rows[k] = rows[k] | {"pruned": PRUNED_COMPUTE}
-                pruned[PRUNED_COMPUTE] += 1
+                cut(k, PRUNED_COMPUTE, assessed[k].rate_bound)  # type: ignore[arg-type]
                 continue
             short = [g for g, K in groups[k] if g not in kth]
             if lim is None and prunable[k]:

@@ -12,10 +12,11 @@ if TYPE_CHECKING:
 
 
 def rank(df: pd.DataFrame) -> pd.DataFrame:
-    """Rank within each cluster: fitting configurations first by samples/s (= by step time,
-    the global batch being the same for every configuration of one cluster), then the ones
-    that do not fit, by samples/s. Equal speed: less memory first (1F1B before GPipe when
-    they tie), then the enumeration order."""
+    """Rank within each cluster by throughput: fitting configurations first by samples/s (the
+    order of tokens/s per GPU too, a cluster's rows sharing their world and sequence; and of step
+    time where they run one global batch, as a sweep's layouts do unless its batch axes mix
+    them), then the ones that do not fit, by samples/s. Equal speed: less memory first (1F1B
+    before GPipe when they tie), then the enumeration order."""
     df = df.copy()
     df["_order"] = range(len(df))
     df["_cluster"] = df.groupby(["topology", "nodes"], sort=False).ngroup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardsim.config import CHECKPOINTING, DATA_PARALLEL, OPTIMIZER_IMPLS, PRECISIONS, SAC_OP, RunConfig
+from shardsim.config.model_defaults import library_text
 from shardsim.core.console import console
 from shardsim.core.tables import Column, Grid, fitted, layout, show
 from shardsim.core.units import (
@@ -44,20 +45,50 @@ BREAKDOWN = {"compute_s": "compute", "exposed_comm_s": "exp. comm", "bubble_s": 
 LEFT_OUT = "the breakdown columns (compute, exposed comm, bubble, optimizer)"
 
 
+def micro_batch(r) -> float:
+    """The samples one micro-batch of a row's replica holds: a pipeline's batch per replica (batch per
+    device × stages) over its microbatches, else the batch per device (a tensor-parallel group's)."""
+    if int(r["strategy_pp"]) > 1:
+        return int(r["batch_per_device"]) * int(r["strategy_pp"]) / int(r["strategy_microbatches"])
+    return int(r["batch_per_device"])
+
+
+def mixed_batches_line(df) -> str | None:
+    """One line where a cluster's rows run different global batches (batch axes the sweep was
+    given, a batch search without --global-batch): their ranking by throughput is then not by
+    step time, and rows do not run the same job."""
+    sizes = df.groupby(["topology", "nodes"], sort=False)["global_batch"].nunique()
+    if not bool((sizes > 1).any()):
+        return None
+    values = ", ".join(str(int(v)) for v in sorted(df["global_batch"].unique()))
+    return (
+        f"These rows run different global batches ({values}), as the batch axes asked: ranked by throughput, "
+        "not by step time (--global-batch N holds one for every row)."
+    )
+
+
 def _ranked_grid(
-    df, title: str, top: int, with_cluster: bool = False, breakdown: bool = True, mfu: bool = True
+    df,
+    title: str,
+    top: int,
+    with_cluster: bool = False,
+    breakdown: bool = True,
+    mfu: bool = True,
+    batches: int = 2,
 ) -> tuple[Grid, int]:
     """The ranked rows (and how many were left below `top`); `breakdown` False leaves out the four
-    columns of where the step goes, `mfu` False the MFU column."""
+    columns of where the step goes, `mfu` False the MFU column; `batches` 2 shows each row's
+    global batch and micro-batch, 1 the micro-batch alone (where the header names the global
+    batch every row runs), 0 neither."""
     cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
     # the layout, tp×pp×dp(shard), where a row has tensor or pipeline parallelism (else its label says it all)
     layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
     if layouts:
         cols.append(Column("layout"))
-    # the batch per device × grad_accum, where the rows' differ (batch lists, a batch search)
-    batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1)
-    if batches:
-        cols.append(Column("batch×ga", figure=True))
+    # each row's global batch and the micro-batch a replica runs (× its accumulation steps where any accumulates)
+    accumulates = bool((df["grad_accum"] > 1).any())
+    micro_name = "micro×ga" if accumulates else "micro"
+    cols += [Column(name, figure=True) for name in ("global", micro_name)[2 - batches :]]
     # a text model's rows in tokens (its tokens/s per GPU and $ per million tokens), others' in samples
     tokens = _tokens(df)
     rate_name, cost_name = ("tok/s/GPU", "$/M tokens") if tokens else ("samples/s", "$/M samples")
@@ -70,8 +101,8 @@ def _ranked_grid(
         if with_cluster:
             cells.append(f"{int(r['nodes'])} x {r['topology']}")
         cells += [r["label"], *([r["layout"].replace(" ", "")] if layouts else [])]
-        if batches:
-            cells.append(f"{int(r['batch_per_device'])}×{int(r['grad_accum'])}")
+        micro = f"{micro_batch(r):g}" + (f"×{int(r['grad_accum'])}" if accumulates else "")
+        cells += [str(int(r["global_batch"])), micro][2 - batches :]
         rate = r["tokens_per_s_per_gpu"] if tokens else r["samples_per_s"]  # NaN: not simulated, "-"
         cells += [format_seconds(r["step_time_s"]), format_rate(rate), *([format_percent(r["mfu"])] if mfu else [])]
         if breakdown:
@@ -90,13 +121,16 @@ def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool)
     t = fitted(out, g, wide)
     if t is not None:
         return t, more, None
-    g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False)
     how = f"left out to fit {out.width} columns: --wide shows them; --json and --out DIR hold every column"
-    t = fitted(out, g, wide)
-    if t is not None:
-        return t, more, f"{LEFT_OUT} {how}"
-    g, more = _ranked_grid(df, title, top, with_cluster, breakdown=False, mfu=False)
-    return layout(out, g), more, f"{LEFT_OUT} and MFU {how}"
+    # the global batch goes first where every row runs the one the header names, then MFU, then the micro-batch
+    held = mixed_batches_line(df) is None and not with_cluster
+    steps = ((True, 2, ""), (True, 1 if held else 2, ""), (False, 1 if held else 2, " and MFU"))
+    for mfu, batches, what in (*steps, (False, 0, ", MFU and the batch columns")):
+        g, more = _ranked_grid(df, title, top, with_cluster, False, mfu, batches)
+        t = fitted(out, g, wide)
+        if t is not None:
+            return t, more, f"{LEFT_OUT}{what} {how}"
+    return layout(out, g), more, f"{LEFT_OUT}{what} {how}"
 
 
 TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
@@ -122,7 +156,7 @@ def _describe(s: dict | None, batches: bool = False) -> str:
     if s.get("tokens_per_s_per_gpu") is not None:
         rates += f", {format_rate_unit(s['tokens_per_s_per_gpu'], 'tokens')} per GPU, MFU {format_percent(s['mfu'])}"
     if batches and s.get("batch_per_device") is not None:
-        rates += f", batch {s['batch_per_device']}/device x {s['grad_accum']}"
+        rates += f", global batch {s['global_batch']}, micro-batch {micro_batch(_flat(s)):g} x {s['grad_accum']}"
     cost = s.get("cost_per_million_tokens_usd")
     if cost is None:
         cost = s.get("cost_per_million_samples_usd")
@@ -132,6 +166,11 @@ def _describe(s: dict | None, batches: bool = False) -> str:
     if cost is not None:
         rates += f", {_fmt_cost(cost)}/M {unit}"
     return f"{s['label']} ({format_seconds(s['step_time_s'])}/step, {rates})"
+
+
+def _flat(s: dict) -> dict:
+    """A recommended row's strategy fields as the table's columns name them (`strategy_pp`, ...)."""
+    return s | {f"strategy_{k}": v for k, v in s.get("strategy", {}).items()}
 
 
 def _degrees_line(b: dict) -> str:
@@ -269,8 +308,15 @@ def _values(df, column: str) -> str:
 
 
 def _batch_text(df, base: RunConfig, global_batch: int | None, max_batch: int | None) -> str:
-    """The batch of a sweep's header: per device (the values the rows take where they differ,
-    the search's limit where searched) and the accumulation steps, or the fixed global batch."""
+    """The batch of a sweep's header: the global batch each layout runs where it is held (given,
+    strong scaling; or the data-parallel layout's, batch per device × world × grad_accum), else
+    per device (the values the rows take, the search's limit where searched) and the accumulation steps."""
+    held = mixed_batches_line(df) is None
+    if global_batch is None and max_batch is None and held:
+        return (
+            f"global batch {_values(df, 'global_batch')} in every layout "
+            f"(batch {base.batch_per_device}/device x grad_accum {base.grad_accum} where data parallel)"
+        )
     if max_batch is not None:
         text = f"batch per device the largest that fits, up to {max_batch:,} (per row)"
     else:
@@ -345,7 +391,7 @@ def print_report(
         head += ", compiled"
     if base.mlm_fraction is not None:
         head += f", mlm {base.mlm_fraction:g}"
-    head += f", {base.backend}"
+    head += f", {base.backend}, {library_text(base.library)}"
     listed = _settings_listed(df)
     if listed:
         out.print(f"Settings listed (a configuration names those that differ from the base's): {listed}")
@@ -360,8 +406,13 @@ def print_report(
     else:
         (topology, nodes), g = clusters[0]
         title = f"{int(nodes)} x {topology} ({int(g['world'].iloc[0])} x {g['device'].iloc[0]}): {head}"
+        title += f"; ranked by {'tokens/s per GPU' if _tokens(g) else 'samples/s'}"
+        if mixed_batches_line(g) is None:
+            title += " (one global batch: the order of step time)"
         table, more, left_out = _ranked_table(out, g, title, top, False, wide)
         show(out, table)
+    if mixed := mixed_batches_line(df):
+        out.print(mixed)
     if left_out:
         out.print(left_out)
     if more:
@@ -393,6 +444,7 @@ def print_report(
     for line in skipped:
         out.print(f"[yellow]skipped[/yellow] {line}")
     batches = bool(df["batch_per_device"].nunique() > 1 or df["grad_accum"].nunique() > 1) or max_batch is not None
+    batches = batches or bool(df["global_batch"].nunique() > 1)
     swept = tuple(dict.fromkeys(df["strategy_kind"]))
     for line in _recommendation_lines(rec, multi, batches, swept):
         out.print(line)

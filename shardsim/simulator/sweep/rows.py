@@ -62,8 +62,10 @@ COLUMNS = (
 # strategy_reshard_after_forward.)
 SETTING_COLUMNS = tuple(s.name for s in RUN_SETTING_AXES if s.name not in COLUMNS)  # precision is always a column
 # Added after "fit_reason" by a pruned search (`sweep.prune`): "" where the row was simulated, else
-# the rule that pruned it ("memory", "compute bound").
+# the rule that pruned it ("memory", "compute bound", "chain bound"); then, for a row a bound pruned,
+# that lower bound on its step time and the configuration whose simulated rate it could not reach.
 PRUNED_COLUMN = "pruned"
+PRUNED_COLUMNS = (PRUNED_COLUMN, "bound_step_s", "pruned_by")
 # Added by `scaling()` when a sweep spans several cluster sizes.
 SCALING_COLUMNS = ("scaling_mode", "scaling_base_gpus", "ideal_samples_per_s", "scaling_efficiency")
 
@@ -78,9 +80,9 @@ def columns(spans_settings: bool) -> tuple[str, ...]:
 
 
 def with_pruned(cols: tuple[str, ...]) -> tuple[str, ...]:
-    """A pruned search's columns: `cols` with `PRUNED_COLUMN` after "fit_reason"."""
+    """A pruned search's columns: `cols` with `PRUNED_COLUMNS` after "fit_reason"."""
     at = cols.index("fit_reason") + 1
-    return (*cols[:at], PRUNED_COLUMN, *cols[at:])
+    return (*cols[:at], *PRUNED_COLUMNS, *cols[at:])
 
 
 def layout_of(world: int, tp: int, pp: int, shard: int) -> str:

@@ -54,7 +54,13 @@ class SweepSpace:
     schedules: pipeline schedules (gpipe, 1f1b).
     topologies / nodes: the clusters (product of both); None = the base config's.
     global_batch: strong scaling — batch_per_device = global_batch / (world × grad_accum),
-      clusters where it does not divide are skipped. None = weak scaling (fixed batch per device).
+      clusters where it does not divide are skipped. None = each cluster's own, as
+      `hold_global_batch` says (weak scaling across clusters).
+    hold_global_batch: where no global batch is given and the space lists no batch axis nor
+      searches the batch, every layout of a cluster runs the global batch of the data-parallel
+      layout (batch_per_device × world × grad_accum: `held_global_batch`), so a tensor-parallel
+      group of t devices gets t times the batch per group; False: batch_per_device per group
+      whatever the layout, so layouts run different global batches.
 
     The settings, None = the base configuration's only (opt-in lists, each a dimension more):
     reshard_after_forward: for zero and zero2d (False: ZeRO-2); other kinds keep True.
@@ -91,6 +97,7 @@ class SweepSpace:
     topologies: tuple[str | InstanceType, ...] | None = None
     nodes: tuple[int | None, ...] | None = None
     global_batch: int | None = None
+    hold_global_batch: bool = True
     reshard_after_forward: tuple[bool, ...] | None = None
     checkpointing: tuple[str, ...] | None = None
     selective_ac_options: tuple[str, ...] | None = None
@@ -114,6 +121,8 @@ class SweepSpace:
         for v in self.nodes or ():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ConfigError(f"expected integers >= 1, got {v!r}", field="nodes")
+        if not isinstance(self.hold_global_batch, bool):
+            raise ConfigError(f"expected true or false, got {self.hold_global_batch!r}", field="hold_global_batch")
         gb = self.global_batch
         if gb is not None and (isinstance(gb, bool) or not isinstance(gb, int) or gb < 1):
             raise ConfigError(f"expected an integer >= 1, got {self.global_batch!r}", field="global_batch")
@@ -413,15 +422,27 @@ def _cluster_base(
 PROBE_BATCH = 4
 
 
+def held_global_batch(base: RunConfig, space: SweepSpace, world: int) -> int | None:
+    """The global batch every layout on `world` devices runs: the space's `global_batch`, else
+    (`hold_global_batch`, no batch axis listed, no search) the data-parallel layout's,
+    batch_per_device × world × grad_accum; None where the rows take the batches as listed."""
+    if space.global_batch is not None:
+        return space.global_batch
+    if not space.hold_global_batch or space.max_batch or space.batch_sizes or space.grad_accums:
+        return None
+    return base.batch_per_device * world * base.grad_accum
+
+
 def batch_pairs(base: RunConfig, space: SweepSpace, world: int, tp: int) -> list[tuple[int | None, int]]:
     """The (batch per device, grad_accum) pairs the space tries at tensor-parallel degree `tp`
     (batch None: searched, `SweepSpace.max_batch`). Without a global batch every listed batch
     with every listed accumulation count (the base's where not listed); under a global batch N
+    (`held_global_batch`)
     over the world / tp data-parallel ranks, those whose batch × grad_accum × ranks is N: the
     batch follows from the steps (or, listed, the steps from the batch); searched, the steps
     follow from the batch found."""
     gas = space.grad_accums or (base.grad_accum,)
-    n = space.global_batch
+    n = held_global_batch(base, space, world)
     if n is None:
         batches: tuple[int | None, ...] = (None,) if space.max_batch else space.batch_sizes or (base.batch_per_device,)
         return [(b, ga) for b in batches for ga in gas]
