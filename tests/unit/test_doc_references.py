@@ -14,7 +14,8 @@ THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
 SCANNED = ("README.md", "docs/", "shardsim/", "tests/")
 SUFFIXES = (".md", ".py", ".yaml", ".toml", ".txt")
 
-COLOUR = re.compile(r"#[0-9A-Fa-f]{6}\b")  # a colour code, as the plots' palettes write them
+# a colour code, as the plots' palettes write them, or a short one closing a CSS declaration
+COLOUR = re.compile(r"#[0-9A-Fa-f]{6}\b|#[0-9A-Fa-f]{3}\b(?=\s*[;}])")
 REFERENCE = re.compile(r"\b(?:issue|stop)s? #?\d+|(?<![\w&])#\d+\b", re.IGNORECASE)
 PROJECT = re.compile(r"\b[A-Za-z0-9-]+/[A-Za-z0-9_.-]+")  # owner/name: another project's tracker
 LINK = re.compile(r"\]\(((?!https?:|mailto:|#)[^)#\s(]+)(?:#[^)]*)?\)")
@@ -37,6 +38,7 @@ def test_the_check_tells_an_internal_reference_from_another_projects() -> None:
     assert internal_references("see " + "#26 and " + "stop 37") == ["#26", "stop 37"]
     assert internal_references("NVIDIA/nccl issue #1442; pytorch/pytorch#86509") == []
     assert internal_references('palette = ["#937860", "#4C72B0"]; &#8212;') == []
+    assert internal_references("td { color: #888; } .note { color: #555 }") == []
 
 
 def test_no_internal_numbering_in_docs_code_or_tests() -> None:

@@ -34,7 +34,8 @@ MEASURED = ROOT / "docs" / "examples" / "calibration-3-rows.csv"
 NCCL = ROOT / "experiments" / "calibration" / "data" / "nccl-all-reduce-p5-2node.csv"
 MATRIX = ROOT / "shardsim" / "data" / "matrices" / "ci.yaml"
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
-SWEEP = ["sweep", *TINY, "--strategies", "ddp,zero", "--workers", "1", "--no-progress", "--no-plots"]
+# exhaustive: every prediction goes through `search.predict_all`, which `_predictions` counts
+SWEEP = ["sweep", *TINY, "--strategies", "ddp,zero", "--workers", "1", "--no-progress", "--no-plots", "--exhaustive"]
 
 
 def cli(argv: list) -> int:
