@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 STATUSES = frozenset(128 + s for s in SIGNALS)  # the exit statuses they give
 GRACE_S = 1.2  # after the first signal: how long a command has to stop itself before `deadline` ends it
+RAISE_AGAIN_S = 0.01  # after an interrupt raised where it could not propagate: when it is raised again
 PR_SET_PDEATHSIG = 1  # prctl(2)
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -97,9 +98,13 @@ def _main_blocks_signals() -> bool:
 
 def _swallowed(unraisable) -> None:
     """sys.unraisablehook: an interrupt raised where it cannot propagate (a finalizer, a
-    ``__del__``) is raised again in the main thread, silently; anything else as Python reports it."""
+    ``__del__``) is raised again in the main thread, silently, once this hook has returned (from
+    a thread: raised inside the hook it would be reported as the hook's); anything else as
+    Python reports it."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and _received:
-        _thread.interrupt_main(_received[0])
+        again = threading.Timer(RAISE_AGAIN_S, _thread.interrupt_main, (_received[0],))
+        again.daemon = True
+        again.start()
         return
     sys.__unraisablehook__(unraisable)
 
