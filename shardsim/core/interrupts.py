@@ -29,7 +29,9 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 PR_SET_CHILD_SUBREAPER = 36
 
 _received: list[int] = []  # the first signal that arrived, if any
-_deadline: list[Callable[[int], None]] = []  # what ends the command once its grace is over
+_wake: list[int] = []  # while a `raising` block runs: the pipe its watcher (`_watch`) reads
+
+FIRST, AGAIN = b"s", b"r"  # what the watcher is told: the first signal came; raise it again
 
 
 class Terminated(KeyboardInterrupt):
@@ -60,13 +62,17 @@ def forget() -> None:
 
 def record(signum: int, frame=None) -> None:
     """A signal handler that records the signal and raises nothing (while the command loads:
-    the command checks `received` before it starts). The first signal starts the deadline."""
+    the command checks `received` before it starts). The first signal starts the deadline of
+    the `raising` block that runs (its watcher is told through a pipe: no lock taken here)."""
     if _received:
         return
     _received.append(signum)
-    if _deadline:
-        end = _deadline[0]
-        threading.Thread(target=_after_grace, args=(end, signum), name="shardsim-deadline", daemon=True).start()
+    _tell(FIRST)
+
+
+def _tell(what: bytes) -> None:
+    with contextlib.suppress(OSError, IndexError):
+        os.write(_wake[0], what)
 
 
 def raise_interrupt(signum: int, frame) -> None:
@@ -76,13 +82,23 @@ def raise_interrupt(signum: int, frame) -> None:
     raise interrupt(signum)
 
 
-def _after_grace(end: Callable[[int], None], signum: int) -> None:
-    """`end(signum)` once `GRACE_S` have passed, later while the main thread blocks the signals
-    (a teardown that must finish: an emulated cluster's)."""
-    time.sleep(GRACE_S)
-    while _main_blocks_signals():
-        time.sleep(0.05)
-    end(signum)
+def _watch(wake: int, deadline: Callable[[int], None] | None, running: threading.Event) -> None:
+    """A `raising` block's watcher thread, until the block ends (the pipe closed): raises an
+    interrupt again in the main thread when asked (`_swallowed`), and on the first signal runs
+    `deadline(signum)` once `GRACE_S` have passed, later while the main thread blocks the
+    signals (a teardown that must finish: an emulated cluster's), never after the block."""
+    while what := os.read(wake, 1):
+        if what == AGAIN:
+            time.sleep(RAISE_AGAIN_S)
+            if running.is_set() and _received:
+                _thread.interrupt_main(_received[0])
+        elif deadline is not None:
+            time.sleep(GRACE_S)
+            while _main_blocks_signals():
+                time.sleep(0.05)
+            if running.is_set():
+                deadline(_received[0])
+    os.close(wake)
 
 
 def _main_blocks_signals() -> bool:
@@ -101,10 +117,8 @@ def _swallowed(unraisable) -> None:
     ``__del__``) is raised again in the main thread, silently, once this hook has returned (from
     a thread: raised inside the hook it would be reported as the hook's); anything else as
     Python reports it."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _received:
-        again = threading.Timer(RAISE_AGAIN_S, _thread.interrupt_main, (_received[0],))
-        again.daemon = True
-        again.start()
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _received and _wake:
+        _tell(AGAIN)
         return
     sys.__unraisablehook__(unraisable)
 
@@ -139,20 +153,31 @@ def raising(signals: tuple[int, ...] = SIGNALS, deadline: Callable[[int], None] 
     """Each of `signals` raises inside the block (`raise_interrupt`), in the main thread (other
     threads cannot set handlers: there it does nothing), and an interrupt swallowed where it
     cannot propagate is raised again (`_swallowed`). With `deadline`, `deadline(signum)` runs
-    (in a thread of its own) once the first signal is `GRACE_S` old and the block still runs;
-    it should end the process. The previous handlers come back after (Python's own for those
-    that only recorded: `recording`)."""
+    (in the block's watcher thread, `_watch`) once the first signal is `GRACE_S` old and the
+    block still runs; it should end the process. The previous handlers come back after (Python's own for those
+    that only recorded: `recording`). Not nested."""
     if not _in_main_thread():
         yield
         return
+    wake, _wake[:] = os.pipe(), []
+    os.set_blocking(wake[1], False)
+    running = threading.Event()
+    running.set()
+    watcher = threading.Thread(target=_watch, args=(wake[0], deadline, running), name="shardsim-signals", daemon=True)
+    watcher.start()
+    _wake.append(wake[1])
+    if _received:  # it came before the block
+        _tell(FIRST)
     previous = {sig: signal.signal(sig, raise_interrupt) for sig in signals}
     hook, sys.unraisablehook = sys.unraisablehook, _swallowed
-    if deadline is not None:
-        _deadline[:] = [deadline]
     try:
         yield
     finally:
-        _deadline.clear()
+        running.clear()
+        _wake.clear()
+        os.close(wake[1])
+        if not _received:
+            watcher.join()  # at once: the pipe is closed (one signalled leaves it to end with the process)
         sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, _python_default(sig) if handler is record else handler)
@@ -160,6 +185,18 @@ def raising(signals: tuple[int, ...] = SIGNALS, deadline: Callable[[int], None] 
 
 def _python_default(sig: int):
     return signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+
+
+@contextlib.contextmanager
+def held(signals: tuple[int, ...] = SIGNALS) -> Iterator[None]:
+    """The block runs with `signals` blocked, delivered after it: a process forked inside it
+    starts with them blocked until it sets its own handlers (`worker_signals`), instead of
+    running this process's handlers meanwhile."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
 
 
 def _prctl():
@@ -183,6 +220,7 @@ def worker_signals(parent: int | None = None) -> None:
         signal.signal(sig, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # forked while they were held (`held`)
     if parent is not None:
         if _PRCTL is not None:
             _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)

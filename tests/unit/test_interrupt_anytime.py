@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_sweep_interrupt import CTRL_C_PROMISE_S
@@ -27,7 +27,8 @@ LARGE_SWEEP = (
     "sweep --workload llama-3.1-70b --topology p5.48xlarge,p4d.24xlarge --nodes 1,2,4,8,16 --exhaustive"
     " --no-cache -y --no-progress --precisions bf16,fp16 --checkpointing none,full,selective"
 ).split()
-RUN = "run --topology emu-2x2 --no-emulate --nproc 2 --workload tiny-gpt".split()
+# steps enough that the run lasts past the last signal (its default 5 take about 5 s here)
+RUN = "run --topology emu-2x2 --no-emulate --nproc 2 --workload tiny-gpt --steps 500".split()
 EXAMPLES = settings(
     max_examples=50, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
 )
@@ -90,7 +91,9 @@ def signal_after(argv: list[str], delay: float, sig: int = signal.SIGINT) -> dic
         while time.monotonic() < due and proc.poll() is None:
             seen |= _tree(proc.pid)
             time.sleep(0.01)
-        os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C does
+        ended_first = proc.poll() is not None
+        if not ended_first:
+            os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C does
         t0 = time.monotonic()
         try:
             _, err = proc.communicate(timeout=10)  # both pipes read to their end
@@ -105,10 +108,18 @@ def signal_after(argv: list[str], delay: float, sig: int = signal.SIGINT) -> dic
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    return {"status": proc.returncode, "took": took, "err": err, "left": sorted(left), "seen": len(seen)}
+    return {
+        "status": proc.returncode,
+        "took": took,
+        "err": err,
+        "left": sorted(left),
+        "seen": len(seen),
+        "ended_first": ended_first,
+    }
 
 
 def _check(outcome: dict, status: int, line: str) -> None:
+    assert not outcome["ended_first"], f"the command ended before the signal: {outcome}"
     assert outcome["status"] == status, outcome
     assert outcome["err"].endswith(f"shardsim: {line}\n") and "Traceback" not in outcome["err"], outcome
     assert not outcome["left"], f"processes outlived the command: {outcome}"
@@ -135,6 +146,7 @@ def test_ctrl_c_at_any_moment_ends_the_command_and_its_tree(argv, name) -> None:
     @given(delay=DELAYS)
     def ctrl_c(delay: float) -> None:
         outcome = signal_after([SHARDSIM, *argv], delay)
+        assume(not outcome["ended_first"])  # done (or failed to start) before the signal: nothing to interrupt
         outcomes.append(outcome)
         _check(outcome, 130, "interrupted")
 

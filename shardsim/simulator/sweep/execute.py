@@ -167,7 +167,8 @@ def _predict_here(
     others = set(active_children())
     pool = _pool(min(workers, n))
     try:
-        futures = [pool.submit(_predict_task, (i, cands[i], workload, algo)) for i in order]
+        with interrupts.held():  # the workers are forked at the first submit
+            futures = [pool.submit(_predict_task, (i, cands[i], workload, algo)) for i in order]
         if progress:
             progress(0, n, 0.0)  # the workers exist: a progress thread may start
         if meanwhile:
@@ -207,7 +208,8 @@ class Workers:
             if self._pool is None:
                 self._others = set(active_children())
                 self._pool = _pool(self.workers)
-            futures = [self._pool.submit(fn, t) for t in tasks]
+            with interrupts.held():  # the workers are forked at the first submit
+                futures = [self._pool.submit(fn, t) for t in tasks]
             if meanwhile:
                 meanwhile()
             return [f.result() for f in futures]
