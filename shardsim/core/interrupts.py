@@ -13,6 +13,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import sys
@@ -31,7 +32,8 @@ PR_SET_CHILD_SUBREAPER = 36
 _received: list[int] = []  # the first signal that arrived, if any
 _wake: list[int] = []  # while a `raising` block runs: the pipe its watcher (`_watch`) reads
 
-FIRST, AGAIN = b"s", b"r"  # what the watcher is told: the first signal came; raise it again
+FIRST, AGAIN, DONE = b"s", b"r", b"q"  # what the watcher is told: the first signal came; raise it again; stop
+os.register_at_fork(after_in_child=_wake.clear)  # a forked process's signals are not this one's to watch
 
 
 class Terminated(KeyboardInterrupt):
@@ -87,7 +89,7 @@ def _watch(wake: int, deadline: Callable[[int], None] | None, running: threading
     interrupt again in the main thread when asked (`_swallowed`), and on the first signal runs
     `deadline(signum)` once `GRACE_S` have passed, later while the main thread blocks the
     signals (a teardown that must finish: an emulated cluster's), never after the block."""
-    while what := os.read(wake, 1):
+    while (what := os.read(wake, 1)) not in (b"", DONE):  # a forked process may hold the pipe open
         if what == AGAIN:
             time.sleep(RAISE_AGAIN_S)
             if running.is_set() and _received:
@@ -159,7 +161,7 @@ def raising(signals: tuple[int, ...] = SIGNALS, deadline: Callable[[int], None] 
     if not _in_main_thread():
         yield
         return
-    wake, _wake[:] = os.pipe(), []
+    wake, _wake[:] = tuple(_above_std(fd) for fd in os.pipe()), []
     os.set_blocking(wake[1], False)
     running = threading.Event()
     running.set()
@@ -175,12 +177,24 @@ def raising(signals: tuple[int, ...] = SIGNALS, deadline: Callable[[int], None] 
     finally:
         running.clear()
         _wake.clear()
+        with contextlib.suppress(OSError):
+            os.write(wake[1], DONE)
         os.close(wake[1])
         if not _received:
             watcher.join()  # at once: the pipe is closed (one signalled leaves it to end with the process)
         sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, _python_default(sig) if handler is record else handler)
+
+
+def _above_std(fd: int) -> int:
+    """`fd`, moved above the standard streams' descriptors (one may be closed at the start:
+    its number is for `/dev/null`, not for this)."""
+    if fd > 2:
+        return fd
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return high
 
 
 def _python_default(sig: int):
