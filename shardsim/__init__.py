@@ -9,15 +9,9 @@ numpy, pandas, matplotlib or torch).
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
-
-try:
-    __version__ = metadata.version("shardsim")
-except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
-    __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
     from shardsim.api import calibrate, collective, load_config, predict, recommend, sweep
@@ -125,7 +119,20 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The installed distribution's version (importlib.metadata: read on first use, as it is slow to load)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("shardsim")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "0.0.0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'shardsim' has no attribute {name!r}")

@@ -27,6 +27,7 @@ RUNTIME_DIR = pytest.StashKey[str]()  # an xdist worker's own runtime folder
 SERIAL = {
     "test_lifecycle.py",  # a process tree killed within seconds; emulated clusters torn down on signals
     "test_sweep_interrupt.py",  # a sweep and its workers gone within 2 s of Ctrl-C
+    "test_interrupt_anytime.py",  # a signal at any moment: the command and its tree gone within 2 s
     "test_sweep_ray.py",  # starts Ray instances; Ctrl-C ends one within 2 s
 }
 

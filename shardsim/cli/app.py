@@ -13,14 +13,17 @@ Exit status: 0 done, 1 a run or check failed, a file could not be written (one l
 was written and what not) or something unexpected happened (one line names a log file with the
 traceback), 2 bad input (one line saying what and where), 130 interrupted (Ctrl-C), 141 stdout
 closed early (a closed stdout, a broken pipe: no word), 143 terminated (SIGTERM), 129 and 131
-for SIGHUP and SIGQUIT. Each signal raises inside the command (see `runtime.interrupts`), so
-everything it started is stopped before it exits.
+for SIGHUP and SIGQUIT. Each signal raises inside the command (see `core.interrupts`), so
+everything it started is stopped before it exits; one swallowed on its way still ends it, and a
+command that has not stopped 1.2 s after the signal is ended here (`_deadline`: every process
+it started killed).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import errno
 import io
 import logging
@@ -37,6 +40,7 @@ from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.files import named_stdout
 
 log = logging.getLogger("shardsim")
+_said: list[KeyboardInterrupt] = []  # the interrupt whose line this process has written
 
 
 def _commands() -> tuple:
@@ -159,16 +163,43 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` (default: the program's arguments) and return its exit status.
     Called as the program (no `argv`): its standard streams are made safe first (`_safe_streams`),
     and the process exits as soon as the command ends (`_exit_now`)."""
+    if argv is not None:
+        interrupts.forget()  # in-process: a signal recorded before was an earlier command's
     try:
-        with interrupts.raising():
+        with interrupts.raising(deadline=None if argv is not None else _deadline):
+            early = interrupts.received()  # a signal while the program loaded (`interrupts.recording`)
+            if early is not None:
+                raise early
             code = _main(argv)
     except KeyboardInterrupt as exc:  # as the handlers were set or restored, around the command
         code = _interrupted(exc)
+    late = interrupts.received()
+    if late is not None and code not in interrupts.STATUSES:  # swallowed on its way (a finalizer, a library)
+        code = _interrupted(late)
     if argv is None:
         interrupted = code in interrupts.STATUSES
         if interrupted or threading.active_count() == 1:
             _exit_now(code, handlers=not interrupted)
     return code
+
+
+def _deadline(signum: int) -> None:
+    """A signal's deadline (`interrupts.raising`): the command has not stopped within its grace,
+    so every process it started is killed and it exits with the signal's status, one line said
+    (written directly: the main thread may hold logging's lock)."""
+    try:
+        from shardsim.runtime.processes import descendants
+
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    except OSError:  # no /proc: the workers die with this process (`interrupts.worker_signals`)
+        pass
+    exc = interrupts.interrupt(signum)
+    if not _said:
+        with contextlib.suppress(OSError):
+            os.write(2, f"shardsim: {interrupts.describe(exc)}\n".encode())
+    os._exit(interrupts.exit_status(exc))
 
 
 def _exit_now(code: int, handlers: bool = False) -> None:
@@ -178,7 +209,11 @@ def _exit_now(code: int, handlers: bool = False) -> None:
     only once no other thread runs). What a command writes is closed before it returns, and the
     result cache commits every row as it is stored."""
     if handlers:
-        atexit._run_exitfuncs()
+        try:
+            with interrupts.raising(deadline=_deadline):
+                atexit._run_exitfuncs()
+        except KeyboardInterrupt as exc:
+            code = _interrupted(exc)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -245,6 +280,7 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     """One line for the signal that raised `exc`, and its exit status."""
     if not log.handlers:
         setup_logging(0)
+    _said.append(exc)
     log.error(interrupts.describe(exc))
     return interrupts.exit_status(exc)
 
@@ -273,6 +309,8 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:  # stdout closed early (`shardsim sweep | head`)
         return _stdout_gone()
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes one line
+        if (signalled := interrupts.received()) is not None:  # an interrupt a library turned into its own error
+            return _interrupted(signalled)
         first = (str(exc).splitlines() or [""])[0]
         import traceback
 

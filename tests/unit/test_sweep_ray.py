@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig
+from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.cache import ResultCache
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace
@@ -141,3 +144,97 @@ def test_a_ray_client_address_without_a_cluster_is_one_line(capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ray://127.0.0.1:1" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "address", ["not a url", "", "  ", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1", "http://127.0.0.1:1", "ray://"]
+)
+def test_a_bad_address_is_one_line_naming_it(capsys, address) -> None:
+    _need_ray()
+    argv = ["sweep", "--executor", "ray", "--address", address, "--workload", "tiny-gpt", "--nodes", "2", "--no-cache"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--address {address!r} is not a Ray cluster's address" in err, err
+
+
+@given(
+    host=st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z][a-z0-9-]{0,10}){0,2}", fullmatch=True),
+    port=st.integers(1, 65535),
+    client=st.booleans(),
+)
+@settings(derandomize=True, database=None)
+def test_host_and_port_are_read_from_an_address(host, port, client) -> None:
+    _need_ray()
+    from shardsim.simulator.sweep.ray_executor import parse_address
+
+    assert parse_address(f"{'ray://' if client else ''}{host}:{port}") == (host, port)
+
+
+@given(port=st.integers(65536, 10**9) | st.integers(-(10**6), 0))
+@settings(derandomize=True, database=None, max_examples=30)
+def test_a_port_out_of_range_is_bad_input(port) -> None:
+    _need_ray()
+    from shardsim.simulator.sweep.ray_executor import parse_address
+
+    with pytest.raises(ConfigError, match="not a Ray cluster's address"):
+        parse_address(f"127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_an_unreachable_address_is_one_line_within_the_connect_timeout(capsys, address) -> None:
+    """Nothing listens on port 1: one line, exit 2, seconds (Ray itself retried for minutes,
+    printing its own lines)."""
+    _need_ray()
+    argv = ["sweep", "--executor", "ray", "--address", address, "--workload", "tiny-gpt", "--nodes", "2", "--no-cache"]
+    t0 = time.monotonic()
+    assert main(argv) == 2
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot reach a Ray cluster at {address}" in err, err
+    assert took < 15, f"{took:.1f} s"
+
+
+def test_an_address_that_never_answers_is_one_line_after_the_connect_timeout(monkeypatch) -> None:
+    _need_ray()
+    from shardsim.simulator.sweep import ray_executor
+
+    def silent(address, timeout):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(ray_executor.socket, "create_connection", silent)
+    with pytest.raises(ConfigError, match=r"cannot reach a Ray cluster at 10\.0\.0\.1:6379: no answer in 5 s"):
+        ray_executor.check_reachable("10.0.0.1:6379", "10.0.0.1", 6379)
+
+
+def test_rays_log_records_are_this_programs_prefixed_lines(capsys) -> None:
+    _need_ray()
+    import logging
+
+    from shardsim.cli.app import setup_logging
+    from shardsim.simulator.sweep.ray_executor import _quiet_ray
+
+    setup_logging(0)
+    _quiet_ray()
+    logging.getLogger("ray._private.worker").error("Failed to connect to GCS\nretrying")
+    logging.getLogger("ray._private.worker").warning("Started a local Ray instance")  # below errors: not shown
+    assert capsys.readouterr().err == "shardsim: ray: Failed to connect to GCS\\nretrying\n"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_a_local_ray_sweep_leaves_no_process_not_even_a_defunct_one() -> None:
+    """Every process of the local Ray instance (GCS, raylet, its dashboard agent and workers) is
+    gone after the sweep, reaped: none left as a zombie (where the system's first process reaps
+    none, one whose parent was killed would stay)."""
+    _need_ray()
+    from shardsim.simulator.sweep.ray_executor import RayExecutor
+
+    before = set(_tree(os.getpid()))
+    with RayExecutor(workers=1) as ex:
+        sweep(TINY, SweepSpace(strategies=("ddp",)), executor=ex)
+        ray_procs = {p: _title(p) for p in _tree(os.getpid()) if p not in before}
+    assert any(t.startswith("ray::") for t in ray_procs.values()), ray_procs
+    time.sleep(0.5)
+    left = {p: t for p, t in ray_procs.items() if Path(f"/proc/{p}").exists()}
+    assert not left, f"Ray processes left (running or defunct): {left}"

@@ -6,19 +6,19 @@ of workers; no timing goes into a row.
 
 Interrupts: the workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group),
 so only this process sees it; on it, or on any error, the workers are killed at once, not
-waited for.
+waited for, and the kernel kills any left when this process ends, however it ends (Linux).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import active_children, get_all_start_methods, get_context
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
+from shardsim.core import interrupts
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.sweep.rows import row_of
 from shardsim.simulator.sweep.space import Candidate
@@ -63,28 +63,25 @@ def estimated_seconds(candidates: Sequence[Candidate], workers: int | None = Non
     return total / max(1, min(workers or default_workers(), len(candidates)))
 
 
-def _worker_signals() -> None:
-    """In a worker: Ctrl-C and SIGQUIT are the parent's to handle (it kills the workers); SIGTERM
-    and SIGHUP kill it, whatever handler the parent had installed before forking."""
-    for sig in (signal.SIGINT, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _pool(workers: int) -> ProcessPoolExecutor:
     # fork: workers inherit the loaded modules (the engine, imported once before the fork, not
     # once per worker). Every worker is forked at the first submit, before any progress thread starts.
     import shardsim.simulator.predict  # noqa: F401  (the engine and numpy, for every worker)
 
     ctx = get_context("fork") if "fork" in get_all_start_methods() else None
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_signals)
+    # each worker ignores Ctrl-C and dies with this process, however it ends (`worker_signals`)
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=interrupts.worker_signals, initargs=(os.getpid(),)
+    )
 
 
-def _stop(pool: ProcessPoolExecutor, workers: Sequence[BaseProcess]) -> None:
-    """End the pool now: cancel what has not started and kill its workers (a prediction cannot
-    be interrupted, and the executor would otherwise wait for those under way at exit)."""
+def _stop(pool: ProcessPoolExecutor, others: set[BaseProcess]) -> None:
+    """End the pool now: cancel what has not started and kill its workers, every child process
+    but `others` (those that ran before the pool), however far it got starting them (a
+    prediction cannot be interrupted, and the executor would otherwise wait for those under way
+    at exit)."""
     pool.shutdown(wait=False, cancel_futures=True)
+    workers = [p for p in active_children() if p not in others]
     for worker in workers:
         worker.kill()
     for worker in workers:
@@ -169,10 +166,9 @@ def _predict_here(
     order = sorted(range(n), key=lambda i: (-cands[i].cost_estimate, i))
     others = set(active_children())
     pool = _pool(min(workers, n))
-    procs: list[BaseProcess] = []
     try:
-        futures = [pool.submit(_predict_task, (i, cands[i], workload, algo)) for i in order]
-        procs = [p for p in active_children() if p not in others]  # forked at the first submit
+        with interrupts.held():  # the workers are forked at the first submit
+            futures = [pool.submit(_predict_task, (i, cands[i], workload, algo)) for i in order]
         if progress:
             progress(0, n, 0.0)  # the workers exist: a progress thread may start
         if meanwhile:
@@ -184,7 +180,7 @@ def _predict_here(
             if progress:
                 progress(finished, n, spent / total if total > 0 else finished / n)
     except BaseException:  # an error or Ctrl-C: kill the workers, do not wait for the rest of the sweep
-        _stop(pool, procs)
+        _stop(pool, others)
         raise
     pool.shutdown()
 
@@ -197,7 +193,7 @@ class Workers:
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
         self._pool: ProcessPoolExecutor | None = None
-        self._procs: list[BaseProcess] = []
+        self._others: set[BaseProcess] = set()  # the child processes that ran before the pool
 
     def map(
         self, fn: Callable[[Any], Any], tasks: Sequence[Any], meanwhile: Callable[[], object] | None = None
@@ -208,14 +204,12 @@ class Workers:
             if meanwhile:
                 meanwhile()
             return [fn(t) for t in tasks]
-        first = self._pool is None
-        others = set(active_children()) if first else set()
-        if self._pool is None:
-            self._pool = _pool(self.workers)
-        futures = [self._pool.submit(fn, t) for t in tasks]
-        if first:
-            self._procs = [p for p in active_children() if p not in others]  # forked at the first submit
         try:
+            if self._pool is None:
+                self._others = set(active_children())
+                self._pool = _pool(self.workers)
+            with interrupts.held():  # the workers are forked at the first submit
+                futures = [self._pool.submit(fn, t) for t in tasks]
             if meanwhile:
                 meanwhile()
             return [f.result() for f in futures]
@@ -226,10 +220,10 @@ class Workers:
     def close(self, kill: bool = False) -> None:
         if self._pool is not None:
             if kill:
-                _stop(self._pool, self._procs)
+                _stop(self._pool, self._others)
             else:
                 self._pool.shutdown()
-            self._pool, self._procs = None, []
+            self._pool, self._others = None, set()
 
     def __enter__(self) -> Workers:
         return self

@@ -20,10 +20,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shardsim.core import interrupts
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.execute import default_workers, predict_row
 from shardsim.simulator.sweep.space import Candidate
@@ -31,6 +34,66 @@ from shardsim.simulator.workload.model import Workload
 
 INSTALL = "pip install 'shardsim[ray]'"
 WAIT_S = 0.1  # ray.wait's timeout: how often the driver returns to Python (a Ctrl-C is seen within it)
+CONNECT_TIMEOUT_S = 5.0  # how long a cluster's address has to accept a connection before Ray is handed it
+FORMS = "HOST:PORT, ray://HOST:PORT or auto"  # the addresses --address takes
+
+log = logging.getLogger("shardsim.ray")
+
+
+def parse_address(address: str) -> tuple[str, int] | None:
+    """The host and port a cluster's `address` names (None for ``auto``: Ray finds the cluster
+    this machine runs); a ConfigError naming the forms it takes when it names none."""
+    text = address.strip()
+    if text == "auto":
+        return None
+    rest = text.removeprefix("ray://")
+    bad = ConfigError(f"--address {address!r} is not a Ray cluster's address ({FORMS})", field="address")
+    if not rest or "://" in rest or any(ch.isspace() or ch in "/?#" for ch in rest):
+        raise bad
+    try:
+        parts = urllib.parse.urlsplit(f"//{rest}")
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        raise bad from None
+    if not host or not port:
+        raise bad
+    return host, port
+
+
+def check_reachable(address: str, host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """A ConfigError, within `timeout`, where nothing at `host`:`port` accepts a connection (Ray
+    itself retries for minutes)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = f"no answer in {timeout:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ConfigError(f"cannot reach a Ray cluster at {address}: {why.lower()}", field="address") from None
+
+
+class _ThroughShardsim(logging.Handler):
+    """Ray's log records as this program's diagnostics: one line each, prefixed ``shardsim: ray:``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.log(record.levelno, "ray: %s", record.getMessage())
+
+
+_RAY_RECORDS = _ThroughShardsim()
+_RAY_RECORDS.addFilter(logging.Filter("ray"))
+
+
+def _quiet_ray() -> None:
+    """Ray's log records reach stderr only through this program's logger (`_ThroughShardsim`),
+    errors and worse (no "Started a local Ray instance" and the like): Ray's own handler goes,
+    and its records go up to the root logger, where this handler takes them (``ray.init``
+    clears the handlers of Ray's logger itself)."""
+    ray_log = logging.getLogger("ray")
+    ray_log.handlers.clear()
+    ray_log.propagate = True
+    ray_log.setLevel(logging.ERROR)
+    root = logging.getLogger()
+    if _RAY_RECORDS not in root.handlers:
+        root.addHandler(_RAY_RECORDS)
 
 
 def require_ray() -> None:
@@ -68,6 +131,7 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, workers: int | None = None) -> None:
         require_ray()
+        self._target = None if address is None else parse_address(address)
         self.address = address
         self.workers = workers or default_workers()
         self._started = False
@@ -76,15 +140,18 @@ class RayExecutor:
     def _start(self) -> None:
         import ray
 
+        _quiet_ray()
         kw: dict[str, Any] = {
             "include_dashboard": False,
-            "logging_level": logging.ERROR,  # no "Started a local Ray instance" and the like
+            "configure_logging": False,  # Ray's logger stays routed through this program's
             "log_to_driver": False,  # the tasks print nothing; an error comes back as the task's
         }
         if self.address is None:
             kw |= {"address": "local", "num_cpus": self.workers}
         else:
-            kw["address"] = self.address
+            if self._target is not None:
+                check_reachable(self.address, *self._target)
+            kw["address"] = self.address.strip()
         from ray._private import worker as ray_worker  # the node this process starts (a local instance)
 
         try:
@@ -195,6 +262,7 @@ class RayExecutor:
         procs = [info.process for infos in node.all_processes.values() for info in infos]
         tree = [pid for p in procs for pid in (p.pid, *_descendants(p.pid))]
         ray_worker._global_node = None
+        adopting = interrupts.adopt_orphans(True)  # the raylet's agents and workers are reaped here
         try:
             ray.shutdown()
         finally:
@@ -205,6 +273,13 @@ class RayExecutor:
                     pass
             for p in procs:
                 p.wait()
+            for pid in tree:  # parents before their children: each is this process's once its parent is gone
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:  # reaped already, or never this process's
+                    pass
+            if adopting:
+                interrupts.adopt_orphans(False)
 
     def __enter__(self) -> RayExecutor:
         return self
