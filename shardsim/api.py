@@ -204,7 +204,6 @@ def _takes_three(f: Any) -> bool:
     return True
 
 
-
 def sweep(
     config: Any = None,
     space: SweepSpace | Mapping[str, Any] | None = None,

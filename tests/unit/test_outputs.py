@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "experiments" / "seed" / "zero.yaml"
 MEASURED = ROOT / "docs" / "examples" / "calibration-3-rows.csv"
 NCCL = ROOT / "experiments" / "calibration" / "data" / "nccl-all-reduce-p5-2node.csv"
+P5_2 = ["--topology", "p5.48xlarge", "--nodes", "2"]  # the cluster the nccl-tests file was measured on
 MATRIX = ROOT / "shardsim" / "data" / "matrices" / "ci.yaml"
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
 # exhaustive: every prediction goes through `search.predict_all`, which `_predictions` counts
@@ -99,7 +100,7 @@ COMMANDS = {
         NCCL,
         lambda i, o: ["calibrate", "--nccl-tests", i, "--topology", "p5.48xlarge", "--nodes", "2", "--out", o],
     ),
-    "collective --plot = --compare": (NCCL, lambda i, o: ["collective", "--compare", i, "--plot", o]),
+    "collective --plot = --compare": (NCCL, lambda i, o: ["collective", *P5_2, "--compare", i, "--plot", o]),
     "profile --out = config": (SEED, lambda i, o: ["profile", i, *TINY, "--no-links", "--out", o]),
 }
 
@@ -260,7 +261,7 @@ def test_stdout_on_a_full_device_is_one_line_naming_it(capsys, monkeypatch):
     [
         ["predict", "--trace", "{out}"],
         ["calibrate", MEASURED, "--topology", "a100-40gb-roce", "--folds", "0", "--out", "{out}"],
-        ["collective", "--compare", NCCL, "--plot", "{out}"],
+        ["collective", *P5_2, "--compare", NCCL, "--plot", "{out}"],
     ],
     ids=["predict", "calibrate", "collective"],
 )
@@ -288,5 +289,5 @@ def test_a_profile_on_a_full_device_is_one_line(tmp_path, capsys, monkeypatch):
 def test_every_file_output_makes_its_missing_folder(tmp_path, capsys):
     trace, plot = tmp_path / "a" / "b" / "t.json", tmp_path / "c" / "d" / "p.png"
     assert cli(["predict", "--trace", trace]) == 0
-    assert cli(["collective", "--compare", NCCL, "--plot", plot]) == 0
+    assert cli(["collective", *P5_2, "--compare", NCCL, "--plot", plot]) == 0
     assert json.loads(trace.read_text())["traceEvents"] and plot.read_bytes().startswith(b"\x89PNG")
