@@ -130,3 +130,16 @@ def test_a_sweep_where_nothing_fits_says_so_in_every_plot(table, tmp_path):
         assert "no configuration fits in memory" in texts(figure(df))
     names = {p.name for p in plot_all(df, tmp_path)}
     assert {"breakdown.png", "memory.png", "throughput_cost.png", "scaling.png"} <= names
+
+
+def test_the_breakdown_title_says_whether_its_rows_run_one_job() -> None:
+    import pandas as pd
+
+    from shardsim.simulator.sweep.plots import _one_job
+
+    one = pd.DataFrame({"topology": ["p5", "p5"], "nodes": [1, 1], "global_batch": [64, 64]})
+    assert _one_job(one) == "every layout at global batch 64"
+    weak = pd.DataFrame({"topology": ["p5", "p5"], "nodes": [1, 2], "global_batch": [64, 128]})
+    assert _one_job(weak) == "every layout of a cluster at that cluster's global batch"
+    mixed = one.assign(global_batch=[64, 32])
+    assert "differ" in _one_job(mixed)

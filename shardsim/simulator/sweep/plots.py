@@ -235,13 +235,27 @@ def breakdown_figure(df: pd.DataFrame) -> Figure:
             title += f"\n{left} of these {len(rows)} configurations do not fit in memory: not shown (memory.png)"
         ax.set_title(title, fontsize=9)
     _legend(fig, BREAKDOWN, False)
+    job = _one_job(df)
     fig.suptitle(
         f"{df['workload'].iloc[0]}: step time by sharded degree (and the best pipeline per pp, the best layout per "
-        "tensor-parallel degree: its group shares its samples, so its step trains world / tp ranks' batches)",
+        f"tensor-parallel degree); {job}",
         fontsize=10,
         wrap=True,
     )
     return fig
+
+
+def _one_job(df: pd.DataFrame) -> str:
+    """What the rows' global batches say of their step times: one job per cluster, or not."""
+    if "global_batch" not in df:
+        return "global batches not recorded"
+    batches = df["global_batch"].dropna().unique()
+    if len(batches) == 1:
+        return f"every layout at global batch {int(batches[0])}"
+    per_cluster = df.groupby(["topology", "nodes"])["global_batch"].nunique(dropna=True)
+    if bool((per_cluster <= 1).all()):
+        return "every layout of a cluster at that cluster's global batch"
+    return "global batches differ between rows: compare rates, not step times"
 
 
 def plot_memory(df: pd.DataFrame, out: Path, stem: str = "memory") -> list[Path]:
