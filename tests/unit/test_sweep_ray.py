@@ -194,6 +194,31 @@ def test_an_unreachable_address_is_one_line_within_the_connect_timeout(capsys, a
     assert took < 15, f"{took:.1f} s"
 
 
+@pytest.mark.slow
+def test_a_port_that_is_no_rays_is_refused_within_15_s() -> None:
+    """Something accepts connections there, but is not a Ray head (Ray itself retried for
+    minutes): exit 2 and the refusal's line within 15 s, in a process of its own (the joining
+    thread is left to that process's end)."""
+    _need_ray()
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)  # the kernel completes the handshakes; nothing answers
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        argv = [sys.executable, "-m", "shardsim.cli", "sweep", "--executor", "ray", "--address", address]
+        t0 = time.monotonic()
+        done = subprocess.run(
+            [*argv, "--workload", "tiny-gpt", "--nodes", "1", "--no-cache"], capture_output=True, text=True, timeout=60
+        )
+        took = time.monotonic() - t0
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"shardsim: error: field 'address': no Ray cluster answered at {address}"
+    )
+    assert took < 15, f"{took:.1f} s"
+
+
 def test_an_address_that_never_answers_is_one_line_after_the_connect_timeout(monkeypatch) -> None:
     _need_ray()
     from shardsim.simulator.sweep import ray_executor

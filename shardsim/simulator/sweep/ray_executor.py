@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from shardsim.simulator.workload.model import Workload
 INSTALL = "pip install 'shardsim[ray]'"
 WAIT_S = 0.1  # ray.wait's timeout: how often the driver returns to Python (a Ctrl-C is seen within it)
 CONNECT_TIMEOUT_S = 5.0  # how long a cluster's address has to accept a connection before Ray is handed it
+INIT_TIMEOUT_S = 8.0  # how long Ray then has to join the cluster (a port that is no Ray's: Ray retries for minutes)
 FORMS = "HOST:PORT, ray://HOST:PORT or auto"  # the addresses --address takes
 
 log = logging.getLogger("shardsim.ray")
@@ -86,7 +88,10 @@ def _quiet_ray() -> None:
     """Ray's log records reach stderr only through this program's logger (`_ThroughShardsim`),
     errors and worse (no "Started a local Ray instance" and the like): Ray's own handler goes,
     and its records go up to the root logger, where this handler takes them (``ray.init``
-    clears the handlers of Ray's logger itself)."""
+    clears the handlers of Ray's logger itself). Ray's C++ core, which writes to stderr itself,
+    is held to errors (``RAY_BACKEND_LOG_LEVEL``, unless the user set it): its retry warnings
+    would come unprefixed."""
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     ray_log = logging.getLogger("ray")
     ray_log.handlers.clear()
     ray_log.propagate = True
@@ -102,6 +107,31 @@ def require_ray() -> None:
         import ray  # noqa: F401
     except ImportError:
         raise ConfigError(f"--executor ray needs Ray: {INSTALL}", field="executor") from None
+
+
+def _init_within(ray: Any, kw: dict[str, Any], timeout: float, address: str) -> None:
+    """`ray.init(**kw)` bounded by `timeout`: on a thread of its own, whose exception is raised
+    here; a ConfigError where it has not joined the cluster in time (the thread is left to the
+    process's end, a daemon)."""
+    failure: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(**kw)
+        except BaseException as exc:  # raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=init, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ConfigError(
+            f"no Ray cluster answered at {address} in {timeout:g} s (the port accepts connections, but not as "
+            "a Ray head's)",
+            field="address",
+        )
+    if failure:
+        raise failure[0]
 
 
 def _remote_task(c: Candidate, w: Workload, algo: str) -> tuple[dict[str, Any], str]:
@@ -155,7 +185,10 @@ class RayExecutor:
         from ray._private import worker as ray_worker  # the node this process starts (a local instance)
 
         try:
-            ray.init(**kw)
+            if self.address is None:
+                ray.init(**kw)
+            else:
+                _init_within(ray, kw, INIT_TIMEOUT_S, self.address)
         except BaseException as exc:  # Ctrl-C while it starts, or no cluster there: nothing left running
             node = getattr(ray_worker, "_global_node", None)
             if self.address is None and node is not None and hasattr(node, "all_processes"):
