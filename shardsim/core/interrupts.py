@@ -30,6 +30,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 PR_SET_CHILD_SUBREAPER = 36
 
 _received: list[int] = []  # the first signal that arrived, if any
+_guarded: list[str] = []  # the `guarded` blocks that run: a signal's deadline waits for them
 _wake: list[int] = []  # while a `raising` block runs: the pipe its watcher (`_watch`) reads
 
 FIRST, AGAIN, DONE = b"s", b"r", b"q"  # what the watcher is told: the first signal came; raise it again; stop
@@ -88,7 +89,8 @@ def _watch(wake: int, deadline: Callable[[int], None] | None, running: threading
     """A `raising` block's watcher thread, until the block ends (the pipe closed): raises an
     interrupt again in the main thread when asked (`_swallowed`), and on the first signal runs
     `deadline(signum)` once `GRACE_S` have passed, later while the main thread blocks the
-    signals (a teardown that must finish: an emulated cluster's), never after the block."""
+    signals or a `guarded` block runs (a teardown that must finish: an emulated cluster's), never
+    after the block."""
     while (what := os.read(wake, 1)) not in (b"", DONE):  # a forked process may hold the pipe open
         if what == AGAIN:
             time.sleep(RAISE_AGAIN_S)
@@ -96,11 +98,23 @@ def _watch(wake: int, deadline: Callable[[int], None] | None, running: threading
                 _thread.interrupt_main(_received[0])
         elif deadline is not None:
             time.sleep(GRACE_S)
-            while _main_blocks_signals():
+            while _main_blocks_signals() or _guarded:
                 time.sleep(0.05)
             if running.is_set():
                 deadline(_received[0])
     os.close(wake)
+
+
+@contextlib.contextmanager
+def guarded(what: str) -> Iterator[None]:
+    """While the block runs, a signal's deadline (`raising`) waits: what it set up (an emulated
+    cluster, its namespaces and shaped links) is torn down by its own cleanup, however long the
+    ranks take to stop, rather than left behind by a kill."""
+    _guarded.append(what)
+    try:
+        yield
+    finally:
+        _guarded.remove(what)
 
 
 def _main_blocks_signals() -> bool:

@@ -147,3 +147,43 @@ def test_a_command_that_swallows_every_interrupt_is_ended_after_its_grace() -> N
     assert err == "shardsim: interrupted\n", err
     assert interrupts.GRACE_S <= took < 2.0
     assert end in ("Z", "gone"), "its child outlived it"
+
+
+GUARDED = textwrap.dedent(
+    """
+    import sys, time
+    from shardsim.cli import app
+    from shardsim.core import interrupts
+
+    def tearing_down(argv):
+        with interrupts.guarded("emulated cluster"):
+            try:
+                print("up", flush=True)  # the signal comes after this
+                time.sleep(60)
+            except KeyboardInterrupt:
+                time.sleep(2.5)  # a teardown longer than the grace: the deadline waits for it
+                print("torn down", flush=True)
+                raise
+
+    app._main = tearing_down
+    app.main()
+    """
+)
+
+
+@pytest.mark.serial
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_the_deadline_waits_for_a_guarded_teardown() -> None:
+    """An emulated cluster's teardown outlasts the grace after a signal: the deadline waits for it
+    (the command then ends through its own path, 129 for SIGHUP), instead of leaving the cluster up."""
+    proc = subprocess.Popen([sys.executable, "-c", GUARDED], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out == "torn down\n", (out, err)
+    assert proc.returncode == 129, err

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
+from shardsim.core import interrupts
 from shardsim.core.interrupts import SIGNALS, raise_interrupt
 from shardsim.runtime.emulation.iproute import (
     EmulationError,
@@ -187,7 +188,7 @@ def emulated(cluster: EmulatedCluster, *, wait: bool = False) -> Iterator[Emulat
     it down: on return, on an exception, and on SIGINT, SIGTERM, SIGHUP and SIGQUIT (each raises
     KeyboardInterrupt inside the body while it runs: `interrupts.SIGNALS`). The previous signal
     handlers are restored afterwards; a signal that arrives during teardown waits for it."""
-    with held([cluster], wait=wait), _up_for_block(cluster):
+    with held([cluster], wait=wait), interrupts.guarded(cluster.prefix), _up_for_block(cluster):
         yield cluster
 
 
