@@ -88,10 +88,7 @@ def _quiet_ray() -> None:
     """Ray's log records reach stderr only through this program's logger (`_ThroughShardsim`),
     errors and worse (no "Started a local Ray instance" and the like): Ray's own handler goes,
     and its records go up to the root logger, where this handler takes them (``ray.init``
-    clears the handlers of Ray's logger itself). Ray's C++ core, which writes to stderr itself,
-    is held to errors (``RAY_BACKEND_LOG_LEVEL``, unless the user set it): its retry warnings
-    would come unprefixed."""
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    clears the handlers of Ray's logger itself)."""
     ray_log = logging.getLogger("ray")
     ray_log.handlers.clear()
     ray_log.propagate = True
