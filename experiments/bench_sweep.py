@@ -25,10 +25,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep.execute import default_workers, predict_row
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep.execute import default_workers, predict_row
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 from shardsim.config.key import KEY_COLUMNS, nest
 from shardsim.simulator.predict import upgrade_prediction
-from shardsim.simulator.sweep.rows import RENAMED, SETTING_COLUMNS, native, upgrade_table
+from shardsim.sweep.rows import RENAMED, SETTING_COLUMNS, native, upgrade_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "experiments" / "seed"

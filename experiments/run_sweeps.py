@@ -32,12 +32,12 @@ import pandas as pd
 
 from shardsim.config import RunConfig, load_config
 from shardsim.core.files import atomic_write, check_output_dir
-from shardsim.simulator.sweep.output import write_tables
-from shardsim.simulator.sweep.plots import plot_all
-from shardsim.simulator.sweep.recommendation import recommend
-from shardsim.simulator.sweep.rows import upgrade_table
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace
+from shardsim.report.plots import plot_all
+from shardsim.sweep.output import write_tables
+from shardsim.sweep.recommendation import recommend
+from shardsim.sweep.rows import upgrade_table
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -194,7 +194,7 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
 
 def pivot_markdown(df: pd.DataFrame) -> list[str]:
     """Per topology: step time and weak/strong scaling efficiency of each configuration by GPU count."""
-    from shardsim.simulator.sweep.plots import scaling_configs
+    from shardsim.report.plots import scaling_configs
 
     lines: list[str] = []
     for top, g in df.groupby("topology", sort=False):

@@ -9,6 +9,8 @@ numpy, pandas, matplotlib or torch).
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
@@ -20,9 +22,9 @@ if TYPE_CHECKING:
     from shardsim.simulator.calibration.calibrate import CalibrationResult
     from shardsim.simulator.collective import CollectiveResult
     from shardsim.simulator.predict import StepPrediction
-    from shardsim.simulator.sweep.recommendation import Recommendation
-    from shardsim.simulator.sweep.search import SweepResult
-    from shardsim.simulator.sweep.space import SweepSpace
+    from shardsim.sweep.recommendation import Recommendation
+    from shardsim.sweep.search import SweepResult
+    from shardsim.sweep.space import SweepSpace
 
 
 # Where each public name lives, imported by name (so import-graph tools follow it) when first read
@@ -45,19 +47,19 @@ def _predict():
 
 
 def _space():
-    import shardsim.simulator.sweep.space as m
+    from shardsim.sweep import space as m
 
     return m
 
 
 def _search():
-    import shardsim.simulator.sweep.search as m
+    from shardsim.sweep import search as m
 
     return m
 
 
 def _recommendation():
-    import shardsim.simulator.sweep.recommendation as m
+    from shardsim.sweep import recommendation as m
 
     return m
 
@@ -143,3 +145,18 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(ModuleType):
+    """`shardsim` itself: `shardsim.sweep` stays the public function when the subpackage of the
+    same name (`shardsim/sweep/`) is imported, which would otherwise bind it in its place. Import
+    the subpackage's modules with `from shardsim.sweep import space` or
+    `from shardsim.sweep.space import SweepSpace`, not as `shardsim.sweep.space` attributes."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "sweep" and isinstance(value, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

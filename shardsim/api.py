@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from shardsim.simulator.calibration.calibrate import CalibrationResult
     from shardsim.simulator.collective import CollectiveResult
     from shardsim.simulator.predict import StepPrediction
-    from shardsim.simulator.sweep.recommendation import Recommendation
-    from shardsim.simulator.sweep.search import SweepResult
-    from shardsim.simulator.sweep.space import SweepSpace
+    from shardsim.sweep.recommendation import Recommendation
+    from shardsim.sweep.search import SweepResult
+    from shardsim.sweep.space import SweepSpace
 
 
 def _unknown(name: str, known: Iterable[str], what: str, field: str | None = None) -> ConfigError:
@@ -162,7 +162,7 @@ def _space(space: Any, axes: Mapping[str, Any]) -> SweepSpace:
     """The sweep's space: a `SweepSpace`, a mapping of its axes, or keyword axes (not two of them)."""
     from dataclasses import fields
 
-    from shardsim.simulator.sweep.space import SweepSpace
+    from shardsim.sweep.space import SweepSpace
 
     if space is not None and axes:
         raise ConfigError("give the space or its axes as keywords, not both", field=next(iter(axes)))
@@ -229,7 +229,7 @@ def sweep(
     every valid value, or the base's setting); algo: as `predict` takes it; workers:
     processes (default: the machine's cores, serial when the sweep is small); progress:
     called as ``progress(done, total, share_of_work_done)``."""
-    from shardsim.simulator.sweep.search import sweep as run
+    from shardsim.sweep.search import sweep as run
 
     base = _config_of(config)
     sp = _space(space, axes)
@@ -279,8 +279,8 @@ def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
     sweep's works: the recommendation over the rows kept."""
     import pandas as pd
 
-    from shardsim.simulator.sweep.recommendation import recommend as rec
-    from shardsim.simulator.sweep.search import SweepResult
+    from shardsim.sweep.recommendation import recommend as rec
+    from shardsim.sweep.search import SweepResult
 
     table = table_or_result.table if isinstance(table_or_result, SweepResult) else table_or_result
     if not isinstance(table, pd.DataFrame):

@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep.execute import predict_all, predict_row
-from shardsim.simulator.sweep.ray_executor import RayExecutor
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep.execute import predict_all, predict_row
+from shardsim.sweep.ray_executor import RayExecutor
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 HERE = Path(__file__).parent
 

@@ -40,7 +40,7 @@ MAX_BATCH_SEARCH = 1_024  # --max-batch alone: the largest micro-batch a search 
 
 
 def _build(ns: argparse.Namespace):
-    from shardsim.simulator.sweep.space import SweepSpace
+    from shardsim.sweep.space import SweepSpace
 
     overrides: dict[str, Any] = {k: v for k, v in overrides_from_args(ns).items() if k not in SPANNED}
     overrides["topology"] = ns.topology[0] if ns.topology else None  # the first cluster is the base
@@ -99,7 +99,7 @@ def _progress_mode(ns: argparse.Namespace):
 
 def _workers(asked: int | None) -> int | None:
     """--workers, capped at the cores this process may run on (with a note when asked for more)."""
-    from shardsim.simulator.sweep.execute import default_workers
+    from shardsim.sweep.execute import default_workers
 
     cores = default_workers()
     if asked is not None and asked > cores:
@@ -114,7 +114,7 @@ def _confirmation(yes: bool, pruned: bool = False) -> Callable[[int, float], Non
     search's as at most the exhaustive one's: what it simulates is known only as it goes)."""
 
     def confirm(n: int, seconds: float) -> None:
-        from shardsim.simulator.sweep.progress import format_duration
+        from shardsim.sweep.progress import format_duration
 
         if n <= SWEEP_CONFIRM_ABOVE:
             return
@@ -140,7 +140,7 @@ def _cache(ns: argparse.Namespace):
     """The result cache the sweep reads and writes (--cache-dir; none with --no-cache)."""
     if ns.no_cache:
         return contextlib.nullcontext()
-    from shardsim.simulator.sweep.cache import ResultCache
+    from shardsim.sweep.cache import ResultCache
 
     return ResultCache(ns.cache_dir)
 
@@ -149,7 +149,7 @@ def _executor(ns: argparse.Namespace):
     """Where the predictions run: None here (--executor local), or a `RayExecutor`."""
     if ns.executor != "ray":
         return contextlib.nullcontext()
-    from shardsim.simulator.sweep.ray_executor import RayExecutor
+    from shardsim.sweep.ray_executor import RayExecutor
 
     return RayExecutor(ns.address, _workers(ns.workers) if ns.address is None else None)
 
@@ -167,14 +167,14 @@ def _report_dropped(result) -> None:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.sweep.output import sweep_folder
+    from shardsim.sweep.output import sweep_folder
 
     if ns.address is not None and ns.executor != "ray":
         raise ConfigError("--address names a Ray cluster: it needs --executor ray", field="address")
     if ns.force and not ns.out:
         raise ConfigError("--force lets --out write into a folder of other files: it needs --out", field="force")
     if ns.executor == "ray":
-        from shardsim.simulator.sweep.ray_executor import require_ray
+        from shardsim.sweep.ray_executor import require_ray
 
         require_ray()  # one line naming the extra, before any work
     base, space = _build(ns)
@@ -203,10 +203,10 @@ def _pruned(ns: argparse.Namespace) -> bool:
 
 
 def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
-    from shardsim.simulator.sweep.output import publish, to_records, write_recommendation, write_tables
-    from shardsim.simulator.sweep.progress import SweepProgress
-    from shardsim.simulator.sweep.report import print_report
-    from shardsim.simulator.sweep.search import sweep
+    from shardsim.report.tables import print_report
+    from shardsim.sweep.output import publish, to_records, write_recommendation, write_tables
+    from shardsim.sweep.progress import SweepProgress
+    from shardsim.sweep.search import sweep
 
     with _cache(ns) as cache, _executor(ns) as executor, SweepProgress(_progress_mode(ns)) as progress:
         result = sweep(
@@ -233,8 +233,8 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     files: list[str] = []
     failed: WriteError | None = None
     if out is not None:
-        from shardsim.simulator.sweep.html_report import write_html_report
-        from shardsim.simulator.sweep.plots import plot_all
+        from shardsim.report.html_page import write_html_report
+        from shardsim.report.plots import plot_all
 
         def make(folder: Path) -> list[Path]:
             made = [*write_tables(df, folder), write_recommendation(rec, folder)]

@@ -224,7 +224,7 @@ def test_from_flags_equals_from_python():
 
 @pytest.mark.parametrize("axis", AXES, ids=[s.axis for s in AXES])
 def test_a_sweeps_lists_are_checked_as_their_settings_are(axis):
-    from shardsim.simulator.sweep.space import SweepSpace
+    from shardsim.sweep.space import SweepSpace
 
     bad = 0 if axis.kind is int else "no" if axis.kind is bool else "bogus"
     with pytest.raises(ConfigError) as err:

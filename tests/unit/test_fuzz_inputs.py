@@ -424,7 +424,7 @@ def cache_folder(tmp_path_factory) -> tuple[Path, dict]:
 def test_cache_rows_of_any_json_shape(cache_folder, rows) -> None:
     import sqlite3
 
-    from shardsim.simulator.sweep.cache import FILE
+    from shardsim.sweep.cache import FILE
 
     folder, fresh = cache_folder
     with sqlite3.connect(folder / FILE) as db:

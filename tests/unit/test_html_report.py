@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 from shardsim.cli import main
-from shardsim.simulator.sweep.html_report import report_html
-from shardsim.simulator.sweep.output import MANIFEST
-from shardsim.simulator.sweep.recommendation import recommend
+from shardsim.report.html_page import report_html
+from shardsim.sweep.output import MANIFEST
+from shardsim.sweep.recommendation import recommend
 
 SWEEP = ["sweep", "--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "1,2", "--strategies",
          "ddp,zero", "--tp", "1", "--workers", "1", "--no-progress"]  # fmt: skip

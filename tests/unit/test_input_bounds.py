@@ -25,9 +25,9 @@ from shardsim.simulator.scale import (
     SWEEP_CONFIRM_ABOVE,
     plan_refusal,
 )
-from shardsim.simulator.sweep import execute, search
-from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
 from shardsim.simulator.workload import families
+from shardsim.sweep import execute, search
+from shardsim.sweep.space import SweepSpace, _strategies_for, strategies_count
 from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
 from tests.unit.test_readme_examples import examples_of
@@ -194,7 +194,7 @@ def test_sweep_workers_are_capped_at_the_cores_with_a_note(capsys, monkeypatch) 
 
 def test_the_readme_sweeps_start_without_asking() -> None:
     from shardsim.cli import build_parser
-    from shardsim.simulator.sweep.space import enumerate_configs
+    from shardsim.sweep.space import enumerate_configs
 
     examples = examples_of("sweep")
     assert examples

@@ -11,7 +11,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.core.errors import ConfigError
 from shardsim.core.units import format_bytes, format_count, format_seconds, parse_size
-from shardsim.simulator.sweep.report import _recommendation_lines
+from shardsim.report.tables import _recommendation_lines
 
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--workers", "1", "--no-progress"]
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]

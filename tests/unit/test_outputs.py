@@ -21,10 +21,10 @@ import shardsim.api  # noqa: F401 - each binds predict by name: imported before 
 import shardsim.core.lockfile as lockfile
 import shardsim.simulator.calibration.band  # noqa: F401
 import shardsim.simulator.calibration.fit  # noqa: F401
-import shardsim.simulator.sweep.execute  # noqa: F401
+import shardsim.sweep.execute  # noqa: F401
 from shardsim.core.files import same_file
-from shardsim.simulator.sweep import search
-from shardsim.simulator.sweep.output import MANIFEST
+from shardsim.sweep import search
+from shardsim.sweep.output import MANIFEST
 from tests.unit import test_user_files as user_files
 from tests.unit.test_user_files import one_line
 

@@ -185,7 +185,7 @@ def test_a_committed_sweep_table_written_before_the_key_reads_as_todays(tmp_path
     """A committed sweep.parquet, read in today's form, has today's columns and the key's values."""
     import pandas as pd
 
-    from shardsim.simulator.sweep.rows import columns, native, upgrade_table
+    from shardsim.sweep.rows import columns, native, upgrade_table
 
     committed = pd.read_parquet(PRE_KEY / "seed-sweep.parquet")
     assert "config" in committed and "label" not in committed  # written before the key

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep.plots import scaling_configs, scaling_figure
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace
+from shardsim.report.plots import scaling_configs, scaling_figure
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace
 
 ROOT = Path(__file__).resolve().parents[2]
 UNFIT = "does not fit in memory"

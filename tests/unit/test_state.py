@@ -247,7 +247,7 @@ def test_run_records_and_sweep_outputs_share_one_mode(tmp_path):
     import pandas as pd
 
     from shardsim.core.files import file_mode
-    from shardsim.simulator.sweep.output import write_tables
+    from shardsim.sweep.output import write_tables
 
     record = write_run(run_record(run_id="m"), tmp_path / "runs")
     tables = write_tables(pd.DataFrame({"a": [1]}), tmp_path)

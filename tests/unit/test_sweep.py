@@ -16,11 +16,11 @@ from shardsim.config import RunConfig, resolve
 from shardsim.config.key import flatten
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
-from shardsim.simulator.sweep.recommendation import recommend
-from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep.recommendation import recommend
+from shardsim.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace, default_microbatches, enumerate_configs
 from tests.helpers import instance
 
 # 2 x g4dn.12xlarge = 8 T4s; tiny-gpt has 4 layers: every kind, a few dozen configurations.
@@ -283,7 +283,7 @@ def test_bad_input_exits_2_with_one_line(args, needle, capsys) -> None:
 
 
 def test_unwritable_output_folder_fails_before_predicting(tmp_path, capsys, monkeypatch) -> None:
-    import shardsim.simulator.sweep.search as search  # where sweep() looks up predict_all
+    from shardsim.sweep import search  # where sweep() looks up predict_all
 
     monkeypatch.setattr(search, "predict_all", lambda *a, **k: pytest.fail("predicted before checking --out"))
     a_file = tmp_path / "file.txt"
@@ -337,7 +337,7 @@ def test_several_topologies_in_one_sweep(tmp_path) -> None:
         "p3dn.24xlarge": [8, 16],
     }
     assert df["scaling_efficiency"].notna().all()
-    from shardsim.simulator.sweep.plots import plot_all
+    from shardsim.report.plots import plot_all
 
     names = {p.name for p in plot_all(df, tmp_path)}
     assert {"scaling.png", "scaling.svg"} <= names

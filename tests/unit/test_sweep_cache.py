@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep.cache import (
+from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep.cache import (
     FILE,
     KeyMaker,
     ResultCache,
@@ -28,10 +29,9 @@ from shardsim.simulator.sweep.cache import (
     encode_row,
     is_row,
 )
-from shardsim.simulator.sweep.execute import predict_all
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep.execute import predict_all
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 # 2 x g4dn.12xlarge = 8 T4s, tiny-gpt: a few dozen configurations, some that do not fit (NaN times)
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)

@@ -10,7 +10,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 # 4 layers, on 8 x g4dn.12xlarge (32 T4s); the counts below are of tp 1 (`--tp 1`), its 32 data-parallel ranks
 TINY = RunConfig(workload="tiny-gpt")

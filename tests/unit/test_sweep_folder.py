@@ -14,8 +14,8 @@ import pytest
 from shardsim.cli import main
 from shardsim.core.errors import CorruptFile
 from shardsim.core.lockfile import held
-from shardsim.simulator.sweep import search
-from shardsim.simulator.sweep.output import LOCK, MANIFEST, publish
+from shardsim.sweep import search
+from shardsim.sweep.output import LOCK, MANIFEST, publish
 
 SMALL = ["sweep", "--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo", "--strategies", "ddp,zero",
          "--workers", "1", "--no-progress"]  # fmt: skip

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep.plots import (
+from shardsim.report.plots import (
     CLIP,
     breakdown_figure,
     memory_figure,
@@ -20,8 +20,8 @@ from shardsim.simulator.sweep.plots import (
     representative_rows,
     throughput_cost_figure,
 )
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace
 
 UNSIMULATED = ["step_time_s", "samples_per_s", "compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "mfu",
                "tokens_per_s_per_gpu", "cost_per_million_samples_usd", "cost_per_million_tokens_usd"]  # fmt: skip
@@ -135,7 +135,7 @@ def test_a_sweep_where_nothing_fits_says_so_in_every_plot(table, tmp_path):
 def test_the_breakdown_title_says_whether_its_rows_run_one_job() -> None:
     import pandas as pd
 
-    from shardsim.simulator.sweep.plots import _one_job
+    from shardsim.report.plots import _one_job
 
     one = pd.DataFrame({"topology": ["p5", "p5"], "nodes": [1, 1], "global_batch": [64, 64]})
     assert _one_job(one) == "every layout at global batch 64"

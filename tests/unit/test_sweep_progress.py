@@ -11,11 +11,11 @@ import pytest
 from shardsim.cli import main
 from shardsim.cli import sweep as sweep_cli
 from shardsim.config import RunConfig
-from shardsim.simulator.sweep import progress as progress_module
-from shardsim.simulator.sweep.execute import predict_all
-from shardsim.simulator.sweep.progress import SweepProgress, format_duration, left_text, time_left
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep import progress as progress_module
+from shardsim.sweep.execute import predict_all
+from shardsim.sweep.progress import SweepProgress, format_duration, left_text, time_left
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 
 def test_the_time_left_follows_the_share_of_the_work_done() -> None:

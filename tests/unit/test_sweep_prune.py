@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 from shardsim.config import RunConfig
+from shardsim.report.plots import representative_rows, scaling_configs
 from shardsim.simulator.predict import chain_bound_s, predict, prepare
-from shardsim.simulator.sweep.bounds import compute_bound_s
-from shardsim.simulator.sweep.plots import representative_rows, scaling_configs
-from shardsim.simulator.sweep.prune import PRUNED_COMPUTE
-from shardsim.simulator.sweep.rows import PRUNED_COLUMNS
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.sweep.bounds import compute_bound_s
+from shardsim.sweep.prune import PRUNED_COMPUTE
+from shardsim.sweep.rows import PRUNED_COLUMNS
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)  # 8 T4s
 SPACES = {

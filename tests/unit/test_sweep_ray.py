@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from shardsim.cli import main
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.sweep.cache import ResultCache
-from shardsim.simulator.sweep.search import sweep
-from shardsim.simulator.sweep.space import SweepSpace
+from shardsim.sweep.cache import ResultCache
+from shardsim.sweep.search import sweep
+from shardsim.sweep.space import SweepSpace
 from tests.unit.test_sweep_interrupt import CTRL_C_PROMISE_S, _cpu_ticks
 
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)
@@ -44,7 +44,7 @@ def _need_ray() -> None:
 @pytest.mark.slow
 def test_ray_rows_are_the_local_executors_and_only_misses_go_to_ray(tmp_path) -> None:
     _need_ray()
-    from shardsim.simulator.sweep.ray_executor import RayExecutor
+    from shardsim.sweep.ray_executor import RayExecutor
 
     local = sweep(TINY, SPACE, workers=1).table
     wider = replace(SPACE, checkpointing=("full", "none"))
@@ -165,7 +165,7 @@ def test_a_bad_address_is_one_line_naming_it(capsys, address) -> None:
 @settings(derandomize=True, database=None)
 def test_host_and_port_are_read_from_an_address(host, port, client) -> None:
     _need_ray()
-    from shardsim.simulator.sweep.ray_executor import parse_address
+    from shardsim.sweep.ray_executor import parse_address
 
     assert parse_address(f"{'ray://' if client else ''}{host}:{port}") == (host, port)
 
@@ -174,7 +174,7 @@ def test_host_and_port_are_read_from_an_address(host, port, client) -> None:
 @settings(derandomize=True, database=None, max_examples=30)
 def test_a_port_out_of_range_is_bad_input(port) -> None:
     _need_ray()
-    from shardsim.simulator.sweep.ray_executor import parse_address
+    from shardsim.sweep.ray_executor import parse_address
 
     with pytest.raises(ConfigError, match="not a Ray cluster's address"):
         parse_address(f"127.0.0.1:{port}")
@@ -221,7 +221,7 @@ def test_a_port_that_is_no_rays_is_refused_within_15_s() -> None:
 
 def test_an_address_that_never_answers_is_one_line_after_the_connect_timeout(monkeypatch) -> None:
     _need_ray()
-    from shardsim.simulator.sweep import ray_executor
+    from shardsim.sweep import ray_executor
 
     def silent(address, timeout):
         raise TimeoutError("timed out")
@@ -236,7 +236,7 @@ def test_rays_log_records_are_this_programs_prefixed_lines(capsys) -> None:
     import logging
 
     from shardsim.cli.app import setup_logging
-    from shardsim.simulator.sweep.ray_executor import _quiet_ray
+    from shardsim.sweep.ray_executor import _quiet_ray
 
     setup_logging(0)
     _quiet_ray()
@@ -253,7 +253,7 @@ def test_a_local_ray_sweep_leaves_no_process_not_even_a_defunct_one() -> None:
     gone after the sweep, reaped: none left as a zombie (where the system's first process reaps
     none, one whose parent was killed would stay)."""
     _need_ray()
-    from shardsim.simulator.sweep.ray_executor import RayExecutor
+    from shardsim.sweep.ray_executor import RayExecutor
 
     before = set(_tree(os.getpid()))
     with RayExecutor(workers=1) as ex:

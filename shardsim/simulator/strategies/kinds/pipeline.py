@@ -12,15 +12,15 @@ if TYPE_CHECKING:
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
-    from shardsim.simulator.sweep.space import SweepSpace
     from shardsim.simulator.workload.model import Block, Workload
+    from shardsim.sweep.space import SweepSpace
 
 
 def pipeline_axes(
     world: int, n_layers: int, batch_per_device: int, space: SweepSpace
 ) -> list[tuple[int, list[int], list[int]]]:
     """(pp, the stages' shard degrees, microbatch counts) of every pipeline degree of the space."""
-    from shardsim.simulator.sweep.space import default_microbatches, divisors
+    from shardsim.sweep.space import default_microbatches, divisors
 
     pps = sorted(space.pp) if space.pp is not None else [p for p in divisors(world) if 2 <= p <= n_layers]
     out = []

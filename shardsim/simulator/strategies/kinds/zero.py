@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
-    from shardsim.simulator.sweep.space import SweepSpace
     from shardsim.simulator.workload.model import Block, Workload
+    from shardsim.sweep.space import SweepSpace
 
 
 class Fsdp:

@@ -12,13 +12,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from shardsim.config import Strategy
-    from shardsim.simulator.sweep.space import SweepSpace
+    from shardsim.sweep.space import SweepSpace
 
 
 def zero2d_degrees(world: int, space: SweepSpace) -> list[int]:
     """zero2d's degrees: those listed, else every divisor strictly between 1 and the world (d = 1
     is ddp; d = world is zero, which resolve() says so: only when asked for by --degrees)."""
-    from shardsim.simulator.sweep.space import divisors
+    from shardsim.sweep.space import divisors
 
     ds = sorted(set(space.degrees)) if space.degrees is not None else divisors(world)[1:-1]
     return [d for d in ds if d > 1]

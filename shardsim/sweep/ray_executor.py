@@ -29,9 +29,9 @@ from typing import Any
 
 from shardsim.core import interrupts
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.sweep.execute import default_workers, predict_row
-from shardsim.simulator.sweep.space import Candidate
 from shardsim.simulator.workload.model import Workload
+from shardsim.sweep.execute import default_workers, predict_row
+from shardsim.sweep.space import Candidate
 
 INSTALL = "pip install 'shardsim[ray]'"
 WAIT_S = 0.1  # ray.wait's timeout: how often the driver returns to Python (a Ctrl-C is seen within it)
@@ -133,7 +133,7 @@ def _init_within(ray: Any, kw: dict[str, Any], timeout: float, address: str) -> 
 
 def _remote_task(c: Candidate, w: Workload, algo: str) -> tuple[dict[str, Any], str]:
     """In a Ray worker: the row, and the fingerprint of the code that predicted it."""
-    from shardsim.simulator.sweep.cache import code_fingerprint
+    from shardsim.sweep.cache import code_fingerprint
 
     return predict_row(c, w, algo), code_fingerprint()
 
@@ -214,7 +214,7 @@ class RayExecutor:
         """`done(index[i], row)` for each of `cands`, as their tasks finish (the most expensive submitted first)."""
         import ray
 
-        from shardsim.simulator.sweep.cache import code_fingerprint
+        from shardsim.sweep.cache import code_fingerprint
 
         if not self._started:
             self._start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardsim.simulator.sweep.rows import SCALING_COLUMNS
+from shardsim.sweep.rows import SCALING_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -40,12 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardsim.simulator.sweep.execute import Workers
-from shardsim.simulator.sweep.space import Candidate
 from shardsim.simulator.workload.model import Workload
+from shardsim.sweep.execute import Workers
+from shardsim.sweep.space import Candidate
 
 if TYPE_CHECKING:
-    from shardsim.simulator.sweep.cache import ResultCache
+    from shardsim.sweep.cache import ResultCache
 
 PRUNED_MEMORY = "memory"
 PRUNED_COMPUTE = "compute bound"
@@ -67,8 +67,8 @@ class Assessed:
 def assess(c: Candidate, w: Workload, algo: str = "auto") -> Assessed:
     """Memory first (no plan), then the compute bound (`bounds.compute_bound_s`)."""
     from shardsim.simulator.predict import prepare
-    from shardsim.simulator.sweep.bounds import compute_bound_s
-    from shardsim.simulator.sweep.rows import row_of
+    from shardsim.sweep.bounds import compute_bound_s
+    from shardsim.sweep.rows import row_of
 
     s = prepare(c.cfg, workload=w, cluster=c.cluster)
     row = row_of(c, s.unsimulated())
@@ -97,7 +97,7 @@ def bounded_row(c: Candidate, w: Workload, algo: str, limit: float | None) -> di
     it: its plan is built once, for the bound and then the simulation."""
     from shardsim.simulator.gcpause import paused_gc
     from shardsim.simulator.predict import chain_bound_s, prepare
-    from shardsim.simulator.sweep.rows import row_of
+    from shardsim.sweep.rows import row_of
 
     with paused_gc():
         s = prepare(c.cfg, workload=w, cluster=c.cluster)
@@ -142,7 +142,7 @@ class LocalRunner:
         out: list[dict[str, Any] | float | None] = [None] * len(cands)
         keys: list[str | None] = [None] * len(cands)
         if self.cache is not None:
-            from shardsim.simulator.sweep.cache import cached_rows
+            from shardsim.sweep.cache import cached_rows
 
             keys, held = cached_rows(self.cache, cands, self.w, self.algo)
             for k, row in held.items():
@@ -202,7 +202,7 @@ def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> tuple[li
         # its topology's configurations by their best samples/s over the cluster sizes
         out.append(((c.cluster.instance.name, "scaling"), SCALING_LINES))
     if plots and pipeline:  # `plots.plot_throughput_cost`'s leading pipelines (at most MAX_BARS)
-        from shardsim.simulator.sweep.plots import MAX_BARS
+        from shardsim.report.plots import MAX_BARS
 
         out.append(((cluster, "pipelines"), MAX_BARS))
     if plots and pipeline and s.tp == 1:
@@ -316,7 +316,7 @@ def _scaling_demand(rows: list[dict[str, Any]]) -> list[int]:
     samples/s are among their clusters' leading ones, exact already)."""
     import pandas as pd
 
-    from shardsim.simulator.sweep.plots import scaling_configs
+    from shardsim.report.plots import scaling_configs
 
     df = pd.DataFrame(rows)
     df["_k"] = range(len(df))

@@ -28,7 +28,7 @@ from shardsim.core.errors import ConfigError, CorruptFile, WriteError
 from shardsim.core.files import atomic_path, atomic_write, check_not_input, install, output_folder
 from shardsim.core.lockfile import Busy, held
 from shardsim.core.yamlio import read_text
-from shardsim.simulator.sweep.rows import native
+from shardsim.sweep.rows import native
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardsim.core.files import atomic_write
-from shardsim.simulator.sweep import report
-from shardsim.simulator.sweep.plots import units
+from shardsim.report import tables as report
+from shardsim.report.plots import units
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -524,7 +524,7 @@ def search_batch(cfg: RunConfig, space: SweepSpace, cluster: Cluster, w: Workloa
     memory model alone, `batch.largest_fitting`), or the smallest candidate where none does;
     ConfigError where there is no candidate (under a global batch, none of its divisors is a
     batch the strategy takes)."""
-    from shardsim.simulator.sweep.batch import fits_at, largest_fitting
+    from shardsim.sweep.batch import fits_at, largest_fitting
 
     tp = cfg.strategy.tp
     candidates = batch_candidates(space, cluster.world, tp, batch_step(cfg))

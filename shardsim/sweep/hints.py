@@ -19,8 +19,8 @@ from shardsim.core.units import GIB, format_bytes
 from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.scale import MAX_WORLD
 from shardsim.simulator.strategies.kinds.zero import ZERO
-from shardsim.simulator.sweep.batch import _rank_workload, largest_fitting
 from shardsim.simulator.workload.model import Workload
+from shardsim.sweep.batch import _rank_workload, largest_fitting
 
 MAX_NODES_FACTOR = 64  # how far the node search goes: up to 64 × the cluster's nodes (and the world bound)
 

@@ -36,11 +36,11 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardsim.simulator.sweep.rows import COLUMNS, columns
+from shardsim.sweep.rows import COLUMNS, columns
 
 if TYPE_CHECKING:
-    from shardsim.simulator.sweep.space import Candidate
     from shardsim.simulator.workload.model import Workload
+    from shardsim.sweep.space import Candidate
 
 log = logging.getLogger("shardsim")
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.core import interrupts
 from shardsim.simulator.gcpause import paused_gc
-from shardsim.simulator.sweep.rows import row_of
-from shardsim.simulator.sweep.space import Candidate
 from shardsim.simulator.workload.model import Workload
+from shardsim.sweep.rows import row_of
+from shardsim.sweep.space import Candidate
 
 if TYPE_CHECKING:
-    from shardsim.simulator.sweep.cache import ResultCache
-    from shardsim.simulator.sweep.ray_executor import RayExecutor
+    from shardsim.sweep.cache import ResultCache
+    from shardsim.sweep.ray_executor import RayExecutor
 
 SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is not worth starting
 SECONDS_PER_COST = 7e-6  # `Candidate.cost_estimate` units → seconds of one core (rough, for that choice only)
@@ -112,7 +112,7 @@ def predict_all(
     rows: list[dict[str, Any] | None] = [None] * n
     keys: list[str | None] = [None] * n
     if cache is not None:
-        from shardsim.simulator.sweep.cache import cached_rows
+        from shardsim.sweep.cache import cached_rows
 
         keys, held = cached_rows(cache, candidates, workload, algo)
         for k, row in held.items():

@@ -11,7 +11,7 @@ from shardsim.config import DATA_PARALLEL
 from shardsim.config.key import KEY_COLUMNS, nest
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.economics import MODEL_ERROR, MODEL_ERROR_SOURCE
-from shardsim.simulator.sweep.rows import SETTING_COLUMNS, native
+from shardsim.sweep.rows import SETTING_COLUMNS, native
 
 if TYPE_CHECKING:
     import pandas as pd

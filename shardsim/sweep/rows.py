@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from shardsim.simulator.predict import StepPrediction
-    from shardsim.simulator.sweep.space import Candidate
+    from shardsim.sweep.space import Candidate
 
 # Tokens and dollars (`simulator.economics`), after the rank (added later: a table written before
 # them reads with `upgrade_table`): a text model's tokens per sample (else empty) and tokens/s per

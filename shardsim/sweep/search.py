@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.sweep.execute import SERIAL_BELOW_S, Workers, default_workers, estimated_seconds, predict_all
-from shardsim.simulator.sweep.ranking import rank, scaling
-from shardsim.simulator.sweep.recommendation import Recommendation, recommend
-from shardsim.simulator.sweep.rows import columns, with_pruned
-from shardsim.simulator.sweep.space import SweepSpace, dropped_line, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
+from shardsim.sweep.execute import SERIAL_BELOW_S, Workers, default_workers, estimated_seconds, predict_all
+from shardsim.sweep.ranking import rank, scaling
+from shardsim.sweep.recommendation import Recommendation, recommend
+from shardsim.sweep.rows import columns, with_pruned
+from shardsim.sweep.space import SweepSpace, dropped_line, enumerate_configs
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd
 
-    from shardsim.simulator.sweep.cache import ResultCache
-    from shardsim.simulator.sweep.ray_executor import RayExecutor
+    from shardsim.sweep.cache import ResultCache
+    from shardsim.sweep.ray_executor import RayExecutor
 
 
 @dataclass(frozen=True, eq=False)  # a table has no truth value: results compare by identity
@@ -117,7 +117,7 @@ def sweep(
     cols = columns(space.spans_settings)
     counts: dict[str, int] = {}
     if prune:
-        from shardsim.simulator.sweep.prune import ExecutorRunner, LocalRunner, pruned_rows
+        from shardsim.sweep.prune import ExecutorRunner, LocalRunner, pruned_rows
 
         if executor is not None:
 
@@ -151,7 +151,7 @@ def sweep(
         df = scaling(df, "strong" if space.global_batch is not None else "weak")
     rec = recommend(df)
     if rec.best is None:  # nothing fits: what would make the smallest configuration fit
-        from shardsim.simulator.sweep.hints import fit_hint
+        from shardsim.sweep.hints import fit_hint
 
         least = en.candidates[min(range(len(rows)), key=lambda k: rows[k]["memory_required_gib"])]
         rec["hint"] = fit_hint(least.cfg, least.cluster, w, space.global_batch)
