@@ -26,9 +26,9 @@ from pathlib import Path
 
 from shardsim.config import RunConfig
 from shardsim.simulator.workload.load import load_workload
-from shardsim.sweep.execute import default_workers, predict_row
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs
+from shardsim.sweep.task import default_workers, predict_row
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -194,7 +194,7 @@ def summary_markdown(name: str, command: str, df: pd.DataFrame, rec: dict) -> st
 
 def pivot_markdown(df: pd.DataFrame) -> list[str]:
     """Per topology: step time and weak/strong scaling efficiency of each configuration by GPU count."""
-    from shardsim.report.plots import scaling_configs
+    from shardsim.sweep.ranking import scaling_configs
 
     lines: list[str] = []
     for top, g in df.groupby("topology", sort=False):

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
+from shardsim.core.version import version
 
 if TYPE_CHECKING:
     from shardsim.api import calibrate, collective, load_config, predict, recommend, sweep
@@ -121,19 +122,9 @@ __all__ = [
 ]
 
 
-def _version() -> str:
-    """The installed distribution's version (importlib.metadata: read on first use, as it is slow to load)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("shardsim")
-    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
-        return "0.0.0+unknown"
-
-
 def __getattr__(name: str):
     if name == "__version__":
-        globals()[name] = value = _version()
+        globals()[name] = value = version()
         return value
     module = _LAZY.get(name)
     if module is None:

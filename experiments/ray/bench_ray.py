@@ -30,9 +30,10 @@ from pathlib import Path
 
 from shardsim.config import RunConfig
 from shardsim.simulator.workload.load import load_workload
-from shardsim.sweep.execute import predict_all, predict_row
+from shardsim.sweep.execute import predict_all
 from shardsim.sweep.ray_executor import RayExecutor
 from shardsim.sweep.space import SweepSpace, enumerate_configs
+from shardsim.sweep.task import predict_row
 
 HERE = Path(__file__).parent
 

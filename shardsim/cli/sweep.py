@@ -99,7 +99,7 @@ def _progress_mode(ns: argparse.Namespace):
 
 def _workers(asked: int | None) -> int | None:
     """--workers, capped at the cores this process may run on (with a note when asked for more)."""
-    from shardsim.sweep.execute import default_workers
+    from shardsim.sweep.task import default_workers
 
     cores = default_workers()
     if asked is not None and asked > cores:

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 
 from shardsim.core.files import atomic_path
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.sweep.ranking import MAX_BARS, PIPELINES, scaling_configs
 
 BREAKDOWN = (
     ("compute_s", "compute", "#4C72B0"),
@@ -48,8 +49,6 @@ MEMORY = (
     ("mem_rest_gib", "step temporaries and allocator reserve", "#CCB974"),  # up to what `fits` compares
 )
 KIND_COLORS = {k: v.color for k, v in KINDS.items()}
-PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
-MAX_BARS = 30
 CLIP = 2.0  # the memory axis ends at this many times the device's memory when a bar is above it
 SCALING_PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
@@ -333,32 +332,6 @@ def throughput_cost_figure(df: pd.DataFrame) -> Figure:
         title += f"\n({unfit} of {len(df)} configurations do not fit in memory: not shown)"
     fig.suptitle(title, fontsize=10)
     return fig
-
-
-def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
-    """Configurations of one topology present at two or more sizes: every plain ddp/zero/zero2d
-    one (no tensor parallelism, the base settings: no suffix to its label), then the others
-    (tensor-parallel or with other settings, and the pipelines) with the highest samples/s, up to
-    `limit` lines."""
-    counts = g.groupby("label", sort=False)["world"].nunique()
-    multi = [c for c in counts.index if counts[c] > 1]
-    first = g.drop_duplicates("label").set_index("label")
-    tp = first["strategy_tp"] if "strategy_tp" in first else pd.Series(1, index=first.index)
-
-    def plain(c: str) -> bool:
-        return first.loc[c, "strategy_kind"] not in PIPELINES and int(tp[c] or 1) == 1 and ", " not in c
-
-    dp = sorted(
-        (c for c in multi if plain(c)),
-        key=lambda c: (KINDS[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
-    )
-    others = (
-        g[g["label"].isin([c for c in multi if not plain(c)])]
-        .groupby("label", sort=False)["samples_per_s"]
-        .max()
-        .sort_values(ascending=False, kind="mergesort")
-    )
-    return (dp + list(others.index))[:limit] if len(dp) < limit else dp
 
 
 def _scaling_colors(df: pd.DataFrame) -> dict[str, str]:

@@ -264,7 +264,7 @@ def _cluster_grid(df, rec) -> Grid:
 
 def _efficiency_grids(df) -> list[Grid]:
     """Scaling efficiency of the ddp/zero/zero2d configurations (and the best pipelines), per GPU count."""
-    from shardsim.report.plots import scaling_configs
+    from shardsim.sweep.ranking import scaling_configs
 
     tables = []
     for top, g in df.groupby("topology", sort=False):

@@ -38,7 +38,7 @@ def gpu_count() -> int:
 def cpu_rank_limit() -> int:
     """The most ranks a CPU run starts on this machine: `CPU_RANKS_PER_CORE` per core it may run
     on, and never fewer than `MAX_CPU_RANKS`."""
-    from shardsim.sweep.execute import default_workers
+    from shardsim.sweep.task import default_workers
 
     return max(MAX_CPU_RANKS, CPU_RANKS_PER_CORE * default_workers())
 

@@ -36,6 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shardsim.core.version import version
 from shardsim.sweep.rows import COLUMNS, columns
 
 if TYPE_CHECKING:
@@ -125,9 +126,7 @@ class KeyMaker:
     digests are computed once per object (a sweep shares them among its candidates)."""
 
     def __init__(self, workload: Workload, algo: str) -> None:
-        from shardsim import __version__
-
-        self.common = {"format": FORMAT, "shardsim": __version__, "code": code_fingerprint(), "algo": algo}
+        self.common = {"format": FORMAT, "shardsim": version(), "code": code_fingerprint(), "algo": algo}
         try:
             self.workload: str | None = digest(workload)
         except TypeError:  # a workload with something uncanonical in it: no row of it is cached

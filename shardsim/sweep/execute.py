@@ -19,10 +19,9 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from shardsim.core import interrupts
-from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.workload.model import Workload
-from shardsim.sweep.rows import row_of
 from shardsim.sweep.space import Candidate
+from shardsim.sweep.task import default_workers, predict_row
 
 if TYPE_CHECKING:
     from shardsim.sweep.cache import ResultCache
@@ -32,28 +31,9 @@ SERIAL_BELOW_S = 1.0  # estimated sweep work (s) under which a process pool is n
 SECONDS_PER_COST = 7e-6  # `Candidate.cost_estimate` units → seconds of one core (rough, for that choice only)
 
 
-def predict_row(c: Candidate, w: Workload, algo: str) -> dict[str, Any]:
-    """One prediction as a sweep row; a configuration that does not fit in memory is not simulated
-    (its row has the memory, NaN times: pruned by memory before simulation). The cyclic garbage
-    collector stays off until the prediction is freed (it makes no cycles): re-enabled in
-    between, it would scan the plan's and the timeline's objects once or twice for nothing."""
-    from shardsim.simulator.predict import predict  # the engine: imported here, and by the pool before it forks
-
-    with paused_gc():
-        return row_of(c, predict(c.cfg, algo=algo, workload=w, cluster=c.cluster, prune_unfit=True))
-
-
 def _predict_task(task: tuple[int, Candidate, Workload, str]) -> tuple[int, dict[str, Any]]:
     i, c, w, algo = task
     return i, predict_row(c, w, algo)
-
-
-def default_workers() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def estimated_seconds(candidates: Sequence[Candidate], workers: int | None = None) -> float:

@@ -7,9 +7,9 @@ each cluster's `keep` leading rows (rank and figures: the recommendation's best 
 and the report's `--top` rows), the two leading data-parallel rows (the recommended degree and
 its runner-up), the cheapest (a cluster's price is the same for all its rows: its fastest is
 its cheapest), and with `plots` the rows the plots draw (each cluster's best pipeline per pp and
-best layout per tensor-parallel degree, and its `plots.MAX_BARS` leading pipelines), and over several
+best layout per tensor-parallel degree, and its `ranking.MAX_BARS` leading pipelines), and over several
 cluster sizes each cluster's `SCALING_LINES` leading rows of those that may be pruned (so the
-scaling tables pick the lines the exhaustive search would: `plots.scaling_configs`). Never pruned:
+scaling tables pick the lines the exhaustive search would: `ranking.scaling_configs`). Never pruned:
 the ddp/zero/zero2d rows without tensor parallelism (the plots and the scaling tables show
 each), and on demand the rows the scaling columns and tables need (`_scaling_demand`).
 
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.workload.model import Workload
 from shardsim.sweep.execute import Workers
+from shardsim.sweep.ranking import MAX_BARS, SCALING_LINES, scaling_configs
 from shardsim.sweep.space import Candidate
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ PRUNED_COMPUTE = "compute bound"
 PRUNED_CHAIN = "chain bound"
 SLACK = 1e-9  # relative: a bound within this of the K-th best is not pruned (float rounding of both)
 ROUND = 16  # candidates simulated per round (one `predict_all` call): the same whatever the workers, so are the rows
-SCALING_LINES = 8  # `plots.scaling_configs`'s limit: the lines a scaling table may show
 
 
 @dataclass
@@ -198,12 +198,10 @@ def _groups(c: Candidate, keep: int, plots: bool, multi_world: bool) -> tuple[li
         out.append(((cluster, "sdp"), 2))
     if not pipeline and s.tp == 1:
         return out, False
-    if multi_world:  # the scaling table's lines beyond the plain ddp/zero/zero2d ones (`plots.scaling_configs`):
+    if multi_world:  # the scaling table's lines beyond the plain ddp/zero/zero2d ones (`ranking.scaling_configs`):
         # its topology's configurations by their best samples/s over the cluster sizes
         out.append(((c.cluster.instance.name, "scaling"), SCALING_LINES))
     if plots and pipeline:  # `plots.plot_throughput_cost`'s leading pipelines (at most MAX_BARS)
-        from shardsim.report.plots import MAX_BARS
-
         out.append(((cluster, "pipelines"), MAX_BARS))
     if plots and pipeline and s.tp == 1:
         out.append(((cluster, "pp", s.pp), 1))
@@ -312,11 +310,9 @@ def pruned_rows(
 def _scaling_demand(rows: list[dict[str, Any]]) -> list[int]:
     """The bound-pruned rows the scaling columns and tables need: the base row (the smallest
     world) of every (topology, label) with a simulated row, and every row of the labels
-    `plots.scaling_configs` shows (on the table as it stands: the lines it picks by their best
+    `ranking.scaling_configs` shows (on the table as it stands: the lines it picks by their best
     samples/s are among their clusters' leading ones, exact already)."""
     import pandas as pd
-
-    from shardsim.report.plots import scaling_configs
 
     df = pd.DataFrame(rows)
     df["_k"] = range(len(df))

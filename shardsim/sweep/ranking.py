@@ -1,14 +1,20 @@
 """The columns computed over a whole sweep table: the rank of each row within its cluster, and
-the scaling efficiency of each configuration across cluster sizes."""
+the scaling efficiency of each configuration across cluster sizes; and which rows lead (what a
+report draws, which the pruned search keeps exact)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.sweep.rows import SCALING_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
+
+PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
+MAX_BARS = 30  # the leading rows of a cluster a throughput plot draws
+SCALING_LINES = 8  # the configurations a scaling plot or table shows
 
 
 def rank(df: pd.DataFrame) -> pd.DataFrame:
@@ -54,3 +60,31 @@ def scaling(df: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
             m = "strong" if g["global_batch"].nunique() == 1 and g["world"].nunique() > 1 else "weak"
         df.loc[idx, "scaling_mode"] = m
     return df
+
+
+def scaling_configs(g: pd.DataFrame, limit: int = SCALING_LINES) -> list[str]:
+    """Configurations of one topology present at two or more sizes: every plain ddp/zero/zero2d
+    one (no tensor parallelism, the base settings: no suffix to its label), then the others
+    (tensor-parallel or with other settings, and the pipelines) with the highest samples/s, up to
+    `limit` lines: the lines of its scaling plot and table (`shardsim.report`)."""
+    import pandas as pd
+
+    counts = g.groupby("label", sort=False)["world"].nunique()
+    multi = [c for c in counts.index if counts[c] > 1]
+    first = g.drop_duplicates("label").set_index("label")
+    tp = first["strategy_tp"] if "strategy_tp" in first else pd.Series(1, index=first.index)
+
+    def plain(c: str) -> bool:
+        return first.loc[c, "strategy_kind"] not in PIPELINES and int(tp[c] or 1) == 1 and ", " not in c
+
+    dp = sorted(
+        (c for c in multi if plain(c)),
+        key=lambda c: (KINDS[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
+    )
+    others = (
+        g[g["label"].isin([c for c in multi if not plain(c)])]
+        .groupby("label", sort=False)["samples_per_s"]
+        .max()
+        .sort_values(ascending=False, kind="mergesort")
+    )
+    return (dp + list(others.index))[:limit] if len(dp) < limit else dp

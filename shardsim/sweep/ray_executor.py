@@ -30,8 +30,8 @@ from typing import Any
 from shardsim.core import interrupts
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.model import Workload
-from shardsim.sweep.execute import default_workers, predict_row
 from shardsim.sweep.space import Candidate
+from shardsim.sweep.task import default_workers, predict_row
 
 INSTALL = "pip install 'shardsim[ray]'"
 WAIT_S = 0.1  # ray.wait's timeout: how often the driver returns to Python (a Ctrl-C is seen within it)

@@ -16,11 +16,12 @@ from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
-from shardsim.sweep.execute import SERIAL_BELOW_S, Workers, default_workers, estimated_seconds, predict_all
+from shardsim.sweep.execute import SERIAL_BELOW_S, Workers, estimated_seconds, predict_all
 from shardsim.sweep.ranking import rank, scaling
 from shardsim.sweep.recommendation import Recommendation, recommend
 from shardsim.sweep.rows import columns, with_pruned
 from shardsim.sweep.space import SweepSpace, dropped_line, enumerate_configs
+from shardsim.sweep.task import default_workers
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd

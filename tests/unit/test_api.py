@@ -69,6 +69,19 @@ def test_every_public_name_resolves() -> None:
         _ = shardsim.no_such_name
 
 
+def test_shardsim_sweep_stays_the_function_when_its_package_is_imported() -> None:
+    """`shardsim/sweep/` is also a subpackage: importing it must not bind `shardsim.sweep` to it."""
+    code = (
+        "import shardsim, shardsim.api\n"
+        "from shardsim.sweep import search, space\n"
+        "import shardsim.sweep.ranking\n"
+        "assert shardsim.sweep is shardsim.api.sweep, shardsim.sweep\n"
+        "from shardsim import sweep\n"
+        "assert sweep is shardsim.api.sweep and callable(sweep)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def _refused(call, field: str) -> str:
     with pytest.raises(shardsim.ConfigError) as err:
         call()

@@ -26,7 +26,7 @@ from shardsim.simulator.scale import (
     plan_refusal,
 )
 from shardsim.simulator.workload import families
-from shardsim.sweep import execute, search
+from shardsim.sweep import search, task
 from shardsim.sweep.space import SweepSpace, _strategies_for, strategies_count
 from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
@@ -143,12 +143,12 @@ def no_spawn(monkeypatch):
 
 
 def test_a_cpu_run_takes_at_most_its_ranks_per_core(capsys, monkeypatch, no_spawn) -> None:
-    monkeypatch.setattr(execute, "default_workers", lambda: 2)
+    monkeypatch.setattr(task, "default_workers", lambda: 2)
     assert rcli.cpu_rank_limit() == max(rcli.MAX_CPU_RANKS, 2 * rcli.CPU_RANKS_PER_CORE)
     argv = ["run", "--topology", "emu-2x2", "--workload", "tiny-gpt", "--no-emulate", "--nproc", "200"]
     err = refused(capsys, argv)
     assert "200 CPU ranks" in err and f"at most {rcli.cpu_rank_limit()}" in err and "--nproc" in err, err
-    monkeypatch.setattr(execute, "default_workers", lambda: 64)  # a bigger machine runs more
+    monkeypatch.setattr(task, "default_workers", lambda: 64)  # a bigger machine runs more
     cfg = RunConfig(workload="tiny-gpt", topology="emu-2x2", strategy=Strategy("ddp"))
     assert rcli.plan_run(cfg, 200, emulate=False).nproc == 200
 
@@ -171,7 +171,7 @@ def test_profile_on_cuda_without_a_cuda_device_is_refused_before_timing(capsys, 
 
 
 def test_sweep_workers_are_capped_at_the_cores_with_a_note(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(execute, "default_workers", lambda: 2)
+    monkeypatch.setattr(task, "default_workers", lambda: 2)
     asked = []
     real = search.predict_all
     monkeypatch.setattr(search, "predict_all", lambda *a, **k: asked.append(k["workers"]) or real(*a, **k))

@@ -19,7 +19,7 @@ MAY_IMPORT = {
     "data": set(),
     "config": {"core", "data", "simulator"},
     "simulator": {"core", "data", "config"},
-    "sweep": {"core", "data", "config", "simulator", "report"},
+    "sweep": {"core", "data", "config", "simulator"},
     "report": {"core", "data", "config", "simulator", "sweep"},
     "runtime": {"core", "data", "config", "simulator", "sweep", "report"},
     "cli": {"core", "data", "config", "simulator", "sweep", "report", "runtime", "api"},

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from shardsim.config import RunConfig
-from shardsim.report.plots import scaling_configs, scaling_figure
+from shardsim.report.plots import scaling_figure
+from shardsim.sweep.ranking import scaling_configs
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace
 

@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 
 from shardsim.config import RunConfig
-from shardsim.report.plots import representative_rows, scaling_configs
+from shardsim.report.plots import representative_rows
 from shardsim.simulator.predict import chain_bound_s, predict, prepare
 from shardsim.simulator.workload.load import load_workload
 from shardsim.sweep.bounds import compute_bound_s
 from shardsim.sweep.prune import PRUNED_COMPUTE
+from shardsim.sweep.ranking import scaling_configs
 from shardsim.sweep.rows import PRUNED_COLUMNS
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs
