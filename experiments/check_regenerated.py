@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from shardsim.config.key import KEY_COLUMNS, nest
 from shardsim.simulator.predict import upgrade_prediction
+from shardsim.simulator.results import KEY_COLUMNS, nest
 from shardsim.sweep.rows import RENAMED, SETTING_COLUMNS, native, upgrade_table
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from shardsim.config import RunConfig, Strategy
-from shardsim.config.key import strategy_key
 from shardsim.runtime.processes import alive
 from shardsim.runtime.records import LAB_KEYS, LabReadings, RunRecord
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.hardware.topology import Cluster, InstanceType, parse_instance
+from shardsim.simulator.results import strategy_key
 
 
 def instance(

@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
-from shardsim.config.key import KEY_COLUMNS, KEY_FIELDS, StrategyKey, flatten, legacy_strategy
 from shardsim.config.schema import SAC_OP
 from shardsim.core.csvfile import read_table
 from shardsim.core.errors import CorruptFile, WriteError
 from shardsim.core.files import atomic_write
 from shardsim.core.lockfile import locked
+from shardsim.simulator.results import KEY_COLUMNS, KEY_FIELDS, StrategyKey, flatten, legacy_strategy
 
 CSV_NAME = "runs.csv"
 READ_BACK_BYTES = 64 << 20  # a run record or a validation read back: larger is not one shardsim wrote
@@ -63,7 +63,7 @@ def _lab_nested(data: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """One run's measurements, in the JSON file's order. It carries the key every result carries
-    (`config.key.ResultKey`, docs/results.md: `topology` to `label`; `device` the device that
+    (`simulator.results.ResultKey`, docs/results.md: `topology` to `label`; `device` the device that
     ran) and is named as `simulator.predict.StepPrediction`'s fields where they mean the same:
     `config`, `global_batch`, `step_time_s` (here the median step), `samples_per_s`,
     `memory_allocated_gib` and `memory_reserved_gib` (the largest rank's peaks); every other
@@ -200,7 +200,7 @@ def step_time_stats(times: list[float]) -> dict[str, float]:
 @dataclass(frozen=True)
 class RunRow:
     """One run's row of runs.csv: its columns are these fields, in this order (the key's as
-    `config.key.KEY_COLUMNS`: the strategy as `strategy_<field>` columns)."""
+    `simulator.results.KEY_COLUMNS`: the strategy as `strategy_<field>` columns)."""
 
     run_id: str
     finished_at: str

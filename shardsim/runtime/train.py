@@ -31,7 +31,6 @@ from typing import Any
 
 from shardsim.config import RunConfig, add_config_arguments, config_from_args
 from shardsim.config.flags import overrides_from_args
-from shardsim.config.key import KEY_FIELDS, result_key
 from shardsim.config.load import load_config_json
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count, Real
@@ -41,6 +40,7 @@ from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
 from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.results import KEY_FIELDS, result_key
 from shardsim.simulator.workload.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0

@@ -9,7 +9,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
-from shardsim.config.key import KEY_FIELDS, StrategyKey, legacy_strategy, result_key
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
@@ -35,6 +34,7 @@ from shardsim.simulator.memory import (
 )
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
+from shardsim.simulator.results import KEY_FIELDS, StrategyKey, legacy_strategy, result_key
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
@@ -54,7 +54,7 @@ class StepPrediction:
     `seq_len` is its tokens per sample and `tokens_per_s_per_gpu` the step's tokens per second
     over the world; the costs are the cluster's on-demand price over the step (None without a
     price, or for tokens without a sequence). It starts
-    with the key every result carries (`config.key.ResultKey`, docs/results.md); its memory is
+    with the key every result carries (`simulator.results.ResultKey`, docs/results.md); its memory is
     the worst rank's: `memory_allocated_gib` (tensors' peak), `memory_reserved_gib` (the caching
     allocator's peak) and `memory_required_gib` (that and the runtime overhead: what `fits`
     compares with `device_memory_gib`)."""

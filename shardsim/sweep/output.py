@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardsim.config.key import nest
 from shardsim.core.errors import ConfigError, CorruptFile, WriteError
 from shardsim.core.files import atomic_path, atomic_write, check_not_input, install, output_folder
 from shardsim.core.lockfile import Busy, held
 from shardsim.core.yamlio import read_text
+from shardsim.simulator.results import nest
 from shardsim.sweep.rows import native
 
 if TYPE_CHECKING:
@@ -171,5 +171,5 @@ def write_recommendation(rec: dict[str, Any], out: str | Path, name: str = "reco
 
 def to_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts (NaN → None, numpy scalars → Python), the key's `strategy_<field>`
-    columns as one `strategy` object (`config.key.nest`)."""
+    columns as one `strategy` object (`simulator.results.nest`)."""
     return [nest({k: native(v) for k, v in r.items()}) for r in df.to_dict(orient="records")]

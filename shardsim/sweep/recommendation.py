@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardsim.config import DATA_PARALLEL
-from shardsim.config.key import KEY_COLUMNS, nest
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.economics import MODEL_ERROR, MODEL_ERROR_SOURCE
+from shardsim.simulator.results import KEY_COLUMNS, nest
 from shardsim.sweep.rows import SETTING_COLUMNS, native
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from shardsim.config.key import KEY_COLUMNS, result_key
 from shardsim.config.schema import RUN_SETTING_AXES
+from shardsim.simulator.results import KEY_COLUMNS, result_key
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 TOKEN_COLUMNS = ("seq_len", "tokens_per_s_per_gpu", "cost_per_step_usd", "cost_per_million_tokens_usd")
 # Columns of a sweep row, in order (the CSV/Parquet schema; `--json` rows have the same keys,
 # with the `strategy_<field>` columns as one `strategy` object): the key every result starts with
-# (`config.key`, docs/results.md), then the settings and the prediction.
+# (`simulator.results`, docs/results.md), then the settings and the prediction.
 COLUMNS = (
     *KEY_COLUMNS,
     "layout",

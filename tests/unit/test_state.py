@@ -14,10 +14,10 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.cli import run as run_cli
-from shardsim.config.key import strategy_key
 from shardsim.core.errors import CorruptFile
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run, read_runs_csv, write_run
 from shardsim.runtime.validation import load_matrix, measure, rebuild_rows
+from shardsim.simulator.results import strategy_key
 from tests.helpers import private_device, run_record
 from tests.unit.test_validation import _profile, no_namespaces, write
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig, resolve
-from shardsim.config.key import flatten
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.hardware.topology import Cluster
+from shardsim.simulator.results import flatten
 from shardsim.simulator.workload.load import load_workload
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned

@@ -13,7 +13,6 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.config import RunConfig
-from shardsim.config.key import StrategyKey
 from shardsim.core.errors import ConfigError
 from shardsim.runtime import validation
 from shardsim.runtime.emulation import iproute, namespaces
@@ -21,6 +20,7 @@ from shardsim.runtime.validation import Row, load_matrix, measure, summarize
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
+from shardsim.simulator.results import StrategyKey
 from tests.helpers import plan_ops, run_record
 
 

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.config import DATA_PARALLEL
-from shardsim.config.key import STRATEGY_COLUMNS, flatten
 from shardsim.core.files import atomic_write
 from shardsim.core.units import format_seconds
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row
+from shardsim.simulator.results import STRATEGY_COLUMNS, flatten
 
 # validation.csv: every field of a row but its per-step lists, the key's strategy as
-# `strategy_<field>` columns (`config.key.KEY_COLUMNS`)
+# `strategy_<field>` columns (`simulator.results.KEY_COLUMNS`)
 CSV_COLUMNS = tuple(
     c
     for f in fields(Row)

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.config import RunConfig
-from shardsim.config.key import legacy_strategy
 from shardsim.core.errors import ConfigError, CorruptFile
 from shardsim.runtime.records import RunRecord, check_runs_csv, load_run, read_back
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row, add_attempt, row_for, settle
 from shardsim.simulator.hardware.topology import make_cluster
+from shardsim.simulator.results import legacy_strategy
 from shardsim.simulator.workload.load import spec_name
 
 FILE = "validation.json"

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
-from shardsim.config.key import KEY_FIELDS, StrategyKey, result_key
 from shardsim.runtime.records import LabReadings, RunRecord
 from shardsim.runtime.validation.matrix import Matrix
+from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 
 if TYPE_CHECKING:
     from shardsim.simulator.hardware.topology import Cluster
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @dataclass
 class Row:
     """One configuration of a validation: what its runs measured and what is predicted for it.
-    It starts with the key every result carries (`config.key.ResultKey`, docs/results.md; its
+    It starts with the key every result carries (`simulator.results.ResultKey`, docs/results.md; its
     `device` the topology's). Memory is the allocated peak: predicted, and measured as the run
     record's `memory_allocated_gib` (the peak resident set on CPU)."""
 
