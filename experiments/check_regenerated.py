@@ -29,9 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from shardsim.simulator.predict import upgrade_prediction
-from shardsim.simulator.results import KEY_COLUMNS, nest
-from shardsim.sweep.rows import RENAMED, SETTING_COLUMNS, native, upgrade_table
+from shardsim.simulator.results import KEY_COLUMNS, RENAMED, nest, upgrade_prediction
+from shardsim.sweep.rows import SETTING_COLUMNS, native, upgrade_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "experiments" / "seed"

@@ -24,7 +24,7 @@ from shardsim.core.csvfile import read_table
 from shardsim.core.errors import CorruptFile, WriteError
 from shardsim.core.files import atomic_write
 from shardsim.core.lockfile import locked
-from shardsim.simulator.results import KEY_COLUMNS, KEY_FIELDS, StrategyKey, flatten, legacy_strategy
+from shardsim.simulator.results import KEY_COLUMNS, KEY_FIELDS, StrategyKey, flatten, upgrade_record, upgrade_runs_row
 
 CSV_NAME = "runs.csv"
 READ_BACK_BYTES = 64 << 20  # a run record or a validation read back: larger is not one shardsim wrote
@@ -68,7 +68,7 @@ class RunRecord:
     `config`, `global_batch`, `step_time_s` (here the median step), `samples_per_s`,
     `memory_allocated_gib` and `memory_reserved_gib` (the largest rank's peaks); every other
     field only a measurement has. The per-rank CPU times and the host readings, which older
-    files lack, are None there; a file written before the key is read with `upgrade_record`.
+    files lack, are None there; a file written before the key is read with `simulator.results.upgrade_record`.
     `lab` holds what only a run on CPU measures (`LabReadings`); a GPU run's record has no `lab`
     key. Files that hold those readings as top-level keys load too."""
 
@@ -140,38 +140,6 @@ class RunRecord:
         except ValidationError as exc:
             field, words = describe(exc)
             raise ValueError(f"not a run record: field '{field}': {words}") from None
-
-
-def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
-    """A record's JSON object in the current form: a file written before the result key (its
-    `strategy` the label, `nodes` None without the flag, `memory_per_rank_gib` and
-    `memory_by_rank_gib` the allocated peaks, no reserved one) is read as this form states it;
-    anything else is returned as it is."""
-    if not isinstance(data.get("strategy"), str) or "label" in data:
-        return data
-    old = dict(data)
-    try:
-        label, world, s = old.pop("strategy"), old["world"], old["config"]["strategy"]
-        key = legacy_strategy(
-            s["kind"], label, world, s.get("degree"), s.get("pp"), s.get("microbatches"), s.get("schedule")
-        )
-        nodes = old["nodes"] if old.get("nodes") is not None else world // old["nproc_per_node"]
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return data  # not a record of either form: named by the checks that follow
-    out: dict[str, Any] = {}
-    for k, v in old.items():
-        if k in ("nodes", "world", "device", "workload"):  # placed with the key, after topology
-            continue
-        if k == "memory_per_rank_gib":
-            out |= {"memory_allocated_gib": v, "memory_reserved_gib": None}
-        elif k == "memory_by_rank_gib":
-            out["memory_allocated_by_rank_gib"] = v
-        else:
-            out[k] = v
-        if k == "topology":
-            out |= {"nodes": nodes, "world": world, "device": old.get("device"), "workload": old.get("workload")}
-            out |= {"strategy": asdict(key), "label": label}
-    return out
 
 
 @functools.cache
@@ -279,26 +247,6 @@ CSV_TYPES = get_type_hints(RunRow) | {
 _SHARED = tuple(
     n for n in CSV_COLUMNS if n not in ("step_times_s", *KEY_COLUMNS) and n in RunRecord.__dataclass_fields__
 )
-# the columns of a runs.csv written before the result key, in place of the key's
-_LEGACY_COLUMNS = ("strategy", "kind", "degree", "pp", "microbatches", "schedule", "memory_per_rank_gib")
-
-
-def upgrade_row(cells: dict[str, str]) -> dict[str, str]:
-    """A runs.csv row's cells in the current columns: a row written before the result key (the
-    label under `strategy`, the kind under `kind`, `degree` empty for ddp and zero, `nodes` empty
-    without the flag, the allocated peak as `memory_per_rank_gib`) as this form states it."""
-    if "kind" not in cells or "label" in cells:
-        return cells
-    world = int(cells["world"])
-    key = legacy_strategy(
-        cells["kind"], cells["strategy"], world, cells["degree"], cells["pp"], cells["microbatches"], cells["schedule"]
-    )
-    nodes = cells["nodes"] or (str(world // int(cells["nproc_per_node"])) if cells.get("nproc_per_node") else "")
-    new = {k: v for k, v in cells.items() if k not in _LEGACY_COLUMNS}
-    new |= {f"strategy_{k}": "" if v is None else str(v) for k, v in asdict(key).items()}
-    new |= {"nodes": nodes, "label": cells["strategy"], "memory_allocated_gib": cells["memory_per_rank_gib"]}
-    new.setdefault("memory_reserved_gib", "")
-    return {c: new.pop(c) for c in CSV_COLUMNS if c in new} | new
 
 
 def write_run(record: RunRecord, out_dir: str | Path) -> Path:
@@ -345,7 +293,7 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     of `RunRow`'s columns that is not of its type; `simulator.csvfile`). A file without a
     column that newer files have (step_time_std_s) is read as it is; `write_run` adds the
     column, empty in its older rows. The rows of a file written before the result key are read
-    in today's columns (`upgrade_row`), and `write_run` writes them so."""
+    in today's columns (`simulator.results.upgrade_runs_row`), and `write_run` writes them so."""
     try:
         table = read_table(path, CSV_TYPES, required=("run_id",), error=CorruptFile)
     except IsADirectoryError as exc:
@@ -356,7 +304,7 @@ def read_runs_csv(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     rows = []
     for row in table.rows:
         try:
-            rows.append(upgrade_row(row.cells))
+            rows.append(upgrade_runs_row(row.cells, CSV_COLUMNS))
         except (KeyError, ValueError) as exc:  # a row of the older form whose strategy cannot be read
             what = f"not a run's row: its strategy ({exc}); repair or remove that line, or move the file aside"
             raise CorruptFile(what, where=f"{path} line {row.line}") from None

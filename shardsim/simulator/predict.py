@@ -14,7 +14,6 @@ from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.economics import (
-    StepEconomics,
     economics,
     mfu_formula,
     mfu_peak,
@@ -34,7 +33,7 @@ from shardsim.simulator.memory import (
 )
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
-from shardsim.simulator.results import KEY_FIELDS, StrategyKey, legacy_strategy, result_key
+from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
@@ -369,72 +368,3 @@ def _summarize(
 
 def save_trace(pred: StepPrediction, path: str | Path) -> None:
     write_chrome_trace(path, pred.spans, pred.class_labels, {"prediction": pred.to_dict()})
-
-
-def upgrade_prediction(d: dict) -> dict:
-    """A prediction's JSON object (`predict --json`, a trace's ``otherData.prediction``) in
-    today's form: one written before the result key (`strategy` the label, no topology, nodes,
-    device or workload: its configuration's and its topology's; `memory_per_rank_gib` the
-    required memory, `memory` with its `total_gib` and `reserved_gib`, both with the runtime
-    overhead) is read as this form states it, its process total None; one written before the tokens
-    and dollars gets them (`_with_economics`). Today's are returned as they are."""
-    if "label" in d or not isinstance(d.get("strategy"), str):
-        if "memory_process_gib" not in d:  # written before the process total was predicted: absent, not zero
-            d = d | {"memory_process_gib": None, "memory_process": {}}
-        return _with_economics(d)
-    cfg, mem = d["config"], dict(d["memory"])
-    s = cfg["strategy"]
-    key = legacy_strategy(
-        s["kind"], d["strategy"], d["world"], s.get("degree"), s.get("pp"), s.get("microbatches"), s.get("schedule")
-    )
-    cluster = make_cluster(cfg["topology"], cfg["nodes"])
-    overhead = mem["overhead_gib"]
-    total, required = mem.pop("total_gib"), mem.pop("reserved_gib")
-    out = {
-        "topology": cluster.instance.name,
-        "nodes": cluster.nodes,
-        "world": d["world"],
-        "device": cluster.instance.device.model,
-        "workload": cfg["workload"] if isinstance(cfg["workload"], str) else cfg["workload"]["family"],
-        "strategy": asdict(key),
-        "label": d["strategy"],
-    }
-    for k, v in d.items():
-        if k == "memory_per_rank_gib":
-            out |= {"memory_allocated_gib": total - overhead, "memory_reserved_gib": required - overhead}
-            out["memory_required_gib"] = v
-        elif k == "memory":
-            out[k] = mem
-        elif k not in out:
-            out[k] = v
-    # the process total (nvidia-smi) was not predicted then: absent, not zero
-    return _with_economics(out | {"memory_process_gib": None, "memory_process": {}})
-
-
-ECONOMICS_FIELDS = ("peak_tflops", "mfu_peak_precision", "mfu_formula", *StepEconomics.__dataclass_fields__)
-
-
-def _with_economics(d: dict) -> dict:
-    """A prediction's JSON object with the fields added with tokens and dollars: where it was
-    written before them, its peak from its MFU, its sequence from its configuration's workload
-    (None where that no longer loads), the rest from its step, batch and price; its MFU formula
-    "" (its MFU counted the backward's attention recomputation too)."""
-    if all(k in d for k in ECONOMICS_FIELDS) or "step_time_s" not in d:
-        return d
-    out = dict(d)
-    try:
-        cfg = RunConfig.model_validate(d["config"])
-        seq = sequence_length(load_workload(cfg.workload, cfg.shape, cfg.source))
-    except Exception:  # noqa: BLE001 - a configuration this version no longer reads: no sequence
-        seq = None
-    step = float("nan") if d["step_time_s"] is None else d["step_time_s"]
-    money = economics(step, d["global_batch"], d["world"], seq, d.get("cost_per_hour_usd"))
-    peak = d["tflops_per_device"] / d["mfu"] if d.get("mfu") else 0.0
-    out.setdefault("peak_tflops", peak)
-    out.setdefault("mfu_peak_precision", d.get("config", {}).get("precision", ""))
-    out.setdefault("mfu_formula", "")
-    for k, v in asdict(money).items():
-        out.setdefault(k, v)
-    return out
-    # the process total (nvidia-smi) was not predicted then: absent, not zero
-    return out | {"memory_process_gib": None, "memory_process": {}}

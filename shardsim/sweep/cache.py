@@ -2,9 +2,10 @@
 row, in SQLite under a cache folder, so that a repeated sweep (one axis added, or resumed after an
 interrupt) simulates only the configurations it has not seen.
 
-The key (`KeyMaker.key`) is the SHA-256 of a canonical JSON of: the cache's format, shardsim's
-version and a fingerprint of its code and data files (`code_fingerprint`: any change to the
-simulator invalidates every row), the collective algorithm, the resolved configuration
+The key (`KeyMaker.key`) is the SHA-256 of a canonical JSON of: the cache's format, the results'
+schema version (`simulator.results.SCHEMA_VERSION`), shardsim's version and a fingerprint of
+its code and data files (`code_fingerprint`: any change to the simulator invalidates every row),
+the collective algorithm, the resolved configuration
 (`RunConfig.to_dict`), the cluster's content (every figure of its instance type and the node
 count, not just the topology's name), the workload's content (every block's figures, the
 architecture), and the bytes of the calibration and profile files the configuration names. The
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardsim.core.version import version
+from shardsim.simulator.results import SCHEMA_VERSION
 from shardsim.sweep.rows import COLUMNS, columns
 
 if TYPE_CHECKING:
@@ -126,7 +128,13 @@ class KeyMaker:
     digests are computed once per object (a sweep shares them among its candidates)."""
 
     def __init__(self, workload: Workload, algo: str) -> None:
-        self.common = {"format": FORMAT, "shardsim": version(), "code": code_fingerprint(), "algo": algo}
+        self.common = {
+            "format": FORMAT,
+            "schema": SCHEMA_VERSION,
+            "shardsim": version(),
+            "code": code_fingerprint(),
+            "algo": algo,
+        }
         try:
             self.workload: str | None = digest(workload)
         except TypeError:  # a workload with something uncanonical in it: no row of it is cached

@@ -168,7 +168,8 @@ def test_a_committed_prediction_written_before_the_key_reads_as_todays():
     and the key and memory of today's prediction of its file (its step time is an earlier
     model's)."""
     from shardsim.config import load_config
-    from shardsim.simulator.predict import predict, upgrade_prediction
+    from shardsim.simulator.predict import predict
+    from shardsim.simulator.results import upgrade_prediction
 
     committed = json.loads((PRE_KEY / "zero2d-4.prediction.json").read_text())
     assert "label" not in committed  # written before the key

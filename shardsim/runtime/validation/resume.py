@@ -7,20 +7,17 @@ validation.json that can be neither read nor rebuilt is named too, never read as
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from shardsim.config import RunConfig
-from shardsim.core.errors import ConfigError, CorruptFile
+from shardsim.core.errors import CorruptFile
 from shardsim.runtime.records import RunRecord, check_runs_csv, load_run, read_back
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row, add_attempt, row_for, settle
 from shardsim.simulator.hardware.topology import make_cluster
-from shardsim.simulator.results import legacy_strategy
+from shardsim.simulator.results import upgrade_validation_row
 from shardsim.simulator.workload.load import spec_name
 
 FILE = "validation.json"
@@ -41,44 +38,12 @@ def read_rows(path: Path) -> list[Row]:
         raise CorruptFile("not a validation: no list of rows", where=where)
     base = doc.get("base")
     workload = base.get("workload", RunConfig().workload) if isinstance(base, dict) else RunConfig().workload
-    rows = [upgrade_row(r, workload) for r in doc["rows"]]
+    rows = [upgrade_validation_row(r, workload) for r in doc["rows"]]
     try:
         return TypeAdapter(list[Row]).validate_json(json.dumps(rows), strict=True)
     except ValidationError as exc:
         field, words = describe(exc)
         raise CorruptFile(f"not a validation: field 'rows{field}': {words}", where=where) from None
-
-
-def upgrade_row(row: Any, workload: str) -> Any:
-    """A validation.json row in the current form: a row written before the result key (the label
-    under `config`, the kind under `strategy` and its fields loose, no nodes, device or workload:
-    the topology's, and `workload` the validation's base's; memory as `predicted_memory_gib`, the
-    prediction's required memory, and `measured_memory_gib`, the run's allocated peak) as this
-    form states it. On a CPU the required memory is the allocated peak (no allocator reserve, no
-    runtime overhead); on a GPU the allocated peak is not in such a row (NaN until rescored).
-    Anything else is returned as it is."""
-    if not isinstance(row, dict) or "config" not in row or "label" in row:
-        return row
-    old = dict(row)
-    try:
-        label, kind, world = old.pop("config"), old.pop("strategy"), old["world"]
-        loose = [old.pop(k, None) for k in ("degree", "pp", "microbatches", "schedule")]
-        key = legacy_strategy(kind, label, world, *loose)
-        cluster = make_cluster(old["topology"])
-    except (KeyError, TypeError, ValueError, ConfigError):
-        return row  # not a row of either form: named by the checks that follow
-    out: dict[str, Any] = {}
-    for k, v in old.items():
-        if k == "predicted_memory_gib":
-            out["predicted_memory_allocated_gib"] = v if cluster.instance.device.kind != "gpu" else math.nan
-        elif k == "measured_memory_gib":
-            out["measured_memory_allocated_gib"] = v
-        elif k != "world":
-            out[k] = v
-        if k == "topology":
-            out |= {"nodes": cluster.nodes, "world": world, "device": cluster.instance.device.model}
-            out |= {"workload": workload, "strategy": asdict(key), "label": label}
-    return out
 
 
 def load_rows(out: Path) -> list[Row]:
