@@ -66,8 +66,8 @@ class Assessed:
 
 def assess(c: Candidate, w: Workload, algo: str = "auto") -> Assessed:
     """Memory first (no plan), then the compute bound (`bounds.compute_bound_s`)."""
+    from shardsim.simulator.bounds import compute_bound_s
     from shardsim.simulator.predict import prepare
-    from shardsim.sweep.bounds import compute_bound_s
     from shardsim.sweep.rows import row_of
 
     s = prepare(c.cfg, workload=w, cluster=c.cluster)
