@@ -1,3 +1,11 @@
-"""shardsim's simulator: predicts a distributed training step on a described cluster."""
+"""shardsim's simulator: predicts a distributed training step on a described cluster.
+
+What the sweep and the report use of it: `predict` (`predict`,
+`prepare`, `chain_bound_s`, `step_memory`, `rank_workload`, `StepPrediction`, `Prepared`),
+`bounds` (`compute_bound_s`), `results` (the result key, the schema and its upgrades),
+`economics` (`MODEL_ERROR`), `gcpause` (`paused_gc`), `calibration.apply` (`load_calibration`),
+`hardware.profile` (`load_profile`); and the descriptions it is given: `hardware.topology`,
+`workload`, `strategies.kinds`, `scale`.
+"""
 
 __version__ = "0.1.0"

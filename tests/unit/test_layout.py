@@ -60,6 +60,43 @@ def test_layers_import_downwards_only():
     assert not offenders
 
 
+# The simulator's modules the sweep and the report may import (shardsim/simulator/__init__.py lists
+# them): its public functions and the descriptions it is given, none of its internals.
+SIMULATOR_FACE = {
+    "shardsim.simulator",
+    "shardsim.simulator.predict",
+    "shardsim.simulator.bounds",
+    "shardsim.simulator.results",
+    "shardsim.simulator.economics",
+    "shardsim.simulator.gcpause",
+    "shardsim.simulator.calibration.apply",
+    "shardsim.simulator.hardware.profile",
+    "shardsim.simulator.hardware.topology",
+    "shardsim.simulator.workload.arch",
+    "shardsim.simulator.workload.load",
+    "shardsim.simulator.workload.model",
+    "shardsim.simulator.scale",
+    "shardsim.simulator.strategies.kinds",
+    "shardsim.simulator.strategies.kinds.zero",
+}
+
+
+def test_the_sweep_and_the_report_use_the_simulators_public_modules_and_names_only():
+    offenders = []
+    for p in [*sorted((PACKAGE / "sweep").rglob("*.py")), *sorted((PACKAGE / "report").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                found = [(a.name, "") for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found = [(node.module, a.name) for a in node.names]
+            else:
+                continue
+            for module, name in found:
+                if module.startswith("shardsim.simulator") and (module not in SIMULATOR_FACE or name.startswith("_")):
+                    offenders.append(f"{p.relative_to(ROOT)}: {module} {name}".rstrip())
+    assert not offenders
+
+
 def test_every_import_path_is_a_file_path():
     """`shardsim.a.b` is shardsim/a/b.py or shardsim/a/b/: nothing is mapped elsewhere."""
     missing = []
