@@ -1,6 +1,6 @@
 """A sweep as one self-contained web page (`report.html`): the recommendation and its margin, the
 ranked table (every row, sortable by a click on a header), the per-cluster and scaling tables
-over several clusters, and the plots. The tables are the terminal's (`report`), every cell
+over several clusters, and the plots. The tables are the terminal's (`tables`), every cell
 escaped; the plots are embedded as data: URIs, the style and the sorting script inline, and the
 page's Content-Security-Policy lets it load nothing else."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardsim.core.files import atomic_write
-from shardsim.report import tables as report
+from shardsim.report import tables
 from shardsim.report.plots import units
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def report_html(df: pd.DataFrame, rec: dict[str, Any], images: list[Path], comma
     if command:
         parts.append(f"<p class=note>{e(command)}</p>")
     parts.append("<section class=rec><h2>Recommendation</h2>")
-    parts += [f"<p>{e(_plain(line))}</p>" for line in report._recommendation_lines(rec, multi, batches)]
+    parts += [f"<p>{e(_plain(line))}</p>" for line in tables._recommendation_lines(rec, multi, batches)]
     unfit = int((~df["fits"]).sum())
     if unfit:
         parts.append(
@@ -126,13 +126,13 @@ def report_html(df: pd.DataFrame, rec: dict[str, Any], images: list[Path], comma
     parts.append("</section>")
     if multi:
         parts.append("<h2>Per cluster and scaling</h2>")
-        parts += [grid_html(g) for g in (report._cluster_grid(df, rec), *report._efficiency_grids(df))]
+        parts += [grid_html(g) for g in (tables._cluster_grid(df, rec), *tables._efficiency_grids(df))]
         ranked = df.sort_values(["fits", "samples_per_s"], ascending=[False, False], kind="mergesort")
         title = f"Every configuration (all {clusters} clusters, by samples/s)"
     else:
         ranked = df
         title = f"Every configuration ({int(df['nodes'].iloc[0])} x {df['topology'].iloc[0]}, ranked)"
-    grid, _ = report._ranked_grid(ranked, title, 0, with_cluster=multi)
+    grid, _ = tables._ranked_grid(ranked, title, 0, with_cluster=multi)
     rate = "in tokens per second per GPU and USD per million tokens" if u.tokens else "in samples/s"
     parts.append(f"<h2>Ranked configurations</h2><p class=note>Rates {e(rate)}; click a header to sort.</p>")
     parts.append(f"<div class=scroll>{grid_html(grid, sortable=True)}</div>")
