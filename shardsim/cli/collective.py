@@ -48,7 +48,7 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
 
 def _cluster(ns: argparse.Namespace, nodes: int | None):
     """The topology's cluster, with the calibration file's fitted figures over its own (``--calibration``)."""
-    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.spec.hardware.topology import make_cluster
 
     cluster = make_cluster(ns.topology, nodes)
     if ns.calibration is None:

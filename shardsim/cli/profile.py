@@ -32,7 +32,7 @@ def _device(asked: str) -> str:
 
 
 def _cmd_profile(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.spec.hardware.topology import make_cluster
 
     require_torch("shardsim profile")
     cfg = config_from_args(ns)

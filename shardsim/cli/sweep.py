@@ -26,7 +26,7 @@ from shardsim.config.schema import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
 from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
-from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP
+from shardsim.spec.strategies import DEFAULT_SWEEP
 
 log = logging.getLogger("shardsim")
 

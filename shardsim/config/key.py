@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.load import spec_name
+from shardsim.spec.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
     from shardsim.config.schema import RunConfig, Strategy

@@ -34,7 +34,8 @@ from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
-from shardsim.simulator.strategies.kinds import (
+from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.strategies import (
     ALIASES,
     DDP,
     DEFAULT_KIND,
@@ -46,8 +47,7 @@ from shardsim.simulator.strategies.kinds import (
     StrategyKind,
     kind_name,
 )
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.strategies import STRATEGIES as KINDS
 
 Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
@@ -211,7 +211,7 @@ class StrategyBase(Frozen):
 
     @property
     def spec(self) -> StrategyKind:
-        """The kind's operations and capabilities (`simulator.strategies.kinds`)."""
+        """The kind's operations and capabilities (`spec.strategies`)."""
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
     def label(self) -> str:
@@ -317,7 +317,7 @@ assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fiel
 @dataclass(frozen=True)
 class _FlatStrategy:
     """A strategy's fields as flat settings give them, before its kind's model is built: what
-    a kind's `check` refuses (``simulator.strategies.kinds``) is checked on it."""
+    a kind's `check` refuses (``spec.strategies``) is checked on it."""
 
     kind: str
     degree: Any = None

@@ -49,8 +49,8 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     `emulate` (default: whenever the topology is an emulated one and the run is on CPU) runs
     the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
     from shardsim.runtime.models.build import check_runtime_tp, n_blocks
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.workload.load import resolve_arch
+    from shardsim.spec.hardware.topology import make_cluster
 
     cluster = make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node)
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0

@@ -17,10 +17,10 @@ PACKAGE = ROOT / "shardsim"
 MAY_IMPORT = {
     "core": set(),
     "data": set(),
-    "config": {"core", "data", "simulator"},
-    "simulator": {"core", "data", "config"},
-    "runtime": {"core", "data", "config", "simulator"},
-    "cli": {"core", "data", "config", "simulator", "runtime", "api"},
+    "config": {"core", "data", "spec", "simulator"},
+    "simulator": {"core", "data", "spec", "config"},
+    "runtime": {"core", "data", "spec", "config", "simulator"},
+    "cli": {"core", "data", "spec", "config", "simulator", "runtime", "api"},
 }
 
 

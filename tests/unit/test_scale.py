@@ -13,7 +13,6 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, resolve
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network import collectives
 from shardsim.simulator.network.collectives import Algo, GroupLayout, _PlanCache
 from shardsim.simulator.network.fluid import Route
@@ -23,6 +22,7 @@ from shardsim.simulator.scale import MAX_PLAN_OPS, MAX_WORLD, plan_ops_estimate
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 
 # one fresh interpreter per configuration: its peak RSS is the prediction's, not pytest's
 _MEASURE = """

@@ -11,8 +11,8 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import STRATEGIES, RunConfig, Strategy, load_config
 from shardsim.runtime.validation.matrix import load_matrix
-from shardsim.simulator.strategies.kinds import ALIASES
 from shardsim.simulator.sweep.space import SweepSpace
+from shardsim.spec.strategies import ALIASES
 
 TINY = ["--workload", "tiny-gpt", "--json"]
 

@@ -15,7 +15,7 @@ from shardsim.simulator.strategies import STRATEGIES, StrategyKind
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "shardsim"
-OWNERS = (PACKAGE / "simulator" / "strategies", PACKAGE / "runtime" / "strategies")
+OWNERS = (PACKAGE / "spec" / "strategies", PACKAGE / "simulator" / "strategies", PACKAGE / "runtime" / "strategies")
 # SageMaker's model-parallel parameters include keys spelled `ddp` and `pipeline`: parameter
 # names of its own, not shardsim's kinds (shardsim/config/smp.py reads them).
 SAGEMAKER_KEYS = {("shardsim/config/smp.py", "ddp"): 2, ("shardsim/config/smp.py", "pipeline"): 6}

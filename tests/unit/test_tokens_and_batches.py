@@ -15,7 +15,6 @@ from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
 from shardsim.core.units import format_percent, format_rate, format_rate_unit
 from shardsim.simulator.economics import MODEL_ERROR, model_flops_per_sample, sequence_length
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.sweep.batch import fits_at, largest_fitting
 from shardsim.simulator.sweep.hints import required_gib
@@ -24,6 +23,7 @@ from shardsim.simulator.sweep.rows import TOKEN_COLUMNS, upgrade_table
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, batch_step, enumerate_configs
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)

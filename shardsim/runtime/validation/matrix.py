@@ -14,9 +14,9 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import check_keys, load_yaml
 from shardsim.data import MATRICES
 from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.strategies import STRATEGIES as KINDS
-from shardsim.simulator.strategies.kinds import kind_name
+from shardsim.spec.hardware.topology import make_cluster
+from shardsim.spec.strategies import kind_name
 
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")

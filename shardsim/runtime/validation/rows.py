@@ -14,8 +14,8 @@ from shardsim.runtime.records import LabReadings, RunRecord
 from shardsim.runtime.validation.matrix import Matrix
 
 if TYPE_CHECKING:
-    from shardsim.simulator.hardware.topology import Cluster
     from shardsim.simulator.predict import StepPrediction
+    from shardsim.spec.hardware.topology import Cluster
 
 
 @dataclass

@@ -4,6 +4,6 @@ of one training step as PyTorch runs it are built by `ddp`, `fsdp` (zero, zero2d
 `pipeline` (whose stages run DDP or FSDP2), through `build.build_plan`; `steps` holds what they
 share."""
 
-from shardsim.simulator.strategies.kinds import STRATEGIES, StrategyKind
+from shardsim.spec.strategies import STRATEGIES, StrategyKind
 
 __all__ = ["STRATEGIES", "StrategyKind"]

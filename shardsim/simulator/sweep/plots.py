@@ -30,7 +30,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from shardsim.core.files import atomic_path
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.spec.strategies import STRATEGIES as KINDS
 
 BREAKDOWN = (
     ("compute_s", "compute", "#4C72B0"),

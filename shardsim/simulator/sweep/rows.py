@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.config.key import KEY_COLUMNS, result_key
 from shardsim.config.schema import RUN_SETTING_AXES
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.spec.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -24,7 +24,6 @@ from shardsim.config import (
 )
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.simulator.scale import (
     MAX_BATCH,
     MAX_GRAD_ACCUM,
@@ -33,11 +32,12 @@ from shardsim.simulator.scale import (
     plan_refusal,
     world_refusal,
 )
-from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
+from shardsim.spec.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.spec.strategies import DEFAULT_SWEEP, StrategyKind
+from shardsim.spec.strategies import STRATEGIES as KINDS
 
 
 @dataclass(frozen=True)

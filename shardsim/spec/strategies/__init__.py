@@ -4,12 +4,12 @@ the others' places)."""
 
 from __future__ import annotations
 
-from shardsim.simulator.strategies.kinds.base import StrategyKind
-from shardsim.simulator.strategies.kinds.ddp import DDP
-from shardsim.simulator.strategies.kinds.pipeline import PIPELINE
-from shardsim.simulator.strategies.kinds.zero import ZERO
-from shardsim.simulator.strategies.kinds.zero1 import ZERO1
-from shardsim.simulator.strategies.kinds.zero2d import ZERO2D
+from shardsim.spec.strategies.base import StrategyKind
+from shardsim.spec.strategies.ddp import DDP
+from shardsim.spec.strategies.pipeline import PIPELINE
+from shardsim.spec.strategies.zero import ZERO
+from shardsim.spec.strategies.zero1 import ZERO1
+from shardsim.spec.strategies.zero2d import ZERO2D
 
 STRATEGIES: dict[str, StrategyKind] = {k.name: k for k in (DDP, ZERO, ZERO2D, PIPELINE, ZERO1)}
 # the kinds a sweep tries unless --strategies names others (zero1 is asked for by name)

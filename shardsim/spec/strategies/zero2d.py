@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.strategies.kinds.zero import ZERO, Fsdp
+from shardsim.spec.strategies.zero import ZERO, Fsdp
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

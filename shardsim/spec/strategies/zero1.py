@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.strategies.kinds.ddp import Ddp
+from shardsim.spec.strategies.ddp import Ddp
 
 if TYPE_CHECKING:
     from shardsim.config import Resolved, RunConfig, Strategy
