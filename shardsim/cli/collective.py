@@ -13,7 +13,8 @@ from shardsim.config.schema import BACKENDS, PROTOCOLS
 from shardsim.core.errors import ConfigError
 from shardsim.core.flagtypes import Count, Size, SizeSweep
 from shardsim.core.units import COMPACT_UP_TO, parse_size
-from shardsim.simulator.scale import MAX_MESSAGE_BYTES, MAX_WORLD
+from shardsim.simulator.scale import MAX_MESSAGE_BYTES
+from shardsim.spec.bounds import MAX_WORLD
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 _SWEEP_LINE = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}"  # nccl-tests' widths

@@ -25,7 +25,8 @@ from shardsim.config.flags import AXES, add_algo_argument, add_axis_arguments, a
 from shardsim.config.schema import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
-from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
+from shardsim.simulator.scale import MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE
+from shardsim.spec.bounds import MAX_BATCH, MAX_WORLD
 from shardsim.spec.strategies import DEFAULT_SWEEP
 
 log = logging.getLogger("shardsim")

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from shardsim.core.documents import error_words
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import unknown_key
-from shardsim.simulator.scale import beyond
+from shardsim.spec.bounds import beyond
 from shardsim.spec.strategies import STRATEGIES as KINDS
 
 

@@ -1,7 +1,7 @@
 """The configuration tree shared by the simulator and the runtime: pydantic models, frozen and
 closed (``extra="forbid"``), strict about types.
 
-Each setting's type, bound (`simulator.scale.SETTING_BOUNDS`) and choices are in its annotation,
+Each setting's type, bound (`spec.bounds.SETTING_BOUNDS`) and choices are in its annotation,
 with a `Setting` that gives its help text, whether it has a flag, and the sweep's list flag where
 a sweep spans it; `flags` generates the command line from them and `load` reads files into them.
 The strategy is a discriminated union on ``kind``: each kind's model carries only its own fields
@@ -33,8 +33,8 @@ from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.scale import SETTING_BOUNDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.bounds import SETTING_BOUNDS
 from shardsim.spec.strategies import (
     ALIASES,
     DDP,
@@ -100,7 +100,7 @@ class Setting:
 
 
 def bounded(name: str) -> Any:
-    """The constraint of an integer setting: its bound in `scale.SETTING_BOUNDS`."""
+    """The constraint of an integer setting: its bound in `spec.bounds.SETTING_BOUNDS`."""
     b = SETTING_BOUNDS[name]
     return Field(ge=b.minimum, le=b.maximum)
 

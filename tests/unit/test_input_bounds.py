@@ -19,7 +19,6 @@ from shardsim.core.errors import ConfigError
 from shardsim.runtime.emulation.ownership import Holder, TopologyBusy, held_by, keep, owning, runtime_dir
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.scale import (
-    MAX_LAYERS,
     MAX_PLAN_OPS,
     MAX_SWEEP_SPACE,
     SWEEP_CONFIRM_ABOVE,
@@ -28,6 +27,7 @@ from shardsim.simulator.scale import (
 from shardsim.simulator.sweep import execute, search
 from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
 from shardsim.simulator.workload import families
+from shardsim.spec.bounds import MAX_LAYERS
 from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
 from tests.unit.test_readme_examples import examples_of

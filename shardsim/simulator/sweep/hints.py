@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.core.units import GIB, format_bytes
-from shardsim.simulator.scale import MAX_WORLD
 from shardsim.simulator.sweep.batch import _rank_workload, largest_fitting
 from shardsim.simulator.workload.model import Workload
+from shardsim.spec.bounds import MAX_WORLD
 from shardsim.spec.hardware.topology import Cluster, make_cluster
 from shardsim.spec.strategies.zero import ZERO
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml, suggest
 from shardsim.data import TOPOLOGIES
-from shardsim.simulator.scale import MAX_WORLD
+from shardsim.spec.bounds import MAX_WORLD
 from shardsim.spec.hardware.network_figures import NetworkFigures, fitted_network_figures
 
 PRECISIONS = ("fp32", "fp16", "bf16", "tf32")  # tf32: fp32 storage, TF32 tensor-core matmuls
