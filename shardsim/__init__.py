@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import shardsim.sweep as _sweep_package  # noqa: F401 (loaded first: see below)
 from shardsim.core.errors import ConfigError
+
+# `shardsim.sweep` is the API's function, and also a subpackage's name (shardsim/sweep/: it has no
+# __init__ and loads nothing): the subpackage is loaded here, first, and its name handed back to the
+# function (`__getattr__`), so that loading one of its modules later does not bind the name again.
+globals().pop("sweep")
 
 if TYPE_CHECKING:
     from shardsim.api import calibrate, collective, load_config, predict, recommend, sweep

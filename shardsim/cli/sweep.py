@@ -27,7 +27,7 @@ from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE
 from shardsim.spec.bounds import MAX_BATCH, MAX_WORLD
-from shardsim.spec.strategies import DEFAULT_SWEEP
+from shardsim.sweep.faces import DEFAULT_SWEEP, DEFAULT_SWEEP_TEXT
 
 log = logging.getLogger("shardsim")
 
@@ -301,7 +301,7 @@ def register(sub) -> None:
         f"{MAX_BATCH_SEARCH:,}), found by the memory model (doubling, then bisection) and predicted at it; with "
         "--global-batch, grad_accum makes up the rest (default: none, --batch-per-device)",
     )
-    add_axis_arguments(p)
+    add_axis_arguments(p, {"strategies": DEFAULT_SWEEP_TEXT})
     add_algo_argument(p, auto=True)
     p.add_argument(
         "--out",

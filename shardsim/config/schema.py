@@ -39,12 +39,11 @@ from shardsim.spec.strategies import (
     ALIASES,
     DDP,
     DEFAULT_KIND,
-    DEFAULT_SWEEP,
     PIPELINE,
     ZERO,
     ZERO1,
     ZERO2D,
-    StrategyKind,
+    StrategySpec,
     kind_name,
 )
 from shardsim.spec.strategies import STRATEGIES as KINDS
@@ -172,7 +171,7 @@ TpAcrossNodes = Annotated[
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
-    axis_help=f"kinds to include (default: {','.join(DEFAULT_SWEEP)}; zero1 only when named)",
+    axis_help="kinds to include",  # with its default, which the sweep knows (`add_axis_arguments`)
 )
 
 
@@ -210,8 +209,8 @@ class StrategyBase(Frozen):
         return d | tp
 
     @property
-    def spec(self) -> StrategyKind:
-        """The kind's operations and capabilities (`spec.strategies`)."""
+    def spec(self) -> StrategySpec:
+        """The kind's checks, label and capabilities (`spec.strategies`)."""
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
     def label(self) -> str:

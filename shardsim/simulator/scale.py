@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.spec.bounds import world_refusal
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def plan_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """About how many ops the plan of one step of `cfg` (normalized by resolve) holds: between
     one and four times as many as it does (tests/unit/test_scale.py), without building it."""
     s = cfg.strategy
-    return s.spec.ops_estimate(s, cfg.grad_accum, n_layers) + tp_ops_estimate(cfg, n_layers)
+    return PLANNERS[s.kind].ops_estimate(s, cfg.grad_accum, n_layers) + tp_ops_estimate(cfg, n_layers)
 
 
 def tp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 
 from shardsim.core.files import atomic_path
 from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.sweep.faces import FACES
 
 BREAKDOWN = (
     ("compute_s", "compute", "#4C72B0"),
@@ -47,7 +48,7 @@ MEMORY = (
     ("mem_overhead_gib", "runtime overhead", "#937860"),
     ("mem_rest_gib", "step temporaries and allocator reserve", "#CCB974"),  # up to what `fits` compares
 )
-KIND_COLORS = {k: v.color for k, v in KINDS.items()}
+KIND_COLORS = {k: v.color for k, v in FACES.items()}
 PIPELINES = [k for k, v in KINDS.items() if v.is_pipeline]  # the kinds whose rows are pipelines
 MAX_BARS = 30
 CLIP = 2.0  # the memory axis ends at this many times the device's memory when a bar is above it
@@ -111,7 +112,7 @@ def _tp_of(r: pd.Series) -> str:
 
 def _strategy_label(r: pd.Series) -> str:
     degree, pp, microbatches = (int(r[f"strategy_{k}"]) for k in ("degree", "pp", "microbatches"))
-    return KINDS[r["strategy_kind"]].plot_label(degree, pp, microbatches, r["strategy_schedule"])
+    return FACES[r["strategy_kind"]].plot_label(degree, pp, microbatches, r["strategy_schedule"])
 
 
 def _settings_of(config: str) -> str:
@@ -350,7 +351,7 @@ def scaling_configs(g: pd.DataFrame, limit: int = 8) -> list[str]:
 
     dp = sorted(
         (c for c in multi if plain(c)),
-        key=lambda c: (KINDS[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
+        key=lambda c: (FACES[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
     )
     others = (
         g[g["label"].isin([c for c in multi if not plain(c)])]
