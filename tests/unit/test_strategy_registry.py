@@ -96,3 +96,14 @@ def test_the_count_sees_a_literal(tmp_path):
     path = tmp_path / "m.py"
     path.write_text('if cfg.strategy.kind == "zero2d":\n    pass\nx = "zero2d d=4"\n')
     assert kind_literals(path) == [(1, "zero2d")]
+
+
+def test_the_sweeps_strategies_flag_says_its_default_from_the_faces(capsys):
+    """The sweep's `--strategies` help names the kinds a sweep tries by default, and those it tries only when named."""
+    from shardsim.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "kinds to include (default: ddp,zero,zero2d,pipeline; zero1 only when named)" in text
+    assert [k for k, face in FACES.items() if not face.in_default_sweep] == ["zero1"]
