@@ -388,7 +388,7 @@ def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyC
 def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa: N802 (builds a union member)
     """The strategy of `kind` with `fields` (None: not given); a field the kind does not carry,
     an unknown kind or a bad value is a ConfigError naming the field. `kind` may be an alias
-    (``fsdp``, ``hsdp``: `kinds.ALIASES`)."""
+    (``fsdp``, ``hsdp``: `spec.strategies.ALIASES`)."""
     kind = kind_name(kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in MODELS:
         raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")

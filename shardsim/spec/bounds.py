@@ -8,12 +8,9 @@ cluster's size (`world_refusal`). What bounds a step's plan and a sweep is `simu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shardsim.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from shardsim.simulator.workload.arch import Arch
 
 MAX_WORLD = 65_536  # devices in one cluster (and so nodes, and ranks of a collective)
 MAX_LAYERS = 16_384  # a ZeRO step of as many layers is about 98,000 ops: within `scale.MAX_PLAN_OPS`
@@ -68,7 +65,27 @@ def beyond(value: int, maximum: int) -> str:
     return f"{value:,} is beyond the simulator's bound of {maximum:,}"
 
 
-def check_shape(a: Arch, where: str | None = None) -> None:
+class ModelShape(Protocol):
+    """The fields of a model's description `check_shape` reads (a workload's `Arch` has them)."""
+
+    family: str
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    seq_len: int
+    channels: int
+    classes: int
+    patch: int
+    image: int
+
+    @property
+    def tokens(self) -> int: ...
+
+
+def check_shape(a: ModelShape, where: str | None = None) -> None:
     """Raise ConfigError (one line, the field) when a model's shape is beyond the simulator's
     bounds: before the model is built into blocks (a block per layer) or costed."""
     fields = {k: getattr(a, k) for k in ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "seq_len")}

@@ -29,9 +29,9 @@ LEVELS = {
 }
 # shardsim/simulator/sweep/ is the sweep's layer, on its way to shardsim/sweep/ (and shardsim/report/)
 MOVING = {("simulator", "sweep"): "sweep"}
-# The one known climb: config and spec take the model's description from shardsim/simulator/workload/,
+# The one known climb: the configuration takes the model's description from shardsim/simulator/workload/,
 # which is on its way to shardsim/spec/model/ (the move removes this entry).
-KNOWN_CLIMBS = {("config", "shardsim.simulator.workload"), ("spec", "shardsim.simulator.workload")}
+KNOWN_CLIMBS = {("config", "shardsim.simulator.workload")}
 # Modules that import `shardsim` itself (its __init__, the public API) from inside the package:
 # none may, but the sweep cache's version stamp still does (its own branch removes it).
 KNOWN_TOP_IMPORTS = {"shardsim/simulator/sweep/cache.py"}
