@@ -11,8 +11,8 @@ import statistics
 import time
 
 from shardsim.simulator.collective import simulate_collective
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import _plan_cached
+from shardsim.spec.hardware.topology import make_cluster
 
 
 def main() -> None:

@@ -391,8 +391,8 @@ def collective(
     from shardsim.config.schema import BACKENDS
     from shardsim.core.units import format_bytes, parse_size
     from shardsim.simulator.collective import OPS, simulate_collective
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.scale import MAX_MESSAGE_BYTES
+    from shardsim.spec.hardware.topology import make_cluster
 
     if op not in OPS:
         raise ConfigError(f"expected one of {', '.join(OPS)}, got {op!r}", field="op")

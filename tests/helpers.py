@@ -16,8 +16,8 @@ from shardsim.config import RunConfig, Strategy
 from shardsim.runtime.processes import alive
 from shardsim.runtime.records import LAB_KEYS, LabReadings, RunRecord
 from shardsim.simulator.hardware.profile import Profile
-from shardsim.simulator.hardware.topology import Cluster, InstanceType, parse_instance
 from shardsim.simulator.results import strategy_key
+from shardsim.spec.hardware.topology import Cluster, InstanceType, parse_instance
 
 
 def instance(
@@ -63,9 +63,9 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     """The ops of `cfg`'s plan on its topology (block times from `profile` when given)."""
     from shardsim.config import resolve
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.strategies.build import build_plan
     from shardsim.simulator.workload.load import load_workload
+    from shardsim.spec.hardware.topology import make_cluster
 
     w = load_workload(cfg.workload)
     cluster = make_cluster(cfg.topology, cfg.nodes)

@@ -13,8 +13,8 @@ import argparse
 from dataclasses import replace
 
 from shardsim.config import RunConfig
-from shardsim.simulator.hardware.topology import Cluster, load_instance
 from shardsim.simulator.predict import predict
+from shardsim.spec.hardware.topology import Cluster, load_instance
 
 NICS = (1, 2, 4, 8)
 CASES = (

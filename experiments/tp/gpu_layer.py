@@ -126,9 +126,9 @@ def _times(layer, x, cos, sin, repeats: int, dev) -> dict[str, float]:
 def compare(path: Path, topology: str) -> list[dict]:
     """The measured rows with the simulator's forward and backward of the same layer on `topology`'s GPU."""
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.workload.families import from_arch
     from shardsim.simulator.workload.load import load_workload
+    from shardsim.spec.hardware.topology import make_cluster
 
     dev = make_cluster(topology, 1).instance.device
     out = []

@@ -39,8 +39,8 @@ def _header(text: str, width: int | None) -> str:
 
 def _hint(cfg) -> str:
     """What would make `cfg` fit (`sweep.hints.fit_hint`), by the memory model alone."""
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.workload.load import load_workload
+    from shardsim.spec.hardware.topology import make_cluster
     from shardsim.sweep.hints import fit_hint
 
     cluster = make_cluster(cfg.topology, cfg.nodes)

@@ -25,8 +25,9 @@ from shardsim.config.flags import AXES, add_algo_argument, add_axis_arguments, a
 from shardsim.config.schema import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
-from shardsim.simulator.scale import MAX_BATCH, MAX_SWEEP_SPACE, MAX_WORLD, SWEEP_CONFIRM_ABOVE
-from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP
+from shardsim.simulator.scale import MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE
+from shardsim.spec.bounds import MAX_BATCH, MAX_WORLD
+from shardsim.sweep.faces import DEFAULT_SWEEP, DEFAULT_SWEEP_TEXT
 
 log = logging.getLogger("shardsim")
 
@@ -300,7 +301,7 @@ def register(sub) -> None:
         f"{MAX_BATCH_SEARCH:,}), found by the memory model (doubling, then bisection) and predicted at it; with "
         "--global-batch, grad_accum makes up the rest (default: none, --batch-per-device)",
     )
-    add_axis_arguments(p)
+    add_axis_arguments(p, {"strategies": DEFAULT_SWEEP_TEXT})
     add_algo_argument(p, auto=True)
     p.add_argument(
         "--out",

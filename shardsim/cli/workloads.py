@@ -115,7 +115,7 @@ def _cmd_workloads(ns: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from shardsim.core.flagtypes import Count
-    from shardsim.simulator.scale import MAX_SEQ_LEN
+    from shardsim.spec.bounds import MAX_SEQ_LEN
 
     w = sub.add_parser(
         "workloads",

@@ -4,7 +4,7 @@ models' fields): a flag per setting, and the sweep's list flags of the settings 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from shardsim.config.load import load_config
@@ -147,14 +147,17 @@ def add_config_arguments(
             p.add_argument(s.option, dest=s.name, type=kind, choices=s.choices, help=help_, **more)
 
 
-def add_axis_arguments(p: argparse.ArgumentParser) -> None:
+def add_axis_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, str] | None = None) -> None:
     """The sweep's list flags, one per setting it spans (`Setting.axis`): ``--degrees 2,4`` (also
     spelled as the setting, ``--degree``), into the setting's name; a switch's ``--no-`` form
-    and a flag alone give one value, as the setting's own flags do."""
+    and a flag alone give one value, as the setting's own flags do. `defaults`: what an axis's
+    help says of its default where the sweep knows it (axis → text)."""
+    defaults = defaults or {}
     for s in AXES:
         names = dict.fromkeys(("--" + s.axis.replace("_", "-"), s.option))
         extra: dict[str, Any] = {"nargs": "?", "const": (s.alone,)} if s.alone is not None else {}
-        help_ = (s.axis_help or "") + aliases_text(s)
+        default = f" ({defaults[s.axis]})" if s.axis in defaults else ""
+        help_ = (s.axis_help or "") + default + aliases_text(s)
         p.add_argument(*names, dest=s.name, type=list_type(s), metavar="LIST", help=help_, **extra)
         if s.kind is bool:
             no = f"= {s.option} false"

@@ -46,7 +46,7 @@ def language_model_tokens(cfg: RunConfig) -> int | None:
 
 
 def _has_bf16(topology: str) -> bool:
-    from shardsim.simulator.hardware.topology import load_instance
+    from shardsim.spec.hardware.topology import load_instance
 
     try:
         return load_instance(topology).device.supports(LM_PRECISION)

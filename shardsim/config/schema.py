@@ -1,7 +1,7 @@
 """The configuration tree shared by the simulator and the runtime: pydantic models, frozen and
 closed (``extra="forbid"``), strict about types.
 
-Each setting's type, bound (`simulator.scale.SETTING_BOUNDS`) and choices are in its annotation,
+Each setting's type, bound (`spec.bounds.SETTING_BOUNDS`) and choices are in its annotation,
 with a `Setting` that gives its help text, whether it has a flag, and the sweep's list flag where
 a sweep spans it; `flags` generates the command line from them and `load` reads files into them.
 The strategy is a discriminated union on ``kind``: each kind's model carries only its own fields
@@ -33,21 +33,20 @@ from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.scale import SETTING_BOUNDS
-from shardsim.simulator.strategies.kinds import (
+from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.bounds import SETTING_BOUNDS
+from shardsim.spec.strategies import (
     ALIASES,
     DDP,
     DEFAULT_KIND,
-    DEFAULT_SWEEP,
     PIPELINE,
     ZERO,
     ZERO1,
     ZERO2D,
-    StrategyKind,
+    StrategySpec,
     kind_name,
 )
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.strategies import STRATEGIES as KINDS
 
 Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
@@ -100,7 +99,7 @@ class Setting:
 
 
 def bounded(name: str) -> Any:
-    """The constraint of an integer setting: its bound in `scale.SETTING_BOUNDS`."""
+    """The constraint of an integer setting: its bound in `spec.bounds.SETTING_BOUNDS`."""
     b = SETTING_BOUNDS[name]
     return Field(ge=b.minimum, le=b.maximum)
 
@@ -172,7 +171,7 @@ TpAcrossNodes = Annotated[
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
-    axis_help=f"kinds to include (default: {','.join(DEFAULT_SWEEP)}; zero1 only when named)",
+    axis_help="kinds to include",  # with its default, which the sweep knows (`add_axis_arguments`)
 )
 
 
@@ -210,8 +209,8 @@ class StrategyBase(Frozen):
         return d | tp
 
     @property
-    def spec(self) -> StrategyKind:
-        """The kind's operations and capabilities (`simulator.strategies.kinds`)."""
+    def spec(self) -> StrategySpec:
+        """The kind's checks, label and capabilities (`spec.strategies`)."""
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
     def label(self) -> str:
@@ -317,7 +316,7 @@ assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fiel
 @dataclass(frozen=True)
 class _FlatStrategy:
     """A strategy's fields as flat settings give them, before its kind's model is built: what
-    a kind's `check` refuses (``simulator.strategies.kinds``) is checked on it."""
+    a kind's `check` refuses (``spec.strategies``) is checked on it."""
 
     kind: str
     degree: Any = None
@@ -389,7 +388,7 @@ def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyC
 def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa: N802 (builds a union member)
     """The strategy of `kind` with `fields` (None: not given); a field the kind does not carry,
     an unknown kind or a bad value is a ConfigError naming the field. `kind` may be an alias
-    (``fsdp``, ``hsdp``: `kinds.ALIASES`)."""
+    (``fsdp``, ``hsdp``: `spec.strategies.ALIASES`)."""
     kind = kind_name(kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in MODELS:
         raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")

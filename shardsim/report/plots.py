@@ -30,7 +30,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from shardsim.core.files import atomic_path
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.sweep.faces import FACES
 from shardsim.sweep.ranking import MAX_BARS, PIPELINES, scaling_configs
 
 BREAKDOWN = (
@@ -48,7 +48,7 @@ MEMORY = (
     ("mem_overhead_gib", "runtime overhead", "#937860"),
     ("mem_rest_gib", "step temporaries and allocator reserve", "#CCB974"),  # up to what `fits` compares
 )
-KIND_COLORS = {k: v.color for k, v in KINDS.items()}
+KIND_COLORS = {k: v.color for k, v in FACES.items()}
 CLIP = 2.0  # the memory axis ends at this many times the device's memory when a bar is above it
 SCALING_PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
@@ -110,7 +110,7 @@ def _tp_of(r: pd.Series) -> str:
 
 def _strategy_label(r: pd.Series) -> str:
     degree, pp, microbatches = (int(r[f"strategy_{k}"]) for k in ("degree", "pp", "microbatches"))
-    return KINDS[r["strategy_kind"]].plot_label(degree, pp, microbatches, r["strategy_schedule"])
+    return FACES[r["strategy_kind"]].plot_label(degree, pp, microbatches, r["strategy_schedule"])
 
 
 def _settings_of(config: str) -> str:

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from shardsim.config import RunConfig, resolve
+from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.workload.load import spec_name
 
 
@@ -133,7 +134,7 @@ def setup(cfg: RunConfig, rank: int, world: int, device, timeout: timedelta, dat
     tied = bool(getattr(arch, "tied_embeddings", False))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 0)) or None  # torchrun's ranks on this node
     cfg, res = resolve(cfg, world, len(model.blocks), tied_embeddings=tied, arch=arch, devices_per_node=local)
-    check_runtime_stack(cfg, device.type == "cuda", cfg.strategy.spec.sharded(res))
+    check_runtime_stack(cfg, device.type == "cuda", PLANNERS[cfg.strategy.kind].sharded(res))
     if cfg.strategy.spec.is_pipeline:
         workloads.check_model(model, spec_name(cfg.workload), pipeline=True)
     compile_blocks(model, cfg)  # before the strategy wraps the blocks (torchtitan's order for FSDP2)

@@ -21,8 +21,8 @@ from shardsim.simulator import attention_impl as ai
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.hardware.profile import Profile
-from shardsim.simulator.hardware.topology import DeviceSpec
 from shardsim.simulator.workload.model import Arch, Block
+from shardsim.spec.hardware.topology import DeviceSpec
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "tf32": 4}  # tf32 stores fp32
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)

@@ -15,10 +15,11 @@ from shardsim.core.units import GIB
 from shardsim.simulator import attention_impl, optimizers
 from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
-from shardsim.simulator.hardware.topology import DeviceSpec
 from shardsim.simulator.plan import RankClass
+from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.workload.families import kv_heads_per_rank
 from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.hardware.topology import DeviceSpec
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's
@@ -27,7 +28,6 @@ GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack 
 # cached segments split and kept): a GPU needs the peak of allocated memory plus this share of it
 # (assumption, named; not measured here: the committed runs record the allocated peak only).
 ALLOCATOR_RESERVE = 0.05
-FSDP_GATHERED_LAYERS = 2  # current + prefetched layer unsharded at once (FSDP2 limits in-flight all-gathers)
 
 
 @dataclass(frozen=True)
@@ -62,33 +62,6 @@ class MemoryBreakdown:
         d = asdict(self)
         del d["reserve"]
         return d
-
-
-def pipelined_unsharded(rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
-    """Bytes a sharded pipeline stage holds unsharded from its first backward to the end
-    of the step: pipelining's set_reshard_after_backward(False) keeps every unit unsharded,
-    and with set_requires_gradient_sync(False) each accumulates its unsharded gradient
-    until perform_reduce_grad. Parameters in the param dtype, gradients in the reduce dtype
-    (FSDP2 upcasts an accumulated gradient to it)."""
-    return sum(p for _, p in rc.units) * (param_bytes + grad_bytes)
-
-
-def fsdp_gathered(cfg: RunConfig, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
-    """Bytes FSDP2 holds unsharded at a rank's peak: the root and the gathered layers (every
-    layer under ZeRO-2, reshard_after_forward False: each stays gathered from its forward to its
-    backward), plus one layer's unsharded gradient before its reduce-scatter (and, when the reduce
-    dtype differs, the reduce-scatter's input, the gradient cast to it)."""
-    pb, rb = param_bytes, grad_bytes
-    root = next((p for n, p in rc.units if n == "root"), 0.0)
-    layer_sizes = sorted((p for n, p in rc.units if n != "root"), reverse=True)
-    top = sum(layer_sizes[: None if not cfg.strategy.reshard_after_forward else FSDP_GATHERED_LAYERS])
-    grad = (layer_sizes[0] if layer_sizes else 0.0) * (pb + (rb if rb != pb else 0))
-    return (root + top) * pb + grad
-
-
-def autocast_copies(rc: RankClass, param_bytes: int) -> float:
-    """Bytes of the low-precision weight copies autocast keeps of replicated parameters."""
-    return rc.params * param_bytes if param_bytes != 4 else 0.0
 
 
 def state_words(optimizer: str, w: Workload) -> float:
@@ -134,7 +107,7 @@ def rank_memory(
     params = local * 4  # fp32 master parameters (sharded under FSDP2)
     # DDP: gradients plus its bucket copies (gradient_as_bucket_view=False by default)
     grads = local * 4 * (2 if ddp_like else 1)
-    kind = cfg.strategy.spec  # what the kind holds unsharded, and how many microbatches' activations
+    kind = PLANNERS[cfg.strategy.kind]  # what the kind holds unsharded, and how many microbatches' activations
     stepped = kind.optimizer_params(res, local, blocks)  # what this rank's optimizer steps (zero1: a partition)
     optim = stepped * 4 * words  # e.g. Adam's exp_avg, exp_avg_sq (fp32)
     temporaries = stepped * 4 * optimizers.spec(cfg.optimizer).temporaries[cfg.optimizer_impl]

@@ -22,7 +22,6 @@ from shardsim.simulator.economics import (
 )
 from shardsim.simulator.engine import Span, chain_bound, simulate
 from shardsim.simulator.hardware.profile import Profile, load_profile
-from shardsim.simulator.hardware.topology import Cluster, DeviceSpec, make_cluster
 from shardsim.simulator.memory import (
     MemoryBreakdown,
     ProcessMemory,
@@ -42,6 +41,7 @@ from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.families import check_mlm, from_arch
 from shardsim.simulator.workload.load import load_workload, spec_name
 from shardsim.simulator.workload.model import Workload
+from shardsim.spec.hardware.topology import Cluster, DeviceSpec, make_cluster
 
 
 @dataclass(frozen=True)

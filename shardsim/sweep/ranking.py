@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.sweep.faces import FACES
 from shardsim.sweep.rows import SCALING_COLUMNS
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def scaling_configs(g: pd.DataFrame, limit: int = SCALING_LINES) -> list[str]:
 
     dp = sorted(
         (c for c in multi if plain(c)),
-        key=lambda c: (KINDS[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
+        key=lambda c: (FACES[first.loc[c, "strategy_kind"]].plot_order, int(first.loc[c, "strategy_degree"])),
     )
     others = (
         g[g["label"].isin([c for c in multi if not plain(c)])]

@@ -24,20 +24,13 @@ from shardsim.config import (
 )
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.hardware.topology import Cluster, InstanceType, make_cluster
-from shardsim.simulator.scale import (
-    MAX_BATCH,
-    MAX_GRAD_ACCUM,
-    MAX_SWEEP_SPACE,
-    plan_ops_estimate,
-    plan_refusal,
-    world_refusal,
-)
-from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
-from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.load import load_workload
 from shardsim.simulator.workload.model import Workload
+from shardsim.spec.bounds import MAX_BATCH, MAX_GRAD_ACCUM, world_refusal
+from shardsim.spec.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.sweep.faces import DEFAULT_SWEEP, FACES, Face, divisors
 
 
 @dataclass(frozen=True)
@@ -208,21 +201,6 @@ def dropped_line(kinds: dict[str, int]) -> str | None:
     return f"dropped {total:,} configuration{'s' if total > 1 else ''}: {each}"
 
 
-def divisors(n: int) -> list[int]:
-    """The divisors of n, ascending."""
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def default_microbatches(pp: int, batch_per_device: int) -> list[int]:
-    """pp, 2·pp, 4·pp microbatches where they divide the per-replica batch (batch_per_device × pp).
-
-    Fewer than pp microbatches leave stages idle by construction; more than 4·pp buy a
-    bubble under (pp-1)/(5·pp-1) at the price of tiny microbatches and, for sharded stages,
-    one all-gather of every unit per microbatch — pass --microbatches to go further."""
-    per_replica = batch_per_device * pp
-    return [m for m in (pp, 2 * pp, 4 * pp) if per_replica % m == 0]
-
-
 SETUP_COST = 1600  # cost units (~ plan ops) of a prediction's set-up: block times, memory, the summary
 WORLD_COST = 0.5  # cost units per device: planning the collectives over the cluster's links (cached per layout)
 
@@ -241,9 +219,9 @@ def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceTy
     return [(t, n) for t in tops for n in nodes]
 
 
-def _kinds(space: SweepSpace) -> list[StrategyKind]:
-    """The space's kinds, in the registry's order."""
-    return [k for name, k in KINDS.items() if name in space.strategies]
+def _kinds(space: SweepSpace) -> list[Face]:
+    """The space's kinds' faces, in the registry's order."""
+    return [f for name, f in FACES.items() if name in space.strategies]
 
 
 def _strategies_for(

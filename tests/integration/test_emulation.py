@@ -26,7 +26,7 @@ from shardsim.runtime.emulation.namespaces import down, emulated, up
 from shardsim.runtime.emulation.plan import plan_cluster
 from shardsim.runtime.emulation.processes import node_env, run_in_node, torchrun_argv
 from shardsim.runtime.emulation.status import status
-from shardsim.simulator.hardware.topology import load_instance
+from shardsim.spec.hardware.topology import load_instance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TAG = f"t{os.getpid()}"  # our own names: a cluster someone else has up on this machine is left alone

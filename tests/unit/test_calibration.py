@@ -24,8 +24,8 @@ from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration import prior as P
 from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
 from shardsim.simulator.calibration.measurements import read_measurements
-from shardsim.simulator.hardware.topology import load_instance
 from shardsim.simulator.predict import predict
+from shardsim.spec.hardware.topology import load_instance
 from tests.helpers import run_record
 
 TOPOLOGY = "a100-40gb-roce"

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsim.simulator.collective import simulate_collective, time_collectives
-from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.links import build_links
+from shardsim.spec.hardware.topology import Cluster, make_cluster
 from tests.helpers import instance, one_tier
 
 GB = 1e9
@@ -182,11 +182,11 @@ def test_auto_follows_nccls_tuner_and_mics_only_under_sagemaker():
     """`auto` on NCCL is what NCCL's tuner picks (nccl_model.choose on the system the topology
     implies): over 64 nodes a 1 MB all-reduce goes by tree (latency log2 of the nodes against
     ring's ranks); the hierarchical all-gather only under SageMaker's library (`mics`)."""
-    from shardsim.simulator.hardware.topology import Cluster, load_instance
     from shardsim.simulator.network import nccl_model as nm
     from shardsim.simulator.network.collectives import Algo, GroupLayout, algo_for
     from shardsim.simulator.network.links import build_links
     from shardsim.simulator.network.nccl_runs import Shape, nccl_system
+    from shardsim.spec.hardware.topology import Cluster, load_instance
 
     cluster = Cluster(load_instance("p4d.24xlarge"), 64)
     g = build_links(cluster)

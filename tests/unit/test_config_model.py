@@ -28,9 +28,9 @@ from shardsim.config.flags import AXES
 from shardsim.config.load import load_config_json
 from shardsim.config.schema import MODELS, STRATEGY_FIELDS, TP_FIELDS
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.scale import SETTING_BOUNDS
-from shardsim.simulator.strategies.kinds import STRATEGIES
 from shardsim.simulator.workload.arch import Arch, Shape
+from shardsim.spec.bounds import SETTING_BOUNDS
+from shardsim.spec.strategies import STRATEGIES
 
 
 def from_flags(*args: str) -> RunConfig:

@@ -13,12 +13,12 @@ from shardsim.runtime import validation
 from shardsim.runtime.validation import Row
 from shardsim.simulator.engine import chain_bound, simulate
 from shardsim.simulator.hardware.profile import parse_profile
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.network.collectives import plan as plan_collective
 from shardsim.simulator.network.fairshare import MIN_YIELD_SHARE, fill
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan, RankClass
+from shardsim.spec.hardware.topology import make_cluster
 
 
 def test_a_yielding_transfer_takes_what_the_others_leave():

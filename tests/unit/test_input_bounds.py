@@ -19,13 +19,13 @@ from shardsim.core.errors import ConfigError
 from shardsim.runtime.emulation.ownership import Holder, TopologyBusy, held_by, keep, owning, runtime_dir
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.scale import (
-    MAX_LAYERS,
     MAX_PLAN_OPS,
     MAX_SWEEP_SPACE,
     SWEEP_CONFIRM_ABOVE,
     plan_refusal,
 )
 from shardsim.simulator.workload import families
+from shardsim.spec.bounds import MAX_LAYERS
 from shardsim.sweep import search, task
 from shardsim.sweep.space import SweepSpace, _strategies_for, strategies_count
 from tests.helpers import one_tier

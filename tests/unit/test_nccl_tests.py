@@ -12,7 +12,6 @@ import pytest
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import read_calibration
 from shardsim.simulator.collective import compare_collective, nccl_tests_row, simulate_collective
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import BUS_FACTOR
 from shardsim.simulator.network.nccl_tests import (
     CSV_COLUMNS,
@@ -22,6 +21,7 @@ from shardsim.simulator.network.nccl_tests import (
     read_nccl_tests,
     read_nccl_tests_sections,
 )
+from shardsim.spec.hardware.topology import make_cluster
 from tests.nccl_logs import DOUBLING, Section, log, row
 from tests.unit.test_flag_bounds import exit_status, refused
 

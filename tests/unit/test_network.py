@@ -8,12 +8,12 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network.collectives import GroupLayout, PhaseRun, plan, steps_of
 from shardsim.simulator.network.fairshare import fill
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
+from shardsim.spec.hardware.topology import make_cluster
 
 
 def full_filling(capacity: np.ndarray, transfers: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:

@@ -204,9 +204,9 @@ def test_the_listings_never_cut_a_cell_either(capsys, monkeypatch, command):
 def test_a_collective_chooses_its_algorithm_as_predict_does_and_says_which(capsys):
     """`auto` by default, as predict's plans choose (`network.collectives.algo_for`: NCCL's tuner), and
     the algorithm and protocol used are in the text and the JSON."""
-    from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.network.collectives import GroupLayout, algo_for
     from shardsim.simulator.network.links import build_links
+    from shardsim.spec.hardware.topology import make_cluster
 
     def chosen(*args: str) -> dict:
         assert main(["collective", "--topology", "p4d.24xlarge", *args, "--json"]) == 0

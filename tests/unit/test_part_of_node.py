@@ -12,8 +12,8 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
+from shardsim.spec.hardware.topology import make_cluster
 
 
 @pytest.mark.parametrize(

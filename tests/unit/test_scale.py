@@ -13,14 +13,15 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, resolve
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.network import collectives
 from shardsim.simulator.network.collectives import Algo, GroupLayout, _PlanCache
 from shardsim.simulator.network.fluid import Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
-from shardsim.simulator.scale import MAX_PLAN_OPS, MAX_WORLD, plan_ops_estimate
+from shardsim.simulator.scale import MAX_PLAN_OPS, plan_ops_estimate
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.bounds import MAX_WORLD
+from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 

@@ -13,11 +13,11 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator import attention_impl as ai
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.families import from_arch, masked_tokens
 from shardsim.simulator.workload.load import resolve_arch
+from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 

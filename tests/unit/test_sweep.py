@@ -14,13 +14,14 @@ from hypothesis import strategies as st
 from shardsim.cli import main
 from shardsim.config import RunConfig, resolve
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.results import flatten
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import Cluster
+from shardsim.sweep.faces import default_microbatches
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned
 from shardsim.sweep.search import sweep
-from shardsim.sweep.space import SweepSpace, default_microbatches, enumerate_configs
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 from tests.helpers import instance
 
 # 2 x g4dn.12xlarge = 8 T4s; tiny-gpt has 4 layers: every kind, a few dozen configurations.

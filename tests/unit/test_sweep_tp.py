@@ -13,8 +13,8 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import RunConfig
 from shardsim.config.schema import Shape
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs, tp_layouts

@@ -9,12 +9,12 @@ import pytest
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict, rank_workload
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.simulator.workload.families import from_arch
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 
 LLAMA = {"workload": "llama-3.1-70b", "topology": "p5.48xlarge", "precision": "bf16", "shape": {"seq_len": 4096}}
 

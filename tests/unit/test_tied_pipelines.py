@@ -13,12 +13,12 @@ from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.build import n_blocks
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.workload.families import from_arch
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 TIED = RunConfig(workload="gpt2-xl", topology="g4dn.12xlarge", nodes=4, precision="fp16", batch_per_device=2)

@@ -16,10 +16,10 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.units import format_percent, format_rate, format_rate_unit
 from shardsim.report.tables import versus
 from shardsim.simulator.economics import MODEL_ERROR, model_flops_per_sample, sequence_length
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.results import TOKEN_COLUMNS
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.batch import fits_at, largest_fitting
 from shardsim.sweep.hints import required_gib
 from shardsim.sweep.rows import upgrade_table

@@ -18,9 +18,9 @@ from shardsim.runtime import validation
 from shardsim.runtime.emulation import iproute, namespaces
 from shardsim.runtime.validation import Row, load_matrix, measure, summarize
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.results import StrategyKey
+from shardsim.spec.hardware.topology import make_cluster
 from tests.helpers import plan_ops, run_record
 
 

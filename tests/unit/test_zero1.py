@@ -9,11 +9,11 @@ import pytest
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.zero1 import PARAM_BYTES, largest_partition
 from shardsim.simulator.workload.load import load_workload
+from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 BASE = dict(workload="gpt2-xl", topology="p4d.24xlarge", nodes=2, precision="bf16", batch_per_device=2)

@@ -47,7 +47,7 @@ class Engine:
     apply: Callable[[nn.Module, StepContext], AppliedStrategy]
 
 
-# under the simulator's kind names (simulator.strategies.STRATEGIES; a test checks they match)
+# under the kinds' names (spec.strategies.STRATEGIES; a test checks every concern's registry holds them)
 STRATEGIES: dict[str, Engine] = {
     "ddp": Engine(ddp_layout, ddp),
     "zero": Engine(zero_layout, fsdp),

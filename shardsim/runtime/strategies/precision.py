@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from shardsim.config import Resolved, RunConfig
+from shardsim.simulator.strategies.planners import PLANNERS
 
 LOW_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # fp32 computes in full precision
 DTYPES = {"fp32": torch.float32, **LOW_DTYPES}
@@ -33,7 +34,7 @@ class Precision:
 
 def sharded(cfg: RunConfig, res: Resolved) -> bool:
     """Whether the strategy shards its parameters with FSDP2."""
-    return cfg.strategy.spec.sharded(res)
+    return PLANNERS[cfg.strategy.kind].sharded(res)
 
 
 def precision_for(cfg: RunConfig, res: Resolved, device: torch.device) -> Precision:

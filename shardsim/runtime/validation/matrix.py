@@ -14,9 +14,9 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import check_keys, load_yaml
 from shardsim.data import MATRICES
 from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
-from shardsim.simulator.hardware.topology import make_cluster
-from shardsim.simulator.strategies import STRATEGIES as KINDS
-from shardsim.simulator.strategies.kinds import kind_name
+from shardsim.runtime.validation.shorthand import SHORTHANDS
+from shardsim.spec.hardware.topology import make_cluster
+from shardsim.spec.strategies import kind_name
 
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
@@ -89,7 +89,7 @@ def _expand(entry: Any, world: int, where: str, key: str) -> list[dict[str, Any]
             near = difflib.get_close_matches(entry, STRATEGIES, n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(STRATEGIES)}"
             raise ConfigError(f"unknown strategy {entry!r}; {hint}", where=where, field=key)
-        return KINDS[entry].matrix_entries(world)
+        return SHORTHANDS[entry](world)
     if isinstance(entry, dict):
         check_keys(
             entry, _STRATEGY_KEYS, where=where, prefix=f"{key}.", expected=f"expected {', '.join(_STRATEGY_KEYS)}"

@@ -16,9 +16,9 @@ from shardsim.core.errors import CorruptFile
 from shardsim.runtime.records import RunRecord, check_runs_csv, load_run, read_back
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row, add_attempt, row_for, settle
-from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.results import upgrade_validation_row
 from shardsim.simulator.workload.load import spec_name
+from shardsim.spec.hardware.topology import make_cluster
 
 FILE = "validation.json"
 

@@ -14,8 +14,8 @@ from shardsim.runtime.validation.matrix import Matrix
 from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 
 if TYPE_CHECKING:
-    from shardsim.simulator.hardware.topology import Cluster
     from shardsim.simulator.predict import StepPrediction
+    from shardsim.spec.hardware.topology import Cluster
 
 
 @dataclass

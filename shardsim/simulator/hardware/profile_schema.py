@@ -1,7 +1,7 @@
 """The schema of a profile file (`shardsim profile`'s JSON): what `hardware.profile` reads from
 it, each figure's type and range. Keys it does not name (the raw timings, the device, torch's
 version) are kept in the file and ignored here. Every timing is 0 or from `MIN_SECONDS` to `MAX_SECONDS`, and a
-microbatch size or rank count (a key) at most `scale.MAX_BATCH`."""
+microbatch size or rank count (a key) at most `spec.bounds.MAX_BATCH`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from shardsim.core.documents import Document
-from shardsim.simulator.scale import MAX_BATCH
+from shardsim.spec.bounds import MAX_BATCH
 
 # one timing: at most a day, and none or at least a femtosecond (beyond either, a rate or a step's
 # sum overflows the float)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.network import nccl_model as nm
 from shardsim.simulator.network.links import LinkGraph
+from shardsim.spec.hardware.topology import Cluster
 
 # NCCL_CHANNELS (assumption, not NCCL's search): the rings NCCL opens per communicator. On
 # NVLink / NVSwitch nodes 16 (MAXCHANNELS/2; NCCL's log on p5 shows rings of 16 channels,

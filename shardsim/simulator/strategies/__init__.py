@@ -1,9 +1,4 @@
-"""Strategies: each kind (`kinds`: ddp, zero, zero2d, pipeline) owns what the simulator, the
-sweep and the runtime ask of it, behind one protocol, in the registry `STRATEGIES`. The plans
-of one training step as PyTorch runs it are built by `ddp`, `fsdp` (zero, zero2d) and
-`pipeline` (whose stages run DDP or FSDP2), through `build.build_plan`; `steps` holds what they
-share."""
-
-from shardsim.simulator.strategies.kinds import STRATEGIES, StrategyKind
-
-__all__ = ["STRATEGIES", "StrategyKind"]
+"""Strategies: the plans of one training step as PyTorch runs it, built by `ddp`, `fsdp` (zero,
+zero2d), `pipeline` (whose stages run DDP or FSDP2) and `zero1`, through `build.build_plan`;
+`steps` holds what they share. Each kind's planner (its plan, what a rank holds, its op count)
+is in `planners.PLANNERS`, under the names of the kinds' specs (`shardsim.spec.strategies`)."""

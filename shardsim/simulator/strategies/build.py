@@ -1,4 +1,4 @@
-"""The plan of one training step, built by the strategy's kind (`kinds.STRATEGIES`)."""
+"""The plan of one training step, built by the strategy's planner (`planners.PLANNERS`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.mesh import stage_mesh
+from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import BlockTimes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel, tensor_parallel
 from shardsim.simulator.workload.model import Workload
@@ -16,7 +17,7 @@ from shardsim.simulator.workload.model import Workload
 def overlaps(cfg: RunConfig, res: Resolved) -> bool:
     """Does communication overlap compute? NCCL runs on its own CUDA streams; on CPU with
     gloo the kind decides (FSDP2 has no streams; DDP's reducer runs gloo asynchronously)."""
-    return cfg.backend == "nccl" or cfg.strategy.spec.overlaps(res)
+    return cfg.backend == "nccl" or PLANNERS[cfg.strategy.kind].overlaps(res)
 
 
 def plan_tensor_parallel(cfg: RunConfig, res: Resolved, w: Workload, ckpt: Checkpointing) -> TensorParallel | None:
@@ -40,5 +41,5 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     p.tp = plan_tensor_parallel(cfg, res, w, ckpt)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     with paused_gc():
-        cfg.strategy.spec.plan(p, cm, cfg, res, w)
+        PLANNERS[cfg.strategy.kind].plan(p, cm, cfg, res, w)
     return p

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.scale import check_shape
+from shardsim.spec.bounds import check_shape
 
 
 @dataclass(frozen=True)

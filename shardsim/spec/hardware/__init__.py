@@ -1,0 +1,2 @@
+"""Instance types and clusters (`topology`), the network figures they carry (`network_figures`)
+and a part of one node (`partial`)."""
