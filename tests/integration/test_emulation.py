@@ -27,20 +27,10 @@ from shardsim.runtime.emulation.plan import plan_cluster
 from shardsim.runtime.emulation.processes import node_env, run_in_node, torchrun_argv
 from shardsim.runtime.emulation.status import status
 from shardsim.simulator.hardware.topology import load_instance
+from tests.root_only import cannot_emulate, needs_root
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TAG = f"t{os.getpid()}"  # our own names: a cluster someone else has up on this machine is left alone
-
-
-def _can_emulate() -> str | None:
-    if os.geteuid() != 0:
-        return "the emulated cluster needs root"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "the emulated cluster needs iproute2 (ip, tc)"
-    return None
-
-
-needs_root = pytest.mark.skipif(_can_emulate() is not None, reason=_can_emulate() or "")
 
 
 def _sh(*argv: str) -> str:
@@ -66,7 +56,7 @@ def cluster_of():
 
     yield make
     for c in made:  # whatever a failing test left
-        if _can_emulate() is None:
+        if cannot_emulate() is None:
             down(c)
 
 

@@ -10,13 +10,13 @@ bounds below. Needs root and iproute2 (CI has both); about three minutes.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.root_only import needs_root
 
 ROOT = Path(__file__).resolve().parents[2]
 # Bounds for CI (3 measured steps a configuration on a shared 2-core VM). The same matrix
@@ -28,11 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # experiments/validation/README.md.
 CI_MAX_MAPE_PCT = 35.0
 CI_MAX_ERROR_PCT = 50.0
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-    reason="the emulated cluster needs root and iproute2",
-)
 
 
 def _namespaces() -> list[str]:
