@@ -145,6 +145,14 @@ def test_the_readme_installs_torch_one_way():
     assert installs[0] in test_command
 
 
+def test_ci_checks_the_committed_results_by_regenerating_them():
+    """The README's test command (what CI runs) ends with the one check of the committed results
+    under experiments/: regenerated, compared, a difference fails."""
+    text = (ROOT / "README.md").read_text()
+    test_command = text.split("<!-- test-command -->")[1].split("```")[1]
+    assert test_command.rstrip().endswith("&& .venv/bin/python experiments/check_regenerated.py")
+
+
 def test_the_readme_states_its_limitations():
     text = (ROOT / "README.md").read_text()
     limits = text.split("## Limitations")[1].split("\n## ")[0]
