@@ -9,7 +9,8 @@ gives fails there, not in a unit test of its own.
 Compared: experiments/seed/*.prediction.json and *.trace.json (from `shardsim predict` of each
 *.yaml there); per study under experiments/sweeps/, sweep.csv, sweep.parquet,
 recommended.json and summary.md; and experiments/validation/gpu/compare-*.json and .md (from
-compare.py of the profile-*.json beside them, on the topology and precision each names).
+compare.py of the profile-*.json beside them, on the topology and precision each names); and
+the README's example of what `shardsim predict` prints at 80 columns.
 Plots (PNG/SVG) are not compared: they are drawn from the same tables, and a matplotlib
 upgrade changes their bytes without changing a number.
 
@@ -26,6 +27,8 @@ import argparse
 import io
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -185,6 +188,18 @@ def check_gpu(scratch: Path) -> list[str]:
     return diffs
 
 
+def check_readme() -> list[str]:
+    """The README's example output of `shardsim predict` (the seed at 80 columns), as printed today."""
+    shown = re.search(r"`shardsim predict` prints.*?```\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    if shown is None:
+        return ["README.md: no example output of `shardsim predict`"]
+    out = subprocess.run([shardsim(), "predict"], check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=os.environ | {"COLUMNS": "80"}).stdout  # fmt: skip
+    return (
+        [] if out == shown.group(1) else ["README.md: the predict example differs from what `shardsim predict` prints"]
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--studies", default=None, help="comma-separated studies (default: every one committed)")
@@ -199,12 +214,13 @@ def main() -> int:
         scratch.mkdir(parents=True, exist_ok=True)
         diffs = ([] if ns.no_seed else check_seed(scratch)) + check_sweeps(scratch, studies)
         diffs += [] if ns.no_gpu else check_gpu(scratch)
+        diffs += check_readme()
     for d in diffs:
         print(d)
     n_seed = 0 if ns.no_seed else len(list(SEED.glob("*.yaml")))
     n_gpu = 0 if ns.no_gpu else len(list(GPU.glob("compare-*.json")))
     verdict = f"{len(diffs)} differences" if diffs else "identical"
-    print(f"{n_seed} seed predictions, {len(studies)} sweeps, {n_gpu} GPU comparisons: {verdict}")
+    print(f"{n_seed} seed predictions, {len(studies)} sweeps, {n_gpu} GPU comparisons, the README: {verdict}")
     return 1 if diffs else 0
 
 
