@@ -1,4 +1,4 @@
-"""Benchmark (issue 28): the CPU one prediction costs, in this process, serially.
+"""Benchmark: the CPU one prediction costs, in this process, serially.
 
     python experiments/bench_cost.py                 # the seed sweep and the 70B space on 4 nodes
     python experiments/bench_cost.py seed --repeat 5

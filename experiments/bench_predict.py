@@ -1,4 +1,4 @@
-"""Benchmark: time to predict one step (issue 3).
+"""Benchmark: time to predict one step.
 
 Targets (not timed tests): the seed scenario (32 ranks) in under 0.5 s; gpt-100b on
 128 x p4d.24xlarge (1,024 ranks) with zero2d in under 2 s; growth from 32 to 4,096 ranks.

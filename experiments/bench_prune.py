@@ -1,4 +1,4 @@
-"""Benchmark (issue 28): the pruned search against the exhaustive one, each a fresh `shardsim sweep`
+"""Benchmark: the pruned search against the exhaustive one, each a fresh `shardsim sweep`
 process (imports included), its rows checked against each other.
 
     python experiments/bench_prune.py seed          # `shardsim sweep` (the seed), --top 25

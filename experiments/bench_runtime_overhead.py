@@ -1,4 +1,4 @@
-"""Benchmark: the runtime's overhead over a minimal hand-written FSDP2 script (issue 5).
+"""Benchmark: the runtime's overhead over a minimal hand-written FSDP2 script.
 
 Target: `shardsim run` step time / hand-written step time <= 1.03 on the same configuration.
 

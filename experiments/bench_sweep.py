@@ -1,4 +1,4 @@
-"""Benchmark: wall time of whole sweeps (issue 4). Targets, not timed tests:
+"""Benchmark: wall time of whole sweeps. Targets, not timed tests:
 
 - the default sweep (`shardsim sweep`: every configuration of the seed scenario) under 5 s on
   the 2-core development machine;

@@ -1,13 +1,18 @@
-"""Regenerate the seed predictions and every committed sweep into a scratch folder and compare
-them with the committed files: numbers within a relative 1e-12, text identical.
+"""Regenerate the seed predictions, every committed sweep and the GPU comparisons into a scratch
+folder and compare them with the committed files: numbers within a relative 1e-12, text
+identical. CI runs it (the README's test command): a committed figure that the code no longer
+gives fails there, not in a unit test of its own.
 
     python experiments/check_regenerated.py            # all; exit 1 on any difference
     python experiments/check_regenerated.py --studies seed --keep /tmp/regen
 
 Compared: experiments/seed/*.prediction.json and *.trace.json (from `shardsim predict` of each
-*.yaml there) and, per study under experiments/sweeps/, sweep.csv, sweep.parquet,
-recommended.json and summary.md. Plots (PNG/SVG) are not compared: they are drawn from the same
-tables, and a matplotlib upgrade changes their bytes without changing a number.
+*.yaml there); per study under experiments/sweeps/, sweep.csv, sweep.parquet,
+recommended.json and summary.md; and experiments/validation/gpu/compare-*.json and .md (from
+compare.py of the profile-*.json beside them, on the topology and precision each names); and
+the README's example of what `shardsim predict` prints at 80 columns.
+Plots (PNG/SVG) are not compared: they are drawn from the same tables, and a matplotlib
+upgrade changes their bytes without changing a number.
 
 Committed files written before the result key (docs/results.md) are read in today's form first
 (`upgrade_prediction`, `upgrade_table`; a recommendation's rows completed from the committed
@@ -22,6 +27,8 @@ import argparse
 import io
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,6 +42,7 @@ from shardsim.sweep.rows import SETTING_COLUMNS, native, upgrade_table
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "experiments" / "seed"
 SWEEPS = ROOT / "experiments" / "sweeps"
+GPU = ROOT / "experiments" / "validation" / "gpu"
 COMPARED = ("sweep.csv", "sweep.parquet", "recommended.json", "summary.md")
 RTOL = 1e-12
 DERIVED = ("memory_allocated_gib", "memory_reserved_gib")  # not in a sweep.csv written before the result key
@@ -163,11 +171,40 @@ def check_sweeps(scratch: Path, studies: list[str]) -> list[str]:
     ]
 
 
+def check_gpu(scratch: Path) -> list[str]:
+    """compare.py of each committed GPU comparison's profile, against the committed table and figures."""
+    diffs = []
+    for old in sorted(GPU.glob("compare-*.json")):
+        name = old.stem.removeprefix("compare-")
+        model_of = json.loads(old.read_text())["total"]["model_of"]  # "p5.48xlarge (H100 SXM), bf16"
+        topology, precision = model_of.split()[0], model_of.rsplit(", ", 1)[1]
+        new = scratch / "gpu" / f"compare-{name}.md"
+        new.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(GPU / "compare.py"), str(GPU / f"profile-{name}.json"),
+                        "--topology", topology, "--precision", precision, "--out", str(new)],
+                       check=True, capture_output=True, cwd=ROOT)  # fmt: skip
+        diffs += compare_file(new.with_suffix(".json"), old) + compare_file(new, old.with_suffix(".md"))
+    return diffs
+
+
+def check_readme() -> list[str]:
+    """The README's example output of `shardsim predict` (the seed at 80 columns), as printed today."""
+    shown = re.search(r"`shardsim predict` prints.*?```\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    if shown is None:
+        return ["README.md: no example output of `shardsim predict`"]
+    out = subprocess.run([shardsim(), "predict"], check=True, capture_output=True, text=True, cwd=ROOT,
+                         env=os.environ | {"COLUMNS": "80"}).stdout  # fmt: skip
+    return (
+        [] if out == shown.group(1) else ["README.md: the predict example differs from what `shardsim predict` prints"]
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--studies", default=None, help="comma-separated studies (default: every one committed)")
     p.add_argument("--keep", type=Path, default=None, help="regenerate into this folder and keep it")
     p.add_argument("--no-seed", action="store_true", help="skip the seed predictions")
+    p.add_argument("--no-gpu", action="store_true", help="skip the GPU comparisons")
     ns = p.parse_args()
     committed = (d.name for d in SWEEPS.iterdir() if (d / "sweep.csv").exists())  # not a study's script alone
     studies = ns.studies.split(",") if ns.studies else sorted(committed)
@@ -175,11 +212,14 @@ def main() -> int:
         scratch = ns.keep or Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)
         diffs = ([] if ns.no_seed else check_seed(scratch)) + check_sweeps(scratch, studies)
+        diffs += [] if ns.no_gpu else check_gpu(scratch)
+        diffs += check_readme()
     for d in diffs:
         print(d)
     n_seed = 0 if ns.no_seed else len(list(SEED.glob("*.yaml")))
+    n_gpu = 0 if ns.no_gpu else len(list(GPU.glob("compare-*.json")))
     verdict = f"{len(diffs)} differences" if diffs else "identical"
-    print(f"{n_seed} seed predictions, {len(studies)} sweeps: {verdict}")
+    print(f"{n_seed} seed predictions, {len(studies)} sweeps, {n_gpu} GPU comparisons, the README: {verdict}")
     return 1 if diffs else 0
 
 

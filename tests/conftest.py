@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.root_only import emulation_host  # noqa: F401  (the fixture behind `needs_root`)
+
 INTEGRATION = Path(__file__).parent / "integration"
 RUNTIME_DIR = pytest.StashKey[str]()  # an xdist worker's own runtime folder
 

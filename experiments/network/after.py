@@ -1,4 +1,4 @@
-"""The network model after issue 25 against the calibration file (2 x p5.48xlarge, 16 ranks, NCCL
+"""The NCCL network model against the calibration file (2 x p5.48xlarge, 16 ranks, NCCL
 all-reduce, 8 B to 16 GiB): the shipped defaults, and a calibration with the finer size points
 (what ``shardsim calibrate --nccl-tests FILE --params ...`` fits), beside the "before" of
 `baseline.csv`. Writes `after.csv` (one row a size: measured, before, defaults, calibrated) and

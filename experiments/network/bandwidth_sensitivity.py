@@ -1,8 +1,8 @@
 """How a ZeRO-3 (FSDP) step's throughput follows the network: the same cluster with 100, 200,
 400 and 800 Gb/s of EFA per node (p4d.24xlarge with 1, 2, 4 and 8 of its 100 Gb/s NICs), for a
 few models, and the ratio of throughput at 800 over 100 Gb/s. Prints a table; the ratio is what
-issue 25 compares (a model whose throughput rises much more than measured runs' from 100 to
-800 Gb/s over-weighs the network).
+experiments/network/README.md compares with published runs (a model whose throughput rises much
+more than measured runs' from 100 to 800 Gb/s over-weighs the network).
 
     python experiments/network/bandwidth_sensitivity.py [--nodes 4]
 """

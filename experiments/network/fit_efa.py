@@ -35,7 +35,7 @@ def names(points: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def bands(inst, rows, values) -> dict[str, float]:
-    """The issue's two bands: |busbw error| from 1 MiB, |time error| below (in %)."""
+    """The two target bands: |busbw error| from 1 MiB, |time error| below (in %)."""
     r = ratios(inst, rows, values)  # measured / predicted time = predicted / measured busbw
     err = np.abs(1 / r - 1) * 100
     big = np.array([m.size_bytes >= 1 << 20 for m in rows])

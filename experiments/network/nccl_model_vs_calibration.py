@@ -10,8 +10,8 @@ nccl_model_vs_calibration.png to DIR (default: this folder).
 
 Inputs assumed for p5.48xlarge (sources in experiments/network/nccl_model.md):
 - 16 ranks on 2 nodes, compute capability 90 (H100 SXM), AMD hosts (EPYC 7R13);
-- 16 channels (`comm->nChannels`), as NCCL printed on p5 in awslabs/awsome-distributed-ai
-  issue #386 ("Channel 12/16", rings of all 16 ranks);
+- 16 channels (`comm->nChannels`), as NCCL printed on p5 (rings of all 16 ranks, "Channel
+  12/16" in awslabs/awsome-distributed-ai issue #386);
 - 22 GB/s per channel intra and inter (`bwIntra`, `bwInter`): the largest entry of NCCL's
   sm90SpeedArrayInter (src/graph/search.cc line 845) with 16 channels within one H100's
   NVLink bandwidth as NCCL counts it (18 links × SM90_NVLINK_BW 20.6 = 370.8 GB/s,

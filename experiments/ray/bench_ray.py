@@ -1,4 +1,4 @@
-"""Benchmark: a sweep's predictions on Ray at 1 and 2 workers (issue 28, item 4), against the local
+"""Benchmark: a sweep's predictions on Ray at 1 and 2 workers, against the local
 executor; the per-task cost, Ray's overhead per task and the driver's serial part, for the
 expected scaling to N workers. A benchmark, not a timed test.
 

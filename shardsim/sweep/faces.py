@@ -14,7 +14,7 @@ from shardsim.spec.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 
 class SweepSpace(Protocol):
-    """The axes of a sweep's space a face reads (`simulator.sweep.space.SweepSpace` has them):
+    """The axes of a sweep's space a face reads (`sweep.space.SweepSpace` has them):
     None where every valid value is tried."""
 
     degrees: tuple[int, ...] | None

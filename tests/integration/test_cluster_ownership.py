@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,13 +23,10 @@ import pytest
 
 from shardsim.runtime.emulation.iproute import existing_namespaces
 from shardsim.runtime.processes import alive
+from tests.root_only import needs_root
 
 ROOT = Path(__file__).resolve().parents[2]
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-    reason="the emulated cluster needs root and iproute2",
-)
 pytestmark = needs_root
 
 

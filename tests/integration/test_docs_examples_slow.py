@@ -5,7 +5,6 @@ tests/integration/test_readme_examples_timed.py."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.root_only import require_emulation
 from tests.unit.test_docs_examples import ALL, Example, user_folder
 
 SHARDSIM = str(Path(sys.executable).parent / "shardsim")
@@ -76,8 +76,8 @@ def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
         if not torch.cuda.is_available():
             pytest.skip("a GPU machine's example: the seed's 630M-parameter ViT on one node")
     chain = _writers(example)
-    if any(_emulates(e) for e in [*chain, example]) and (os.geteuid() != 0 or not shutil.which("tc")):
-        pytest.skip("an emulated cluster needs root, ip and tc")
+    if any(_emulates(e) for e in [*chain, example]):
+        require_emulation()
     cwd = user_folder(tmp_path)
     for e in [*chain, example]:
         if e is not example and e.id in WRITTEN:  # the writer ran as its own test in this process: its files

@@ -1,7 +1,8 @@
 """Every predict, sweep and run example of the README, run as written from a folder of the
-user's: each ends well, within a minute on a 2-core CPU (asserted with a margin for a loaded
-machine: 2 minutes). The validate examples take minutes by nature and say so
-(tests/unit/test_readme_examples.py)."""
+user's: each ends well within the minute README.md promises on a 2-core CPU ("Unlike the
+examples above (each within a minute on a 2-core CPU), these take minutes": the validate
+examples, tests/unit/test_readme_examples.py). Serial, as every integration test: the machine
+to itself."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ import pytest
 from tests.unit.test_readme_examples import ROOT, examples_of
 
 SHARDSIM = str(Path(sys.executable).parent / "shardsim")
-PROMISE_S = 60
-MARGIN_S = 120  # a loaded 2-core machine; the measured times are printed
+PROMISE_S = 60  # README.md: "within a minute on a 2-core CPU"
 EXAMPLES = [argv for command in ("predict", "sweep", "run") for argv in examples_of(command)]
 
 
@@ -31,9 +31,9 @@ def test_a_readme_example_ends_well_within_a_minute(argv: list[str], tmp_path: P
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=MARGIN_S + 60,
+        timeout=PROMISE_S + 60,
     )
     took = time.monotonic() - start
     print(f"shardsim {' '.join(argv)}: {took:.1f} s (promised under {PROMISE_S} s)")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert took < MARGIN_S
+    assert took < PROMISE_S

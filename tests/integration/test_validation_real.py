@@ -10,29 +10,20 @@ bounds below. Needs root and iproute2 (CI has both); about three minutes.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.root_only import needs_root
+
 ROOT = Path(__file__).resolve().parents[2]
-# Bounds for CI (3 measured steps a configuration on a shared 2-core VM). The same matrix
-# measured 10-17 % mean error (largest 15-20 %) in quiet runs and 27 % (largest 39 %) in a run
-# where the host had slowed by half between the profile and the runs, before each run's
-# prediction was scaled by the host speed measured just before it. The bounds catch a broken
-# model (a wrong link rate or a lost collective costs far more), not the remaining bias. The
-# issue's targets for the full matrix are 5 % mean and 10 % largest, not met yet: see
-# experiments/validation/README.md.
+# Bounds for CI (3 measured steps a configuration on a shared 2-core VM): they catch a broken
+# model (a wrong link rate or a lost collective costs far more), not the remaining bias of a
+# loaded host (readings: experiments/readings/ci-validation-bounds.md).
 CI_MAX_MAPE_PCT = 35.0
 CI_MAX_ERROR_PCT = 50.0
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-    reason="the emulated cluster needs root and iproute2",
-)
 
 
 def _namespaces() -> list[str]:

@@ -5,8 +5,9 @@ first line, such as ``# mymodel.py``).
 
 Three kinds, each example in exactly one (a test checks it):
 - fast: run here, in-process, in the order the page gives them (a later one may read what an
-  earlier one wrote), each under `FAST_S` on an idle 2-core machine;
-- `INTEGRATION`: they start ranks, time a model with torch or take more than `FAST_S`:
+  earlier one wrote), each in seconds on a 2-core machine (no wall-clock assertion: the docs
+  promise none for them, and this test runs beside others);
+- `INTEGRATION`: they start ranks, time a model with torch or take more than seconds:
   tests/integration/test_docs_examples_slow.py runs them (the README's runs and sweeps:
   tests/integration/test_readme_examples_timed.py);
 - `SKIPPED`: not runnable by a test, each with the reason.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +26,6 @@ from shardsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FAST_S = 20  # the promise for a fast example; asserted with a margin for a loaded machine
-MARGIN_S = 60
 
 # (page, the example's start) → why it is run by an integration test, not here
 INTEGRATION = {
@@ -122,14 +120,11 @@ def test_the_fast_examples_of_a_page_end_well(page: str, tmp_path: Path, monkeyp
     monkeypatch.chdir(user_folder(tmp_path))
     monkeypatch.setenv("COLUMNS", "100")
     for e in (e for e in ALL if e.page == page and e.kind() == "fast"):
-        start = time.monotonic()
         code = main(list(e.argv))
-        took = time.monotonic() - start
         out, err = capsys.readouterr()
         assert code == 0, f"{e.id}: exit {code}: {err[-500:]}"
         if e.stdout_to:
             Path(e.stdout_to).write_text(out)
-        assert took < MARGIN_S, f"{e.id}: {took:.0f} s (a fast example promises under {FAST_S} s)"
 
 
 def test_the_readme_installs_torch_one_way():
@@ -143,6 +138,14 @@ def test_the_readme_installs_torch_one_way():
     assert f"install -q torch=={TORCH_VERSION} --index-url {CPU_INDEX} " in installs[0]
     test_command = text.split("<!-- test-command -->")[1].split("```")[1]
     assert installs[0] in test_command
+
+
+def test_ci_checks_the_committed_results_by_regenerating_them():
+    """The README's test command (what CI runs) ends with the one check of the committed results
+    under experiments/: regenerated, compared, a difference fails."""
+    text = (ROOT / "README.md").read_text()
+    test_command = text.split("<!-- test-command -->")[1].split("```")[1]
+    assert test_command.rstrip().endswith("&& .venv/bin/python experiments/check_regenerated.py")
 
 
 def test_the_readme_states_its_limitations():

@@ -66,7 +66,9 @@ def test_one_topology_is_shown_with_its_figures(capsys):
     code, out, _ = _run(["topologies", "p5.48xlarge"], capsys)
     assert code == 0
     assert out.startswith("p5.48xlarge: ")
-    assert "32 x 100 Gbps efa" in out and "79.65 GiB" in out and "$55.040 per node-hour" in out
+    p5 = load_instance("p5.48xlarge")
+    assert f"{p5.nic.count} x {p5.nic.rate_gbps:g} Gbps {p5.nic.fabric}" in out
+    assert f"{p5.device.memory_gib:g} GiB" in out and f"${p5.price_per_hour_usd:.3f} per node-hour" in out
 
 
 def test_an_unknown_topology_is_one_line_naming_the_nearest(capsys):

@@ -17,6 +17,7 @@ import pytest
 
 from shardsim.cli import app
 from shardsim.core import interrupts
+from tests.unit.test_sweep_interrupt import CTRL_C_PROMISE_S
 
 
 def _command(monkeypatch: pytest.MonkeyPatch, func) -> None:
@@ -116,6 +117,8 @@ STUBBORN = textwrap.dedent(
 @pytest.mark.serial
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 def test_a_command_that_swallows_every_interrupt_is_ended_after_its_grace() -> None:
+    """docs/configuration.md (exit status 130): a command not stopped 1.2 s after the signal is
+    ended, its processes killed, within the 2 s every interrupt is promised."""
     proc = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child = None
     try:
@@ -145,7 +148,7 @@ def test_a_command_that_swallows_every_interrupt_is_ended_after_its_grace() -> N
     print(f"ended {took:.2f} s after Ctrl-C")
     assert proc.returncode == 130
     assert err == "shardsim: interrupted\n", err
-    assert interrupts.GRACE_S <= took < 2.0
+    assert interrupts.GRACE_S <= took < CTRL_C_PROMISE_S
     assert end in ("Z", "gone"), "its child outlived it"
 
 

@@ -24,6 +24,7 @@ from shardsim.runtime.train import check_launcher
 from tests.helpers import gone_within
 
 ROOT = Path(__file__).resolve().parents[2]
+HUNG_RANK_S = 5.0  # docs/runtime.md: a hung rank ends the job within `--timeout` + 5 s
 
 
 def _python(code: str, **kwargs) -> subprocess.Popen:
@@ -148,6 +149,7 @@ time.sleep(20)
 
 
 def test_a_hung_rank_is_killed_as_soon_as_its_peer_names_it(monkeypatch, tmp_path):
+    """docs/runtime.md: a hung rank ends the job within `--timeout` + 5 s (here a timeout of 1 s)."""
     script = tmp_path / "torchrun.py"
     script.write_text(FAKE_TORCHRUN)
     monkeypatch.setattr(launcher, "torchrun_command", lambda nproc, args, flags: [sys.executable, str(script)])
@@ -156,7 +158,7 @@ def test_a_hung_rank_is_killed_as_soon_as_its_peer_names_it(monkeypatch, tmp_pat
     wall = time.monotonic() - t0
     assert not result.ok
     assert result.message.startswith("rank 1 stopped responding at step 2: rank 0 timed out after 1 s"), result.message
-    assert wall < 1.0 + 5.0 + 3.0, wall  # torchrun would have waited 20 s; measured about 3 s
+    assert wall < 1.0 + HUNG_RANK_S, wall  # torchrun would have waited 20 s
     assert not any(alive(v.pid) for v in result.ranks.values() if v.pid)
     assert result.leftover_killed == []  # killed with torchrun, not left behind by it
 

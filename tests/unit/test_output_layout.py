@@ -9,9 +9,11 @@ import re
 import pytest
 
 from shardsim.cli import main
+from shardsim.config import RunConfig, Strategy
 from shardsim.core.errors import ConfigError
-from shardsim.core.units import format_bytes, format_count, format_seconds, parse_size
+from shardsim.core.units import GIB, format_bytes, format_count, format_seconds, parse_size
 from shardsim.report.tables import _recommendation_lines
+from shardsim.simulator.predict import predict
 
 SWEEP = ["sweep", "--strategies", "ddp,zero2d", "--degrees", "4,8", "--workers", "1", "--no-progress"]
 TINY = ["--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]
@@ -113,7 +115,13 @@ def test_a_multi_cluster_sweep_fits_80_columns_without_cutting_a_cell(capsys, mo
     argv = [*SWEEP, "--workload", "gpt-10b", "--topology", "p4d.24xlarge,p3dn.24xlarge", "--nodes", "4,8", "--tp", "1"]
     text = _out(capsys, [*argv, "--precision", "fp16", "--batch-per-device", "2", "--top", "5"])
     assert max(map(len, text.splitlines())) <= 80
-    assert "52.30 GiB > 39.59 GiB ✗" in text  # figures whole; a long name may fold
+    unfit = predict(
+        RunConfig(workload="gpt-10b", topology="p4d.24xlarge", nodes=4, precision="fp16", batch_per_device=2,
+                  strategy=Strategy("zero2d", degree=4))
+    )  # fmt: skip
+    assert not unfit.fits
+    needed, has = (format_bytes(g * GIB) for g in (unfit.memory_required_gib, unfit.device_memory_gib))
+    assert f"{needed} > {has} ✗" in text  # figures whole; a long name may fold
     # costs whole: $ per million tokens in the tables (a text model), per million samples in the cheapest line
     assert re.search(r"\$\d+\.\d\d\s*$", text, flags=re.M) and re.search(r"\$[\d,]+\.\d\d per million", text)
     assert not _cut_short(text) and "p3dn.24xlarge" in text

@@ -4,10 +4,7 @@ drawn, and "does not fit" only when a size that does not fit is marked."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
-import pytest
 
 from shardsim.config import RunConfig
 from shardsim.report.plots import scaling_figure
@@ -15,7 +12,6 @@ from shardsim.sweep.ranking import scaling_configs
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace
 
-ROOT = Path(__file__).resolve().parents[2]
 UNFIT = "does not fit in memory"
 
 
@@ -61,7 +57,25 @@ def test_a_sweep_where_everything_fits_has_no_entry_for_what_does_not():
     assert UNFIT not in names and {"ddp", "zero"} <= set(names)
 
 
-@pytest.mark.parametrize("study", ["mics-gpt-10b", "mics-gpt-100b"])
-def test_the_committed_scaling_studies_plot_readably(study):
-    df = pd.read_parquet(ROOT / "experiments" / "sweeps" / study / "sweep.parquet")
-    _check(df)
+def _study(workload: str, batch: int, nodes: tuple[int, ...]) -> pd.DataFrame:
+    """ZeRO against ZeRO-2D on two clusters, as the MiCS studies of experiments/sweeps/ sweep them."""
+    frames = []
+    for topology, precision in (("p4d.24xlarge", "bf16"), ("p3dn.24xlarge", "fp16")):
+        cfg = RunConfig(
+            workload=workload, topology=topology, batch_per_device=batch, precision=precision, library="smp"
+        )
+        space = SweepSpace(strategies=("zero", "zero2d"), degrees=(8, 16), nodes=nodes, tp_degrees=(1,))
+        frames.append(sweep(cfg, space, workers=1).table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_two_clusters_where_everything_fits_plot_readably():
+    df = _study("gpt-10b", 2, (1, 2, 4))
+    assert df["fits"].all()
+    assert UNFIT not in _check(df)
+
+
+def test_two_clusters_where_the_small_sizes_do_not_fit_plot_readably():
+    df = _study("gpt-100b", 1, (4, 8, 16))
+    assert df["fits"].any() and not df["fits"].all()
+    assert UNFIT in _check(df)

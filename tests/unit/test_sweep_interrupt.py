@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-# Ctrl-C ends any command within 2 s. Measured here on a loaded 2-core machine: 0.2-0.4 s; it took
-# 3-134 s while the workers went on with the predictions queued to them.
+# Ctrl-C (or SIGTERM, SIGHUP, SIGQUIT) ends any command within 2 s, every process it started
+# with it: docs/configuration.md (exit status 130) and docs/simulator.md ("Progress and Ctrl-C").
 CTRL_C_PROMISE_S = 2.0
 
 

@@ -19,7 +19,7 @@ from shardsim.simulator.economics import MODEL_ERROR, model_flops_per_sample, se
 from shardsim.simulator.predict import predict
 from shardsim.simulator.results import TOKEN_COLUMNS
 from shardsim.simulator.workload.load import load_workload
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.spec.hardware.topology import load_instance, make_cluster
 from shardsim.sweep.batch import fits_at, largest_fitting
 from shardsim.sweep.hints import required_gib
 from shardsim.sweep.rows import upgrade_table
@@ -57,8 +57,9 @@ def test_a_prediction_has_tokens_mfu_and_dollars():
     assert p.cost_per_step_usd == pytest.approx(price * p.step_time_s / 3600, rel=1e-12)
     assert p.cost_per_million_tokens_usd == pytest.approx(p.cost_per_step_usd / (p.global_batch * seq) * 1e6)
     assert p.cost_per_million_samples_usd == pytest.approx(p.cost_per_step_usd / p.global_batch * 1e6)
-    assert p.peak_tflops == 312  # the A100's dense bf16 peak
-    assert p.mfu == pytest.approx(model_flops_per_sample(w) * p.global_batch / p.step_time_s / p.world / 312e12)
+    peak = load_instance("p4d.24xlarge").device.peak_tflops["bf16"]  # the A100's dense bf16 peak
+    assert p.peak_tflops == peak
+    assert p.mfu == pytest.approx(model_flops_per_sample(w) * p.global_batch / p.step_time_s / p.world / (peak * 1e12))
     assert p.mfu_formula == "6·N + 6·L·d·S per token"
     vit = predict(RunConfig(workload="tiny-vit", topology="g4dn.12xlarge", nodes=1))
     assert vit.seq_len is None and vit.tokens_per_s_per_gpu is None and vit.cost_per_million_tokens_usd is None
@@ -70,7 +71,8 @@ def test_predict_prints_the_sequence_tokens_and_cost(capsys):
     out = capsys.readouterr().out
     assert re.search(r"seq 32, global batch 32 \(1,024 tokens\)", out.splitlines()[0])
     assert "tokens/s per GPU" in out and "per million tokens" in out and "per step" in out
-    assert "of the bf16 dense peak (312.0 TFLOP/s), model FLOPs 6·N + 6·L·d·S per token" in out
+    peak = load_instance("p4d.24xlarge").device.peak_tflops["bf16"]
+    assert f"of the bf16 dense peak ({peak:.1f} TFLOP/s), model FLOPs 6·N + 6·L·d·S per token" in out
     assert "0.0 " not in out and "0.0%" not in out  # tiny-gpt's MFU is far under 0.1 %
     assert main(["predict", "--topology", "p5e.48xlarge", "--precision", "bf16", "--workload", "tiny-gpt"]) == 0
     assert "p5e.48xlarge has no price" in capsys.readouterr().out

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 # committed validation measured (experiments/validation/README.md, "The host-speed probe").
 QUIET_STEAL_SHARE = 0.10
 WIDTH, HEADS, TOKENS = 512, 8, 32  # the probe layer: 3.1 M parameters, a short sequence
-ITERS = 1  # forward + backward passes per probe (about 17 ms on this host, one thread)
+ITERS = 1  # forward + backward passes per probe (its time: experiments/readings/emulated-nics.md)
 
 
 @dataclass

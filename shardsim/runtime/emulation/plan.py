@@ -29,25 +29,15 @@ MTU = 1500
 NODE_IFNAME = "nic0"  # the node's NIC, inside its own namespace (what GLOO_SOCKET_IFNAME names)
 BRIDGE_IFNAME = "br0"  # the switch, inside the bridge namespace
 # tbf bucket (burst): the tokens of BURST_S of traffic at the line rate, and never fewer than
-# BURST_MIN_MTUS frames. A bucket smaller than one frame drops every full-size frame, and one
-# smaller than what the rate earns between two wake-ups of the qdisc throws tokens away, so the
-# link runs below its rate whenever the host stalls for a moment (tbf wakes on an hrtimer; on
-# a shared VM the vCPU itself is sometimes late). Measured on the development host (emu-4x2, 16
-# single TCP streams per setting, nothing else running): a 1 ms bucket gave 66-96 % of the
-# rate (median 88 % in one minute, 96 % in the next), 2 ms 93-96 %, 4 and 8 ms 95-97 % every
-# time (95.6 % is the 1448/1514 payload share of a frame). 4 ms is 100 kB at 200 Mbit/s: a
-# message after an idle moment gets that much at once (a pipeline's 512 kB activation arrives
-# ~20 % sooner than the rate says; the simulator does not model the bucket), small next to the
-# MB-sized collectives of a training step.
+# BURST_MIN_MTUS frames. A smaller bucket runs the link below its rate whenever the host stalls
+# for a moment; a larger one lets a message after an idle moment arrive sooner than the rate
+# says (readings: experiments/readings/emulated-nics.md).
 BURST_S = 4e-3
 BURST_MIN_MTUS = 8
-# tbf queue (latency): frames worth this much time at the rate wait in the queue before tbf drops
-# (1.25 MB at 200 Mbit/s). Deep enough that two or three TCP flows sharing a NIC (two data-parallel
-# groups across it at once, each a 2-rank ring) rarely lose a frame: a loss at the end of a
-# message stalls its collective for a loss probe or a retransmission timeout (200 ms at least),
-# which the simulator's links (fair shares of a lossless fabric, as NCCL's are over EFA or
-# InfiniBand) do not hold. Measured against 10 ms: experiments/validation/README.md
-# ("2026-11-28 13:30-14:35").
+# tbf queue (latency): frames worth this much time at the rate wait in the queue before tbf drops.
+# Deep enough that two or three TCP flows sharing a NIC rarely lose a frame: a loss at the end of
+# a message stalls its collective for a retransmission, which the simulator's lossless links do
+# not hold (readings: experiments/readings/emulated-nics.md).
 QUEUE_LATENCY_S = 0.050
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 

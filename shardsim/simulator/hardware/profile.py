@@ -91,7 +91,7 @@ class Profile:
     # a tensor-parallel rank's whole-model forward and backward over the model's, per (tp,
     # sequence_parallel), timed with collectives that move nothing (runtime.profile.tensor_parallel)
     tp_share: dict[tuple[int, bool], tuple[float, float]] = field(default_factory=dict)
-    # the same per microbatch size (a profile since 2026-11-28; older ones have tp_share only)
+    # the same per microbatch size (empty in a profile that has `tp_share` only: one size)
     tp_share_by_batch: dict[int, dict[tuple[int, bool], tuple[float, float]]] = field(default_factory=dict)
 
     def tp_share_at(self, tp: int, sequence_parallel: bool, batch: int) -> tuple[float, float] | None:

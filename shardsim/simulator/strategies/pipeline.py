@@ -27,17 +27,13 @@ from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
 from shardsim.simulator.workload.model import Block, Workload, stage_ranges
 
-# Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
-# TCP transport is a rendezvous: measured in emu-2x2, a 64 KiB or 512 KiB isend whose recv is
-# posted 0.3 s late completes 0.30 s after it was posted, and the recv then still takes the
-# whole transfer (2.2 ms, 23 ms at 23 MB/s). A pipeline stage posts its recv right before the
-# op that needs it, so a GPipe stage that runs ahead does not receive ahead.
-# NCCL is left as eager (its sends fill the receiver's preallocated buffers): an assumption.
+# Point-to-point sends whose bytes move only once the receiver has posted its recv (gloo's TCP
+# transport is a rendezvous), so a GPipe stage that runs ahead does not receive ahead: a stage
+# posts its recv right before the op that needs it. NCCL is left as eager (its sends fill the
+# receiver's preallocated buffers): an assumption. Readings: experiments/readings/gloo-p2p.md.
 RENDEZVOUS_BACKENDS = frozenset({"gloo"})
-# A gloo isend the kernel's socket buffers take whole ends for its sender at the rendezvous;
-# a bigger one when its bytes are delivered (an approximation: measured in emu-2x2, a 512 KiB
-# isend whose recv was posted ended 1 ms later, its delivery 22 ms later; a 2 MiB and an 8 MiB
-# one ended 35 and 52 ms before their delivery, about 0.8-1.2 MB still in flight).
+# A gloo isend the kernel's socket buffers take whole ends for its sender at the rendezvous; a
+# bigger one when its bytes are delivered (an approximation; readings: experiments/readings/gloo-p2p.md).
 BUFFERED_SEND_BYTES = 512 * 1024
 
 
