@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from shardsim.runtime.models.transformer import build_model
-from shardsim.simulator.workload.library import PRESETS
+from shardsim.spec.model.library import PRESETS
 
 IN, HID, OUT = 8, 16, 4
 

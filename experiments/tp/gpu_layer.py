@@ -127,8 +127,8 @@ def compare(path: Path, topology: str) -> list[dict]:
     """The measured rows with the simulator's forward and backward of the same layer on `topology`'s GPU."""
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.hardware.topology import make_cluster
-    from shardsim.simulator.workload.families import from_arch
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.spec.model.families import from_arch
+    from shardsim.spec.model.load import load_workload
 
     dev = make_cluster(topology, 1).instance.device
     out = []
@@ -143,7 +143,7 @@ def compare(path: Path, topology: str) -> list[dict]:
 
 
 def _shape(seq: int):
-    from shardsim.simulator.workload.arch import Shape
+    from shardsim.spec.model.arch import Shape
 
     return Shape(seq_len=seq)
 

@@ -22,7 +22,7 @@ from shardsim.core.flagtypes import Count
 from shardsim.runtime.plan import CPU_RANKS_PER_CORE, MAX_CPU_RANKS, RunPlan, plan_run, run_flags, run_planned
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run
 from shardsim.simulator.scale import MAX_WORLD
-from shardsim.simulator.workload.load import spec_name
+from shardsim.spec.model.load import spec_name
 
 log = logging.getLogger("shardsim")
 

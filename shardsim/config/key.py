@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.load import spec_name
+from shardsim.spec.model.load import spec_name
 
 if TYPE_CHECKING:
     from shardsim.config.schema import RunConfig, Strategy

@@ -34,7 +34,7 @@ def lm_batch_per_device(seq_len: int, most: int) -> int:
 def language_model_tokens(cfg: RunConfig) -> int | None:
     """The sequence length of `cfg`'s workload where it is a text model (one read here: a library
     name, a file, an inline description; a model given by import path is not loaded for this), else None."""
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.spec.model.load import load_workload
 
     if isinstance(cfg.workload, str) and ":" in cfg.workload and not cfg.workload.endswith((".yaml", ".json")):
         return None

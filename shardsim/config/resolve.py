@@ -7,7 +7,7 @@ from shardsim.config.tp import check_tp
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import world_refusal
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.arch import Arch
+from shardsim.spec.model.arch import Arch
 
 # A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first
 # stage and a copy on its last, and sums the two copies' gradients before the optimizer step (as

@@ -47,7 +47,7 @@ from shardsim.simulator.strategies.kinds import (
     kind_name,
 )
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.model.arch import SHAPE_FIELDS, Arch, Shape
 
 Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)

@@ -50,7 +50,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
     from shardsim.runtime.models.build import check_runtime_tp, n_blocks
     from shardsim.simulator.hardware.topology import make_cluster
-    from shardsim.simulator.workload.load import resolve_arch
+    from shardsim.spec.model.load import resolve_arch
 
     cluster = make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node)
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
@@ -104,7 +104,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     resolved, res = resolve(cfg, n, blocks, tied_embeddings=tied, arch=arch, devices_per_node=per_node)
     check_runtime_tp(arch, res.tp, resolved.strategy.async_tp)
     from shardsim.runtime.stack import check_runtime_stack
-    from shardsim.simulator.workload.families import check_mlm
+    from shardsim.spec.model.families import check_mlm
 
     check_runtime_stack(resolved, on_gpu, resolved.strategy.spec.sharded(res))
     check_mlm(arch, resolved.mlm_fraction)

@@ -41,7 +41,7 @@ from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
 from shardsim.simulator.hardware.topology import make_cluster
-from shardsim.simulator.workload.load import spec_name
+from shardsim.spec.model.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
 # bounds of a run's flags, checked as they are parsed

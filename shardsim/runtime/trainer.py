@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from shardsim.config import RunConfig, resolve
-from shardsim.simulator.workload.load import spec_name
+from shardsim.spec.model.load import spec_name
 
 
 class Observer:

@@ -33,8 +33,8 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from shardsim.simulator.hardware.topology import KernelSpec
-from shardsim.simulator.workload.families import kv_heads_per_rank, layer_param_tensors
-from shardsim.simulator.workload.model import Arch, Block
+from shardsim.spec.model.families import kv_heads_per_rank, layer_param_tensors
+from shardsim.spec.model.workload import Arch, Block
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
 SMALL_TILE_EFFICIENCY = 0.9  # a 128×128 tile sustains less than a 256×128 one (less reuse per load; assumption)

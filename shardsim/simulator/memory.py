@@ -17,8 +17,8 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.hardware.topology import DeviceSpec
 from shardsim.simulator.plan import RankClass
-from shardsim.simulator.workload.families import kv_heads_per_rank
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.model.families import kv_heads_per_rank
+from shardsim.spec.model.workload import Block, Workload
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's

@@ -20,7 +20,7 @@ from shardsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from shardsim.config import RunConfig
-    from shardsim.simulator.workload.arch import Arch
+    from shardsim.spec.model.arch import Arch
 
 MAX_WORLD = 65_536  # devices in one cluster (and so nodes, and ranks of a collective)
 MAX_PLAN_OPS = 100_000  # ops of one step's plan, as `plan_ops_estimate` counts them

@@ -30,7 +30,7 @@ from shardsim.config.schema import MODELS, STRATEGY_FIELDS, TP_FIELDS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import SETTING_BOUNDS
 from shardsim.simulator.strategies.kinds import STRATEGIES
-from shardsim.simulator.workload.arch import Arch, Shape
+from shardsim.spec.model.arch import Arch, Shape
 
 
 def from_flags(*args: str) -> RunConfig:

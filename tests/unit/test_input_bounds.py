@@ -27,7 +27,7 @@ from shardsim.simulator.scale import (
 )
 from shardsim.simulator.sweep import execute, search
 from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
-from shardsim.simulator.workload import families
+from shardsim.spec.model import families
 from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
 from tests.unit.test_readme_examples import examples_of
@@ -43,7 +43,7 @@ def nothing_built(monkeypatch):
     """Building a model into blocks fails the test, wherever `from_arch` is looked up (the modules
     that import it by name are imported first, so that none keeps this test's stand-in for good)."""
     import shardsim.simulator.predict as predict
-    import shardsim.simulator.workload.load as load
+    import shardsim.spec.model.load as load
 
     for module in (families, load, predict):
         monkeypatch.setattr(module, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))

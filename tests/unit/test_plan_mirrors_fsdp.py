@@ -18,9 +18,9 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.library import PRESETS
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.library import PRESETS
 
 # Every parameter's first dimension divides 1,024, so FSDP2 pads nothing and sizes compare exactly.
 WIDE_MLP = Arch("mlp", hidden=4096, layers=4, ffn=16384, classes=1024)

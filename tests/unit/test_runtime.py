@@ -25,7 +25,7 @@ from shardsim.runtime.status import RankStatus, classify, describe
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.testing import Fault
 from shardsim.runtime.train import build_parser, rank_config
-from shardsim.simulator.workload.library import PRESETS
+from shardsim.spec.model.library import PRESETS
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

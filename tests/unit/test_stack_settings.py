@@ -16,9 +16,9 @@ from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import from_arch, masked_tokens
-from shardsim.simulator.workload.load import resolve_arch
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.families import from_arch, masked_tokens
+from shardsim.spec.model.load import resolve_arch
 
 
 def library_arch(name: str) -> Arch:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Arch, Shape
-from shardsim.simulator.workload.importpath import first_line, resolve_import_path
-from shardsim.simulator.workload.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
+from shardsim.spec.model.arch import Arch, Shape
+from shardsim.spec.model.importpath import first_line, resolve_import_path
+from shardsim.spec.model.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
 
 ASYNC_TP_REFUSED = (
     "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shardsim.simulator.workload.arch import Arch
+from shardsim.spec.model.arch import Arch
 
 
 def norm(kind: str, hidden: int) -> nn.Module:

@@ -10,7 +10,7 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import BlockTimes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel, tensor_parallel
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 
 def overlaps(cfg: RunConfig, res: Resolved) -> bool:

@@ -56,7 +56,7 @@ from shardsim.simulator.strategies.kinds.ddp import DDP
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
 from shardsim.simulator.strategies.steps import BlockTimes, Piece, rank_classes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel
-from shardsim.simulator.workload.model import Block
+from shardsim.spec.model.workload import Block
 
 PASSES = ("fwd", "bwd")
 

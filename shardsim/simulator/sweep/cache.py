@@ -40,7 +40,7 @@ from shardsim.simulator.sweep.rows import COLUMNS, columns
 
 if TYPE_CHECKING:
     from shardsim.simulator.sweep.space import Candidate
-    from shardsim.simulator.workload.model import Workload
+    from shardsim.spec.model.workload import Workload
 
 log = logging.getLogger("shardsim")
 

@@ -22,7 +22,7 @@ from shardsim.core import interrupts
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.sweep.rows import row_of
 from shardsim.simulator.sweep.space import Candidate
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 if TYPE_CHECKING:
     from shardsim.simulator.sweep.cache import ResultCache

@@ -20,7 +20,7 @@ from shardsim.simulator.hardware.topology import Cluster, make_cluster
 from shardsim.simulator.scale import MAX_WORLD
 from shardsim.simulator.strategies.kinds.zero import ZERO
 from shardsim.simulator.sweep.batch import _rank_workload, largest_fitting
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 MAX_NODES_FACTOR = 64  # how far the node search goes: up to 64 × the cluster's nodes (and the world bound)
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.simulator.sweep.execute import Workers
 from shardsim.simulator.sweep.space import Candidate
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 if TYPE_CHECKING:
     from shardsim.simulator.sweep.cache import ResultCache

@@ -31,7 +31,7 @@ from shardsim.core import interrupts
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.execute import default_workers, predict_row
 from shardsim.simulator.sweep.space import Candidate
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 INSTALL = "pip install 'shardsim[ray]'"
 WAIT_S = 0.1  # ray.wait's timeout: how often the driver returns to Python (a Ctrl-C is seen within it)

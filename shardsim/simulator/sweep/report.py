@@ -19,7 +19,7 @@ from shardsim.core.units import (
 )
 from shardsim.simulator.economics import MODEL_ERROR
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.load import display_name
+from shardsim.spec.model.load import display_name
 
 if TYPE_CHECKING:
     import pandas as pd

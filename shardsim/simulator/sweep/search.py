@@ -19,8 +19,8 @@ from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.recommendation import Recommendation, recommend
 from shardsim.simulator.sweep.rows import columns, with_pruned
 from shardsim.simulator.sweep.space import SweepSpace, dropped_line, enumerate_configs
-from shardsim.simulator.workload.load import load_workload
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.load import load_workload
+from shardsim.spec.model.workload import Workload
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)
     import pandas as pd

@@ -35,9 +35,9 @@ from shardsim.simulator.scale import (
 )
 from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.load import load_workload
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.load import load_workload
+from shardsim.spec.model.workload import Workload
 
 
 @dataclass(frozen=True)

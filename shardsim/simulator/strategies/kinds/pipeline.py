@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan, RankClass
     from shardsim.simulator.sweep.space import SweepSpace
-    from shardsim.simulator.workload.model import Block, Workload
+    from shardsim.spec.model.workload import Block, Workload
 
 
 def pipeline_axes(

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from shardsim.config import Resolved, RunConfig, Strategy
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.plan import Plan
-    from shardsim.simulator.workload.model import Block, Workload
+    from shardsim.spec.model.workload import Block, Workload
 
 
 class Zero1(Ddp):

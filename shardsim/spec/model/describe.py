@@ -11,8 +11,8 @@ from typing import Any
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml
-from shardsim.simulator.workload.arch import FAMILIES, Arch, check_arch, check_used
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.arch import FAMILIES, Arch, check_arch, check_used
+from shardsim.spec.model.workload import Workload
 
 ARCH_FIELDS = tuple(f.name for f in fields(Arch))
 # Keys a model file may hold besides the shape: its name, where its shape comes from, and its

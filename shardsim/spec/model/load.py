@@ -8,12 +8,12 @@ from __future__ import annotations
 from shardsim.core.errors import ConfigError
 from shardsim.core.torch_required import require_torch
 from shardsim.core.yamlio import suggest
-from shardsim.simulator.workload.arch import Arch, Shape
-from shardsim.simulator.workload.describe import read_model_file
-from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.hf_config import read_hf_model
-from shardsim.simulator.workload.library import PRESETS
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.arch import Arch, Shape
+from shardsim.spec.model.describe import read_model_file
+from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.hf_config import read_hf_model
+from shardsim.spec.model.library import PRESETS
+from shardsim.spec.model.workload import Workload
 
 WorkloadSpec = str | Arch  # what `RunConfig.workload` holds
 NO_SHAPE = Shape()
