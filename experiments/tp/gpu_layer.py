@@ -127,7 +127,7 @@ def compare(path: Path, topology: str) -> list[dict]:
     """The measured rows with the simulator's forward and backward of the same layer on `topology`'s GPU."""
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.hardware.topology import make_cluster
-    from shardsim.spec.model.families import from_arch
+    from shardsim.spec.model.blocks import from_arch
     from shardsim.spec.model.load import load_workload
 
     dev = make_cluster(topology, 1).instance.device

@@ -18,8 +18,8 @@ def _library(as_json: bool) -> int:
     from shardsim.core.console import console
     from shardsim.core.tables import Column, Grid, layout, show
     from shardsim.core.units import format_count
+    from shardsim.spec.model.blocks import from_arch
     from shardsim.spec.model.describe import summary
-    from shardsim.spec.model.families import from_arch
     from shardsim.spec.model.library import library
 
     rows = [

@@ -104,7 +104,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     resolved, res = resolve(cfg, n, blocks, tied_embeddings=tied, arch=arch, devices_per_node=per_node)
     check_runtime_tp(arch, res.tp, resolved.strategy.async_tp)
     from shardsim.runtime.stack import check_runtime_stack
-    from shardsim.spec.model.families import check_mlm
+    from shardsim.spec.model.blocks import check_mlm
 
     check_runtime_stack(resolved, on_gpu, resolved.strategy.spec.sharded(res))
     check_mlm(arch, resolved.mlm_fraction)

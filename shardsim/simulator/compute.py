@@ -38,7 +38,7 @@ KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
 @lru_cache(maxsize=16)
 def _whole_blocks(arch: Arch) -> dict[str, Block]:
     """The blocks of a model of `arch` as one rank holds them whole, by name."""
-    from shardsim.spec.model.families import from_arch
+    from shardsim.spec.model.blocks import from_arch
 
     return {b.name: b for b in from_arch("whole", arch).blocks}
 

@@ -33,7 +33,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from shardsim.simulator.hardware.topology import KernelSpec
-from shardsim.spec.model.families import kv_heads_per_rank, layer_param_tensors
+from shardsim.spec.model.blocks import kv_heads_per_rank, layer_param_tensors
 from shardsim.spec.model.workload import Arch, Block
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)

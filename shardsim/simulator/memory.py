@@ -17,7 +17,7 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.hardware.topology import DeviceSpec
 from shardsim.simulator.plan import RankClass
-from shardsim.spec.model.families import kv_heads_per_rank
+from shardsim.spec.model.blocks import kv_heads_per_rank
 from shardsim.spec.model.workload import Block, Workload
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)

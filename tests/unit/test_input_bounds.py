@@ -27,7 +27,7 @@ from shardsim.simulator.scale import (
 )
 from shardsim.simulator.sweep import execute, search
 from shardsim.simulator.sweep.space import SweepSpace, _strategies_for, strategies_count
-from shardsim.spec.model import families
+from shardsim.spec.model import blocks
 from tests.helpers import one_tier
 from tests.unit.test_flag_bounds import exit_status, refused
 from tests.unit.test_readme_examples import examples_of
@@ -45,7 +45,7 @@ def nothing_built(monkeypatch):
     import shardsim.simulator.predict as predict
     import shardsim.spec.model.load as load
 
-    for module in (families, load, predict):
+    for module in (blocks, load, predict):
         monkeypatch.setattr(module, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))
 
 

@@ -13,7 +13,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.transformer import build_model
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.families import attention_flops, from_arch
+from shardsim.spec.model.blocks import attention_flops, from_arch
 from shardsim.spec.model.library import PRESETS
 from shardsim.spec.model.load import load_workload
 from shardsim.spec.model.workload import Workload

@@ -15,7 +15,7 @@ from shardsim.config import load_config
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
 from shardsim.spec.model.arch import Arch, Shape
-from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.blocks import from_arch
 from shardsim.spec.model.hf_config import read_hf_config
 from shardsim.spec.model.library import library
 from shardsim.spec.model.load import load_workload

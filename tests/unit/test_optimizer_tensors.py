@@ -10,7 +10,7 @@ from shardsim.simulator.compute import ADAM_OPS_PER_TENSOR, KERNEL_LAUNCH_S, Com
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.blocks import from_arch
 
 ARCHS = {
     "gpt": Arch("gpt", hidden=64, layers=3, heads=4, seq_len=32, vocab=128),

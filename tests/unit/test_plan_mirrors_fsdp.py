@@ -19,7 +19,7 @@ from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.blocks import from_arch
 from shardsim.spec.model.library import PRESETS
 
 # Every parameter's first dimension divides 1,024, so FSDP2 pads nothing and sizes compare exactly.

@@ -16,7 +16,7 @@ from shardsim.simulator.hardware.topology import Cluster
 from shardsim.simulator.predict import rank_workload
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.blocks import from_arch
 from shardsim.spec.model.library import PRESETS
 from tests.helpers import instance
 

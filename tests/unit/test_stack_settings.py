@@ -17,7 +17,7 @@ from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.families import from_arch, masked_tokens
+from shardsim.spec.model.blocks import from_arch, masked_tokens
 from shardsim.spec.model.load import resolve_arch
 
 

@@ -18,7 +18,7 @@ from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.families import from_arch
+from shardsim.spec.model.blocks import from_arch
 from shardsim.spec.model.load import load_workload
 
 TIED = RunConfig(workload="gpt2-xl", topology="g4dn.12xlarge", nodes=4, precision="fp16", batch_per_device=2)

@@ -39,7 +39,7 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _join
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.families import norm_tensors
+from shardsim.spec.model.blocks import norm_tensors
 from shardsim.spec.model.workload import Block
 
 LOSS_REDUCTIONS = 3  # vocabulary-parallel cross-entropy: max, sum of exp, target logit per token

@@ -9,8 +9,8 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.torch_required import require_torch
 from shardsim.core.yamlio import suggest
 from shardsim.spec.model.arch import Arch, Shape
+from shardsim.spec.model.blocks import from_arch
 from shardsim.spec.model.describe import read_model_file
-from shardsim.spec.model.families import from_arch
 from shardsim.spec.model.hf_config import read_hf_model
 from shardsim.spec.model.library import PRESETS
 from shardsim.spec.model.workload import Workload
