@@ -64,7 +64,7 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
     from shardsim.core.units import format_count
     from shardsim.spec.model.arch import Shape
     from shardsim.spec.model.describe import read_model_file, summary
-    from shardsim.spec.model.hf_config import DEFAULT_SEQ_LEN
+    from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
     from shardsim.spec.model.load import load_workload
 
     if not path.endswith((".json", ".yaml", ".yml")):

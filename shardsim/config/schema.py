@@ -47,7 +47,7 @@ from shardsim.simulator.strategies.kinds import (
     kind_name,
 )
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
-from shardsim.spec.model.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
 
 Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
@@ -658,7 +658,7 @@ class RunConfig(Frozen):
 
     @field_serializer("workload")
     def _dump_workload(self, value: str | Arch) -> Any:
-        return value if isinstance(value, str) else asdict(value)
+        return value if isinstance(value, str) else arch_dict(value)
 
     @field_serializer("shape")
     def _dump_shape(self, value: Shape) -> dict[str, int | None]:

@@ -42,7 +42,7 @@ def check_tp(
             where=where,
             field="tp",
         )
-    if arch.traits.tokens == "vector":
+    if arch.spec.tp_plan is None:
         raise ConfigError(
             f"tensor parallelism applies to the transformer families, not {arch.family}", where=where, field="tp"
         )

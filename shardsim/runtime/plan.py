@@ -48,7 +48,8 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
 
     `emulate` (default: whenever the topology is an emulated one and the run is on CPU) runs
     the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
-    from shardsim.runtime.models.build import check_runtime_tp, n_blocks
+    from shardsim.runtime.models.build import n_blocks
+    from shardsim.runtime.models.checks import check_runtime_tp
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.spec.model.load import resolve_arch
 

@@ -98,7 +98,7 @@ class ComputeModel:
     def by_name(self) -> bool:
         """Whether a block's cost depends on its name, not only on its shape: a profile measures
         blocks by name, and an MLP's first block computes no input gradient (`gpu_kernels`)."""
-        return self.profile is not None or (self.arch is not None and self.arch.family == "mlp")
+        return self.profile is not None or (self.arch is not None and not self.arch.spec.transformer)
 
     def block(self, b: Block, batch: int) -> BlockCost:
         esize = DTYPE_BYTES[self.precision]
@@ -126,7 +126,7 @@ class ComputeModel:
 
     def _layer(self, b: Block) -> bool:
         """Whether `b` is a transformer layer of a described model (what compile and the attention choice change)."""
-        return b.kind == "layer" and self.arch is not None and self.arch.family != "mlp"
+        return b.kind == "layer" and self.arch is not None and self.arch.spec.transformer
 
     def _fused_share(self, b: Block) -> float:
         """The share of a block's memory-bound traffic left under torch.compile (1 in eager)."""

@@ -90,7 +90,7 @@ def check_shape(a: Arch, where: str | None = None) -> None:
     for name in ("channels", "classes"):
         if getattr(a, name) > SHAPE_BOUNDS[name]:
             raise ConfigError(beyond(getattr(a, name), SHAPE_BOUNDS[name]), where=where, field=name)
-    if a.family == "vit" and a.patch >= 1 and a.tokens > SHAPE_BOUNDS["tokens"]:
+    if a.spec.embed == "patches" and a.patch >= 1 and a.tokens > SHAPE_BOUNDS["tokens"]:
         why = f"{a.tokens:,} tokens per image (patches of {a.patch} in {a.image}) is beyond the simulator's bound "
         raise ConfigError(why + f"of {SHAPE_BOUNDS['tokens']:,}", where=where, field="image")
 

@@ -129,7 +129,7 @@ def _free_port() -> int:
 def _gradients(rank: int, world: int, port: int, name: str, sp: bool, out: dict) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
     from shardsim.runtime.strategies.tensor_parallel import apply_tp, loss_context, reduce_partial_grads
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -160,7 +160,7 @@ def _gradients(rank: int, world: int, port: int, name: str, sp: bool, out: dict)
 def test_initial_gradients_equal_reference(name, sp):
     """The first step's gradients of the TP model (2 gloo ranks, `apply_tp` alone) equal one
     process's to 2e-6 of each tensor's largest entry (fp32 re-association: measured <= 6.5e-7)."""
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     with mp.Manager() as manager:
         out = manager.dict()

@@ -14,7 +14,8 @@ from shardsim.cli import main
 from shardsim.config import load_config
 from shardsim.simulator.hardware.topology import builtin_topologies, load_instance
 from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.hf_config import DEFAULT_SEQ_LEN, read_hf_config, read_hf_model
+from shardsim.spec.model.hf_config import read_hf_config, read_hf_model
+from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
 from shardsim.spec.model.library import library
 from shardsim.spec.model.load import display_name, load_workload
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from shardsim.core.errors import ConfigError
-from shardsim.runtime.models.transformer import build_model
+from shardsim.runtime.models.builders import build_model
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
 from shardsim.spec.model.arch import Arch
 from shardsim.spec.model.blocks import attention_flops, from_arch
@@ -27,6 +27,27 @@ SMALL = {
     "mpt": Arch("mpt", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, tied_embeddings=True),
     "bert": Arch("bert", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, tied_embeddings=True),
     "gpt-rope": Arch("gpt", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, positions="rope"),
+    # llama-shaped Hugging Face types: q/k/v biases (Qwen2); a head width other than hidden / heads
+    # and q/k norms (Qwen3, Gemma 3), with rotary positions and without
+    "llama-qkv-bias": Arch(
+        "llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, seq_len=32, vocab=256, qkv_bias=True
+    ),
+    "llama-qk-norm": Arch(
+        "llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, seq_len=32, vocab=256, head_size=32, qk_norm=True
+    ),
+    "llama-qk-norm-learned": Arch(
+        "llama",
+        hidden=64,
+        layers=2,
+        heads=4,
+        ffn=96,
+        seq_len=32,
+        vocab=256,
+        head_size=8,
+        qk_norm=True,
+        positions="learned",
+        tied_embeddings=True,
+    ),  # fmt: skip
 }
 ARCHS = {**SMALL, **{n: PRESETS[n] for n in ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")}}
 CHECKED = tuple(ARCHS)

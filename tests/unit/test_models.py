@@ -160,7 +160,7 @@ def test_predict_json_reports_params() -> None:
 @pytest.mark.parametrize("kind", SMALL_HF)
 def test_hf_config_builds_the_same_shapes(kind: str, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL_HF[kind]))

@@ -34,7 +34,7 @@ def optimizer_time(arch: Arch, impl: str) -> float:
 @pytest.mark.parametrize("family", ARCHS)
 def test_per_parameter_adam_pays_a_launch_per_tensor_of_the_real_model(family: str):
     torch = pytest.importorskip("torch")
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     arch = ARCHS[family]
     with torch.device("meta"):

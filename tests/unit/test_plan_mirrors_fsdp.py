@@ -12,7 +12,7 @@ import pytest
 
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.runtime.collective_trace import trace_fsdp_step
-from shardsim.runtime.models.transformer import build_model
+from shardsim.runtime.models.builders import build_model
 from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.hardware.topology import make_cluster

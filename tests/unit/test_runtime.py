@@ -19,7 +19,7 @@ from shardsim.config import SETTINGS, RunConfig, Strategy, load_config
 from shardsim.core.errors import WriteError
 from shardsim.runtime import data
 from shardsim.runtime.launch import CONFIG_FILE, RankView, diagnose, write_config
-from shardsim.runtime.models.transformer import build_model
+from shardsim.runtime.models.builders import build_model
 from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, upgrade_record, write_run
 from shardsim.runtime.status import RankStatus, classify, describe
 from shardsim.runtime.strategies.pipeline import split_stage

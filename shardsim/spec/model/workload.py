@@ -50,7 +50,7 @@ class Workload:
     arch: Arch | None = None
     import_path: str | None = None
     notes: dict[str, str] = field(default_factory=dict, compare=False)
-    tp: int = 1  # the blocks are one of `tp` tensor-parallel ranks' (`families.from_arch`)
+    tp: int = 1  # the blocks are one of `tp` tensor-parallel ranks' (`blocks.from_arch`)
     sequence_parallel: bool = False
 
     @property
