@@ -114,6 +114,10 @@ def test_3d_layouts_equal_reference(tmp_path, case):
 ARCHS = {
     "gpt-tied": Arch("gpt", hidden=64, layers=2, heads=4, ffn=128, vocab=256, seq_len=32, tied_embeddings=True),
     "llama-gqa": Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256, seq_len=32),
+    # q/k/v biases alone (Qwen2) and a head width other than hidden / heads (Gemma)
+    "llama-qkv-bias": Arch(
+        "llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256, seq_len=32, qkv_bias=True, head_size=8
+    ),
     "vit": Arch("vit", hidden=64, layers=2, heads=4, ffn=128, image=24, patch=8, classes=10),
     "mpt": Arch("mpt", hidden=64, layers=2, heads=4, ffn=128, vocab=256, seq_len=32),  # no biases, ALiBi's none
     "bert": Arch("bert", hidden=64, layers=2, heads=4, ffn=128, vocab=256, seq_len=32),  # bidirectional, biases

@@ -5,12 +5,15 @@ Hugging Face type is one mapper entry, and its parameter count matches its model
 from __future__ import annotations
 
 import ast
+import json
 import logging
 from pathlib import Path
 
 import pytest
 
+from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.builders import BUILDERS
+from shardsim.runtime.models.checks import check_runtime_tp
 from shardsim.spec.model import families
 from shardsim.spec.model.blocks import from_arch
 from shardsim.spec.model.hf_config import read_hf_model
@@ -117,3 +120,58 @@ def test_what_is_not_modelled_is_said_once(model, key, caplog):
     lines = [r.getMessage() for r in caplog.records if "not modelled" in r.getMessage()]
     assert len(lines) == 1
     assert key in lines[0].split(" accepted, ")[0].split(", ")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def test_the_runtime_models_import_one_another_without_a_circle():
+    folder = PACKAGE / "runtime" / "models"
+    modules = {f"shardsim.runtime.models.{p.stem}": p for p in folder.glob("*.py") if p.stem != "__init__"}
+    edges = {m: _imported_modules(p) & set(modules) - {m} for m, p in modules.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in edges[start])
+
+    assert [m for m in modules if reaches(m, m, set())] == []
+
+
+def _written(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_gemma3_file_without_its_text_model_is_one_line_naming_the_key(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        read_hf_model(_written(tmp_path, {"model_type": "gemma3", "vision_config": {}}))
+    assert err.value.field == "text_config"
+
+
+def test_a_key_of_the_text_model_is_named_by_its_path(tmp_path):
+    data = json.loads((HF / "gemma-3-4b-pt" / "config.json").read_text())
+    data["text_config"]["num_attention_heads"] = 3  # does not divide the 4 key/value heads
+    with pytest.raises(ConfigError) as err:
+        read_hf_model(_written(tmp_path, data))
+    assert err.value.field == "text_config.num_key_value_heads"
+
+
+def test_an_unknown_model_type_lists_the_supported_ones(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        read_hf_model(_written(tmp_path, {"model_type": "qwen9"}))
+    assert all(t in err.value.message for t in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral"))
+
+
+def test_the_runtime_refuses_q_k_norms_under_tensor_parallelism_in_one_line():
+    _, arch = read_hf_model(HF / "Qwen3-8B" / "config.json")
+    with pytest.raises(ConfigError) as err:
+        check_runtime_tp(arch, 2)
+    assert err.value.field == "tp"
+    check_runtime_tp(arch, 1)
