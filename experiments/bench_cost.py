@@ -24,7 +24,7 @@ from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.sweep.execute import predict_row
 from shardsim.simulator.sweep.space import Candidate, SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.workload import Workload
 
 ACCUM = (1, 2, 4, 8, 16, 32, 64)

@@ -28,7 +28,7 @@ from shardsim.config import RunConfig
 from shardsim.simulator.sweep.execute import default_workers, predict_row
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 

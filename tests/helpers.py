@@ -65,7 +65,7 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.strategies.build import build_plan
-    from shardsim.spec.model.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     w = load_workload(cfg.workload)
     cluster = make_cluster(cfg.topology, cfg.nodes)

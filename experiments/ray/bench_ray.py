@@ -32,7 +32,7 @@ from shardsim.config import RunConfig
 from shardsim.simulator.sweep.execute import predict_all, predict_row
 from shardsim.simulator.sweep.ray_executor import RayExecutor
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 HERE = Path(__file__).parent
 

@@ -127,8 +127,8 @@ def compare(path: Path, topology: str) -> list[dict]:
     """The measured rows with the simulator's forward and backward of the same layer on `topology`'s GPU."""
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.hardware.topology import make_cluster
+    from shardsim.simulator.workload.resolve import load_workload
     from shardsim.spec.model.blocks import from_arch
-    from shardsim.spec.model.load import load_workload
 
     dev = make_cluster(topology, 1).instance.device
     out = []

@@ -41,7 +41,7 @@ def _hint(cfg) -> str:
     """What would make `cfg` fit (`sweep.hints.fit_hint`), by the memory model alone."""
     from shardsim.simulator.hardware.topology import make_cluster
     from shardsim.simulator.sweep.hints import fit_hint
-    from shardsim.spec.model.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     cluster = make_cluster(cfg.topology, cfg.nodes)
     return fit_hint(cfg, cluster, load_workload(cfg.workload, cfg.shape, cfg.source))

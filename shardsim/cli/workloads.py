@@ -62,10 +62,10 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
     from shardsim.core.console import labelled, output_width
     from shardsim.core.errors import ConfigError
     from shardsim.core.units import format_count
+    from shardsim.simulator.workload.resolve import load_workload
     from shardsim.spec.model.arch import Shape
     from shardsim.spec.model.describe import read_model_file, summary
     from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
-    from shardsim.spec.model.load import load_workload
 
     if not path.endswith((".json", ".yaml", ".yml")):
         raise ConfigError("expected a Hugging Face config.json or a model .yaml", field="FILE", where=path)

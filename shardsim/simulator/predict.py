@@ -39,9 +39,10 @@ from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.arch import Arch
 from shardsim.spec.model.blocks import check_mlm, from_arch
-from shardsim.spec.model.load import load_workload, spec_name
+from shardsim.spec.model.load import spec_name
 from shardsim.spec.model.workload import Workload
 
 

@@ -43,7 +43,7 @@ def nothing_built(monkeypatch):
     """Building a model into blocks fails the test, wherever `from_arch` is looked up (the modules
     that import it by name are imported first, so that none keeps this test's stand-in for good)."""
     import shardsim.simulator.predict as predict
-    import shardsim.spec.model.load as load
+    import shardsim.simulator.workload.resolve as load
 
     for module in (blocks, load, predict):
         monkeypatch.setattr(module, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))

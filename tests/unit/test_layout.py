@@ -26,7 +26,6 @@ MAY_IMPORT = {
 # Upward imports still to be moved down: (module, what it imports).
 PENDING = {
     ("shardsim/spec/model/arch.py", "shardsim.simulator.scale"),
-    ("shardsim/spec/model/load.py", "shardsim.simulator.workload.measure"),
 }
 
 

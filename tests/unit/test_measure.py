@@ -12,10 +12,10 @@ import torch
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.builders import build_model
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.arch import Arch
 from shardsim.spec.model.blocks import attention_flops, from_arch
 from shardsim.spec.model.library import PRESETS
-from shardsim.spec.model.load import load_workload
 from shardsim.spec.model.workload import Workload
 from tests import fixtures_models as fx
 
@@ -172,7 +172,7 @@ def test_bad_import_path_is_a_one_line_config_error(path: str, needle: str) -> N
 
 def test_presets_do_not_import_torch() -> None:
     code = (
-        "import sys; from shardsim.spec.model.load import load_workload; load_workload('llama-3.1-8b'); "
+        "import sys; from shardsim.simulator.workload.resolve import load_workload; load_workload('llama-3.1-8b'); "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -12,7 +12,7 @@ from shardsim.cli import main
 from shardsim.config import load_config
 from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.sweep.hints import fit_hint, required_gib
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 FLAGS = ["--workload", "llama-3.1-8b", "--topology", "p4d.24xlarge", "--nodes", "2", "--precision", "bf16"]
 SMP = """workload: llama-3.1-8b

@@ -22,7 +22,7 @@ from shardsim.simulator.network.links import build_links
 from shardsim.simulator.scale import MAX_PLAN_OPS, MAX_WORLD, plan_ops_estimate
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 # one fresh interpreter per configuration: its peak RSS is the prediction's, not pytest's
 _MEASURE = """

@@ -215,7 +215,7 @@ def test_hybrid_shard_without_a_degree_shards_within_each_node(tmp_path):
     cfg = load_config(write(tmp_path, "sharding_strategy: HYBRID_SHARD\ntopology: p4d.24xlarge\nnodes: 4\n"))
     assert (cfg.strategy.kind, cfg.strategy.degree, cfg.strategy.label()) == ("zero2d", None, "zero2d d=node")
     assert resolve(cfg, 32, 8, devices_per_node=8)[0].strategy.degree == 8
-    from shardsim.spec.model.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     tp2 = cfg.replace(strategy=cfg.strategy.replace(tp=2))
     assert resolve(tp2, 32, 8, devices_per_node=8, arch=load_workload(cfg.workload).arch)[1].shard == 4

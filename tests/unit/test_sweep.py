@@ -20,7 +20,7 @@ from shardsim.simulator.sweep.recommendation import recommend
 from shardsim.simulator.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, default_microbatches, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from tests.helpers import instance
 
 # 2 x g4dn.12xlarge = 8 T4s; tiny-gpt has 4 layers: every kind, a few dozen configurations.

@@ -31,7 +31,7 @@ from shardsim.simulator.sweep.cache import (
 from shardsim.simulator.sweep.execute import predict_all
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 # 2 x g4dn.12xlarge = 8 T4s, tiny-gpt: a few dozen configurations, some that do not fit (NaN times)
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)

@@ -15,7 +15,7 @@ from shardsim.simulator.sweep import progress as progress_module
 from shardsim.simulator.sweep.execute import predict_all
 from shardsim.simulator.sweep.progress import SweepProgress, format_duration, left_text, time_left
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 
 def test_the_time_left_follows_the_share_of_the_work_done() -> None:

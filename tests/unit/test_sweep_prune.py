@@ -18,7 +18,7 @@ from shardsim.simulator.sweep.prune import PRUNED_COMPUTE
 from shardsim.simulator.sweep.rows import PRUNED_COLUMNS
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)  # 8 T4s
 SPACES = {

@@ -17,7 +17,7 @@ from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.sweep.recommendation import recommend
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs, tp_layouts
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from tests.helpers import instance
 
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)  # 4 heads, FFN 256, 32 tokens; 8 T4s

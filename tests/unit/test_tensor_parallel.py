@@ -13,8 +13,8 @@ from shardsim.simulator.hardware.topology import make_cluster
 from shardsim.simulator.predict import predict, rank_workload
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.mesh import StageMesh
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.load import load_workload
 
 LLAMA = {"workload": "llama-3.1-70b", "topology": "p5.48xlarge", "precision": "bf16", "shape": {"seq_len": 4096}}
 

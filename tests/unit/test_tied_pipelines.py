@@ -18,8 +18,8 @@ from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.load import load_workload
 
 TIED = RunConfig(workload="gpt2-xl", topology="g4dn.12xlarge", nodes=4, precision="fp16", batch_per_device=2)
 PIPE = Strategy("pipeline", pp=4, microbatches=8)

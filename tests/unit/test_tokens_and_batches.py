@@ -23,7 +23,7 @@ from shardsim.simulator.sweep.report import versus
 from shardsim.simulator.sweep.rows import TOKEN_COLUMNS, upgrade_table
 from shardsim.simulator.sweep.search import sweep
 from shardsim.simulator.sweep.space import SweepSpace, batch_step, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)

@@ -14,7 +14,7 @@ from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.zero1 import PARAM_BYTES, largest_partition
 from shardsim.simulator.sweep.space import SweepSpace, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 BASE = dict(workload="gpt2-xl", topology="p4d.24xlarge", nodes=2, precision="bf16", batch_per_device=2)
 

@@ -42,9 +42,9 @@ from shardsim.core.yamlio import read_text
 from shardsim.simulator.hardware.topology import InstanceType
 from shardsim.simulator.predict import StepPrediction
 from shardsim.simulator.strategies.kinds import FSDP_SHARDING, ZERO2D
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.arch import SHAPE_FIELDS
 from shardsim.spec.model.describe import ARCH_FIELDS
-from shardsim.spec.model.load import load_workload
 from shardsim.spec.model.workload import Workload
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")

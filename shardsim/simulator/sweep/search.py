@@ -19,7 +19,7 @@ from shardsim.simulator.sweep.ranking import rank, scaling
 from shardsim.simulator.sweep.recommendation import Recommendation, recommend
 from shardsim.simulator.sweep.rows import columns, with_pruned
 from shardsim.simulator.sweep.space import SweepSpace, dropped_line, enumerate_configs
-from shardsim.spec.model.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.workload import Workload
 
 if TYPE_CHECKING:  # pandas is imported when the first table is made (`_import_pandas`)

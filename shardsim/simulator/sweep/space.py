@@ -35,8 +35,8 @@ from shardsim.simulator.scale import (
 )
 from shardsim.simulator.strategies.kinds import DEFAULT_SWEEP, StrategyKind
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.load import load_workload
 from shardsim.spec.model.workload import Workload
 
 

@@ -1,6 +1,6 @@
 """Cost a torch model block by block on the meta device (no memory, no compute).
 
-The only module of `simulator` that imports torch; `simulator.workload.load_workload` imports
+The only module of `simulator` that imports torch; `simulator.workload.resolve.load_workload` imports
 it lazily for workloads given as ``pkg.module:build_fn``.
 
 Protocol: the model has ``embed`` (an nn.Module, or None), ``blocks`` (an nn.ModuleList or

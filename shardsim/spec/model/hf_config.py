@@ -1,8 +1,7 @@
 """A Hugging Face ``config.json`` read into an `Arch` (from the file; nothing is downloaded).
 
-Each family's module maps the model types it reads (`ModelSpec.hf_types`): llama, mistral,
-qwen2, qwen3, gemma2, gemma3 (its text model), gemma3_text, phi3 → llama; gpt2 → gpt; gpt_neox →
-gpt with rotary positions; mpt → mpt; vit → vit; bert → bert. The sequence length is a training choice, not the
+Each family's module maps the ``model_type`` values it reads (`ModelSpec.hf_types`; an unknown
+type is refused with the list of them). The sequence length is a training choice, not the
 model's maximum positions (``max_position_embeddings``: 32,768 for Mistral, 131,072 for Llama 3.1):
 it defaults to `DEFAULT_SEQ_LEN` tokens, or the maximum when that is fewer (a learned position table
 has no rows past it); ``--seq-len`` overrides it. A workload read from a config.json is named after
