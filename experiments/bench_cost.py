@@ -22,8 +22,8 @@ import time
 
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.load import load_workload
-from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.workload.resolve import load_workload
+from shardsim.spec.model.workload import Workload
 from shardsim.sweep.space import Candidate, SweepSpace, enumerate_configs
 from shardsim.sweep.task import predict_row
 

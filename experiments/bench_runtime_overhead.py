@@ -2,7 +2,7 @@
 
 Target: `shardsim run` step time / hand-written step time <= 1.03 on the same configuration.
 
-Both sides run the same model (runtime.models.build_model of a preset), FSDP2 `fully_shard`
+Both sides run the same model (runtime.models.builders.build_model of a preset), FSDP2 `fully_shard`
 per block then the root, activation checkpointing per block, Adam, one torch thread per rank,
 launched by torchrun on this machine, and time each step between two barriers. The
 hand-written side is this file run under torchrun with ``--worker`` (`handwritten_worker`):
@@ -42,8 +42,8 @@ def _handwritten_model(ns: argparse.Namespace):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from shardsim.runtime.models.transformer import build_model
-    from shardsim.simulator.workload.library import PRESETS
+    from shardsim.runtime.models.builders import build_model
+    from shardsim.spec.model.library import PRESETS
 
     world = dist.get_world_size()
     if ns.degree and ns.degree < world:

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from shardsim.config import RunConfig
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 from shardsim.sweep.task import default_workers, predict_row

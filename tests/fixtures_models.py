@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from shardsim.runtime.models.transformer import build_model
-from shardsim.simulator.workload.library import PRESETS
+from shardsim.runtime.models.builders import build_model
+from shardsim.spec.model.library import PRESETS
 
 IN, HID, OUT = 8, 16, 4
 

@@ -64,7 +64,7 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     from shardsim.config import resolve
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.strategies.build import build_plan
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
     from shardsim.spec.hardware.topology import make_cluster
 
     w = load_workload(cfg.workload)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from shardsim.config import RunConfig
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.sweep.execute import predict_all
 from shardsim.sweep.ray_executor import RayExecutor
 from shardsim.sweep.space import SweepSpace, enumerate_configs

@@ -39,7 +39,7 @@ def _header(text: str, width: int | None) -> str:
 
 def _hint(cfg) -> str:
     """What would make `cfg` fit (`sweep.hints.fit_hint`), by the memory model alone."""
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
     from shardsim.spec.hardware.topology import make_cluster
     from shardsim.sweep.hints import fit_hint
 
@@ -65,7 +65,7 @@ def _cost(pred) -> str:
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
     from shardsim.simulator.predict import predict, save_trace
-    from shardsim.simulator.workload.load import display_name
+    from shardsim.spec.model.load import display_name
 
     cfg = config_from_args(ns)
     if ns.trace:

@@ -18,9 +18,9 @@ def _library(as_json: bool) -> int:
     from shardsim.core.console import console
     from shardsim.core.tables import Column, Grid, layout, show
     from shardsim.core.units import format_count
-    from shardsim.simulator.workload.describe import summary
-    from shardsim.simulator.workload.families import from_arch
-    from shardsim.simulator.workload.library import library
+    from shardsim.spec.model.blocks import from_arch
+    from shardsim.spec.model.describe import summary
+    from shardsim.spec.model.library import library
 
     rows = [
         summary(from_arch(name, m.arch), published=m.published_params, source=m.source) for name, m in library().items()
@@ -62,10 +62,10 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
     from shardsim.core.console import labelled, output_width
     from shardsim.core.errors import ConfigError
     from shardsim.core.units import format_count
-    from shardsim.simulator.workload.arch import Shape
-    from shardsim.simulator.workload.describe import read_model_file, summary
-    from shardsim.simulator.workload.hf_config import DEFAULT_SEQ_LEN
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
+    from shardsim.spec.model.arch import Shape
+    from shardsim.spec.model.describe import read_model_file, summary
+    from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
 
     if not path.endswith((".json", ".yaml", ".yml")):
         raise ConfigError("expected a Hugging Face config.json or a model .yaml", field="FILE", where=path)

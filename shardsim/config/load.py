@@ -19,8 +19,8 @@ from shardsim.config.smp import (
 )
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, check_keys, load_json, load_yaml, parse_yaml, unknown_key
-from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch
-from shardsim.simulator.workload.describe import arch_from_mapping
+from shardsim.spec.model.arch import SHAPE_FIELDS, Arch
+from shardsim.spec.model.describe import arch_from_mapping
 from shardsim.spec.strategies import ALIASES, DEFAULT_KIND, STRATEGIES, kind_name
 
 # Keys a configuration file may hold besides the schema's, SageMaker's, FSDP's and DeepSpeed's (name and

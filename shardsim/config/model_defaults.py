@@ -34,15 +34,15 @@ def lm_batch_per_device(seq_len: int, most: int) -> int:
 def language_model_tokens(cfg: RunConfig) -> int | None:
     """The sequence length of `cfg`'s workload where it is a text model (one read here: a library
     name, a file, an inline description; a model given by import path is not loaded for this), else None."""
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.spec.model.load import resolve_arch
 
     if isinstance(cfg.workload, str) and ":" in cfg.workload and not cfg.workload.endswith((".yaml", ".json")):
         return None
     try:
-        w = load_workload(cfg.workload, cfg.shape, cfg.source)
+        _, arch = resolve_arch(cfg.workload, cfg.shape, cfg.source)
     except ConfigError:
         return None  # the configuration's own checks say what is wrong with it
-    return w.arch.tokens if w.arch is not None and w.arch.traits.tokens == "text" else None
+    return arch.tokens if arch is not None and arch.traits.tokens == "text" else None
 
 
 def _has_bf16(topology: str) -> bool:

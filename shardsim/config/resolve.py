@@ -5,8 +5,8 @@ from __future__ import annotations
 from shardsim.config.schema import MESH_ORDERS, MODELS, Resolved, RunConfig, Strategy
 from shardsim.config.tp import check_tp
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Arch
 from shardsim.spec.bounds import world_refusal
+from shardsim.spec.model.arch import Arch
 from shardsim.spec.strategies import STRATEGIES as KINDS
 
 # A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first

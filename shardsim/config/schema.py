@@ -33,8 +33,8 @@ from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
 from shardsim.spec.bounds import SETTING_BOUNDS
+from shardsim.spec.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
 from shardsim.spec.strategies import (
     ALIASES,
     DDP,
@@ -657,7 +657,7 @@ class RunConfig(Frozen):
 
     @field_serializer("workload")
     def _dump_workload(self, value: str | Arch) -> Any:
-        return value if isinstance(value, str) else asdict(value)
+        return value if isinstance(value, str) else arch_dict(value)
 
     @field_serializer("shape")
     def _dump_shape(self, value: Shape) -> dict[str, int | None]:

@@ -9,7 +9,7 @@ head over tp / kv ranks (as Megatron-LM does): allowed when kv divides tp.
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Arch
+from shardsim.spec.model.arch import Arch
 
 
 def tp_group_span(tp: int, dp: int, tp_inner: bool) -> int:
@@ -42,7 +42,7 @@ def check_tp(
             where=where,
             field="tp",
         )
-    if arch.traits.tokens == "vector":
+    if arch.spec.tp_plan is None:
         raise ConfigError(
             f"tensor parallelism applies to the transformer families, not {arch.family}", where=where, field="tp"
         )

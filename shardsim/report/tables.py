@@ -18,7 +18,7 @@ from shardsim.core.units import (
     format_usd,
 )
 from shardsim.simulator.economics import MODEL_ERROR
-from shardsim.simulator.workload.load import display_name
+from shardsim.spec.model.load import display_name
 from shardsim.spec.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:

@@ -257,8 +257,8 @@ def trace_step(
     from shardsim.runtime.strategies.fsdp import parallelize
     from shardsim.runtime.strategies.pipeline import split_stage
     from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
-    from shardsim.simulator.workload.load import resolve_arch
-    from shardsim.simulator.workload.model import stage_ranges
+    from shardsim.spec.model.load import resolve_arch
+    from shardsim.spec.model.workload import stage_ranges
 
     _, arch = resolve_arch(cfg.workload, cfg.shape)
     n_layers = arch.layers if arch is not None else workloads.n_blocks(cfg.workload, cfg.shape)

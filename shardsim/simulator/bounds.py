@@ -55,7 +55,7 @@ from shardsim.simulator.strategies.fsdp import FsdpPiece, step_gathers
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
 from shardsim.simulator.strategies.steps import BlockTimes, Piece, rank_classes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel
-from shardsim.simulator.workload.model import Block
+from shardsim.spec.model.workload import Block
 from shardsim.spec.strategies.ddp import DDP
 
 PASSES = ("fwd", "bwd")

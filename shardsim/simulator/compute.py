@@ -21,8 +21,8 @@ from shardsim.simulator import attention_impl as ai
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.hardware.profile import Profile
-from shardsim.simulator.workload.model import Arch, Block
 from shardsim.spec.hardware.topology import DeviceSpec
+from shardsim.spec.model.workload import Arch, Block
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "tf32": 4}  # tf32 stores fp32
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
@@ -38,7 +38,7 @@ KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
 @lru_cache(maxsize=16)
 def _whole_blocks(arch: Arch) -> dict[str, Block]:
     """The blocks of a model of `arch` as one rank holds them whole, by name."""
-    from shardsim.simulator.workload.families import from_arch
+    from shardsim.spec.model.blocks import from_arch
 
     return {b.name: b for b in from_arch("whole", arch).blocks}
 
@@ -98,7 +98,7 @@ class ComputeModel:
     def by_name(self) -> bool:
         """Whether a block's cost depends on its name, not only on its shape: a profile measures
         blocks by name, and an MLP's first block computes no input gradient (`gpu_kernels`)."""
-        return self.profile is not None or (self.arch is not None and self.arch.family == "mlp")
+        return self.profile is not None or (self.arch is not None and not self.arch.spec.transformer)
 
     def block(self, b: Block, batch: int) -> BlockCost:
         esize = DTYPE_BYTES[self.precision]
@@ -126,7 +126,7 @@ class ComputeModel:
 
     def _layer(self, b: Block) -> bool:
         """Whether `b` is a transformer layer of a described model (what compile and the attention choice change)."""
-        return b.kind == "layer" and self.arch is not None and self.arch.family != "mlp"
+        return b.kind == "layer" and self.arch is not None and self.arch.spec.transformer
 
     def _fused_share(self, b: Block) -> float:
         """The share of a block's memory-bound traffic left under torch.compile (1 in eager)."""

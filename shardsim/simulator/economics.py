@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 # The model's stated error: the mean absolute error of step-time predictions on its calibration
 # set, out of sample (5-fold cross-validation: 78 measured FSDP runs of MPT models, 125M-70B, on
@@ -51,7 +51,7 @@ def mfu_peak(peak_tflops: Mapping[str, float], precision: str) -> tuple[str, flo
 
 
 def model_flops_per_sample(w: Workload) -> float:
-    """Model FLOPs of one sample's forward and backward: 3 × the forward's (`workload.families`
+    """Model FLOPs of one sample's forward and backward: 3 × the forward's (`spec.model.blocks`
     counts the forward: 2 per multiply-add, causal attention as half the s×s products)."""
     return 3.0 * w.fwd_flops
 

@@ -2,7 +2,7 @@
 memory-bound ops into fewer kernels; GEMMs and attention are unchanged (cuBLAS and the SDPA
 kernel, as in eager).
 
-Bytes per token of a layer's forward, eager (`families._layer`) against compiled:
+Bytes per token of a layer's forward, eager (`blocks._layer`) against compiled:
 - each residual add (read 2h, write h) fuses with the norm after it (read h, write h): one
   kernel reads x and the branch output and writes the sum and the normed tensor, 4h against
   5h; the layer's last add fuses into the next layer's first norm (or the head's): two such
@@ -21,18 +21,18 @@ the mlp family's blocks are not changed (named).
 
 from __future__ import annotations
 
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import kv_heads_per_rank
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import kv_heads_per_rank
 
 FWD_KERNELS_SAVED = 2  # the two residual adds, fused into the norms
 BWD_KERNELS_SAVED = 4  # the two residual-gradient adds, and one kernel of each norm's backward
-ROPE_EAGER_PASSES = 10  # as `families._layer` counts rotary embeddings in eager
+ROPE_EAGER_PASSES = 10  # as `blocks._layer` counts rotary embeddings in eager
 ROPE_FUSED_PASSES = 2
 
 
 def layer_mem_elems(a: Arch, tp: int = 1, sp: bool = False, compiled: bool = False) -> float:
     """Forward memory-bound elements per sample of one transformer layer, eager (what
-    `families._layer` counts) or compiled."""
+    `blocks._layer` counts) or compiled."""
     h, f, s = a.hidden, a.ffn_size // tp, a.tokens
     sn = s // tp if sp and tp > 1 else s
     swiglu = a.traits.mlp == "swiglu"
@@ -40,9 +40,11 @@ def layer_mem_elems(a: Arch, tp: int = 1, sp: bool = False, compiled: bool = Fal
         mem = sn * 2 * 4 * h + s * (3 * f if swiglu else 2 * f)
     else:
         mem = sn * (2 * 2 * h + 2 * 3 * h) + s * (5 * f if swiglu else 2 * f)
+    kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
     if a.position_kind == "rope":
-        kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
-        mem += (ROPE_FUSED_PASSES if compiled else ROPE_EAGER_PASSES) * s * (h // tp + kvd)
+        mem += (ROPE_FUSED_PASSES if compiled else ROPE_EAGER_PASSES) * s * (a.q_dim // tp + kvd)
+    if a.qk_norm:  # read and written once, eager or fused
+        mem += 2 * s * (a.q_dim // tp + kvd)
     return float(mem)
 
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
-from shardsim.simulator.workload.families import kv_heads_per_rank, layer_param_tensors
-from shardsim.simulator.workload.model import Arch, Block
 from shardsim.spec.hardware.topology import KernelSpec
+from shardsim.spec.model.blocks import kv_heads_per_rank, layer_param_tensors
+from shardsim.spec.model.workload import Arch, Block
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
 SMALL_TILE_EFFICIENCY = 0.9  # a 128×128 tile sustains less than a 256×128 one (less reuse per load; assumption)
@@ -122,17 +122,17 @@ def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels
     """The kernels of block `b` of a model of `arch` for a microbatch of `batch` samples, as one
     of `tp` tensor-parallel ranks runs them (its shards of the GEMMs: q/k/v and the MLP's first
     matrices by columns, the output projections by rows, attention by heads, the LM head by
-    vocabulary columns; `families.from_arch`), or None for a block this function does not know.
+    vocabulary columns; `blocks.from_arch`), or None for a block this function does not know.
     Written from the architecture so that a family with other projections (grouped KV heads,
     gated MLPs) adds its GEMMs here."""
     h, f = arch.hidden, arch.ffn_size // tp
     t = batch * arch.tokens
-    if b.kind == "layer" and arch.family == "mlp":
+    if b.kind == "layer" and not arch.spec.transformer:
         gemms = (Gemm(batch, f, h), Gemm(batch, h, f))
         return BlockKernels(gemms, None, MLP_FWD_OTHER, MLP_BWD_OTHER, input_grad=b.name != "block0")
     if b.kind == "layer":
         kvd = kv_heads_per_rank(arch, tp) * arch.head_dim if tp > 1 else arch.kv_dim
-        hq = h // tp
+        hq = arch.q_dim // tp
         qkv = Gemm(t, hq + 2 * kvd, h)
         gated = arch.traits.mlp == "swiglu"  # gate and up projections: one GEMM of twice the width
         up = Gemm(t, 2 * f if gated else f, h)
@@ -140,13 +140,13 @@ def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels
         attn = Attention(batch * arch.heads // tp, arch.tokens, arch.head_dim, causal=arch.traits.causal)
         return BlockKernels(gemms, attn, LAYER_FWD_OTHER, layer_bwd_other(arch))
     if b.kind == "embed":
-        if arch.family == "vit":
+        if arch.spec.embed == "patches":
             patch_in = arch.channels * arch.patch * arch.patch
             conv = Gemm(batch * (arch.tokens - 1), h, patch_in)
             return BlockKernels((conv,), None, EMBED_FWD_OTHER, EMBED_BWD_OTHER, input_grad=False)
         return BlockKernels((), None, EMBED_FWD_OTHER, EMBED_BWD_OTHER)
     if b.kind == "head":
-        if arch.family in ("vit", "mlp"):
+        if arch.spec.head != "lm":
             return BlockKernels((Gemm(batch, arch.classes, h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
         t = batch * (b.tokens or arch.tokens)  # a masked-LM head: its masked positions
         return BlockKernels((Gemm(t, -(-arch.vocab // tp), h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)

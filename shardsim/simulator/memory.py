@@ -17,9 +17,9 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.plan import RankClass
 from shardsim.simulator.strategies.planners import PLANNERS
-from shardsim.simulator.workload.families import kv_heads_per_rank
-from shardsim.simulator.workload.model import Block, Workload
 from shardsim.spec.hardware.topology import DeviceSpec
+from shardsim.spec.model.blocks import kv_heads_per_rank
+from shardsim.spec.model.workload import Block, Workload
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's
@@ -77,11 +77,11 @@ def attention_saves(w: Workload, attention: str, esize: int) -> Workload:
     (`attention_impl.saved_extra_bytes`) on each transformer layer of a described model; the
     fused kernels' (flash, efficient) as `families` counts them."""
     a = w.arch
-    if attention != "math" or a is None or a.family == "mlp":
+    if attention != "math" or a is None or not a.spec.transformer:
         return w
     tp = w.tp
     kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
-    extra = attention_impl.saved_extra_bytes(a.heads // tp, a.tokens, a.hidden // tp + 2 * kvd, esize) / esize
+    extra = attention_impl.saved_extra_bytes(a.heads // tp, a.tokens, a.q_dim // tp + 2 * kvd, esize) / esize
     blocks = tuple(replace(b, act_elems=b.act_elems + extra) if b.kind == "layer" else b for b in w.blocks)
     return replace(w, blocks=blocks)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardsim.simulator.workload.arch import Arch
+from shardsim.spec.model.arch import Arch
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,12 @@ def spec(name: str) -> OptimizerSpec:
 def _matrices(a: Arch) -> list[tuple[int, int]]:
     """The model's weight matrices as (rows, cols), each counted once (a tied head not again)."""
     h, f = a.hidden, a.ffn_size
-    if a.family == "mlp":
+    if not a.spec.transformer:
         return [(f, h), (h, f)] * a.layers + [(a.classes, h)]
-    layer = [(h + 2 * a.kv_dim, h), (h, h), (h, f)]
+    layer = [(a.q_dim + 2 * a.kv_dim, h), (h, a.q_dim), (h, f)]
     layer += [(f, h)] * (2 if a.traits.mlp == "swiglu" else 1)
     mats = layer * a.layers
-    if a.family == "vit":
+    if a.spec.embed == "patches":
         mats += [(h, a.channels * a.patch * a.patch), (a.tokens, h), (a.classes, h)]
     else:
         mats.append((a.vocab, h))

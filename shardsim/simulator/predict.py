@@ -37,11 +37,12 @@ from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import check_mlm, from_arch
-from shardsim.simulator.workload.load import load_workload, spec_name
-from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import Cluster, DeviceSpec, make_cluster
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import check_mlm, from_arch
+from shardsim.spec.model.load import spec_name
+from shardsim.spec.model.workload import Workload
 
 
 @dataclass(frozen=True)

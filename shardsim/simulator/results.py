@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from shardsim.config.schema import RunConfig, strategy_from_dict
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.economics import StepEconomics, economics, sequence_length
-from shardsim.simulator.workload.load import load_workload, spec_name
+from shardsim.simulator.workload.resolve import load_workload
+from shardsim.spec.model.load import spec_name
 from shardsim.spec.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:

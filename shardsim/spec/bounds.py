@@ -65,10 +65,15 @@ def beyond(value: int, maximum: int) -> str:
     return f"{value:,} is beyond the simulator's bound of {maximum:,}"
 
 
+class Embedding(Protocol):
+    """What `check_shape` reads of a model family's spec: how its inputs are embedded."""
+
+    embed: str  # "patches": an image cut into patches (ViT), whose count is bounded like a sequence
+
+
 class ModelShape(Protocol):
     """The fields of a model's description `check_shape` reads (a workload's `Arch` has them)."""
 
-    family: str
     layers: int
     hidden: int
     ffn: int
@@ -84,6 +89,9 @@ class ModelShape(Protocol):
     @property
     def tokens(self) -> int: ...
 
+    @property
+    def spec(self) -> Embedding: ...
+
 
 def check_shape(a: ModelShape, where: str | None = None) -> None:
     """Raise ConfigError (one line, the field) when a model's shape is beyond the simulator's
@@ -96,7 +104,7 @@ def check_shape(a: ModelShape, where: str | None = None) -> None:
     for name in ("channels", "classes"):
         if getattr(a, name) > SHAPE_BOUNDS[name]:
             raise ConfigError(beyond(getattr(a, name), SHAPE_BOUNDS[name]), where=where, field=name)
-    if a.family == "vit" and a.patch >= 1 and a.tokens > SHAPE_BOUNDS["tokens"]:
+    if a.spec.embed == "patches" and a.patch >= 1 and a.tokens > SHAPE_BOUNDS["tokens"]:
         why = f"{a.tokens:,} tokens per image (patches of {a.patch} in {a.image}) is beyond the simulator's bound "
         raise ConfigError(why + f"of {SHAPE_BOUNDS['tokens']:,}", where=where, field="image")
 

@@ -8,8 +8,8 @@ from functools import lru_cache
 
 from shardsim.config import RunConfig, resolve
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.model import Workload
 from shardsim.spec.hardware.topology import Cluster
+from shardsim.spec.model.workload import Workload
 
 
 def largest_fitting(candidates: Sequence[int], fits: Callable[[int], bool]) -> int | None:

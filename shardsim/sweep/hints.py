@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.core.units import GIB, format_bytes
-from shardsim.simulator.workload.model import Workload
 from shardsim.spec.bounds import MAX_WORLD
 from shardsim.spec.hardware.topology import Cluster, make_cluster
+from shardsim.spec.model.workload import Workload
 from shardsim.spec.strategies.zero import ZERO
 from shardsim.sweep.batch import _rank_workload, largest_fitting
 

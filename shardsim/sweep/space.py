@@ -25,11 +25,11 @@ from shardsim.config import (
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.load import load_workload
-from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.bounds import MAX_BATCH, MAX_GRAD_ACCUM, world_refusal
 from shardsim.spec.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.workload import Workload
 from shardsim.sweep.faces import DEFAULT_SWEEP, FACES, Face, divisors
 
 

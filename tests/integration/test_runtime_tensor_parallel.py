@@ -26,8 +26,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from shardsim.runtime.processes import exit_now
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.library import PRESETS
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.library import PRESETS
 from tests.integration.test_runtime_strategies import check_equals_reference
 
 GQA = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, ffn: 128, vocab: 256, seq_len: 32}"
@@ -114,6 +114,10 @@ def test_3d_layouts_equal_reference(tmp_path, case):
 ARCHS = {
     "gpt-tied": Arch("gpt", hidden=64, layers=2, heads=4, ffn=128, vocab=256, seq_len=32, tied_embeddings=True),
     "llama-gqa": Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256, seq_len=32),
+    # q/k/v biases alone (Qwen2) and a head width other than hidden / heads (Gemma)
+    "llama-qkv-bias": Arch(
+        "llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=256, seq_len=32, qkv_bias=True, head_size=8
+    ),
     "vit": Arch("vit", hidden=64, layers=2, heads=4, ffn=128, image=24, patch=8, classes=10),
     "mpt": Arch("mpt", hidden=64, layers=2, heads=4, ffn=128, vocab=256, seq_len=32),  # no biases, ALiBi's none
     "bert": Arch("bert", hidden=64, layers=2, heads=4, ffn=128, vocab=256, seq_len=32),  # bidirectional, biases
@@ -129,7 +133,7 @@ def _free_port() -> int:
 def _gradients(rank: int, world: int, port: int, name: str, sp: bool, out: dict) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
     from shardsim.runtime.strategies.tensor_parallel import apply_tp, loss_context, reduce_partial_grads
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -160,7 +164,7 @@ def _gradients(rank: int, world: int, port: int, name: str, sp: bool, out: dict)
 def test_initial_gradients_equal_reference(name, sp):
     """The first step's gradients of the TP model (2 gloo ranks, `apply_tp` alone) equal one
     process's to 2e-6 of each tensor's largest entry (fp32 re-association: measured <= 6.5e-7)."""
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     with mp.Manager() as manager:
         out = manager.dict()

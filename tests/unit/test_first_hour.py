@@ -12,11 +12,13 @@ import yaml
 
 from shardsim.cli import main
 from shardsim.config import load_config
-from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.hf_config import DEFAULT_SEQ_LEN, read_hf_config, read_hf_model
-from shardsim.simulator.workload.library import library
-from shardsim.simulator.workload.load import display_name, load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import builtin_topologies, load_instance
+from shardsim.spec.model.blocks import from_arch
+from shardsim.spec.model.hf_config import read_hf_config, read_hf_model
+from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
+from shardsim.spec.model.library import library
+from shardsim.spec.model.load import display_name
 
 MISTRAL = {  # mistralai/Mistral-7B-v0.1 config.json's shape keys (its maximum positions: 32,768)
     "model_type": "mistral",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardsim.simulator.hardware.profile import load_profile
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 GPU = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "gpu"
 

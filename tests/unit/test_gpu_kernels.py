@@ -9,9 +9,9 @@ import pytest
 
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.compute import ComputeModel
-from shardsim.simulator.workload.library import PRESETS
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import load_instance
+from shardsim.spec.model.library import PRESETS
 
 A100 = load_instance("p4d.24xlarge").device
 SPEC = A100.kernels
@@ -79,7 +79,7 @@ def test_a_gated_mlp_and_grouped_kv_heads_shape_the_gemms():
     """Llama's SwiGLU runs gate and up as one GEMM of twice the width; its K and V projections
     are kv_heads wide; its attention is causal. A gpt layer of the same size has neither."""
     from shardsim.simulator.gpu_kernels import block_kernels
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     llama = load_workload("llama-3.1-8b")
     a = llama.arch

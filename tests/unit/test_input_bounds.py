@@ -24,8 +24,8 @@ from shardsim.simulator.scale import (
     SWEEP_CONFIRM_ABOVE,
     plan_refusal,
 )
-from shardsim.simulator.workload import families
 from shardsim.spec.bounds import MAX_LAYERS
+from shardsim.spec.model import blocks
 from shardsim.sweep import search, task
 from shardsim.sweep.space import SweepSpace, _strategies_for, strategies_count
 from tests.helpers import one_tier
@@ -43,9 +43,9 @@ def nothing_built(monkeypatch):
     """Building a model into blocks fails the test, wherever `from_arch` is looked up (the modules
     that import it by name are imported first, so that none keeps this test's stand-in for good)."""
     import shardsim.simulator.predict as predict
-    import shardsim.simulator.workload.load as load
+    import shardsim.simulator.workload.resolve as load
 
-    for module in (families, load, predict):
+    for module in (blocks, load, predict):
         monkeypatch.setattr(module, "from_arch", lambda *a, **k: pytest.fail("the model was built into blocks"))
 
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from shardsim.core.errors import ConfigError
-from shardsim.runtime.models.transformer import build_model
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import attention_flops, from_arch
-from shardsim.simulator.workload.library import PRESETS
-from shardsim.simulator.workload.load import load_workload
+from shardsim.runtime.models.builders import build_model
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
-from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.workload.resolve import load_workload
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import attention_flops, from_arch
+from shardsim.spec.model.library import PRESETS
+from shardsim.spec.model.workload import Workload
 from tests import fixtures_models as fx
 
 # Every family at small shapes (grouped-query attention, tied embeddings, rotary positions),
@@ -27,6 +27,27 @@ SMALL = {
     "mpt": Arch("mpt", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, tied_embeddings=True),
     "bert": Arch("bert", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, tied_embeddings=True),
     "gpt-rope": Arch("gpt", hidden=64, layers=2, heads=4, ffn=256, seq_len=32, vocab=256, positions="rope"),
+    # llama-shaped Hugging Face types: q/k/v biases (Qwen2); a head width other than hidden / heads
+    # and q/k norms (Qwen3, Gemma 3), with rotary positions and without
+    "llama-qkv-bias": Arch(
+        "llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, seq_len=32, vocab=256, qkv_bias=True
+    ),
+    "llama-qk-norm": Arch(
+        "llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, seq_len=32, vocab=256, head_size=32, qk_norm=True
+    ),
+    "llama-qk-norm-learned": Arch(
+        "llama",
+        hidden=64,
+        layers=2,
+        heads=4,
+        ffn=96,
+        seq_len=32,
+        vocab=256,
+        head_size=8,
+        qk_norm=True,
+        positions="learned",
+        tied_embeddings=True,
+    ),  # fmt: skip
 }
 ARCHS = {**SMALL, **{n: PRESETS[n] for n in ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")}}
 CHECKED = tuple(ARCHS)
@@ -151,7 +172,7 @@ def test_bad_import_path_is_a_one_line_config_error(path: str, needle: str) -> N
 
 def test_presets_do_not_import_torch() -> None:
     code = (
-        "import sys; from shardsim.simulator.workload.load import load_workload; load_workload('llama-3.1-8b'); "
+        "import sys; from shardsim.simulator.workload.resolve import load_workload; load_workload('llama-3.1-8b'); "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

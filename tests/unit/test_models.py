@@ -14,11 +14,11 @@ import pytest
 from shardsim.config import load_config
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
-from shardsim.simulator.workload.arch import Arch, Shape
-from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.hf_config import read_hf_config
-from shardsim.simulator.workload.library import library
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
+from shardsim.spec.model.arch import Arch, Shape
+from shardsim.spec.model.blocks import from_arch
+from shardsim.spec.model.hf_config import read_hf_config
+from shardsim.spec.model.library import library
 
 PUBLISHED = [name for name, m in library().items() if m.published_params]
 # The CPU-sized and shardsim's own shapes keep their parameter counts and training FLOPs (causal
@@ -160,7 +160,7 @@ def test_predict_json_reports_params() -> None:
 @pytest.mark.parametrize("kind", SMALL_HF)
 def test_hf_config_builds_the_same_shapes(kind: str, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL_HF[kind]))

@@ -8,9 +8,9 @@ import pytest
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.simulator.compute import ADAM_OPS_PER_TENSOR, KERNEL_LAUNCH_S, ComputeModel
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import from_arch
 from shardsim.spec.hardware.topology import make_cluster
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import from_arch
 
 ARCHS = {
     "gpt": Arch("gpt", hidden=64, layers=3, heads=4, seq_len=32, vocab=128),
@@ -34,7 +34,7 @@ def optimizer_time(arch: Arch, impl: str) -> float:
 @pytest.mark.parametrize("family", ARCHS)
 def test_per_parameter_adam_pays_a_launch_per_tensor_of_the_real_model(family: str):
     torch = pytest.importorskip("torch")
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     arch = ARCHS[family]
     with torch.device("meta"):

@@ -10,7 +10,7 @@ import pytest
 
 from shardsim.cli import main
 from shardsim.config import load_config
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.hints import fit_hint, required_gib
 

@@ -14,10 +14,10 @@ from shardsim.runtime.collective_trace import trace_step
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.predict import rank_workload
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.library import PRESETS
 from shardsim.spec.hardware.topology import Cluster
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import from_arch
+from shardsim.spec.model.library import PRESETS
 from tests.helpers import instance
 
 LLAMA = Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, seq_len=32, vocab=256)  # GQA

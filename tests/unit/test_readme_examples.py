@@ -12,7 +12,7 @@ import pytest
 
 from shardsim.cli import build_parser, main
 from shardsim.config import config_from_args
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -19,14 +19,14 @@ from shardsim.config import SETTINGS, RunConfig, Strategy, load_config
 from shardsim.core.errors import WriteError
 from shardsim.runtime import data
 from shardsim.runtime.launch import CONFIG_FILE, RankView, diagnose, write_config
-from shardsim.runtime.models.transformer import build_model
+from shardsim.runtime.models.builders import build_model
 from shardsim.runtime.records import CSV_COLUMNS, CSV_NAME, LAB_KEYS, load_run, write_run
 from shardsim.runtime.status import RankStatus, classify, describe
 from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.testing import Fault
 from shardsim.runtime.train import build_parser, rank_config
 from shardsim.simulator.results import upgrade_record
-from shardsim.simulator.workload.library import PRESETS
+from shardsim.spec.model.library import PRESETS
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from shardsim.simulator.network.fluid import Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
 from shardsim.simulator.scale import MAX_PLAN_OPS, plan_ops_estimate
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.bounds import MAX_WORLD
 from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.search import sweep

@@ -11,8 +11,8 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import from_arch
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import from_arch
 
 GPT_35B = Arch("gpt", hidden=7168, layers=56, heads=56, seq_len=2048, vocab=50257)  # 34.9 B parameters
 
@@ -215,7 +215,7 @@ def test_hybrid_shard_without_a_degree_shards_within_each_node(tmp_path):
     cfg = load_config(write(tmp_path, "sharding_strategy: HYBRID_SHARD\ntopology: p4d.24xlarge\nnodes: 4\n"))
     assert (cfg.strategy.kind, cfg.strategy.degree, cfg.strategy.label()) == ("zero2d", None, "zero2d d=node")
     assert resolve(cfg, 32, 8, devices_per_node=8)[0].strategy.degree == 8
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     tp2 = cfg.replace(strategy=cfg.strategy.replace(tp=2))
     assert resolve(tp2, 32, 8, devices_per_node=8, arch=load_workload(cfg.workload).arch)[1].shard == 4

@@ -14,10 +14,10 @@ from shardsim.simulator import attention_impl as ai
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.predict import predict
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.families import from_arch, masked_tokens
-from shardsim.simulator.workload.load import resolve_arch
 from shardsim.spec.hardware.topology import make_cluster
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.blocks import from_arch, masked_tokens
+from shardsim.spec.model.load import resolve_arch
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 
@@ -104,7 +104,7 @@ def test_optimizer_state_bytes_follow_their_words():
 
 def test_adafactor_words_equal_torch_state():
     """The factored state's formula against torch.optim.Adafactor's own state after a step."""
-    from shardsim.runtime.models.transformer import build_model
+    from shardsim.runtime.models.builders import build_model
 
     for a in (
         Arch("gpt", hidden=32, layers=2, heads=4, seq_len=16, vocab=50),
@@ -252,7 +252,8 @@ def test_masked_lm_head_is_refused_on_causal_models():
 
 
 def test_runtime_masked_head_predicts_its_positions():
-    from shardsim.runtime.models.transformer import build_model, masked_positions
+    from shardsim.runtime.models.builders import build_model
+    from shardsim.runtime.models.transformer import masked_positions
     from shardsim.runtime.stack import apply_model_settings
 
     a = Arch("bert", hidden=32, layers=1, heads=2, seq_len=20, vocab=30)

@@ -15,7 +15,7 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.results import flatten
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import Cluster
 from shardsim.sweep.faces import default_microbatches
 from shardsim.sweep.recommendation import recommend

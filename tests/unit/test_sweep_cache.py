@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from shardsim.cli import main
 from shardsim.config import RunConfig
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.sweep.cache import (
     FILE,
     KeyMaker,

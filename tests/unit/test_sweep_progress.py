@@ -11,7 +11,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.cli import sweep as sweep_cli
 from shardsim.config import RunConfig
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.sweep import progress as progress_module
 from shardsim.sweep.execute import predict_all
 from shardsim.sweep.progress import SweepProgress, format_duration, left_text, time_left

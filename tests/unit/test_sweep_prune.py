@@ -14,7 +14,7 @@ from shardsim.config import RunConfig
 from shardsim.report.plots import representative_rows
 from shardsim.simulator.bounds import compute_bound_s
 from shardsim.simulator.predict import chain_bound_s, predict, prepare
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.sweep.prune import PRUNED_COMPUTE
 from shardsim.sweep.ranking import scaling_configs
 from shardsim.sweep.rows import PRUNED_COLUMNS

@@ -13,7 +13,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import RunConfig
 from shardsim.config.schema import Shape
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.search import sweep

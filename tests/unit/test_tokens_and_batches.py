@@ -18,7 +18,7 @@ from shardsim.report.tables import versus
 from shardsim.simulator.economics import MODEL_ERROR, model_flops_per_sample, sequence_length
 from shardsim.simulator.predict import predict
 from shardsim.simulator.results import TOKEN_COLUMNS
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import load_instance, make_cluster
 from shardsim.sweep.batch import fits_at, largest_fitting
 from shardsim.sweep.hints import required_gib

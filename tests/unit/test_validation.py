@@ -118,7 +118,7 @@ PROFILE = {
 
 
 def _profile(tmp_path: Path) -> Path:
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     names = [b.name for b in load_workload("small-gpt").blocks]
     doc = json.loads(json.dumps(PROFILE))

@@ -19,7 +19,7 @@ from pathlib import Path
 from shardsim.core.files import atomic_write
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.hardware.profile import load_profile
-from shardsim.simulator.workload.load import load_workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import load_instance
 
 ROOT = Path(__file__).resolve().parents[3]

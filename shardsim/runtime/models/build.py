@@ -1,7 +1,7 @@
 """The runtime's model, built from the same workload spec the simulator reads.
 
 A described model (a library name, a model YAML, a Hugging Face config.json, an inline
-`Arch`; shape flags over it) builds `runtime.models.transformer.build_model(arch)`;
+`Arch`; shape flags over it) builds `runtime.models.builders.build_model(arch)`;
 ``pkg.module:build_fn`` imports and calls the function (no arguments). The model must have ``blocks`` (an
 ``nn.ModuleList``), ``sample_batch(batch, generator=None) -> (inputs, targets)``, and for a
 pipeline ``embed`` (or None) and ``head``; ``loss(output, target)`` defaults to
@@ -15,28 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Arch, Shape
-from shardsim.simulator.workload.importpath import first_line, resolve_import_path
-from shardsim.simulator.workload.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
-
-ASYNC_TP_REFUSED = (
-    "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "
-    "pass (torch._inductor.config._micro_pipeline_tp), which the runtime's eager step does not use"
-)
-
-
-def check_runtime_tp(arch: Arch | None, tp: int, async_tp: bool = False) -> None:
-    """What the runtime refuses of a tensor-parallel configuration `resolve` accepts (ConfigError,
-    one line): asyncTP, and fewer key/value heads than tp (GQA replicating a key/value head over
-    several TP ranks is modelled by the simulator only)."""
-    if async_tp:
-        raise ConfigError(ASYNC_TP_REFUSED, field="async_tp")
-    if arch is not None and tp > 1 and arch.kv % tp:
-        raise ConfigError(
-            f"tp {tp} exceeds the model's {arch.kv} key/value heads: the runtime does not replicate "
-            "key/value heads over tensor-parallel ranks (the simulator models it)",
-            field="tp",
-        )
+from shardsim.spec.model.arch import Shape
+from shardsim.spec.model.importpath import first_line, resolve_import_path
+from shardsim.spec.model.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
 
 
 def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE, tp: int = 1) -> Callable[[], Any]:
@@ -46,7 +27,7 @@ def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE, tp: int = 1) ->
     if arch is not None:
 
         def build():
-            from shardsim.runtime.models.transformer import build_model
+            from shardsim.runtime.models.builders import build_model  # imports torch, only here
 
             return build_model(arch, qkv_groups=tp)
 

@@ -5,8 +5,10 @@ and pipelines split) and ``head``; ``forward`` chains them; ``loss`` is cross-en
 ``sample_batch`` makes seeded synthetic data (as the seed's FakeDataset).
 
 One transformer layer serves every family, as its `Traits` say: the norm (LayerNorm, LayerNorm
-without bias, RMSNorm), biases or none, a GELU or a SwiGLU MLP, learned or rotary positions,
-grouped-query attention through `F.scaled_dot_product_attention` (``enable_gqa``).
+without bias, RMSNorm), biases or none (or on q, k and v alone), a GELU or a SwiGLU MLP, learned
+or rotary positions, grouped-query attention through `F.scaled_dot_product_attention`
+(``enable_gqa``), an explicit head width, q/k norms. `runtime.models.builders` assembles a
+family's model from these modules.
 Simplifications, named: q, k and v come from one fused projection (its output is what
 attention saves), its rows in ``qkv_groups`` groups [q_g, k_g, v_g] (one per tensor-parallel rank, so
 that a contiguous row shard holds a rank's query heads and their key/value heads; one group is
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shardsim.simulator.workload.arch import Arch
+from shardsim.spec.model.arch import Arch
 
 
 def norm(kind: str, hidden: int) -> nn.Module:
@@ -45,7 +47,8 @@ def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor
 
 
 class Attention(nn.Module):
-    """Self-attention with a fused qkv projection whose rows are `groups` blocks [q_g, k_g, v_g].
+    """Self-attention with a fused qkv projection whose rows are `groups` blocks [q_g, k_g, v_g]
+    (and an RMSNorm over each head's q and k where the model has them: `Arch.qk_norm`).
 
     ``forward`` reads its head counts from the width of the qkv output it gets: the whole
     projection (every group) or a tensor-parallel rank's row shard (its own groups)."""
@@ -53,11 +56,13 @@ class Attention(nn.Module):
     def __init__(self, a: Arch, groups: int = 1):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = a.heads, a.kv, a.head_dim
-        self.q_width, self.kv_width = a.hidden // groups, a.kv_dim // groups  # per group
+        self.q_width, self.kv_width = a.q_dim // groups, a.kv_dim // groups  # per group
         self.causal = a.traits.causal
         bias = a.traits.bias
-        self.qkv = nn.Linear(a.hidden, a.hidden + 2 * a.kv_dim, bias=bias)
-        self.proj = nn.Linear(a.hidden, a.hidden, bias=bias)
+        self.qkv = nn.Linear(a.hidden, a.q_dim + 2 * a.kv_dim, bias=bias or a.qkv_bias)
+        self.proj = nn.Linear(a.q_dim, a.hidden, bias=bias)
+        self.q_norm = nn.RMSNorm(a.head_dim) if a.qk_norm else None
+        self.k_norm = nn.RMSNorm(a.head_dim) if a.qk_norm else None
         self.backends: list | None = None  # SDPBackends to restrict SDPA to (`runtime.stack`); None: PyTorch's choice
         self.rope = a.position_kind == "rope"
         if self.rope:
@@ -71,8 +76,10 @@ class Attention(nn.Module):
         qw, kvw, hd = self.q_width, self.kv_width, self.head_dim
         g = qkv.shape[-1] // (qw + 2 * kvw)  # groups held here (all, or a TP rank's)
         q, k, v = qkv.view(b, s, g, qw + 2 * kvw).split([qw, kvw, kvw], dim=-1)
-        q = q.reshape(b, s, -1, hd).transpose(1, 2)
-        k = k.reshape(b, s, -1, hd).transpose(1, 2)
+        q, k = q.reshape(b, s, -1, hd), k.reshape(b, s, -1, hd)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.reshape(b, s, -1, hd).transpose(1, 2)
         if self.rope:
             q, k = rotate(q, self.cos[:s], self.sin[:s]), rotate(k, self.cos[:s], self.sin[:s])
@@ -116,6 +123,7 @@ class TransformerLayer(nn.Module):
     def __init__(self, a: Arch, qkv_groups: int = 1):
         super().__init__()
         t = a.traits
+        self.tp_plan = a.spec.tp_plan  # the module names tensor parallelism splits
         self.ln1 = norm(t.norm, a.hidden)
         self.attn = Attention(a, qkv_groups)
         self.ln2 = norm(t.norm, a.hidden)
@@ -231,7 +239,7 @@ def sample_batch(a: Arch, batch: int, generator: torch.Generator | None = None) 
     if a.traits.tokens == "text":
         ids = torch.randint(0, a.vocab, (batch, a.seq_len), generator=g)
         return ids, torch.randint(0, a.vocab, (batch, a.seq_len), generator=g)
-    if a.family == "vit":
+    if a.traits.tokens == "image":
         img = torch.randn(batch, a.channels, a.image, a.image, generator=g)
         return img, torch.randint(0, a.classes, (batch,), generator=g)
     x = torch.randn(batch, a.hidden, generator=g)
@@ -247,23 +255,24 @@ class _MLPHead(nn.Module):
         return self.out(x)
 
 
-def build_model(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
-    """The torch model of an architecture (build under `torch.device('meta')` to cost it free).
-    `qkv_groups`: the tensor-parallel degree the fused qkv rows are grouped for (1: [q, k, v]);
-    it must divide the key/value heads (ConfigError naming `tp`: GQA replicating a key/value
-    head over several ranks is modelled by the simulator only)."""
-    from shardsim.runtime.models.build import check_runtime_tp
-
-    check_runtime_tp(a, qkv_groups)
-    if a.family == "mlp":
-        blocks = [MLPBlock(a.hidden, a.ffn_size) for _ in range(a.layers)]
-        return ShardsimModel(a, None, blocks, _MLPHead(a.hidden, a.classes))
+def build_text(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
+    """A text model: token embedding (learned positions where it has them), transformer layers, LM head."""
     blocks = [TransformerLayer(a, qkv_groups) for _ in range(a.layers)]
-    if a.family == "vit":
-        return ShardsimModel(a, PatchEmbed(a), blocks, ClsHead(a.hidden, a.classes))
     embed = TokenEmbed(a.vocab, a.seq_len, a.hidden, a.position_kind == "learned")
     head = LMHead(a.hidden, a.vocab, a.traits.norm)
     if a.tied_embeddings:
         nn.init.normal_(embed.tok.weight, std=0.02)  # it is the output projection too (GPT-2's init)
         head.out.weight = embed.tok.weight
     return ShardsimModel(a, embed, blocks, head)
+
+
+def build_vit(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
+    """A Vision Transformer: patch embedding, transformer layers, classifier on [CLS]."""
+    blocks = [TransformerLayer(a, qkv_groups) for _ in range(a.layers)]
+    return ShardsimModel(a, PatchEmbed(a), blocks, ClsHead(a.hidden, a.classes))
+
+
+def build_mlp(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
+    """A stack of MLP blocks and a classifier (no attention: `qkv_groups` does not apply)."""
+    blocks = [MLPBlock(a.hidden, a.ffn_size) for _ in range(a.layers)]
+    return ShardsimModel(a, None, blocks, _MLPHead(a.hidden, a.classes))

@@ -75,7 +75,7 @@ def setup_bench(workload: str, device: str, threads: int, precision: str) -> Ben
     import torch
 
     from shardsim.runtime.models.build import resolve_builder
-    from shardsim.simulator.workload.load import load_workload
+    from shardsim.simulator.workload.resolve import load_workload
 
     torch.manual_seed(0)
     if device == "cpu":

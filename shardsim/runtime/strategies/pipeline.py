@@ -18,7 +18,7 @@ from shardsim.runtime.strategies.ddp import apply_ddp, localize_tp
 from shardsim.runtime.strategies.fsdp import apply_fsdp, parallelize
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
 from shardsim.runtime.strategies.tensor_parallel import local_loss, loss_context, reduce_partial_grads
-from shardsim.simulator.workload.model import stage_ranges
+from shardsim.spec.model.workload import stage_ranges
 
 
 class StageModule(nn.Module):
@@ -43,7 +43,7 @@ class StageModule(nn.Module):
 
 
 def split_stage(model: nn.Module, pp_rank: int, pp: int) -> StageModule:
-    """Stage `pp_rank` of `pp`: blocks by `simulator.workload.stage_ranges` (as the
+    """Stage `pp_rank` of `pp`: blocks by `spec.model.workload.stage_ranges` (as the
     simulator splits them), the embedding on the first stage, the head on the last."""
     if not hasattr(model, "head"):
         raise ValueError("a pipeline needs a model with embed (or None), blocks and head")

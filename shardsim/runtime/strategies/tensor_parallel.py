@@ -1,7 +1,8 @@
 """Tensor parallelism with PyTorch's DTensor API (`parallelize_module`), as torchtitan applies it.
 
-Per transformer layer (`runtime.models.transformer`): attn.qkv and the MLP's fc1 / gate / up
-column-parallel (`ColwiseParallel`), attn.proj and fc2 / down row-parallel (`RowwiseParallel`): an
+Per transformer layer (`runtime.models.transformer`), as its family's `TPPlan` names the modules:
+attn.qkv and the MLP's fc1 / gate / up column-parallel (`ColwiseParallel`), attn.proj and fc2 /
+down row-parallel (`RowwiseParallel`): an
 all-reduce of the layer's activations after each row-parallel matmul in forward, and in backward
 one of the input gradients of attention and one of the MLP (their input enters as one DTensor).
 With sequence parallelism the norms run on a sequence shard (`SequenceParallel`), attention and
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 
 from torch import nn
 
-from shardsim.runtime.models.build import check_runtime_tp
+from shardsim.runtime.models.checks import check_runtime_tp
 from shardsim.runtime.strategies.blocks import blocks_of
 
 
@@ -42,12 +43,9 @@ def _layer_plan(layer: nn.Module, sp: bool) -> dict:
     )
 
     out = Shard(1) if sp else Replicate()
-    plan: dict = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(output_layouts=out)}
-    mlp = layer.mlp
-    ins = ("gate", "up") if hasattr(mlp, "gate") else ("fc1",)
-    outs = "down" if hasattr(mlp, "down") else "fc2"
-    plan.update({f"mlp.{n}": ColwiseParallel() for n in ins})
-    plan[f"mlp.{outs}"] = RowwiseParallel(output_layouts=out)
+    split = layer.tp_plan  # the family's `TPPlan`
+    plan: dict = {name: ColwiseParallel() for name in split.colwise}
+    plan.update({name: RowwiseParallel(output_layouts=out) for name in split.rowwise})
     # attention's and the MLP's input enter as one replicated DTensor (gathered along the sequence
     # under SP): the gradients of its column-parallel consumers (SwiGLU's gate and up) add up
     # before one all-reduce (one reduce-scatter under SP), as Megatron's f operator, instead of
@@ -55,7 +53,7 @@ def _layer_plan(layer: nn.Module, sp: bool) -> dict:
     enter = PrepareModuleInput(input_layouts=(out,), desired_input_layouts=(Replicate(),))
     plan.update({"attn": enter, "mlp": enter})
     if sp:
-        plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel()})
+        plan.update({name: SequenceParallel() for name in split.norms})
     return plan
 
 

@@ -72,7 +72,7 @@ def _resolve(cfg: RunConfig, world: int, devices_per_node: int | None = None):
     """`resolve` against the model (its arch: tensor parallelism is checked against it) and, where
     given, the cluster's devices per node."""
     from shardsim.runtime.models.build import n_blocks
-    from shardsim.simulator.workload.load import resolve_arch
+    from shardsim.spec.model.load import resolve_arch
 
     arch = resolve_arch(cfg.workload, cfg.shape)[1]
     blocks = n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline)

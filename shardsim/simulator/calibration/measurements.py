@@ -40,11 +40,11 @@ from shardsim.core.csvfile import read_table
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import read_text
 from shardsim.simulator.predict import StepPrediction
-from shardsim.simulator.workload.arch import SHAPE_FIELDS
-from shardsim.simulator.workload.describe import ARCH_FIELDS
-from shardsim.simulator.workload.load import load_workload
-from shardsim.simulator.workload.model import Workload
+from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import InstanceType
+from shardsim.spec.model.arch import SHAPE_FIELDS
+from shardsim.spec.model.describe import ARCH_FIELDS
+from shardsim.spec.model.workload import Workload
 from shardsim.spec.strategies import FSDP_SHARDING, ZERO2D
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")

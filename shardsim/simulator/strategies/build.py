@@ -11,7 +11,7 @@ from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import BlockTimes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel, tensor_parallel
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.workload import Workload
 
 
 def overlaps(cfg: RunConfig, res: Resolved) -> bool:
@@ -34,7 +34,7 @@ def plan_tensor_parallel(cfg: RunConfig, res: Resolved, w: Workload, ckpt: Check
 
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
     """The plan of one training step of `cfg`'s strategy; `w` is the model as one rank runs it
-    (with tensor parallelism, one tensor-parallel rank's shards: `families.from_arch`)."""
+    (with tensor parallelism, one tensor-parallel rank's shards: `blocks.from_arch`)."""
     layer_params = sum(b.params for b in w.layers)
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
     ckpt = checkpointing_of(cfg, w.layers)

@@ -30,7 +30,7 @@ from shardsim.simulator.strategies.steps import (
     data_parallel_plan,
     split_blocks,
 )
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.model.workload import Block, Workload
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)

@@ -16,7 +16,7 @@ from shardsim.simulator.strategies.fsdp import zero_plan
 from shardsim.simulator.strategies.held import autocast_copies, fsdp_gathered, pipelined_unsharded
 from shardsim.simulator.strategies.pipeline import pipeline_plan
 from shardsim.simulator.strategies.zero1 import largest_partition, zero1_plan
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.model.workload import Block, Workload
 from shardsim.spec.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 

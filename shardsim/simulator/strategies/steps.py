@@ -12,7 +12,7 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import BlockCost, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass
-from shardsim.simulator.workload.model import Block, Workload, stage_ranges
+from shardsim.spec.model.workload import Block, Workload, stage_ranges
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
 

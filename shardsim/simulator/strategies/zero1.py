@@ -24,7 +24,7 @@ from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, data_parallel_plan, split_blocks
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.model.workload import Block, Workload
 
 PARAM_BYTES = GRAD_BYTES  # the broadcast parameters are the fp32 masters DDP wraps (autocast casts copies)
 

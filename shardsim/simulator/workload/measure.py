@@ -1,6 +1,6 @@
 """Cost a torch model block by block on the meta device (no memory, no compute).
 
-The only module of `simulator` that imports torch; `simulator.workload.load_workload` imports
+The only module of `simulator` that imports torch; `simulator.workload.resolve.load_workload` imports
 it lazily for workloads given as ``pkg.module:build_fn``.
 
 Protocol: the model has ``embed`` (an nn.Module, or None), ``blocks`` (an nn.ModuleList or
@@ -59,9 +59,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.importpath import first_line, resolve_import_path
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.importpath import first_line, resolve_import_path
+from shardsim.spec.model.workload import Block, Workload
 
 BATCH = 2  # samples per measured batch (every figure is divided by it)
 

@@ -1,19 +1,16 @@
-"""A workload from its description: a library name, a model YAML file, a Hugging Face
-``config.json`` (named after its model, with the sequence length it is read at), an inline
-`Arch`, or ``pkg.module:build_fn`` (measured on the meta device); shape fields given as flags
-(`Shape`) apply over any description but the last."""
+"""A workload's description resolved to its name and `Arch`: a library name, a model YAML file, a
+Hugging Face ``config.json`` (named after its model, with the sequence length it is read at), an
+inline `Arch`, or ``pkg.module:build_fn`` (no `Arch`: `simulator.workload.resolve` measures it);
+shape fields given as flags (`Shape`) apply over any description but the last."""
 
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.core.torch_required import require_torch
 from shardsim.core.yamlio import suggest
-from shardsim.simulator.workload.arch import Arch, Shape
-from shardsim.simulator.workload.describe import read_model_file
-from shardsim.simulator.workload.families import from_arch
-from shardsim.simulator.workload.hf_config import read_hf_model
-from shardsim.simulator.workload.library import PRESETS
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.arch import Arch, Shape
+from shardsim.spec.model.describe import read_model_file
+from shardsim.spec.model.hf_config import read_hf_model
+from shardsim.spec.model.library import PRESETS
 
 WorkloadSpec = str | Arch  # what `RunConfig.workload` holds
 NO_SHAPE = Shape()
@@ -56,14 +53,3 @@ def resolve_arch(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None 
     if changed and not isinstance(spec, Arch):
         name = f"{name} {' '.join(changed)}"
     return (shaped.label() if isinstance(spec, Arch) else name), shaped
-
-
-def load_workload(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None = None) -> Workload:
-    """The workload a description names: costed analytically, or measured on the meta device."""
-    name, arch = resolve_arch(spec, shape, where)
-    if arch is not None:
-        return from_arch(name, arch)
-    require_torch(f"the workload {name!r} (a model built by Python)")
-    from shardsim.simulator.workload.measure import measure_import_path  # imports torch, only here
-
-    return measure_import_path(name)

@@ -11,8 +11,9 @@ from typing import Any
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml
-from shardsim.simulator.workload.arch import FAMILIES, Arch, check_arch, check_used
-from shardsim.simulator.workload.model import Workload
+from shardsim.spec.model.arch import Arch, check_arch, check_used
+from shardsim.spec.model.registry import FAMILIES
+from shardsim.spec.model.workload import Workload
 
 ARCH_FIELDS = tuple(f.name for f in fields(Arch))
 # Keys a model file may hold besides the shape: its name, where its shape comes from, and its
@@ -65,7 +66,7 @@ def summary(w: Workload, *, published: float | None = None, source: str | None =
         shape = {"hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv, "ffn": a.ffn_size}
         if a.traits.tokens == "text":
             shape |= {"vocab": a.vocab, "seq_len": a.seq_len, "tied_embeddings": a.tied_embeddings}
-        elif a.family == "vit":
+        elif a.spec.embed == "patches":
             shape |= {"image": a.image, "patch": a.patch, "classes": a.classes}
         out |= shape | {"positions": a.position_kind}
     out |= {"tokens_per_sample": w.tokens_per_sample, "train_flops_per_sample": w.train_flops}

@@ -1,5 +1,6 @@
-"""A model's shape: `Arch` (what the simulator costs and the runtime builds), the traits of each
-family, and `Shape` (overrides of shape fields given as flags over any description)."""
+"""A model's shape: `Arch` (what the simulator costs and the runtime builds; its family's
+`ModelSpec` says what its layers are made of), and `Shape` (overrides of shape fields given as
+flags over any description)."""
 
 from __future__ import annotations
 
@@ -8,38 +9,15 @@ from dataclasses import dataclass, fields, replace
 
 from shardsim.core.errors import ConfigError
 from shardsim.spec.bounds import check_shape
+from shardsim.spec.model.registry import FAMILIES, SPECS
+from shardsim.spec.model.spec import ModelSpec, Traits
 
-
-@dataclass(frozen=True)
-class Traits:
-    """What a family's layers are made of."""
-
-    norm: str  # layernorm | layernorm-nobias | rmsnorm
-    bias: bool  # biases in the linear layers
-    mlp: str  # gelu (two matrices) | swiglu (three: gate, up, down)
-    positions: str  # learned | rope | alibi | none: the default of the family
-    causal: bool
-    tokens: str  # text (token ids, LM head over the vocabulary) | image | vector
-
-
-# gpt: GPT-2 style. llama: Llama 2/3, Mistral. mpt: MosaicML MPT (`no_bias: true`). bert and vit:
-# bidirectional encoders, pre-LN (BERT itself is post-LN: same parameters and FLOPs; the
-# token-type embeddings, the embedding LayerNorm and the pooler are left out, 0.3 % of BERT-large).
-TRAITS: dict[str, Traits] = {
-    "gpt": Traits("layernorm", True, "gelu", "learned", True, "text"),
-    "llama": Traits("rmsnorm", False, "swiglu", "rope", True, "text"),
-    "mpt": Traits("layernorm-nobias", False, "gelu", "alibi", True, "text"),
-    "bert": Traits("layernorm", True, "gelu", "learned", False, "text"),
-    "vit": Traits("layernorm", True, "gelu", "learned", False, "image"),
-    "mlp": Traits("layernorm", True, "gelu", "none", False, "vector"),
-}
-FAMILIES = tuple(TRAITS)
 POSITIONS = ("learned", "rope", "alibi", "none")
 
 
 @dataclass(frozen=True)
 class Arch:
-    """Shape of a model; `runtime.models.transformer.build_model` builds exactly this in torch."""
+    """Shape of a model; `runtime.models.builders.build_model` builds exactly this in torch."""
 
     family: str  # one of FAMILIES
     hidden: int
@@ -55,10 +33,17 @@ class Arch:
     patch: int = 16  # vit
     channels: int = 3  # vit
     classes: int = 1000  # vit/mlp
+    head_size: int = 0  # width of one attention head; 0 → hidden / heads
+    qkv_bias: bool = False  # biases on the q, k and v projections alone (Qwen2)
+    qk_norm: bool = False  # an RMSNorm over each head's q and k (Qwen3, Gemma 3)
+
+    @property
+    def spec(self) -> ModelSpec:
+        return SPECS[self.family]
 
     @property
     def traits(self) -> Traits:
-        return TRAITS[self.family]
+        return self.spec.traits
 
     @property
     def ffn_size(self) -> int:
@@ -70,7 +55,12 @@ class Arch:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (and of attention's output): heads x head width."""
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -83,16 +73,26 @@ class Arch:
 
     @property
     def tokens(self) -> int:
-        if self.family == "vit":
+        embed = self.spec.embed
+        if embed == "patches":
             return (self.image // self.patch) ** 2 + 1  # patches + [CLS]
-        if self.family == "mlp":
-            return 1
-        return self.seq_len
+        return self.seq_len if embed == "tokens" else 1
 
     def label(self) -> str:
         """A short name for a model described inline."""
         kv = f" kv{self.kv}" if self.kv != self.heads else ""
         return f"{self.family} h{self.hidden} L{self.layers} a{self.heads}{kv} f{self.ffn_size} s{self.tokens}"
+
+
+# The layer's attention shape beyond the family's traits: written out only where a model sets them
+ATTENTION_FIELDS = ("head_size", "qkv_bias", "qk_norm")
+
+
+def arch_dict(a: Arch) -> dict[str, object]:
+    """`a` as a mapping (`describe.arch_from_mapping` reads it back), `ATTENTION_FIELDS` left out at their defaults."""
+    base = Arch(a.family, hidden=1, layers=1)
+    out = {f.name: getattr(a, f.name) for f in fields(a)}
+    return {k: v for k, v in out.items() if k not in ATTENTION_FIELDS or v != getattr(base, k)}
 
 
 SHAPE_FIELDS = ("seq_len", "hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
@@ -102,14 +102,14 @@ _IMAGE_FIELDS = ("image", "patch", "channels")
 UNUSED_FIELDS = {
     "text": (*_IMAGE_FIELDS, "classes"),
     "image": ("seq_len", "vocab"),
-    "vector": ("heads", "kv_heads", "seq_len", "vocab", "positions", *_IMAGE_FIELDS),
+    "vector": ("heads", "kv_heads", "seq_len", "vocab", "positions", *_IMAGE_FIELDS, *ATTENTION_FIELDS),
 }
 
 
 def check_used(family: str, given: Iterable[str], where: str | None, prefix: str = "") -> None:
     """ConfigError naming the first of the `given` fields that a `family` model does not use."""
-    traits = TRAITS.get(family)
-    unused = UNUSED_FIELDS[traits.tokens] if traits else ()
+    spec = SPECS.get(family)
+    unused = UNUSED_FIELDS[spec.traits.tokens] if spec else ()
     for name in given:
         if name in unused:
             raise ConfigError(f"not used by the {family} family; leave it out", where=where, field=prefix + name)
@@ -140,14 +140,14 @@ class Shape:
 
 def check_arch(a: Arch, where: str | None = None) -> Arch:
     """`a` if its fields are consistent; otherwise ConfigError naming the field."""
-    if a.family not in TRAITS:
+    if SPECS.get(a.family) is None:
         raise ConfigError(
             f"unknown family {a.family!r}; expected one of {', '.join(FAMILIES)}", where=where, field="family"
         )
     for name in ("hidden", "layers"):
         if getattr(a, name) < 1:
             raise ConfigError(f"must be >= 1, got {getattr(a, name)}", where=where, field=name)
-    for name in ("heads", "kv_heads", "ffn", "seq_len", "vocab", "image", "patch", "channels", "classes"):
+    for name in ("heads", "kv_heads", "ffn", "seq_len", "vocab", "image", "patch", "channels", "classes", "head_size"):
         if getattr(a, name) < 0:
             raise ConfigError(f"must be >= 0, got {getattr(a, name)}", where=where, field=name)
     if a.position_kind not in POSITIONS:
@@ -155,10 +155,10 @@ def check_arch(a: Arch, where: str | None = None) -> Arch:
             f"expected one of {', '.join(POSITIONS)}, got {a.positions!r}", where=where, field="positions"
         )
     t = a.traits
-    if a.family != "mlp":
+    if a.spec.transformer:
         if a.heads < 1:
             raise ConfigError(f"must be >= 1, got {a.heads}", where=where, field="heads")
-        if a.hidden % a.heads:
+        if not a.head_size and a.hidden % a.heads:
             raise ConfigError(f"{a.heads} heads do not divide hidden {a.hidden}", where=where, field="heads")
         if a.kv < 1 or a.heads % a.kv:
             raise ConfigError(f"{a.kv} key/value heads do not divide {a.heads} heads", where=where, field="kv_heads")

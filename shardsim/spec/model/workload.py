@@ -1,6 +1,6 @@
 """Workloads: a model as an ordered list of blocks (the units FSDP wraps and pipelines split).
 
-A described model (`Arch`) is costed analytically (`workload.families`), without torch; a
+A described model (`Arch`) is costed analytically (`spec.model.blocks`), without torch; a
 model given by import path (``pkg.module:build_fn``) is measured on the meta device instead
 (`workload.measure`, which imports torch). Both produce the same `Workload`; a test checks
 that the analytic numbers equal what torch measures on the runtime's own modules.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardsim.simulator.workload.arch import Arch
+from shardsim.spec.model.arch import Arch
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Workload:
     arch: Arch | None = None
     import_path: str | None = None
     notes: dict[str, str] = field(default_factory=dict, compare=False)
-    tp: int = 1  # the blocks are one of `tp` tensor-parallel ranks' (`families.from_arch`)
+    tp: int = 1  # the blocks are one of `tp` tensor-parallel ranks' (`blocks.from_arch`)
     sequence_parallel: bool = False
 
     @property

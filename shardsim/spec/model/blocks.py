@@ -11,8 +11,8 @@ counted). The measurement counts the same way, and `mfu` is computed from these 
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.workload.arch import Arch
-from shardsim.simulator.workload.model import Block, Workload
+from shardsim.spec.model.arch import Arch
+from shardsim.spec.model.workload import Block, Workload
 
 
 def _norm_saved(a: Arch) -> int:
@@ -33,14 +33,16 @@ def norm_tensors(a: Arch) -> int:
 
 def layer_param_tensors(a: Arch) -> int:
     """Parameter tensors of one transformer layer: the Linear weights (fused QKV, projection, MLP
-    matrices: a third for SwiGLU's gate), their biases where the family has them, and the two norms."""
+    matrices: a third for SwiGLU's gate), their biases where the family has them (or the fused
+    QKV's alone: `qkv_bias`), the two norms, and the q and k norms' weights (`qk_norm`)."""
     linears = 4 + (1 if a.traits.mlp == "swiglu" else 0)
-    return linears * (2 if a.traits.bias else 1) + 2 * norm_tensors(a)
+    qkv_bias = 1 if a.qkv_bias and not a.traits.bias else 0
+    return linears * (2 if a.traits.bias else 1) + qkv_bias + 2 * norm_tensors(a) + (2 if a.qk_norm else 0)
 
 
 def attention_flops(a: Arch) -> float:
     """Forward FLOPs of QK^T and PV per sample, as the fused kernel does the work."""
-    full = 4.0 * a.tokens * a.tokens * a.hidden
+    full = 4.0 * a.tokens * a.tokens * a.q_dim
     return full / 2 if a.traits.causal else full
 
 
@@ -67,14 +69,17 @@ def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     t = a.traits
     h, f, s, hd = a.hidden, a.ffn_size // tp, a.tokens, a.head_dim
     kvd = kv_heads_per_rank(a, tp) * hd if tp > 1 else a.kv_dim
-    hq = h // tp  # this rank's query width (heads / tp)
+    hq = a.q_dim // tp  # this rank's query width (heads / tp)
     sn = s // tp if sp else s  # tokens the norms and residuals see
     swiglu = t.mlp == "swiglu"
     mlp_mats = 3 if swiglu else 2
     qkv = hq + 2 * kvd  # fused q, k, v projection width
-    params = h * qkv + hq * h + mlp_mats * h * f + 2 * norm_params(a)
+    qk_norm = 2 * hd if a.qk_norm else 0  # the q and k norms' weights, replicated
+    params = h * qkv + hq * h + mlp_mats * h * f + 2 * norm_params(a) + qk_norm
     if t.bias:
         params += qkv + h + (mlp_mats - 1) * f + h
+    elif a.qkv_bias:
+        params += qkv
     matmul = 2.0 * s * (h * qkv + hq * h + mlp_mats * h * f)
     attn = attention_flops(a) / tp
     fwd = matmul + attn
@@ -90,6 +95,8 @@ def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     rope = a.position_kind == "rope"
     if rope:
         mem += 10 * s * (hq + kvd)
+    if qk_norm:
+        mem += 2 * s * (hq + kvd)
     # Saved for backward (flash/efficient SDPA keeps no s*s matrix): per norm its input, output
     # and per-token statistics (with sequence parallelism a tp-th of them, and the column-parallel
     # matrix's gathered input beside); the fused qkv output (v is a view of it); the rotated q
@@ -99,13 +106,15 @@ def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     mlp_saved = 4 * f if swiglu else 2 * f
     norms = 2 * (sn * (2 * h + stats) + (s * h if sp else 0))
     act = norms + s * (qkv + hq + a.heads // tp + mlp_saved) + (s * (hq + kvd) if rope else 0)
+    if qk_norm:  # per head and token its normalized input and rstd (and, unrotated, its output attention saves)
+        act += s * (hq + kvd) + s * (hq + kvd) // hd + (0 if rope else s * (hq + kvd))
     # Of those, the outputs of matmuls and of the attention kernel (op-level selective
     # checkpointing keeps these): qkv, attention out and log-sum-exp, fc1 (gate and up).
     act_mm = s * (qkv + hq + a.heads // tp + (2 * f if swiglu else f))
     return Block(
         f"layer{index}", params, fwd, bwd, mem, act, sn * h, sn * h, act_matmul_elems=act_mm,
         param_tensors=layer_param_tensors(a), largest_tensor=max(h * qkv, h * f),
-        dtensor_params=_dtensor(params, 0 if sp else 2 * norm_params(a), tp),
+        dtensor_params=_dtensor(params, (0 if sp else 2 * norm_params(a)) + qk_norm, tp),
     )  # fmt: skip
 
 
@@ -133,9 +142,9 @@ def _embed(a: Arch, tp: int = 1, sp: bool = False) -> Block | None:
     a ViT's patch embedding replicated."""
     h, s = a.hidden, a.tokens
     sn = s // tp if sp else s
-    if a.family == "mlp":
+    if a.spec.embed == "none":
         return None
-    if a.family == "vit":
+    if a.spec.embed == "patches":
         patch_in = a.channels * a.patch * a.patch
         n_patches = s - 1
         params = patch_in * h + h + h + s * h  # conv weight+bias, [CLS], positions
@@ -203,12 +212,12 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
     # The head's figures include the cross-entropy loss, which saves its log-softmax output
     # (one element per logit) and the targets (one per prediction).
     h, s = a.hidden, a.tokens
-    if a.family == "mlp":
+    if a.spec.head == "linear":
         params = h * a.classes + a.classes
         fwd = 2.0 * h * a.classes
         act = h + a.classes + 1  # classifier input, log-softmax, target
         return Block("head", params, fwd, 2 * fwd, 2 * a.classes, act, h, a.classes, "head", 0.0, 2, h * a.classes)
-    if a.family == "vit":
+    if a.spec.head == "cls":
         # final LayerNorm on all tokens, classifier on [CLS]; the classifier saves its input, a
         # view of the whole LayerNorm output, which keeps all s*h elements alive
         params = 2 * h + h * a.classes + a.classes
@@ -247,7 +256,7 @@ def from_arch(
     emb = _embed(a, tp, sp)
     if emb is not None:
         blocks.append(emb)
-    if a.family == "mlp":
+    if a.spec.layer == "mlp":
         blocks.extend(_mlp_block(a, i) for i in range(a.layers))
     else:
         blocks.extend(_layer(a, i, tp, sp) for i in range(a.layers))

@@ -1,0 +1,1 @@
+"""Models as specified: their shape (`Arch`), families, descriptions and readers."""
