@@ -1,5 +1,5 @@
 """The layout's promises: one package folder whose paths are its import names; the layers import
-downwards only (core ← config ← simulator ← runtime ← cli, and the public API on top); no module is
+downwards only (core ← spec ← config ← simulator ← runtime ← cli, and the public API on top); no module is
 imported from a string; the installed wheel holds every module and every data file."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ PACKAGE = ROOT / "shardsim"
 MAY_IMPORT = {
     "core": set(),
     "data": set(),
-    "config": {"core", "data", "simulator"},
-    "simulator": {"core", "data", "config"},
-    "runtime": {"core", "data", "config", "simulator"},
-    "cli": {"core", "data", "config", "simulator", "runtime", "api"},
+    "spec": {"core"},
+    "config": {"core", "data", "spec", "simulator"},
+    "simulator": {"core", "data", "spec", "config"},
+    "runtime": {"core", "data", "spec", "config", "simulator"},
+    "cli": {"core", "data", "spec", "config", "simulator", "runtime", "api"},
 }
 
 

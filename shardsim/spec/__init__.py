@@ -1,0 +1,1 @@
+"""What a run is, before any configuration file: parallel dimensions, models, hardware."""
