@@ -48,6 +48,7 @@ from shardsim.simulator.strategies.kinds import (
 )
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
 from shardsim.simulator.workload.arch import SHAPE_FIELDS, Arch, Shape
+from shardsim.spec.parallel_dims import ORDERS, ParallelDims
 
 Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
@@ -163,7 +164,7 @@ AsyncTp = Annotated[
 ]
 # the device mesh's dimensions, outermost first: tensor parallelism innermost (consecutive ranks, on
 # one node's NVLink) by default; "pp,tp,dp" puts data parallelism innermost
-MeshOrder = Literal["pp,dp,tp", "pp,tp,dp"]
+MeshOrder = Literal[tuple(ORDERS)]  # type: ignore[valid-type]
 MESH_ORDERS: tuple[str, ...] = get_args(MeshOrder)
 MeshOrderField = Annotated[MeshOrder, Setting("device mesh order, outermost first (tp innermost: on NVLink)")]
 TpAcrossNodes = Annotated[
@@ -709,24 +710,28 @@ class RunConfig(Frozen):
             raise ConfigError(err.message, where=where, field=err.field) from None
 
 
+def _from_dims(name: str, doc: str) -> Any:
+    """A `Resolved` property read from its `dims`."""
+    return property(lambda self: getattr(self.dims, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class Resolved:
-    """A configuration checked against its cluster: the numbers every consumer needs."""
+    """A configuration checked against its cluster: its parallel dimensions (`dims`, the device
+    mesh) and the batch numbers every consumer needs. The mesh's sizes are also read by name."""
 
-    world: int
-    shard: int  # ranks a parameter is sharded over (1 = replicated), within the data-parallel dimension
-    replicas: int  # data-parallel replicas of each model piece (per stage for pipeline)
-    pp: int
+    dims: ParallelDims
     microbatches: int
     microbatch_size: int  # samples per microbatch on one pipeline replica / one data-parallel rank
     global_batch: int  # samples per optimizer step, all ranks, all accumulation steps
-    tp: int = 1  # tensor-parallel degree: the ranks of a group share their samples
-    tp_inner: bool = True  # tensor-parallel ranks consecutive (mesh pp,dp,tp), else dp innermost
 
-    @property
-    def dp(self) -> int:
-        """Data-parallel ranks of a pipeline stage (of the world without pipeline): shard × replicas."""
-        return self.world // (self.pp * self.tp)
+    world = _from_dims("world", "Ranks in all.")
+    shard = _from_dims("dp_shard", "Ranks a parameter is sharded over (1 = replicated) in the data-parallel ranks.")
+    replicas = _from_dims("dp_replicate", "Data-parallel replicas of each model piece (per stage for pipeline).")
+    pp = _from_dims("pp", "Pipeline stages.")
+    tp = _from_dims("tp", "Tensor-parallel degree: the ranks of a group share their samples.")
+    tp_inner = _from_dims("tp_inner", "Tensor-parallel ranks consecutive (mesh pp,dp,tp), else dp innermost.")
+    dp = _from_dims("dp", "Data-parallel ranks of a pipeline stage (of the world without pipeline): shard × replicas.")
 
 
 @dataclass(frozen=True)
