@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.spec.parallel_dims import DIMENSIONS, ORDERS, ParallelDims
 
 SIZES = st.sampled_from([1, 2, 3, 4])
@@ -92,3 +93,15 @@ def test_mesh_orders_place_tp_innermost_or_next_to_pp():
 def test_refuses_what_is_no_mesh(bad):
     with pytest.raises(ValueError):
         ParallelDims(**bad)
+
+
+@CHECKS
+@given(DIMS.filter(lambda d: d.cp == d.ep == 1), st.data())
+def test_the_network_groups_are_the_dims_groups(dims, data):
+    """The simulator's groups of a stage (`StageMesh`, what the collectives cost) are the mesh's."""
+    stage = data.draw(st.integers(0, dims.pp - 1))
+    mesh = StageMesh(dims, stage)
+    lo, hi = mesh.start, mesh.start + mesh.count
+    for names in [("tp",), ("dp_shard",), ("dp_replicate",), ("dp_replicate", "dp_shard")]:
+        want = sorted(sorted(g) for g in dims.groups(*names) if lo <= g[0] < hi)
+        assert sorted(sorted(g) for g in mesh.groups(*names).groups().tolist()) == want

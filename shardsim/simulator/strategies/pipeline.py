@@ -26,6 +26,7 @@ from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backwa
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
 from shardsim.simulator.workload.model import Block, Workload, stage_ranges
+from shardsim.spec.parallel_dims import DATA
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv. gloo's
 # TCP transport is a rendezvous: measured in emu-2x2, a 64 KiB or 512 KiB isend whose recv is
@@ -90,11 +91,11 @@ def stage_pieces(res: Resolved, w: Workload) -> list[Piece]:
         blocks = (embed if s == 0 else [], layers[a:b], head if s == P - 1 else [])
         m = stage_mesh(res, s)
         if d > 1:
-            replica = m.dp_groups(m.dp // d, strided=True) if m.dp > d else None
+            replica = m.groups("dp_replicate") if res.replicas > 1 else None
             residency = Residency(reshard_after_backward=False)
-            pc: Piece = FsdpPiece(*blocks, m.dp_groups(d), replica, residency)
+            pc: Piece = FsdpPiece(*blocks, m.groups("dp_shard"), replica, residency)
         else:
-            pc = Piece(*blocks, None, m.dp_groups(m.dp) if m.dp > 1 else None)
+            pc = Piece(*blocks, None, m.groups(*DATA) if m.dp > 1 else None)
         pieces.append(pc)
     return pieces
 
