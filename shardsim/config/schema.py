@@ -215,18 +215,26 @@ class StrategyBase(Frozen):
         """The kind's operations and capabilities (`simulator.strategies.kinds`)."""
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
+    @property
+    def mesh(self) -> ParallelDims:
+        """The mesh dimensions this strategy sets by itself (pp, tp, the order); the data-parallel
+        sizes, which take the world, are `resolve`'s (`Resolved.dims`)."""
+        return ParallelDims(pp=self.pp, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
+
     def label(self) -> str:
         """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
         return self.spec.label(self) + self.tp_label()  # type: ignore[arg-type]
 
     def tp_label(self) -> str:
-        """`` tp=2 sp async`` (and the mesh order when not the default): "" without tensor parallelism."""
+        """`` tp=2 sp async`` (the mesh's dimensions the kind does not name, `ParallelDims.label`,
+        and the mesh order when not the default): "" without tensor parallelism."""
+        dims = self.mesh.label()
         if self.tp == 1:
-            return ""
+            return dims
         sp = " sp" if self.sequence_parallel else ""
         overlap = " async" if self.async_tp else ""
         order = f" mesh {self.mesh_order}" if self.mesh_order != MESH_ORDERS[0] else ""
-        return f" tp={self.tp}{sp}{overlap}{order}"
+        return f"{dims}{sp}{overlap}{order}"
 
     def sharded_degree(self, world: int) -> int:
         """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`

@@ -81,6 +81,14 @@ class ParallelDims:
         """Tensor parallelism innermost: a tensor-parallel group's ranks consecutive."""
         return self.order[-1] == "tp"
 
+    @classmethod
+    def of_world(cls, world: int, *, mesh_order: str = DEFAULT_ORDER, **sizes: int) -> ParallelDims:
+        """The dims of `world` ranks with `sizes` given: dp_replicate takes the ranks left over."""
+        rest = prod(sizes.values())
+        if world % rest:
+            raise ValueError(f"{' x '.join(f'{k} {v}' for k, v in sizes.items())} does not divide {world} ranks")
+        return cls(**sizes, dp_replicate=world // rest, mesh_order=mesh_order)
+
     def replace(self, **sizes: int) -> ParallelDims:
         """These dimensions with some sizes (or the mesh order) changed."""
         return ParallelDims(**({f.name: getattr(self, f.name) for f in fields(self)} | sizes))
@@ -140,8 +148,17 @@ class ParallelDims:
 
     @property
     def layout(self) -> str:
-        """The dimensions above size 1, outermost first (``pp2 dp_replicate2 dp_shard4 tp2``; ``1`` alone)."""
-        return " ".join(f"{d}{self.size(d)}" for d in self.order if self.size(d) > 1) or "1"
+        """The layout as tables name it: ``tp × pp × dp(dp_shard)`` (``2 × 1 × 4(2)``: data-parallel
+        ranks of a stage, the ranks a parameter is sharded over among them), then `` × cp 2`` for
+        each dimension of `LABELLED` but tp above 1."""
+        extra = "".join(f" × {d} {self.size(d)}" for d in LABELLED if d != "tp" and self.size(d) > 1)
+        return f"{self.tp} × {self.pp} × {self.dp}({self.dp_shard})" + extra
+
+    @property
+    def spelled(self) -> str:
+        """The layout in words: ``tp 2 x pp 1 x dp 4, sharded over 2`` (and ``, cp 2`` ... above 1)."""
+        extra = "".join(f", {d} {self.size(d)}" for d in LABELLED if d != "tp" and self.size(d) > 1)
+        return f"tp {self.tp} x pp {self.pp} x dp {self.dp}, sharded over {self.dp_shard}" + extra
 
     def label(self) -> str:
         """The label part of the dimensions a kind does not name itself (`` tp=2``; "" when all are 1)."""

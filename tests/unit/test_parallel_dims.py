@@ -8,7 +8,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from shardsim.config import RunConfig, load_config, resolve
 from shardsim.simulator.strategies.mesh import StageMesh
+from shardsim.simulator.workload.load import load_workload
 from shardsim.spec.parallel_dims import DIMENSIONS, ORDERS, ParallelDims
 
 SIZES = st.sampled_from([1, 2, 3, 4])
@@ -85,7 +87,9 @@ def test_mesh_orders_place_tp_innermost_or_next_to_pp():
     assert inner.tp_inner and not outer.tp_inner
     assert inner.mesh() == ((2, 2, 2), ("pp", "dp_shard", "tp"))
     assert outer.mesh("dp_replicate") == ((2, 2, 1, 2), ("pp", "tp", "dp_replicate", "dp_shard"))
-    assert inner.layout == "pp2 dp_shard2 tp2" and ParallelDims().layout == "1"
+    assert inner.layout == "2 × 2 × 2(2)" and ParallelDims(cp=2).layout == "1 × 1 × 1(1) × cp 2"
+    assert inner.spelled == "tp 2 x pp 2 x dp 2, sharded over 2"
+    assert ParallelDims.of_world(16, tp=2, dp_shard=2) == ParallelDims(dp_replicate=4, dp_shard=2, tp=2)
     assert inner.label() == " tp=2" and ParallelDims(pp=4).label() == ""
 
 
@@ -93,6 +97,8 @@ def test_mesh_orders_place_tp_innermost_or_next_to_pp():
 def test_refuses_what_is_no_mesh(bad):
     with pytest.raises(ValueError):
         ParallelDims(**bad)
+    with pytest.raises(ValueError, match="tp 3 does not divide 8 ranks"):
+        ParallelDims.of_world(8, tp=3)
 
 
 @CHECKS
@@ -105,3 +111,34 @@ def test_the_network_groups_are_the_dims_groups(dims, data):
     for names in [("tp",), ("dp_shard",), ("dp_replicate",), ("dp_replicate", "dp_shard")]:
         want = sorted(sorted(g) for g in dims.groups(*names) if lo <= g[0] < hi)
         assert sorted(sorted(g) for g in mesh.groups(*names).groups().tolist()) == want
+
+
+def _dims(cfg: RunConfig, world: int = 16, per_node: int = 8) -> ParallelDims:
+    w = load_workload(cfg.workload, cfg.shape, cfg.source)
+    _, res = resolve(cfg, world, len(w.layers), arch=w.arch, devices_per_node=per_node)
+    return res.dims
+
+
+def _file(tmp_path, text: str) -> RunConfig:
+    path = tmp_path / "c.yaml"
+    path.write_text("workload: llama-3.1-8b\n" + text)
+    return load_config(path)
+
+
+def test_every_way_of_saying_a_mesh_reaches_the_dims(tmp_path):
+    """Flat keys, SageMaker's, FSDP's and DeepSpeed's keys are all resolved into one ParallelDims."""
+    flat = _file(tmp_path, "strategy: zero2d\ndegree: 4\ntp: 2\nmesh_order: pp,tp,dp\ntp_across_nodes: true\n")
+    assert _dims(flat) == ParallelDims(dp_replicate=2, dp_shard=4, tp=2, mesh_order="pp,tp,dp")
+    smp = _file(
+        tmp_path,
+        "distribution:\n  torch_distributed: {enabled: true}\n  smdistributed:\n    modelparallel:\n"
+        "      enabled: true\n      parameters: {hybrid_shard_degree: 4, tensor_parallel_degree: 2}\n",
+    )
+    assert _dims(smp) == ParallelDims(dp_replicate=2, dp_shard=4, tp=2)
+    fsdp = _file(tmp_path, "sharding_strategy: HYBRID_SHARD\n")  # shards within a node of 8
+    assert _dims(fsdp) == ParallelDims(dp_replicate=2, dp_shard=8)
+    deepspeed = _file(tmp_path, "zero_optimization: {stage: 3, mics_shard_size: 4}\n")
+    assert _dims(deepspeed) == ParallelDims(dp_replicate=4, dp_shard=4)
+    pipe = _file(tmp_path, "strategy: pipeline\npp: 4\nmicrobatches: 4\n")
+    assert _dims(pipe) == ParallelDims(pp=4, dp_replicate=4)
+    assert _dims(_file(tmp_path, "strategy: ddp\n")).layout == "1 × 1 × 16(1)"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from shardsim.config.key import KEY_COLUMNS, result_key
 from shardsim.config.schema import RUN_SETTING_AXES
 from shardsim.simulator.strategies.kinds import STRATEGIES as KINDS
+from shardsim.spec.parallel_dims import ParallelDims
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,7 +89,7 @@ def with_pruned(cols: tuple[str, ...]) -> tuple[str, ...]:
 def layout_of(world: int, tp: int, pp: int, shard: int) -> str:
     """The layout as ``tp × pp × dp(shard)``: tensor-parallel degree, pipeline stages, data-parallel
     ranks of a stage and the ranks a parameter is sharded over among them (1: replicated)."""
-    return f"{tp} × {pp} × {world // (tp * pp)}({shard})"
+    return ParallelDims.of_world(world, tp=tp, pp=pp, dp_shard=shard).layout
 
 
 def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
