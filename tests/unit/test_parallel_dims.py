@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shardsim.config import RunConfig, load_config, resolve
-from shardsim.simulator.strategies.mesh import StageMesh
+from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends
 from shardsim.simulator.workload.load import load_workload
 from shardsim.spec.parallel_dims import DIMENSIONS, ORDERS, ParallelDims
 
@@ -111,6 +111,12 @@ def test_the_network_groups_are_the_dims_groups(dims, data):
     for names in [("tp",), ("dp_shard",), ("dp_replicate",), ("dp_replicate", "dp_shard")]:
         want = sorted(sorted(g) for g in dims.groups(*names) if lo <= g[0] < hi)
         assert sorted(sorted(g) for g in mesh.groups(*names).groups().tolist()) == want
+    pp = dims.groups("pp")  # a pipeline's sends pair each rank with its peer of the next stage
+    if stage + 1 < dims.pp:
+        assert sorted(mesh.sends().groups().tolist()) == sorted([g[stage], g[stage + 1]] for g in pp)
+    if stage > 0:
+        assert sorted(mesh.sends(backward=True).groups().tolist()) == sorted([g[stage], g[stage - 1]] for g in pp)
+    assert sorted(pipeline_ends(dims).groups().tolist()) == sorted([g[0], g[-1]] for g in pp)
 
 
 def _dims(cfg: RunConfig, world: int = 16, per_node: int = 8) -> ParallelDims:

@@ -56,6 +56,18 @@ class StageMesh:
         strided = "dp_shard" not in names
         return GroupLayout(self.start, self.count, size, strided=strided, inner=inner, outer=outer)
 
+    def sends(self, backward: bool = False) -> GroupLayout:
+        """Each rank of the stage paired with its peer of the next stage in the "pp" dimension (the
+        activations' sends); `backward`: with its peer of the previous stage, reversed (the input
+        gradients')."""
+        first = self.stage - 1 if backward else self.stage
+        return GroupLayout(first * self.count, 2 * self.count, 2, strided=True, reverse=backward)
+
+
+def pipeline_ends(dims: ParallelDims) -> GroupLayout:
+    """The "pp" groups' first and last ranks: rank i of the first stage with rank i of the last."""
+    return GroupLayout(0, dims.world, dims.pp, strided=True, ends=True)
+
 
 def stage_mesh(res: Resolved, stage: int = 0) -> StageMesh:
     """The mesh of pipeline stage `stage` (the world without pipeline)."""
