@@ -21,6 +21,7 @@ from shardsim.core.units import (
     format_seconds,
     format_usd,
 )
+from shardsim.spec.parallel_dims import ParallelDims
 
 
 def gib(x: float) -> str:
@@ -114,8 +115,8 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
     ]
     k = pred.strategy
     if k.tp > 1 or k.pp > 1:  # a data-parallel layout: the label says it all
-        dp = pred.world // (k.tp * k.pp)
-        text = f"tp {k.tp} x pp {k.pp} x dp {dp}, sharded over {k.degree} (SageMaker: tensor_parallel_degree {k.tp}"
+        dims = ParallelDims.of_world(pred.world, tp=k.tp, pp=k.pp, dp_shard=k.degree)
+        text = f"{dims.spelled} (SageMaker: tensor_parallel_degree {k.tp}"
         lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
     proc = pred.memory_process
     if proc.get("cuda_context_gib", 0.0) > 0:  # a GPU: the three figures tools report differ

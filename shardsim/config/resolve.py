@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from shardsim.config.schema import MESH_ORDERS, MODELS, Resolved, RunConfig, Strategy
+from shardsim.config.schema import MODELS, Resolved, RunConfig, Strategy
 from shardsim.config.tp import check_tp
 from shardsim.core.errors import ConfigError
 from shardsim.spec.bounds import world_refusal
 from shardsim.spec.model.arch import Arch
+from shardsim.spec.parallel_dims import ParallelDims
 from shardsim.spec.strategies import STRATEGIES as KINDS
 
 # A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first
@@ -30,8 +31,8 @@ def resolve(
     Returns the normalized config (zero's degree = the data-parallel world; SMP's degree = it →
     zero) and the derived sizes. Raises ConfigError with one clear line when something does not
     fit. Tensor parallelism (tp > 1) needs the model's `arch` (heads, FFN) and is checked against
-    `devices_per_node` when given (`config.tp`). The mesh is pp × dp × tp (`mesh_order`): the data
-    -parallel kinds see world / (pp × tp) ranks.
+    `devices_per_node` when given (`config.tp`). The mesh is `Resolved.dims`: pp × dp_replicate ×
+    dp_shard × tp in `mesh_order`; the data-parallel kinds see world / (pp × tp) ranks.
     """
     s = cfg.strategy
     where = cfg.source
@@ -50,7 +51,7 @@ def resolve(
             field="pp",
         )
     tp = s.tp
-    tp_inner = s.mesh_order == MESH_ORDERS[0]
+    tp_inner = ParallelDims(tp=tp, mesh_order=s.mesh_order).tp_inner
     if tp > 1:
         check_tp(
             tp=tp,
@@ -102,15 +103,6 @@ def resolve(
             field="microbatches",
         )
     mbs = per_replica // m if spec.is_pipeline else cfg.batch_per_device
-    res = Resolved(
-        world=world,
-        shard=shard,
-        replicas=replicas_all // shard,
-        pp=pp,
-        microbatches=m,
-        microbatch_size=mbs,
-        global_batch=cfg.batch_per_device * dp_world * cfg.grad_accum,
-        tp=tp,
-        tp_inner=tp_inner,
-    )
+    dims = ParallelDims(pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard, tp=tp, mesh_order=s.mesh_order)
+    res = Resolved(dims, m, mbs, cfg.batch_per_device * dp_world * cfg.grad_accum)
     return cfg.replace(strategy=strategy), res

@@ -35,6 +35,7 @@ from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
 from shardsim.spec.bounds import SETTING_BOUNDS
 from shardsim.spec.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
+from shardsim.spec.parallel_dims import ORDERS, ParallelDims
 from shardsim.spec.strategies import (
     ALIASES,
     DDP,
@@ -162,7 +163,7 @@ AsyncTp = Annotated[
 ]
 # the device mesh's dimensions, outermost first: tensor parallelism innermost (consecutive ranks, on
 # one node's NVLink) by default; "pp,tp,dp" puts data parallelism innermost
-MeshOrder = Literal["pp,dp,tp", "pp,tp,dp"]
+MeshOrder = Literal[tuple(ORDERS)]  # type: ignore[valid-type]
 MESH_ORDERS: tuple[str, ...] = get_args(MeshOrder)
 MeshOrderField = Annotated[MeshOrder, Setting("device mesh order, outermost first (tp innermost: on NVLink)")]
 TpAcrossNodes = Annotated[
@@ -213,18 +214,26 @@ class StrategyBase(Frozen):
         """The kind's checks, label and capabilities (`spec.strategies`)."""
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
+    @property
+    def mesh(self) -> ParallelDims:
+        """The mesh dimensions this strategy sets by itself (pp, tp, the order); the data-parallel
+        sizes, which take the world, are `resolve`'s (`Resolved.dims`)."""
+        return ParallelDims(pp=self.pp, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
+
     def label(self) -> str:
         """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
         return self.spec.label(self) + self.tp_label()  # type: ignore[arg-type]
 
     def tp_label(self) -> str:
-        """`` tp=2 sp async`` (and the mesh order when not the default): "" without tensor parallelism."""
+        """`` tp=2 sp async`` (the mesh's dimensions the kind does not name, `ParallelDims.label`,
+        and the mesh order when not the default): "" without tensor parallelism."""
+        dims = self.mesh.label()
         if self.tp == 1:
-            return ""
+            return dims
         sp = " sp" if self.sequence_parallel else ""
         overlap = " async" if self.async_tp else ""
         order = f" mesh {self.mesh_order}" if self.mesh_order != MESH_ORDERS[0] else ""
-        return f" tp={self.tp}{sp}{overlap}{order}"
+        return f"{dims}{sp}{overlap}{order}"
 
     def sharded_degree(self, world: int) -> int:
         """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`
@@ -708,24 +717,28 @@ class RunConfig(Frozen):
             raise ConfigError(err.message, where=where, field=err.field) from None
 
 
+def _from_dims(name: str, doc: str) -> Any:
+    """A `Resolved` property read from its `dims`."""
+    return property(lambda self: getattr(self.dims, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class Resolved:
-    """A configuration checked against its cluster: the numbers every consumer needs."""
+    """A configuration checked against its cluster: its parallel dimensions (`dims`, the device
+    mesh) and the batch numbers every consumer needs. The mesh's sizes are also read by name."""
 
-    world: int
-    shard: int  # ranks a parameter is sharded over (1 = replicated), within the data-parallel dimension
-    replicas: int  # data-parallel replicas of each model piece (per stage for pipeline)
-    pp: int
+    dims: ParallelDims
     microbatches: int
     microbatch_size: int  # samples per microbatch on one pipeline replica / one data-parallel rank
     global_batch: int  # samples per optimizer step, all ranks, all accumulation steps
-    tp: int = 1  # tensor-parallel degree: the ranks of a group share their samples
-    tp_inner: bool = True  # tensor-parallel ranks consecutive (mesh pp,dp,tp), else dp innermost
 
-    @property
-    def dp(self) -> int:
-        """Data-parallel ranks of a pipeline stage (of the world without pipeline): shard × replicas."""
-        return self.world // (self.pp * self.tp)
+    world = _from_dims("world", "Ranks in all.")
+    shard = _from_dims("dp_shard", "Ranks a parameter is sharded over (1 = replicated) in the data-parallel ranks.")
+    replicas = _from_dims("dp_replicate", "Data-parallel replicas of each model piece (per stage for pipeline).")
+    pp = _from_dims("pp", "Pipeline stages.")
+    tp = _from_dims("tp", "Tensor-parallel degree: the ranks of a group share their samples.")
+    tp_inner = _from_dims("tp_inner", "Tensor-parallel ranks consecutive (mesh pp,dp,tp), else dp innermost.")
+    dp = _from_dims("dp", "Data-parallel ranks of a pipeline stage (of the world without pipeline): shard × replicas.")
 
 
 @dataclass(frozen=True)

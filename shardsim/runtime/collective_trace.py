@@ -26,6 +26,7 @@ from torch import nn
 from shardsim.config import RunConfig
 from shardsim.core.files import atomic_write
 from shardsim.runtime.trainer import Observer, Trainer
+from shardsim.spec.parallel_dims import ParallelDims
 
 _KINDS = {
     "all_gather_into_tensor": "all_gather",
@@ -217,10 +218,8 @@ def trace_fsdp_step(
 
     dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
     try:
-        if shard == world:
-            mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("shard",))
-        else:
-            mesh = init_device_mesh("cpu", (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+        shape, names = ParallelDims(dp_replicate=world // shard, dp_shard=shard).mesh("dp_shard")
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
         with FakeTensorMode(), record_collectives() as calls:
             model = build()
             apply_fsdp(model, mesh)

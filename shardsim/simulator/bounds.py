@@ -52,6 +52,7 @@ from shardsim.simulator.strategies.ddp import (
     wire_bytes_per_grad,
 )
 from shardsim.simulator.strategies.fsdp import FsdpPiece, step_gathers
+from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
 from shardsim.simulator.strategies.steps import BlockTimes, Piece, rank_classes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel
@@ -195,13 +196,13 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
         pc = ddp_piece(res, w)  # the last micro-step syncs its buckets; the optimizer waits for them
         last = _synced_backward_s(cost, pc, wire, per_grad) if pc.replica is not None else bwd
         return (K - 1) * (fwd + bwd) + fwd + last + optimizer
-    M, R, ebytes = res.microbatches, res.world // res.pp, DTYPE_BYTES[cfg.precision]
+    M, ebytes = res.microbatches, DTYPE_BYTES[cfg.precision]
     gbytes, kind = DTYPE_BYTES[cfg.grad_dtype], cfg.strategy.schedule
     pieces = stage_pieces(res, w)
     fsdp = s.compute.fsdp_cpu(w.params, sum(b.params for b in w.layers))  # FSDP2's copies (`build.build_plan`)
     stages: list[_Stage] = []
     for st, (_, blocks) in enumerate(classes):
-        pc = pieces[st]
+        pc, mesh = pieces[st], stage_mesh(res, st)
         cost = _costs(bt, blocks, mb, tp, wire, st)
         within = {
             "F": [0.0, *accumulate(cost[id(x)][0] for x in pc.blocks)],
@@ -213,8 +214,8 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
             _Stage(
                 within,
                 _synced_backward_s(cost, pc, wire, per_grad) if _replicated(pc) else within["B"][-1],
-                wire.alone_s("send_recv", *activation_send(st, R, blocks, mb, ebytes)) if st + 1 < res.pp else 0.0,
-                wire.alone_s("send_recv", *gradient_send(st, R, blocks, mb, ebytes)) if st > 0 else 0.0,
+                wire.alone_s("send_recv", *activation_send(mesh, blocks, mb, ebytes)) if st + 1 < res.pp else 0.0,
+                wire.alone_s("send_recv", *gradient_send(mesh, blocks, mb, ebytes)) if st > 0 else 0.0,
                 _gates(pc, order, wire, ebytes, fsdp.gather_s_per_param) if sharded else {},
                 _reduce_grad_s(pc, wire, gbytes, sync=True) if sharded else 0.0,
             )

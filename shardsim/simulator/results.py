@@ -23,6 +23,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.economics import StepEconomics, economics, sequence_length
 from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.model.load import spec_name
+from shardsim.spec.parallel_dims import ParallelDims
 from shardsim.spec.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def legacy_strategy(
 def layout_of(world: int, tp: int, pp: int, shard: int) -> str:
     """The layout as ``tp × pp × dp(shard)``: tensor-parallel degree, pipeline stages, data-parallel
     ranks of a stage and the ranks a parameter is sharded over among them (1: replicated)."""
-    return f"{tp} × {pp} × {world // (tp * pp)}({shard})"
+    return ParallelDims.of_world(world, tp=tp, pp=pp, dp_shard=shard).layout
 
 
 def upgrade_prediction(d: dict) -> dict:

@@ -30,6 +30,7 @@ from shardsim.spec.bounds import MAX_BATCH, MAX_GRAD_ACCUM, world_refusal
 from shardsim.spec.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.spec.model.arch import Arch
 from shardsim.spec.model.workload import Workload
+from shardsim.spec.parallel_dims import ParallelDims
 from shardsim.sweep.faces import DEFAULT_SWEEP, FACES, Face, divisors
 
 
@@ -258,8 +259,33 @@ def default_tp_degrees(base: RunConfig, cluster: Cluster, arch: Arch | None) -> 
     return [t for t in divisors(cluster.devices_per_node) if t == 1 or admitted(t)]
 
 
-def tp_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch | None) -> list[tuple[int, bool]]:
-    """(tp, sequence_parallel) of the rows the space tries on `cluster`: the listed degrees or
+@dataclass(frozen=True)
+class MeshLayout:
+    """The model-parallel dimensions of a sweep's rows (`dims`: tp, in the base's mesh order; pp
+    and the data-parallel sizes are the kinds' to enumerate) and their sequence parallelism."""
+
+    dims: ParallelDims
+    sequence_parallel: bool = False
+
+    @property
+    def group(self) -> int:
+        """Ranks that act as one data-parallel rank (a tensor-parallel group)."""
+        return self.dims.world
+
+    def fields(self, s: Strategy) -> dict[str, Any]:
+        """The strategy fields of this layout (asyncTP, the mesh order and tp_across_nodes the base's)."""
+        tp = self.dims.tp
+        if tp == 1:
+            return {"tp": 1, "sequence_parallel": False, "async_tp": False}
+        sp = self.sequence_parallel
+        return {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp} | {
+            "mesh_order": s.mesh_order,
+            "tp_across_nodes": s.tp_across_nodes,
+        }
+
+
+def mesh_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch | None) -> list[MeshLayout]:
+    """The mesh layouts of the rows the space tries on `cluster`: tp the listed degrees or
     `default_tp_degrees`, each tp > 1 with the listed sequence parallelism, by default on where
     tp divides a sample's tokens and off where it does not (a ViT's 197)."""
     tps = space.tp_degrees if space.tp_degrees is not None else default_tp_degrees(base, cluster, arch)
@@ -269,7 +295,8 @@ def tp_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch 
             return (False,)
         return space.sequence_parallel or (arch is None or arch.tokens % t == 0,)
 
-    return [(t, sp) for t in tps for sp in sps(t)]
+    order = base.strategy.mesh_order
+    return [MeshLayout(ParallelDims(tp=t, mesh_order=order), sp) for t in tps for sp in sps(t)]
 
 
 # the training stack's settings a sweep may list: (axis, setting), each a dimension more, innermost
@@ -363,9 +390,9 @@ def _check_cluster(cfg: RunConfig, cluster: Cluster) -> str | None:
 
 def _cluster_base(
     base: RunConfig, space: SweepSpace, topology: str | InstanceType, nodes: int | None, arch: Arch | None
-) -> tuple[str, Cluster, RunConfig, str | None, list[tuple[int, bool]]]:
+) -> tuple[str, Cluster, RunConfig, str | None, list[MeshLayout]]:
     """A cluster of the space: its name, the base configuration on it, why it is skipped (or
-    None), and its (tp, sequence_parallel) layouts (`tp_layouts`; under a fixed global batch,
+    None), and its mesh layouts (`mesh_layouts`; under a fixed global batch,
     those whose data-parallel ranks it divides over)."""
     cluster = make_cluster(topology, nodes, base.gpus_per_node)
     name = f"{cluster.nodes} x {cluster.instance.name}"
@@ -374,10 +401,10 @@ def _cluster_base(
         return name, cluster, base, too_big, []
     cfg0 = base.replace(topology=cluster.instance.path if isinstance(topology, InstanceType) else topology)
     cfg0 = cfg0.replace(nodes=cluster.nodes)
-    tried = tp_layouts(base, space, cluster, arch)
+    tried = mesh_layouts(base, space, cluster, arch)
     if space.global_batch is None:
         return name, cluster, cfg0, _check_cluster(cfg0, cluster), tried
-    layouts = [(t, sp) for t, sp in tried if batch_pairs(base, space, cluster.world, t)]
+    layouts = [lay for lay in tried if batch_pairs(base, space, cluster.world, lay.group)]
     if not layouts:
         ga = base.grad_accum
         why = f"global batch {space.global_batch} does not divide over {cluster.world} devices" + (
@@ -385,11 +412,11 @@ def _cluster_base(
         )
         if space.batch_sizes is not None or space.grad_accums is not None:
             why += " at the listed batch sizes and accumulation steps"
-        tps = sorted({t for t, _ in tried})
+        tps = sorted({lay.dims.tp for lay in tried})
         if tps != [1]:  # nor over the data-parallel ranks that tensor parallelism leaves
             why += " (data-parallel ranks: " + ", ".join(f"{cluster.world // t} at tp {t}" for t in tps) + ")"
         return name, cluster, cfg0, why, []
-    b, ga = batch_pairs(base, space, cluster.world, layouts[0][0])[0]
+    b, ga = batch_pairs(base, space, cluster.world, layouts[0].group)[0]
     cfg0 = cfg0.replace(batch_per_device=b or PROBE_BATCH, grad_accum=ga)
     return name, cluster, cfg0, _check_cluster(cfg0, cluster), layouts
 
@@ -471,21 +498,16 @@ def _layout_strategies(
     cfg0: RunConfig,
     space: SweepSpace,
     cluster: Cluster,
-    layouts: list[tuple[int, bool]],
+    layouts: list[MeshLayout],
     n_layers: int,
     reshard: tuple[bool, ...],
 ) -> Iterable[tuple[Strategy, int | None, int]]:
-    """Every strategy of the space on `cluster` with every (tp, sequence_parallel) of `layouts`
-    and every (batch per device, grad_accum) of `batch_pairs` (batch None: searched)."""
-    s = cfg0.strategy
-    for tp, sp in layouts:
-        if tp > 1:
-            extra = {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp}
-            extra |= {"mesh_order": s.mesh_order, "tp_across_nodes": s.tp_across_nodes}
-        else:
-            extra = {"tp": 1, "sequence_parallel": False, "async_tp": False}
-        for batch, ga in batch_pairs(base, space, cluster.world, tp):
-            for strat in _strategies_for(cluster.world // tp, n_layers, batch or PROBE_BATCH, space, reshard):
+    """Every strategy of the space on `cluster` with every mesh layout of `layouts` and every
+    (batch per device, grad_accum) of `batch_pairs` (batch None: searched)."""
+    for lay in layouts:
+        extra = lay.fields(cfg0.strategy)
+        for batch, ga in batch_pairs(base, space, cluster.world, lay.group):
+            for strat in _strategies_for(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard):
                 yield strat.replace(**extra), batch, ga
 
 
@@ -542,11 +564,11 @@ def enumerate_configs(
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]
     requested = len(variants) * sum(
-        strategies_count(cluster.world // tp, n_layers, batch or PROBE_BATCH, space, reshard)
+        strategies_count(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard)
         for _, cluster, cfg0, why, layouts in clusters
         if not why
-        for tp, _ in layouts
-        for batch, _ in batch_pairs(base, space, cluster.world, tp)
+        for lay in layouts
+        for batch, _ in batch_pairs(base, space, cluster.world, lay.group)
     )
     if requested > MAX_SWEEP_SPACE:
         raise ConfigError(

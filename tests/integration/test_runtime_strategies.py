@@ -160,7 +160,7 @@ def test_bf16_reduction_differs_from_the_fp32_reduced_reference(tmp_path):
 
 @pytest.mark.slow
 def test_pipeline_x_zero2d_with_replicas_equals_reference(tmp_path):
-    """pp=2 stages of 4 ranks each sharded in groups of 2: mesh ("pp", "replicate", "shard")
+    """pp=2 stages of 4 ranks each sharded in groups of 2: mesh ("pp", "dp_replicate", "dp_shard")
     = (2, 2, 2); the replica all-reduce only at the accumulation boundary."""
     args = "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --grad-accum 2"
     check_equals_reference(tmp_path, 8, args.split())

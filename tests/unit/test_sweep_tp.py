@@ -17,7 +17,7 @@ from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import make_cluster
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.search import sweep
-from shardsim.sweep.space import SweepSpace, enumerate_configs, tp_layouts
+from shardsim.sweep.space import SweepSpace, enumerate_configs, mesh_layouts
 from tests.helpers import instance
 
 TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)  # 4 heads, FFN 256, 32 tokens; 8 T4s
@@ -26,7 +26,8 @@ TINY = RunConfig(workload="tiny-gpt", topology="g4dn.12xlarge", nodes=2)  # 4 he
 def _layouts(workload: str, topology: str = "g4dn.12xlarge", shape: Shape | None = None, **space) -> list:
     base = RunConfig(workload=workload, topology=topology, nodes=1, shape=shape or Shape())
     arch = load_workload(base.workload, base.shape, base.source).arch
-    return tp_layouts(base, SweepSpace(**space), make_cluster(topology, 1), arch)
+    layouts = mesh_layouts(base, SweepSpace(**space), make_cluster(topology, 1), arch)
+    return [(lay.dims.tp, lay.sequence_parallel) for lay in layouts]
 
 
 def test_the_default_degrees_divide_the_gpus_per_node_and_what_the_model_splits() -> None:

@@ -15,6 +15,7 @@ from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.simulator.workload.resolve import load_workload
 from shardsim.spec.hardware.topology import make_cluster
 from shardsim.spec.model.blocks import from_arch
+from shardsim.spec.parallel_dims import ParallelDims
 
 LLAMA = {"workload": "llama-3.1-70b", "topology": "p5.48xlarge", "precision": "bf16", "shape": {"seq_len": 4096}}
 
@@ -84,14 +85,15 @@ def test_each_layer_issues_its_tp_collectives_on_consecutive_ranks(sp, checkpoin
 
 
 def test_the_mesh_orders():
-    inner, outer = StageMesh(0, 16, tp=4), StageMesh(0, 16, tp=4, tp_inner=False)
-    assert inner.tp_groups().groups()[1].tolist() == [4, 5, 6, 7]
-    assert inner.dp_groups(2).groups()[0].tolist() == [0, 4]
-    assert inner.dp_groups(2, strided=True).groups()[0].tolist() == [0, 8]
-    assert outer.tp_groups().groups()[1].tolist() == [1, 5, 9, 13]
-    assert outer.dp_groups(2).groups()[0].tolist() == [0, 1]
-    assert outer.dp_groups(2, strided=True).groups()[0].tolist() == [0, 2]
-    every = np.sort(np.concatenate([m.groups().ravel() for m in (outer.dp_groups(2, strided=True),)]))
+    dims = ParallelDims(dp_replicate=2, dp_shard=2, tp=4)
+    inner, outer = StageMesh(dims), StageMesh(dims.replace(mesh_order="pp,tp,dp"))
+    assert inner.groups("tp").groups()[1].tolist() == [4, 5, 6, 7]
+    assert inner.groups("dp_shard").groups()[0].tolist() == [0, 4]
+    assert inner.groups("dp_replicate").groups()[0].tolist() == [0, 8]
+    assert outer.groups("tp").groups()[1].tolist() == [1, 5, 9, 13]
+    assert outer.groups("dp_shard").groups()[0].tolist() == [0, 1]
+    assert outer.groups("dp_replicate").groups()[0].tolist() == [0, 2]
+    every = np.sort(np.concatenate([m.groups().ravel() for m in (outer.groups("dp_replicate"),)]))
     assert every.tolist() == list(range(16))
 
 

@@ -52,7 +52,7 @@ def test_the_last_stage_holds_the_copy_as_an_untied_head_holds_its_matrix():
     u = [rc.params for rc, _ in rank_classes(res, untied, pipeline=True)]
     assert t == u and t[3] > t[2]
     assert tied.params < untied.params  # the model itself holds the matrix once
-    whole = rank_classes(replace(res, pp=1), tied, pipeline=True)  # one stage: no copy
+    whole = rank_classes(replace(res, dims=res.dims.replace(pp=1)), tied, pipeline=True)  # one stage: no copy
     assert whole[0][0].params == tied.params
 
 

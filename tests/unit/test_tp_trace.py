@@ -50,7 +50,7 @@ def test_tp_with_sp_gathers_and_scatters_along_the_sequence():
 
 def test_tp_under_fsdp_shards_over_the_data_parallel_dimension():
     calls = traced("zero", 8, 2, sp=False)
-    shard = {k for k in calls if k[3] == "shard"}
+    shard = {k for k in calls if k[3] == "dp_shard"}
     assert shard and all(g == 4 for _, _, g, _ in shard)
     assert calls[("all_reduce", B * GPT.tokens * GPT.hidden, 2, "tp")] == 2 * (2 * GPT.layers + 1)
 
@@ -75,7 +75,7 @@ def test_mesh_order_places_the_tp_group(order, tp_ranks, shard_ranks):
     )
     calls = trace_step(cfg, 8, rank=1)
     assert {c.ranks for c in calls if c.group == "tp"} == {tp_ranks}
-    assert {c.ranks for c in calls if c.group == "shard"} == {shard_ranks}
+    assert {c.ranks for c in calls if c.group == "dp_shard"} == {shard_ranks}
 
 
 def test_a_pipeline_stage_runs_its_blocks_tensor_parallel():
@@ -90,7 +90,7 @@ def test_a_pipeline_stage_runs_its_blocks_tensor_parallel():
     assert first[("all_reduce", act, "tp")] == (2 * L + 1) + 2 * L  # embedding + layers forward; layers backward
     assert last[("all_reduce", act, "tp")] == 2 * L + (2 * L + 1)  # layers forward; head + layers backward
     assert (first[("all_reduce", tokens, "tp")], last[("all_reduce", tokens, "tp")]) == (0, 3)
-    assert first.keys() - {("all_reduce", act, "tp")} and all(g == "shard" for _, _, g in first if g != "tp")
+    assert first.keys() - {("all_reduce", act, "tp")} and all(g == "dp_shard" for _, _, g in first if g != "tp")
 
 
 def test_swiglu_gradients_leave_the_mlp_in_one_all_reduce():

@@ -106,7 +106,7 @@ def restoring(applied: AppliedStrategy, shards: LocalShards) -> AppliedStrategy:
 
 def ddp(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy ddp: checkpointing if configured, the model on the device under DDP over the world.
-    With tensor parallelism: TP first (`fsdp.parallelize`), then DDP over the layout's "dp" group
+    With tensor parallelism: TP first (`fsdp.parallelize`), then DDP over the layout's "dp_replicate" group
     on the local shards (`localize_tp`)."""
     if ctx.res.tp > 1:
         from shardsim.runtime.strategies.fsdp import parallelize

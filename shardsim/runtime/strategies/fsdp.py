@@ -22,7 +22,7 @@ def apply_fsdp(model: nn.Module, mesh, *, mp_policy=None, reshard_after_forward:
     """FSDP2 `fully_shard`: one unit per block (``reshard_after_forward``: free the gathered
     parameters after forward, gather again in backward), then the root (embedding + head and
     anything left; FSDP2's default keeps the root gathered after forward). A 1-D mesh shards over all its ranks (ZeRO);
-    a 2-D ("replicate", "shard") mesh shards within dim 1 and replicates across dim 0 (HSDP)."""
+    a 2-D ("dp_replicate", "dp_shard") mesh shards within dim 1 and replicates across dim 0 (HSDP)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = mp_policy or MixedPrecisionPolicy()

@@ -1,18 +1,16 @@
-"""Where each rank sits: the device mesh of a strategy (the simulator mirrors it exactly).
+"""Where each rank sits: the device mesh of a strategy, built from the run's `ParallelDims`
+(`Resolved.dims`; the simulator's network groups are the same dims' groups).
 
-- ddp: no mesh; DDP over the world group.
-- zero: a 1-D mesh ("shard",) over the world.
-- zero2d with degree d: a (world/d, d) mesh ("replicate", "shard"); shard groups are
-  consecutive ranks (``arange(world).reshape(-1, d)``).
-- pipeline: stage-major; stage s holds ranks [s*R, (s+1)*R) with R = world/pp; mesh
-  ("pp", "dp") of shape (pp, R), or ("pp", "replicate", "shard") of shape (pp, R/d, d)
-  when each stage is sharded over groups of d.
-
-With tensor parallelism (tp > 1) every kind's mesh gains a "tp" dimension: innermost (mesh
-order pp,dp,tp: a group's ranks consecutive) or right after "pp" (pp,tp,dp: the data-parallel
-dimensions innermost). A pipeline's mesh always has "pp" then (size 1 without pipeline is left out),
-ddp's is ("dp", "tp"). `Layout.replica` is the rank's index in the data-parallel dimensions: the
-ranks of a tensor-parallel group share it, and so their samples.
+The mesh has the dimensions above size 1, in the mesh order (outermost first), plus those a kind
+always names: ddp and zero1 ("dp_replicate"; plain DDP over the world, no mesh, where that is
+all), zero ("dp_shard", a 1-D mesh over the world), zero2d ("dp_replicate", "dp_shard": shard
+groups consecutive ranks, ``arange(world).reshape(-1, d)``), pipeline ("pp", "dp_replicate";
+stage s holds ranks [s*R, (s+1)*R) with R = world/pp, and "dp_shard" when each stage is
+sharded over groups of d). With tensor parallelism (tp > 1) "tp" is innermost (mesh order
+pp,dp,tp: a group's ranks consecutive) or right after "pp" (pp,tp,dp). FSDP shards over the
+mesh's data-parallel dimensions (1-D "dp_shard" where there is one replica); DDP runs over
+"dp_replicate". `Layout.replica` is the rank's index in the data-parallel dimensions: the ranks
+of a tensor-parallel group share it, and so their samples.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from shardsim.config import Resolved
+from shardsim.spec.parallel_dims import DATA
 
 
 @dataclass(frozen=True)
@@ -53,84 +52,41 @@ def _gloo_options(timeout: timedelta):
 MeshOf = Callable[[tuple[int, ...], tuple[str, ...]], object]  # (shape, dim names) → DeviceMesh
 
 
-def data_dims(kind: str, res: Resolved) -> tuple[tuple[str, int], ...]:
-    """The data-parallel dimensions (name, size) of a kind's mesh, outermost first."""
-    dp, d = res.dp, res.shard
-    if kind == "ddp" or (kind == "pipeline" and d == 1):
-        return (("dp", dp),)
-    if kind == "zero":
-        return (("shard", dp),)
-    return (("replicate", dp // d), ("shard", d))
+LayoutOf = Callable[[MeshOf, Resolved, int], Layout]
 
 
-def mesh_dims(kind: str, res: Resolved) -> tuple[tuple[str, int], ...]:
-    """A tensor-parallel mesh's dimensions (name, size), outermost first (`mesh_order`)."""
-    pp = (("pp", res.pp),) if kind == "pipeline" else ()
-    tp = (("tp", res.tp),)
-    data = data_dims(kind, res)
-    return pp + data + tp if res.tp_inner else pp + tp + data
+def dims_layout(keep: tuple[str, ...]) -> LayoutOf:
+    """The layout function of a kind whose mesh always names the dimensions `keep` (see the module docstring)."""
+
+    def layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
+        dims = res.dims
+        shape, names = dims.mesh(*keep)
+        coords = dims.coords(rank)
+        replica = coords["dp_replicate"] * dims.dp_shard + coords["dp_shard"]
+        if names == ("dp_replicate",):
+            return Layout(None, None, None, None, 0, replica)  # plain DDP over the world group
+        m = mesh(shape, names)
+        fsdp_mesh = None
+        if "dp_shard" in names:
+            data = tuple(n for n in names if n in DATA and (dims.size(n) > 1 or n == "dp_shard"))
+            fsdp_mesh = m if data == names else m[data if len(data) > 1 else data[0]]  # type: ignore[index]
+        replicated = "dp_replicate" in names and "dp_shard" not in names
+        ddp = replicated and (dims.dp_replicate > 1 or "tp" in names)
+        dp_group = m.get_group("dp_replicate") if ddp else None  # type: ignore[attr-defined]
+        pp_group = m.get_group("pp") if "pp" in names else None  # type: ignore[attr-defined]
+        tp_mesh = m["tp"] if "tp" in names else None  # type: ignore[index]
+        return Layout(m, fsdp_mesh, dp_group, pp_group, coords["pp"], replica, tp_mesh)
+
+    return layout
 
 
-def tp_layout(kind: str, mesh: MeshOf, res: Resolved, rank: int) -> Layout:
-    """A kind's layout with tensor parallelism (see the module docstring)."""
-    import numpy as np
-
-    dims = mesh_dims(kind, res)
-    names = tuple(n for n, _ in dims)
-    shape = tuple(k for _, k in dims)
-    m = mesh(shape, names)
-    coord = dict(zip(names, (int(c) for c in np.unravel_index(rank, shape)), strict=True))
-    data = data_dims(kind, res)
-    replica = int(np.ravel_multi_index([coord[n] for n, _ in data], [k for _, k in data]))
-    stage = coord.get("pp", 0)
-    data_names = tuple(n for n, _ in data)
-    sub = m[data_names] if len(data_names) > 1 else m[data_names[0]]  # type: ignore[index]
-    fsdp_mesh = sub if kind in ("zero", "zero2d") or (kind == "pipeline" and res.shard > 1) else None
-    if kind == "pipeline" and res.shard > 1 and res.shard == res.dp:
-        fsdp_mesh = m["shard"]  # type: ignore[index]  # one replica per stage: a 1-D shard mesh, as without TP
-    dp_group = m.get_group("dp") if "dp" in names else None  # type: ignore[attr-defined]
-    pp_group = m.get_group("pp") if "pp" in names else None  # type: ignore[attr-defined]
-    return Layout(m, fsdp_mesh, dp_group, pp_group, stage, replica, m["tp"])  # type: ignore[index]
+ddp_layout = dims_layout(("dp_replicate",))
+zero_layout = dims_layout(("dp_shard",))
+zero2d_layout = dims_layout(DATA)
+pipeline_layout = dims_layout(("pp", "dp_replicate"))
 
 
-def ddp_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
-    if res.tp > 1:
-        return tp_layout("ddp", mesh, res, rank)
-    return Layout(None, None, None, None, 0, rank)
-
-
-def zero_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
-    if res.tp > 1:
-        return tp_layout("zero", mesh, res, rank)
-    m = mesh((res.world,), ("shard",))
-    return Layout(m, m, None, None, 0, rank)
-
-
-def zero2d_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
-    if res.tp > 1:
-        return tp_layout("zero2d", mesh, res, rank)
-    m = mesh((res.world // res.shard, res.shard), ("replicate", "shard"))
-    return Layout(m, m, None, None, 0, rank)
-
-
-def pipeline_layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
-    """Stage-major: stage s holds ranks [s*R, (s+1)*R)."""
-    if res.tp > 1:
-        return tp_layout("pipeline", mesh, res, rank)
-    d, pp = res.shard, res.pp
-    R = res.world // pp
-    stage, replica = divmod(rank, R)
-    if d > 1:
-        m = mesh((pp, R // d, d), ("pp", "replicate", "shard"))
-        fsdp_mesh = m["shard"] if R == d else m["replicate", "shard"]  # type: ignore[index]
-        return Layout(m, fsdp_mesh, None, m.get_group("pp"), stage, replica)  # type: ignore[attr-defined]
-    m = mesh((pp, R), ("pp", "dp"))
-    return Layout(m, None, m.get_group("dp") if R > 1 else None, m.get_group("pp"), stage, replica)  # type: ignore[attr-defined]
-
-
-def build_layout(
-    layout: Callable[[MeshOf, Resolved, int], Layout], res: Resolved, rank: int, device_type: str, timeout: timedelta
-) -> Layout:
+def build_layout(layout: LayoutOf, res: Resolved, rank: int, device_type: str, timeout: timedelta) -> Layout:
     """Create the device mesh of a strategy with its `layout` function (`init_device_mesh`;
     all ranks must call this together).
 

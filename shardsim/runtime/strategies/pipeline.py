@@ -78,11 +78,11 @@ class TiedEmbedding:
         import torch.distributed as dist
 
         pairs = tied_parameters(model)
-        R, pp = res.world // res.pp, res.pp
+        pp = res.pp
         rank = dist.get_rank()
         self.group = None
-        for i in range(R if pairs else 0):
-            members = [i, (pp - 1) * R + i]
+        for ranks in res.dims.groups("pp") if pairs else []:  # in rank order of the first stage's
+            members = [ranks[0], ranks[-1]]
             group = dist.new_group(members)
             if rank in members:
                 self.group = group

@@ -13,7 +13,7 @@ from shardsim.runtime.strategies.step import AppliedStrategy, StepContext
 
 def zero1(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy zero1: ddp's module and step; the optimizer partitioned over DDP's group (the
-    world; with tensor parallelism the layout's "dp" group, over the local shards)."""
+    world; with tensor parallelism the layout's "dp_replicate" group, over the local shards)."""
     from shardsim.runtime.optimizer import build_zero_redundancy
 
     applied = ddp(model, ctx)

@@ -31,6 +31,7 @@ from shardsim.simulator.strategies.steps import (
     split_blocks,
 )
 from shardsim.spec.model.workload import Block, Workload
+from shardsim.spec.parallel_dims import DATA
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
@@ -185,7 +186,7 @@ def ddp_piece(res: Resolved, w: Workload) -> Piece:
     """Strategy ddp's piece: the whole model, gradients all-reduced over the data-parallel ranks."""
     embed, layers, head = split_blocks(w)
     m = stage_mesh(res)
-    return Piece(embed, layers, head, None, m.dp_groups(m.dp))
+    return Piece(embed, layers, head, None, m.groups(*DATA))
 
 
 def ddp_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:

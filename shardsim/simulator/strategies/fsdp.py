@@ -267,8 +267,8 @@ def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workl
     `res.shard` ranks; with several groups (ZeRO-2D) each gradient shard is all-reduced across
     the replica groups. Either as ZeRO-3 or, without resharding after forward, ZeRO-2."""
     embed, layers, head = split_blocks(w)
-    m, d = stage_mesh(res), res.shard
-    replica = m.dp_groups(m.dp // d, strided=True) if m.dp > d else None
+    m = stage_mesh(res)
+    replica = m.groups("dp_replicate") if res.replicas > 1 else None
     residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
-    piece = FsdpPiece(embed, layers, head, m.dp_groups(d), replica, residency)
+    piece = FsdpPiece(embed, layers, head, m.groups("dp_shard"), replica, residency)
     data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward)

@@ -1,12 +1,13 @@
-"""Where each rank sits in the device mesh (pp, dp, tp), as the runtime builds it
-(`runtime.strategies.layout`): the collectives' groups of a rank class.
+"""Where each rank sits in the device mesh (`Resolved.dims`, as the runtime builds it:
+`runtime.strategies.layout`): the collectives' groups of a rank class.
 
-A pipeline stage s holds ranks [s·R, (s+1)·R) (R = world / pp). Within a stage, with tensor
-parallelism innermost (mesh "pp,dp,tp", the default) a tensor-parallel group is `tp` consecutive
-ranks and a data-parallel group takes one rank of each, `tp` apart; with "pp,tp,dp" the
-data-parallel ranks are consecutive and a tensor-parallel group's are `dp` apart. Data-parallel
-groups are laid out over the stage's dp ranks as without tensor parallelism: FSDP's shard groups
-consecutive, the replica groups across them strided.
+A pipeline stage s holds ranks [s·R, (s+1)·R) (R = world / pp). Within a stage the dimensions
+follow the mesh order: with tensor parallelism innermost ("pp,dp,tp", the default) a
+tensor-parallel group is `tp` consecutive ranks and a data-parallel group takes one rank of
+each, `tp` apart; with "pp,tp,dp" the data-parallel ranks are consecutive and a tensor-parallel
+group's are `dp` apart. The data-parallel dimensions are dp_replicate (outer) × dp_shard
+(inner): FSDP's shard groups consecutive over the stage's dp ranks, the replica groups across
+them strided.
 """
 
 from __future__ import annotations
@@ -15,38 +16,59 @@ from dataclasses import dataclass
 
 from shardsim.config import Resolved
 from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.spec.parallel_dims import DATA, ParallelDims
 
 
 @dataclass(frozen=True)
 class StageMesh:
-    """The ranks [start, start + count) of one pipeline stage (the world without pipeline)."""
+    """The mesh of one pipeline stage: its ranks [start, start + count) (the world without pipeline)."""
 
-    start: int
-    count: int
-    tp: int = 1
-    tp_inner: bool = True
+    dims: ParallelDims
+    stage: int = 0
+
+    @property
+    def count(self) -> int:
+        """Ranks of the stage."""
+        return self.dims.world // self.dims.pp
+
+    @property
+    def start(self) -> int:
+        return self.stage * self.count
 
     @property
     def dp(self) -> int:
         """Data-parallel ranks of the stage."""
-        return self.count // self.tp
+        return self.dims.dp
 
-    def tp_groups(self) -> GroupLayout:
-        """The stage's tensor-parallel groups."""
-        return GroupLayout(self.start, self.count, self.tp, strided=not self.tp_inner)
+    def groups(self, *names: str) -> GroupLayout:
+        """The stage's groups of dimensions `names`: "tp", or data-parallel ones (`DATA`: FSDP's
+        shard groups "dp_shard", the replica groups across them "dp_replicate", DDP over both),
+        for every index of the other dimensions."""
+        d = self.dims
+        if names == ("tp",):
+            return GroupLayout(self.start, self.count, d.tp, strided=d.stride("tp") > 1)
+        assert names and set(names) <= set(DATA), f"no network groups of {names}"
+        size = 1
+        for n in names:
+            size *= d.size(n)
+        inner = d.stride("dp_shard")  # ranks beside each data-parallel rank (tp, when innermost)
+        outer = self.count // (d.dp * inner)  # blocks of data-parallel ranks (tp, when outside them)
+        strided = "dp_shard" not in names
+        return GroupLayout(self.start, self.count, size, strided=strided, inner=inner, outer=outer)
 
-    def dp_groups(self, size: int, strided: bool = False) -> GroupLayout:
-        """Groups of `size` of the stage's data-parallel ranks, consecutive (FSDP's shard groups, DDP
-        over all of them) or strided (the replica groups across the shard groups), for every
-        tensor-parallel index."""
-        if self.tp == 1:
-            return GroupLayout(self.start, self.count, size, strided=strided)
-        if self.tp_inner:
-            return GroupLayout(self.start, self.count, size, strided=strided, inner=self.tp)
-        return GroupLayout(self.start, self.count, size, strided=strided, outer=self.tp)
+    def sends(self, backward: bool = False) -> GroupLayout:
+        """Each rank of the stage paired with its peer of the next stage in the "pp" dimension (the
+        activations' sends); `backward`: with its peer of the previous stage, reversed (the input
+        gradients')."""
+        first = self.stage - 1 if backward else self.stage
+        return GroupLayout(first * self.count, 2 * self.count, 2, strided=True, reverse=backward)
+
+
+def pipeline_ends(dims: ParallelDims) -> GroupLayout:
+    """The "pp" groups' first and last ranks: rank i of the first stage with rank i of the last."""
+    return GroupLayout(0, dims.world, dims.pp, strided=True, ends=True)
 
 
 def stage_mesh(res: Resolved, stage: int = 0) -> StageMesh:
     """The mesh of pipeline stage `stage` (the world without pipeline)."""
-    R = res.world // res.pp
-    return StageMesh(stage * R, R, res.tp, res.tp_inner)
+    return StageMesh(res.dims, stage)

@@ -23,9 +23,10 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _ids, _join, moves
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
-from shardsim.simulator.strategies.mesh import stage_mesh
+from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends, stage_mesh
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
 from shardsim.spec.model.workload import Block, Workload, stage_ranges
+from shardsim.spec.parallel_dims import DATA
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv (gloo's TCP
 # transport is a rendezvous), so a GPipe stage that runs ahead does not receive ahead: a stage
@@ -63,17 +64,17 @@ def send_waits(kind: str, stage: int, pp: int, m: int) -> list[list[int]]:
     return [([j - 2] if j >= 2 else []) + ([j - 1] if j in steady else []) for j in range(n)]
 
 
-def activation_send(s: int, R: int, blocks: list[Block], mb: int, ebytes: int) -> tuple[GroupLayout, float]:
-    """(layout, bytes) of the send of stage `s`'s output to stage s + 1, each of the `R` ranks of
-    a stage to its peer; `blocks` the stage's, `mb` the micro-batch, `ebytes` per element."""
-    return GroupLayout(s * R, 2 * R, 2, strided=True), blocks[-1].out_elems * mb * ebytes
+def activation_send(m: StageMesh, blocks: list[Block], mb: int, ebytes: int) -> tuple[GroupLayout, float]:
+    """(layout, bytes) of the send of stage `m`'s output to the next stage, each of its ranks to
+    its peer; `blocks` the stage's, `mb` the micro-batch, `ebytes` per element."""
+    return m.sends(), blocks[-1].out_elems * mb * ebytes
 
 
-def gradient_send(s: int, R: int, blocks: list[Block], mb: int, ebytes: int) -> tuple[GroupLayout, float]:
-    """(layout, bytes) of the send of stage `s`'s input gradient back to stage s - 1 (nothing from
-    a stage without layers)."""
+def gradient_send(m: StageMesh, blocks: list[Block], mb: int, ebytes: int) -> tuple[GroupLayout, float]:
+    """(layout, bytes) of the send of stage `m`'s input gradient back to the previous stage
+    (nothing from a stage without layers)."""
     nbytes = blocks[0].in_elems * mb * ebytes if any(b.kind == "layer" for b in blocks) else 0.0
-    return GroupLayout((s - 1) * R, 2 * R, 2, strided=True, reverse=True), nbytes
+    return m.sends(backward=True), nbytes
 
 
 def stage_pieces(res: Resolved, w: Workload) -> list[Piece]:
@@ -86,11 +87,11 @@ def stage_pieces(res: Resolved, w: Workload) -> list[Piece]:
         blocks = (embed if s == 0 else [], layers[a:b], head if s == P - 1 else [])
         m = stage_mesh(res, s)
         if d > 1:
-            replica = m.dp_groups(m.dp // d, strided=True) if m.dp > d else None
+            replica = m.groups("dp_replicate") if res.replicas > 1 else None
             residency = Residency(reshard_after_backward=False)
-            pc: Piece = FsdpPiece(*blocks, m.dp_groups(d), replica, residency)
+            pc: Piece = FsdpPiece(*blocks, m.groups("dp_shard"), replica, residency)
         else:
-            pc = Piece(*blocks, None, m.dp_groups(m.dp) if m.dp > 1 else None)
+            pc = Piece(*blocks, None, m.groups(*DATA) if m.dp > 1 else None)
         pieces.append(pc)
     return pieces
 
@@ -169,7 +170,7 @@ class _Pipeline:
         """F or B of microbatch m on stage s, then the isend of its output (activation to the
         next stage, input gradient to the previous). Returns (what the op's end waits for, the isend)."""
         p, cfg, res, pc = self.p, self.cfg, self.res, self.pieces[s]
-        P, R, K, M, mb = res.pp, res.world // res.pp, cfg.grad_accum, res.microbatches, res.microbatch_size
+        P, K, M, mb = res.pp, cfg.grad_accum, res.microbatches, res.microbatch_size
         tag = f" s{s} m{m}" + (f" [{k}]" if K > 1 else "")
         ebytes = DTYPE_BYTES[cfg.precision]
         if kind == "F":
@@ -177,7 +178,7 @@ class _Pipeline:
             out = forward(p, s, self.cm, cfg, mb, pc, start, tag)
             if s == P - 1:
                 return out, NO_SEND
-            lay, nbytes = activation_send(s, R, pc.blocks, mb, ebytes)
+            lay, nbytes = activation_send(stage_mesh(res, s), pc.blocks, mb, ebytes)
             return out, self._isend(s, "p2p_fwd", lay, nbytes, f"act{tag}", out, s + 1)
         # DDP syncs in the last microbatch's backward (last_backward) of the accumulation boundary;
         # FSDP2 never reduces in a microbatch backward (set_requires_gradient_sync(False))
@@ -194,7 +195,7 @@ class _Pipeline:
         out = _join(op, *syncs)
         if s == 0:
             return out, NO_SEND
-        lay, nbytes = gradient_send(s, R, pc.blocks, mb, ebytes)
+        lay, nbytes = gradient_send(stage_mesh(res, s), pc.blocks, mb, ebytes)
         return out, self._isend(s, "p2p_bwd", lay, nbytes, f"grad{tag}", out, s - 1)
 
     def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: Dep, peer: int) -> Isend:
@@ -260,6 +261,6 @@ def tied_embedding_all_reduce(p: Plan, res: Resolved, w: Workload, pipe: _Pipeli
     P, copy = res.pp, tied_copy(w)
     if P < 2 or not copy:
         return []
-    ends = GroupLayout(0, res.world, P, strided=True, ends=True)  # rank i of stage 0 with rank i of stage P - 1
+    ends = pipeline_ends(res.dims)  # rank i of stage 0 with rank i of stage P - 1
     deps = [pipe.prev[0], *pipe.syncs[0], pipe.prev[P - 1], *pipe.syncs[P - 1]]
     return [p.comm(P - 1, "ar", "all_reduce", ends, copy * GRAD_BYTES, "AR tied embedding grad", deps, "sync")]

@@ -12,6 +12,7 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import BlockCost, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass
+from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.spec.model.workload import Block, Workload, stage_ranges
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
@@ -83,10 +84,10 @@ def rank_classes(res: Resolved, w: Workload, pipeline: bool) -> list[tuple[RankC
     any op is planned."""
     embed, layers, head = pipeline_blocks(w, res.pp) if pipeline else split_blocks(w)
     if pipeline:
-        R = res.world // res.pp
+        meshes = [stage_mesh(res, s) for s in range(res.pp)]
         parts = [
-            (f"stage {s}", s * R, R, embed if s == 0 else [], layers[a:b], head if s == res.pp - 1 else [])
-            for s, (a, b) in enumerate(stage_ranges(len(layers), res.pp))
+            (f"stage {s}", m.start, m.count, embed if s == 0 else [], layers[a:b], head if s == res.pp - 1 else [])
+            for s, (m, (a, b)) in enumerate(zip(meshes, stage_ranges(len(layers), res.pp), strict=True))
         ]
     else:
         parts = [("all ranks", 0, res.world, embed, layers, head)]

@@ -122,7 +122,7 @@ class TensorParallel:
 
     def layout(self, rc: int) -> GroupLayout:
         if rc not in self._layouts:
-            self._layouts[rc] = self.meshes[rc].tp_groups()
+            self._layouts[rc] = self.meshes[rc].groups("tp")
         return self._layouts[rc]
 
     def pass_calls(self, b: Block, phase: str) -> tuple[TpCall, ...]:

@@ -25,6 +25,7 @@ from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forw
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, data_parallel_plan, split_blocks
 from shardsim.spec.model.workload import Block, Workload
+from shardsim.spec.parallel_dims import DATA
 
 PARAM_BYTES = GRAD_BYTES  # the broadcast parameters are the fp32 masters DDP wraps (autocast casts copies)
 
@@ -41,7 +42,7 @@ def zero1_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Work
     """Strategy zero1: DDP's micro-steps, then the partitioned step and its broadcasts."""
     embed, layers, head = split_blocks(w)
     m = stage_mesh(res)
-    group = m.dp_groups(m.dp)
+    group = m.groups(*DATA)
     piece = Piece(embed, layers, head, None, group)
     dp = m.dp
 
