@@ -12,7 +12,7 @@ import time
 
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.network.collectives import _plan_cached
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import time
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 from shardsim.sweep.space import Candidate, SweepSpace, enumerate_configs
 from shardsim.sweep.task import predict_row
 

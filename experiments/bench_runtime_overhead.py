@@ -43,7 +43,7 @@ def _handwritten_model(ns: argparse.Namespace):
     from torch.distributed.fsdp import fully_shard
 
     from shardsim.runtime.models.builders import build_model
-    from shardsim.spec.model.library import PRESETS
+    from shardsim.specs.model.library import PRESETS
 
     world = dist.get_world_size()
     if ns.degree and ns.degree < world:

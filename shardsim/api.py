@@ -392,7 +392,7 @@ def collective(
     from shardsim.core.units import format_bytes, parse_size
     from shardsim.simulator.collective import OPS, simulate_collective
     from shardsim.simulator.scale import MAX_MESSAGE_BYTES
-    from shardsim.spec.hardware.topology import make_cluster
+    from shardsim.specs.hardware.topology import make_cluster
 
     if op not in OPS:
         raise ConfigError(f"expected one of {', '.join(OPS)}, got {op!r}", field="op")

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from shardsim.runtime.models.builders import build_model
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.model.library import PRESETS
 
 IN, HID, OUT = 8, 16, 4
 

@@ -17,7 +17,7 @@ from shardsim.runtime.processes import alive
 from shardsim.runtime.records import LAB_KEYS, LabReadings, RunRecord
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.simulator.results import strategy_key
-from shardsim.spec.hardware.topology import Cluster, InstanceType, parse_instance
+from shardsim.specs.hardware.topology import Cluster, InstanceType, parse_instance
 
 
 def instance(
@@ -65,7 +65,7 @@ def plan_ops(cfg: RunConfig, profile: Profile | None = None) -> list:
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.strategies.build import build_plan
     from shardsim.simulator.workload.resolve import load_workload
-    from shardsim.spec.hardware.topology import make_cluster
+    from shardsim.specs.hardware.topology import make_cluster
 
     w = load_workload(cfg.workload)
     cluster = make_cluster(cfg.topology, cfg.nodes)

@@ -12,8 +12,8 @@ from collections import Counter
 
 from shardsim.config import RunConfig, Strategy
 from shardsim.runtime.collective_trace import trace_step
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.library import PRESETS
 
 MODELS = {
     "tiny-gpt": PRESETS["tiny-gpt"],

@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 from shardsim.core.files import atomic_path, atomic_write  # noqa: E402
 from shardsim.simulator.calibration import fit as F  # noqa: E402
 from shardsim.simulator.calibration.measurements import read_measurements  # noqa: E402
-from shardsim.spec.hardware.topology import load_instance  # noqa: E402
+from shardsim.specs.hardware.topology import load_instance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"

@@ -32,7 +32,7 @@ from shardsim.data import TOPOLOGIES
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration.measurements import read_measurements
-from shardsim.spec.hardware.topology import FITTED_FILE, TRAINING_FIGURES, InstanceType, KernelSpec, load_instance
+from shardsim.specs.hardware.topology import FITTED_FILE, TRAINING_FIGURES, InstanceType, KernelSpec, load_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "experiments" / "calibration" / "data" / "mpt-a100-40gb.csv"

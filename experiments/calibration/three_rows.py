@@ -34,7 +34,7 @@ from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration import prior as P
 from shardsim.simulator.calibration.calibrate import default_params
 from shardsim.simulator.calibration.measurements import Measurement, read_measurements
-from shardsim.spec.hardware.topology import InstanceType, load_instance
+from shardsim.specs.hardware.topology import InstanceType, load_instance
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

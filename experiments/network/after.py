@@ -26,7 +26,7 @@ from shardsim.simulator.calibration.fit import fit  # noqa: E402
 from shardsim.simulator.calibration.parameters import applied  # noqa: E402
 from shardsim.simulator.collective import compare_collective  # noqa: E402
 from shardsim.simulator.network.nccl_tests import read_nccl_tests  # noqa: E402
-from shardsim.spec.hardware.topology import Cluster, load_instance  # noqa: E402
+from shardsim.specs.hardware.topology import Cluster, load_instance  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

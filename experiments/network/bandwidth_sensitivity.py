@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from shardsim.config import RunConfig
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import Cluster, load_instance
+from shardsim.specs.hardware.topology import Cluster, load_instance
 
 NICS = (1, 2, 4, 8)
 CASES = (

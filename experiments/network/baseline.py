@@ -21,7 +21,7 @@ from shardsim.cli.collective import plot_comparison
 from shardsim.core.files import atomic_write
 from shardsim.simulator.collective import compare_collective
 from shardsim.simulator.network.nccl_tests import read_nccl_tests
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "calibration" / "data" / "nccl-all-reduce-p5-2node.csv"

@@ -19,7 +19,7 @@ from shardsim.core.units import parse_size
 from shardsim.simulator.calibration.collectives import collective_rows
 from shardsim.simulator.calibration.fit import fit, ratios
 from shardsim.simulator.network.nccl_tests import read_nccl_tests
-from shardsim.spec.hardware.topology import load_instance
+from shardsim.specs.hardware.topology import load_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "experiments/calibration/data/nccl-all-reduce-p5-2node.csv"

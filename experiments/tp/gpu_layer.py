@@ -127,8 +127,8 @@ def compare(path: Path, topology: str) -> list[dict]:
     """The measured rows with the simulator's forward and backward of the same layer on `topology`'s GPU."""
     from shardsim.simulator.compute import ComputeModel
     from shardsim.simulator.workload.resolve import load_workload
-    from shardsim.spec.hardware.topology import make_cluster
-    from shardsim.spec.model.blocks import from_arch
+    from shardsim.specs.hardware.topology import make_cluster
+    from shardsim.specs.model.blocks import from_arch
 
     dev = make_cluster(topology, 1).instance.device
     out = []
@@ -143,7 +143,7 @@ def compare(path: Path, topology: str) -> list[dict]:
 
 
 def _shape(seq: int):
-    from shardsim.spec.model.arch import Shape
+    from shardsim.specs.model.arch import Shape
 
     return Shape(seq_len=seq)
 

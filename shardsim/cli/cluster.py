@@ -21,7 +21,7 @@ log = logging.getLogger("shardsim")
 def down_command(topology: str, nodes: int | None) -> str:
     """The ``shardsim cluster down`` of a cluster brought up as ``cluster up TOPOLOGY [--nodes N]``,
     as it runs from any folder: a shipped topology by name, a file by its absolute path, quoted."""
-    from shardsim.spec.hardware.topology import builtin_topologies
+    from shardsim.specs.hardware.topology import builtin_topologies
 
     where = topology if topology in builtin_topologies() else str(Path(topology).resolve())
     return shlex.join(["shardsim", "cluster", "down", where, *(["--nodes", str(nodes)] if nodes else [])])
@@ -34,7 +34,7 @@ def _cmd_cluster(ns: argparse.Namespace) -> int:
     from shardsim.runtime.emulation.ownership import keep
     from shardsim.runtime.emulation.plan import plan_cluster
     from shardsim.runtime.emulation.status import format_status, status
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     cluster = plan_cluster(load_instance(ns.topology), ns.nodes)
     if ns.action == "up":

@@ -14,7 +14,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.flagtypes import Count, Size, SizeSweep
 from shardsim.core.units import COMPACT_UP_TO, parse_size
 from shardsim.simulator.scale import MAX_MESSAGE_BYTES
-from shardsim.spec.bounds import MAX_WORLD
+from shardsim.specs.bounds import MAX_WORLD
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 _SWEEP_LINE = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}"  # nccl-tests' widths
@@ -49,7 +49,7 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
 
 def _cluster(ns: argparse.Namespace, nodes: int | None):
     """The topology's cluster, with the calibration file's fitted figures over its own (``--calibration``)."""
-    from shardsim.spec.hardware.topology import make_cluster
+    from shardsim.specs.hardware.topology import make_cluster
 
     cluster = make_cluster(ns.topology, nodes)
     if ns.calibration is None:

@@ -21,7 +21,7 @@ from shardsim.core.units import (
     format_seconds,
     format_usd,
 )
-from shardsim.spec.parallel_dims import ParallelDims
+from shardsim.specs.parallel_dims import ParallelDims
 
 
 def gib(x: float) -> str:
@@ -41,7 +41,7 @@ def _header(text: str, width: int | None) -> str:
 def _hint(cfg) -> str:
     """What would make `cfg` fit (`sweep.hints.fit_hint`), by the memory model alone."""
     from shardsim.simulator.workload.resolve import load_workload
-    from shardsim.spec.hardware.topology import make_cluster
+    from shardsim.specs.hardware.topology import make_cluster
     from shardsim.sweep.hints import fit_hint
 
     cluster = make_cluster(cfg.topology, cfg.nodes)
@@ -66,7 +66,7 @@ def _cost(pred) -> str:
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
     from shardsim.simulator.predict import predict, save_trace
-    from shardsim.spec.model.load import display_name
+    from shardsim.specs.model.load import display_name
 
     cfg = config_from_args(ns)
     if ns.trace:

@@ -15,7 +15,7 @@ from shardsim.core.torch_required import require_torch
 from shardsim.core.units import format_seconds
 from shardsim.runtime.profile.build import build_profile, write_json_atomic
 from shardsim.runtime.train import MAX_THREADS
-from shardsim.spec.bounds import MAX_BATCH
+from shardsim.specs.bounds import MAX_BATCH
 
 MAX_REPEATS = 1_000  # timings of one figure
 
@@ -32,7 +32,7 @@ def _device(asked: str) -> str:
 
 
 def _cmd_profile(ns: argparse.Namespace) -> int:
-    from shardsim.spec.hardware.topology import make_cluster
+    from shardsim.specs.hardware.topology import make_cluster
 
     require_torch("shardsim profile")
     cfg = config_from_args(ns)

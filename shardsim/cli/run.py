@@ -21,8 +21,8 @@ from shardsim.core.files import check_not_input, check_output_dir, output_folder
 from shardsim.core.flagtypes import Count
 from shardsim.runtime.plan import CPU_RANKS_PER_CORE, MAX_CPU_RANKS, RunPlan, plan_run, run_flags, run_planned
 from shardsim.runtime.records import CSV_NAME, check_runs_csv, load_run
-from shardsim.spec.bounds import MAX_WORLD
-from shardsim.spec.model.load import spec_name
+from shardsim.specs.bounds import MAX_WORLD
+from shardsim.specs.model.load import spec_name
 
 log = logging.getLogger("shardsim")
 

@@ -26,7 +26,7 @@ from shardsim.config.schema import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE
-from shardsim.spec.bounds import MAX_BATCH, MAX_WORLD
+from shardsim.specs.bounds import MAX_BATCH, MAX_WORLD
 from shardsim.sweep.faces import DEFAULT_SWEEP, DEFAULT_SWEEP_TEXT
 
 log = logging.getLogger("shardsim")

@@ -11,7 +11,7 @@ import json
 def _list() -> int:
     from shardsim.core.console import console
     from shardsim.core.tables import Column, Grid, layout, show
-    from shardsim.spec.hardware.topology import builtin_topologies, load_instance
+    from shardsim.specs.hardware.topology import builtin_topologies, load_instance
 
     g = Grid(
         None,
@@ -39,7 +39,7 @@ def _list() -> int:
 def _show(name: str, fmt: str | None) -> int:
     """One topology: as labelled lines, or its file's document as YAML or JSON."""
     from shardsim.core.console import labelled, output_width
-    from shardsim.spec.hardware.topology import load_instance, topology_document
+    from shardsim.specs.hardware.topology import load_instance, topology_document
 
     inst = load_instance(name)  # an unknown name: one line naming the nearest
     if fmt:

@@ -18,9 +18,9 @@ def _library(as_json: bool) -> int:
     from shardsim.core.console import console
     from shardsim.core.tables import Column, Grid, layout, show
     from shardsim.core.units import format_count
-    from shardsim.spec.model.blocks import from_arch
-    from shardsim.spec.model.describe import summary
-    from shardsim.spec.model.library import library
+    from shardsim.specs.model.blocks import from_arch
+    from shardsim.specs.model.describe import summary
+    from shardsim.specs.model.library import library
 
     rows = [
         summary(from_arch(name, m.arch), published=m.published_params, source=m.source) for name, m in library().items()
@@ -63,9 +63,9 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
     from shardsim.core.errors import ConfigError
     from shardsim.core.units import format_count
     from shardsim.simulator.workload.resolve import load_workload
-    from shardsim.spec.model.arch import Shape
-    from shardsim.spec.model.describe import read_model_file, summary
-    from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
+    from shardsim.specs.model.arch import Shape
+    from shardsim.specs.model.describe import read_model_file, summary
+    from shardsim.specs.model.hf_keys import DEFAULT_SEQ_LEN
 
     if not path.endswith((".json", ".yaml", ".yml")):
         raise ConfigError("expected a Hugging Face config.json or a model .yaml", field="FILE", where=path)
@@ -115,7 +115,7 @@ def _cmd_workloads(ns: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from shardsim.core.flagtypes import Count
-    from shardsim.spec.bounds import MAX_SEQ_LEN
+    from shardsim.specs.bounds import MAX_SEQ_LEN
 
     w = sub.add_parser(
         "workloads",

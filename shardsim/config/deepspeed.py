@@ -18,7 +18,7 @@ from shardsim.config.smp import _put
 from shardsim.core.errors import ConfigError
 from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import check_keys
-from shardsim.spec.strategies import DDP, ZERO, ZERO1, ZERO2D
+from shardsim.specs.strategies import DDP, ZERO, ZERO1, ZERO2D
 
 ZERO_OPTIMIZATION = "zero_optimization"
 DEEPSPEED_KEYS = (ZERO_OPTIMIZATION,)  # a configuration file's keys this module reads

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from shardsim.core.documents import error_words
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import unknown_key
-from shardsim.spec.bounds import beyond
-from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.specs.bounds import beyond
+from shardsim.specs.strategies import STRATEGIES as KINDS
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

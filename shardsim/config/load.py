@@ -19,9 +19,9 @@ from shardsim.config.smp import (
 )
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, check_keys, load_json, load_yaml, parse_yaml, unknown_key
-from shardsim.spec.model.arch import SHAPE_FIELDS, Arch
-from shardsim.spec.model.describe import arch_from_mapping
-from shardsim.spec.strategies import ALIASES, DEFAULT_KIND, STRATEGIES, kind_name
+from shardsim.specs.model.arch import SHAPE_FIELDS, Arch
+from shardsim.specs.model.describe import arch_from_mapping
+from shardsim.specs.strategies import ALIASES, DEFAULT_KIND, STRATEGIES, kind_name
 
 # Keys a configuration file may hold besides the schema's, SageMaker's, FSDP's and DeepSpeed's (name and
 # description: ignored)

@@ -34,7 +34,7 @@ def lm_batch_per_device(seq_len: int, most: int) -> int:
 def language_model_tokens(cfg: RunConfig) -> int | None:
     """The sequence length of `cfg`'s workload where it is a text model (one read here: a library
     name, a file, an inline description; a model given by import path is not loaded for this), else None."""
-    from shardsim.spec.model.load import resolve_arch
+    from shardsim.specs.model.load import resolve_arch
 
     if isinstance(cfg.workload, str) and ":" in cfg.workload and not cfg.workload.endswith((".yaml", ".json")):
         return None
@@ -46,7 +46,7 @@ def language_model_tokens(cfg: RunConfig) -> int | None:
 
 
 def _has_bf16(topology: str) -> bool:
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     try:
         return load_instance(topology).device.supports(LM_PRECISION)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from shardsim.config.schema import MODELS, Resolved, RunConfig, Strategy
 from shardsim.config.tp import check_tp
 from shardsim.core.errors import ConfigError
-from shardsim.spec.bounds import world_refusal
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.parallel_dims import ParallelDims
-from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.specs.bounds import world_refusal
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.strategies import STRATEGIES as KINDS
 
 # A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first
 # stage and a copy on its last, and sums the two copies' gradients before the optimizer step (as

@@ -33,10 +33,10 @@ from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
 from shardsim.core.errors import ConfigError
-from shardsim.spec.bounds import SETTING_BOUNDS
-from shardsim.spec.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
-from shardsim.spec.parallel_dims import ORDERS, ParallelDims
-from shardsim.spec.strategies import (
+from shardsim.specs.bounds import SETTING_BOUNDS
+from shardsim.specs.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
+from shardsim.specs.parallel_dims import ORDERS, ParallelDims
+from shardsim.specs.strategies import (
     ALIASES,
     DDP,
     DEFAULT_KIND,
@@ -47,7 +47,7 @@ from shardsim.spec.strategies import (
     StrategySpec,
     kind_name,
 )
-from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.specs.strategies import STRATEGIES as KINDS
 
 Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)

@@ -16,7 +16,7 @@ from typing import Any
 from shardsim.core.errors import ConfigError
 from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import check_keys
-from shardsim.spec.strategies import DDP, FSDP_SHARDING, PIPELINE, ZERO, ZERO2D
+from shardsim.specs.strategies import DDP, FSDP_SHARDING, PIPELINE, ZERO, ZERO2D
 
 SMP_KEYS = (
     "sharded_data_parallel_degree",

@@ -9,7 +9,7 @@ head over tp / kv ranks (as Megatron-LM does): allowed when kv divides tp.
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.arch import Arch
+from shardsim.specs.model.arch import Arch
 
 
 def tp_group_span(tp: int, dp: int, tp_inner: bool) -> int:

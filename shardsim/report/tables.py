@@ -18,8 +18,8 @@ from shardsim.core.units import (
     format_usd,
 )
 from shardsim.simulator.economics import MODEL_ERROR
-from shardsim.spec.model.load import display_name
-from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.specs.model.load import display_name
+from shardsim.specs.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -26,7 +26,7 @@ from torch import nn
 from shardsim.config import RunConfig
 from shardsim.core.files import atomic_write
 from shardsim.runtime.trainer import Observer, Trainer
-from shardsim.spec.parallel_dims import ParallelDims
+from shardsim.specs.parallel_dims import ParallelDims
 
 _KINDS = {
     "all_gather_into_tensor": "all_gather",
@@ -256,8 +256,8 @@ def trace_step(
     from shardsim.runtime.strategies.fsdp import parallelize
     from shardsim.runtime.strategies.pipeline import split_stage
     from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
-    from shardsim.spec.model.load import resolve_arch
-    from shardsim.spec.model.workload import stage_ranges
+    from shardsim.specs.model.load import resolve_arch
+    from shardsim.specs.model.workload import stage_ranges
 
     _, arch = resolve_arch(cfg.workload, cfg.shape)
     n_layers = arch.layers if arch is not None else workloads.n_blocks(cfg.workload, cfg.shape)

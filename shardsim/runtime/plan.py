@@ -50,8 +50,8 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     the ranks in the emulated cluster: every node a network namespace, links shaped by tc."""
     from shardsim.runtime.models.build import n_blocks
     from shardsim.runtime.models.checks import check_runtime_tp
-    from shardsim.spec.hardware.topology import make_cluster
-    from shardsim.spec.model.load import resolve_arch
+    from shardsim.specs.hardware.topology import make_cluster
+    from shardsim.specs.model.load import resolve_arch
 
     cluster = make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node)
     gpus = gpu_count() if cluster.instance.device.kind != "cpu" else 0
@@ -106,7 +106,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     check_runtime_tp(arch, res.tp, resolved.strategy.async_tp)
     from shardsim.runtime.stack import check_runtime_stack
     from shardsim.simulator.strategies.planners import PLANNERS
-    from shardsim.spec.model.blocks import check_mlm
+    from shardsim.specs.model.blocks import check_mlm
 
     check_runtime_stack(resolved, on_gpu, PLANNERS[resolved.strategy.kind].sharded(res))
     check_mlm(arch, resolved.mlm_fraction)

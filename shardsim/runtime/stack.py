@@ -52,7 +52,7 @@ def apply_model_settings(model: Any, cfg: RunConfig) -> Any:
     """`model` (as `models.build` makes it) with the attention backend and the masked-LM head
     set: what the single-process reference applies too (the math of a step)."""
     from shardsim.runtime.models.transformer import Attention, LMHead
-    from shardsim.spec.model.blocks import check_mlm, masked_tokens
+    from shardsim.specs.model.blocks import check_mlm, masked_tokens
 
     backends = sdpa_backends(cfg.attention)
     for m in model.modules():

@@ -40,8 +40,8 @@ from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
 from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
 from shardsim.simulator.results import KEY_FIELDS, result_key
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.load import spec_name
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.load import spec_name
 
 DEFAULT_TIMEOUT_S = 30.0
 # bounds of a run's flags, checked as they are parsed
@@ -114,7 +114,7 @@ def wants_cuda(cfg: RunConfig) -> bool:
 
     if not torch.cuda.is_available():
         return False
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     return load_instance(cfg.topology).device.kind != "cpu"
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from shardsim.config import RunConfig, resolve
 from shardsim.simulator.strategies.planners import PLANNERS
-from shardsim.spec.model.load import spec_name
+from shardsim.specs.model.load import spec_name
 
 
 class Observer:

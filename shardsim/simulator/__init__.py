@@ -5,7 +5,7 @@ What the sweep and the report use of it: `predict` (`predict`,
 `bounds` (`compute_bound_s`), `results` (the result key, the schema and its upgrades),
 `economics` (`MODEL_ERROR`), `gcpause` (`paused_gc`), `calibration.apply` (`load_calibration`),
 `hardware.profile` (`load_profile`), `scale` (the plan's and the sweep's bounds) and `workload`;
-the descriptions it is given come from `shardsim.spec` (hardware, strategies, bounds).
+the descriptions it is given come from `shardsim.specs` (hardware, strategies, bounds).
 """
 
 __version__ = "0.1.0"

@@ -56,8 +56,8 @@ from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
 from shardsim.simulator.strategies.steps import BlockTimes, Piece, rank_classes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel
-from shardsim.spec.model.workload import Block
-from shardsim.spec.strategies.ddp import DDP
+from shardsim.specs.model.workload import Block
+from shardsim.specs.strategies.ddp import DDP
 
 PASSES = ("fwd", "bwd")
 

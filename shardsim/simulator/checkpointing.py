@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from shardsim.config import SAC_OP, RunConfig
 from shardsim.simulator.compute import BlockCost
-from shardsim.spec.model.workload import Block
+from shardsim.specs.model.workload import Block
 
 
 @dataclass(frozen=True)

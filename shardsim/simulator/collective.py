@@ -12,8 +12,8 @@ from shardsim.simulator.network.collectives import BUS_FACTOR, Algo, GroupLayout
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph, links_for
-from shardsim.spec.bounds import world_refusal
-from shardsim.spec.hardware.topology import Cluster
+from shardsim.specs.bounds import world_refusal
+from shardsim.specs.hardware.topology import Cluster
 
 OPS = tuple(BUS_FACTOR)  # the collectives timed: all_reduce, all_gather, reduce_scatter, broadcast, send_recv
 

@@ -21,8 +21,8 @@ from shardsim.simulator import attention_impl as ai
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.hardware.profile import Profile
-from shardsim.spec.hardware.topology import DeviceSpec
-from shardsim.spec.model.workload import Arch, Block
+from shardsim.specs.hardware.topology import DeviceSpec
+from shardsim.specs.model.workload import Arch, Block
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "tf32": 4}  # tf32 stores fp32
 BWD_MEM_FACTOR = 2.0  # backward touches each elementwise tensor about twice (grad in, grad out)
@@ -38,7 +38,7 @@ KERNEL_LAUNCH_S = 5e-6  # one op's launch and dispatch (assumption)
 @lru_cache(maxsize=16)
 def _whole_blocks(arch: Arch) -> dict[str, Block]:
     """The blocks of a model of `arch` as one rank holds them whole, by name."""
-    from shardsim.spec.model.blocks import from_arch
+    from shardsim.specs.model.blocks import from_arch
 
     return {b.name: b for b in from_arch("whole", arch).blocks}
 

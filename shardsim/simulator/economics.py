@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 
 # The model's stated error: the mean absolute error of step-time predictions on its calibration
 # set, out of sample (5-fold cross-validation: 78 measured FSDP runs of MPT models, 125M-70B, on

@@ -17,7 +17,7 @@ from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import LinkGraph
 from shardsim.simulator.network.nccl_runs import channels
 from shardsim.simulator.plan import Op, Plan
-from shardsim.spec.hardware.topology import Cluster
+from shardsim.specs.hardware.topology import Cluster
 
 # SM sharing: while an NCCL kernel runs on a GPU, its CTAs (one per channel, each holding an SM:
 # NCCL launches a grid of nChannels blocks, src/enqueue.cc) leave compute kernels the other SMs,

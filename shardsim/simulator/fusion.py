@@ -21,8 +21,8 @@ the mlp family's blocks are not changed (named).
 
 from __future__ import annotations
 
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import kv_heads_per_rank
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import kv_heads_per_rank
 
 FWD_KERNELS_SAVED = 2  # the two residual adds, fused into the norms
 BWD_KERNELS_SAVED = 4  # the two residual-gradient adds, and one kernel of each norm's backward

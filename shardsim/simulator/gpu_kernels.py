@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
-from shardsim.spec.hardware.topology import KernelSpec
-from shardsim.spec.model.blocks import kv_heads_per_rank, layer_param_tensors
-from shardsim.spec.model.workload import Arch, Block
+from shardsim.specs.hardware.topology import KernelSpec
+from shardsim.specs.model.blocks import kv_heads_per_rank, layer_param_tensors
+from shardsim.specs.model.workload import Arch, Block
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
 SMALL_TILE_EFFICIENCY = 0.9  # a 128×128 tile sustains less than a 256×128 one (less reuse per load; assumption)

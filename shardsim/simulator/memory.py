@@ -17,9 +17,9 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.plan import RankClass
 from shardsim.simulator.strategies.planners import PLANNERS
-from shardsim.spec.hardware.topology import DeviceSpec
-from shardsim.spec.model.blocks import kv_heads_per_rank
-from shardsim.spec.model.workload import Block, Workload
+from shardsim.specs.hardware.topology import DeviceSpec
+from shardsim.specs.model.blocks import kv_heads_per_rank
+from shardsim.specs.model.workload import Block, Workload
 
 GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
 # the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's

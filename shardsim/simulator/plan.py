@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from shardsim.simulator.compute import FsdpCpu
 from shardsim.simulator.network.collectives import GroupLayout
 
 if TYPE_CHECKING:
-    from shardsim.simulator.strategies.tensor_parallel import TensorParallel
+    from shardsim.specs.model.workload import Block
 
 ASYNC_STREAMS = frozenset({"p2p_fwd", "p2p_bwd", "p2p_fwd_post", "p2p_bwd_post"})  # own streams even
 # without overlap: pipelining's isends (and their posting, with a rendezvous backend)
@@ -58,6 +58,13 @@ class RankClass:
     units: tuple[tuple[str, float], ...]  # (name, params) of its FSDP units / gathered pieces
 
 
+class BlockCollectives(Protocol):
+    """The collectives a plan adds beside a block's compute op (tensor parallelism's:
+    `strategies.tensor_parallel.TensorParallel`)."""
+
+    def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, start: list[Dep], tag: str) -> Dep: ...
+
+
 @dataclass
 class Plan:
     """The ops of every rank class, in the order added: each op waits for its `deps` and for the
@@ -67,7 +74,7 @@ class Plan:
     classes: list[RankClass] = field(default_factory=list)
     overlap: bool = True
     fsdp: FsdpCpu = field(default_factory=FsdpCpu)  # FSDP2's own work per unit parameter
-    tp: TensorParallel | None = None  # each block's tensor-parallel collectives (none without)
+    tp: BlockCollectives | None = None  # each block's tensor-parallel collectives (none without)
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(

@@ -38,11 +38,11 @@ from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import Cluster, DeviceSpec, make_cluster
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import check_mlm, from_arch
-from shardsim.spec.model.load import spec_name
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.hardware.topology import Cluster, DeviceSpec, make_cluster
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import check_mlm, from_arch
+from shardsim.specs.model.load import spec_name
+from shardsim.specs.model.workload import Workload
 
 
 @dataclass(frozen=True)

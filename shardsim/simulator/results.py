@@ -22,9 +22,9 @@ from shardsim.config.schema import RunConfig, strategy_from_dict
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.economics import StepEconomics, economics, sequence_length
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.model.load import spec_name
-from shardsim.spec.parallel_dims import ParallelDims
-from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.specs.model.load import spec_name
+from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.strategies import STRATEGIES as KINDS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -196,7 +196,7 @@ def upgrade_prediction(d: dict) -> dict:
     key = legacy_strategy(
         s["kind"], d["strategy"], d["world"], s.get("degree"), s.get("pp"), s.get("microbatches"), s.get("schedule")
     )
-    from shardsim.spec.hardware.topology import make_cluster  # numpy: only where an old file is read
+    from shardsim.specs.hardware.topology import make_cluster  # numpy: only where an old file is read
 
     cluster = make_cluster(cfg["topology"], cfg["nodes"])
     overhead = mem["overhead_gib"]
@@ -399,7 +399,7 @@ def upgrade_validation_row(row: Any, workload: str) -> Any:
         label, kind, world = old.pop("config"), old.pop("strategy"), old["world"]
         loose = [old.pop(k, None) for k in ("degree", "pp", "microbatches", "schedule")]
         key = legacy_strategy(kind, label, world, *loose)
-        from shardsim.spec.hardware.topology import make_cluster  # numpy: only where an old file is read
+        from shardsim.specs.hardware.topology import make_cluster  # numpy: only where an old file is read
 
         cluster = make_cluster(old["topology"])
     except (KeyError, TypeError, ValueError, ConfigError):

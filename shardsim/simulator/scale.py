@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.strategies.planners import PLANNERS
-from shardsim.spec.bounds import world_refusal
+from shardsim.specs.bounds import world_refusal
 
 if TYPE_CHECKING:
     from shardsim.config import RunConfig

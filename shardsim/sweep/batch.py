@@ -8,8 +8,8 @@ from functools import lru_cache
 
 from shardsim.config import RunConfig, resolve
 from shardsim.core.errors import ConfigError
-from shardsim.spec.hardware.topology import Cluster
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.hardware.topology import Cluster
+from shardsim.specs.model.workload import Workload
 
 
 def largest_fitting(candidates: Sequence[int], fits: Callable[[int], bool]) -> int | None:

@@ -42,7 +42,7 @@ from shardsim.simulator.results import SCHEMA_VERSION
 from shardsim.sweep.rows import COLUMNS, columns
 
 if TYPE_CHECKING:
-    from shardsim.spec.model.workload import Workload
+    from shardsim.specs.model.workload import Workload
     from shardsim.sweep.space import Candidate
 
 log = logging.getLogger("shardsim")

@@ -19,7 +19,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from shardsim.core import interrupts
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 from shardsim.sweep.space import Candidate
 from shardsim.sweep.task import default_workers, predict_row
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from shardsim.config import Strategy
-from shardsim.spec.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
+from shardsim.specs.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 
 class SweepSpace(Protocol):

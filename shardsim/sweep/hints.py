@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.core.units import GIB, format_bytes
-from shardsim.spec.bounds import MAX_WORLD
-from shardsim.spec.hardware.topology import Cluster, make_cluster
-from shardsim.spec.model.workload import Workload
-from shardsim.spec.strategies.zero import ZERO
+from shardsim.specs.bounds import MAX_WORLD
+from shardsim.specs.hardware.topology import Cluster, make_cluster
+from shardsim.specs.model.workload import Workload
+from shardsim.specs.strategies.zero import ZERO
 from shardsim.sweep.batch import _rank_workload, largest_fitting
 
 MAX_NODES_FACTOR = 64  # how far the node search goes: up to 64 × the cluster's nodes (and the world bound)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 from shardsim.sweep.execute import Workers
 from shardsim.sweep.ranking import MAX_BARS, SCALING_LINES, scaling_configs
 from shardsim.sweep.space import Candidate

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardsim.spec.strategies import STRATEGIES as KINDS
+from shardsim.specs.strategies import STRATEGIES as KINDS
 from shardsim.sweep.faces import FACES
 from shardsim.sweep.rows import SCALING_COLUMNS
 

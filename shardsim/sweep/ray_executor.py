@@ -29,7 +29,7 @@ from typing import Any
 
 from shardsim.core import interrupts
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 from shardsim.sweep.space import Candidate
 from shardsim.sweep.task import default_workers, predict_row
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 from shardsim.sweep.execute import SERIAL_BELOW_S, Workers, estimated_seconds, predict_all
 from shardsim.sweep.ranking import rank, scaling
 from shardsim.sweep.recommendation import Recommendation, recommend

@@ -26,11 +26,11 @@ from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.bounds import MAX_BATCH, MAX_GRAD_ACCUM, world_refusal
-from shardsim.spec.hardware.topology import Cluster, InstanceType, make_cluster
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.workload import Workload
-from shardsim.spec.parallel_dims import ParallelDims
+from shardsim.specs.bounds import MAX_BATCH, MAX_GRAD_ACCUM, world_refusal
+from shardsim.specs.hardware.topology import Cluster, InstanceType, make_cluster
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.workload import Workload
+from shardsim.specs.parallel_dims import ParallelDims
 from shardsim.sweep.faces import DEFAULT_SWEEP, FACES, Face, divisors
 
 

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from shardsim.simulator.gcpause import paused_gc
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 from shardsim.sweep.rows import row_of
 from shardsim.sweep.space import Candidate
 

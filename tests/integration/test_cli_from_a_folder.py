@@ -33,7 +33,7 @@ def test_a_sweep_of_the_users_own_model_from_such_a_folder(tmp_path):
     (tmp_path / "topologies" / "__init__.py").write_text("")
     (tmp_path / "mymodel.py").write_text(
         "from shardsim.runtime.models.builders import build_model\n"
-        "from shardsim.spec.model.library import PRESETS\n\n\n"
+        "from shardsim.specs.model.library import PRESETS\n\n\n"
         "def build():\n    return build_model(PRESETS['tiny-gpt'])\n"
     )
     argv = [SHARDSIM, "sweep", "--workload", "mymodel:build", "--topology", "p5.48xlarge", "--nodes", "1"]

@@ -21,7 +21,7 @@ from shardsim.runtime.emulation.namespaces import down, emulated, up
 from shardsim.runtime.emulation.plan import plan_cluster
 from shardsim.runtime.emulation.processes import run_in_node
 from shardsim.runtime.emulation.status import status
-from shardsim.spec.hardware.topology import load_instance
+from shardsim.specs.hardware.topology import load_instance
 from tests.root_only import cannot_emulate, needs_root
 from tests.unit.test_emulation_plan import _cli
 

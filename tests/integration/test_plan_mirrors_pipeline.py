@@ -20,8 +20,8 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.pipeline import send_waits
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.library import PRESETS
 from tests.integration.test_runtime_strategies import shardsim_run
 from tests.unit.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
 

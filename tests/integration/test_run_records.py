@@ -46,7 +46,7 @@ def test_calibrate_reads_what_a_real_run_wrote_and_refuses_what_one_row_cannot_d
     calibrate reads its JSON record and its runs.csv row with the nodes its world fills on the
     topology, and refuses to fit from one row."""
     from shardsim.simulator.calibration.measurements import read_measurements
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--no-emulate", "--nproc", "2",

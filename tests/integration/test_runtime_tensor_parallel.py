@@ -26,8 +26,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from shardsim.runtime.processes import exit_now
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.library import PRESETS
 from tests.integration.test_runtime_strategies import check_equals_reference
 
 GQA = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, ffn: 128, vocab: 256, seq_len: 32}"

@@ -19,7 +19,7 @@ from shardsim.config import RunConfig, load_config
 from shardsim.simulator.calibration.apply import read_calibration
 from shardsim.simulator.collective import simulate_collective
 from shardsim.simulator.predict import predict as simulate
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.space import SweepSpace
 from tests.api_doc import DOC, cells, run_cells, with_outputs

@@ -19,7 +19,7 @@ from shardsim.simulator.calibration.calibrate import default_params
 from shardsim.simulator.calibration.collectives import collective_rows
 from shardsim.simulator.calibration.parameters import DEFAULT_FIT, NETWORK_FIT
 from shardsim.simulator.network.nccl_tests import read_nccl_tests
-from shardsim.spec.hardware.topology import load_instance
+from shardsim.specs.hardware.topology import load_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 P5 = str(ROOT / "experiments/calibration/data/nccl-all-reduce-p5-2node.csv")

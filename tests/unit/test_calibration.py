@@ -25,7 +25,7 @@ from shardsim.simulator.calibration import prior as P
 from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
 from shardsim.simulator.calibration.measurements import read_measurements
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import load_instance
+from shardsim.specs.hardware.topology import load_instance
 from tests.helpers import run_record
 
 TOPOLOGY = "a100-40gb-roce"

@@ -49,7 +49,7 @@ def test_from_the_shipped_defaults_three_rows_do_little_harm(script):
 
 def test_the_rule_picks_shortest_median_longest_on_one_node(script):
     from shardsim.simulator.calibration.measurements import read_measurements
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     rows = read_measurements(script.CSV, script.TOPOLOGY, load_instance(script.TOPOLOGY))
     picked = script.pick(rows, "mpt-1b")

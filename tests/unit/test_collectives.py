@@ -14,7 +14,7 @@ from shardsim.simulator.collective import simulate_collective, time_collectives
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.links import build_links
-from shardsim.spec.hardware.topology import Cluster, make_cluster
+from shardsim.specs.hardware.topology import Cluster, make_cluster
 from tests.helpers import instance, one_tier
 
 GB = 1e9
@@ -184,7 +184,7 @@ def test_auto_follows_nccls_tuner_and_mics_only_under_sagemaker():
     from shardsim.simulator.network.collectives import Algo, GroupLayout, algo_for
     from shardsim.simulator.network.links import build_links
     from shardsim.simulator.network.nccl_runs import Shape, nccl_system
-    from shardsim.spec.hardware.topology import Cluster, load_instance
+    from shardsim.specs.hardware.topology import Cluster, load_instance
 
     cluster = Cluster(load_instance("p4d.24xlarge"), 64)
     g = build_links(cluster)

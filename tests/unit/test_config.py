@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle) -> None:
 def test_malformed_topology_file(tmp_path, capsys) -> None:
     import yaml
 
-    from shardsim.spec.hardware.topology import builtin_topology_dir
+    from shardsim.specs.hardware.topology import builtin_topology_dir
 
     data = yaml.safe_load((builtin_topology_dir() / "p4d.24xlarge.yaml").read_text())
     data["nic"]["rate_gbps"] = {"value": -100, "source": "a typo"}

@@ -28,9 +28,9 @@ from shardsim.config.flags import AXES
 from shardsim.config.load import load_config_json
 from shardsim.config.schema import MODELS, STRATEGY_FIELDS, TP_FIELDS
 from shardsim.core.errors import ConfigError
-from shardsim.spec.bounds import SETTING_BOUNDS
-from shardsim.spec.model.arch import Arch, Shape
-from shardsim.spec.strategies import STRATEGIES
+from shardsim.specs.bounds import SETTING_BOUNDS
+from shardsim.specs.model.arch import Arch, Shape
+from shardsim.specs.strategies import STRATEGIES
 
 
 def from_flags(*args: str) -> RunConfig:

@@ -20,8 +20,8 @@ from shardsim.simulator.plan import Op, Plan
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.ddp import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, GRAD_BYTES, GradBuckets
 from shardsim.simulator.strategies.fsdp import FSDP_BACKWARD_PREFETCH, FSDP_FORWARD_AG_WAITS_FOR
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.workload import Block, Workload
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.workload import Block, Workload
 
 MIB = 1024 * 1024
 # fp32 MiB per block; every block one tensor, so PyTorch's and the plan's buckets can coincide

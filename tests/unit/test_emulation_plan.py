@@ -19,7 +19,7 @@ from shardsim.runtime.emulation.namespaces import down, up
 from shardsim.runtime.emulation.plan import plan_cluster
 from shardsim.runtime.emulation.processes import node_env, torchrun_argv
 from shardsim.runtime.emulation.status import status
-from shardsim.spec.hardware.topology import load_instance
+from shardsim.specs.hardware.topology import load_instance
 
 TAG = f"t{os.getpid()}"  # our own names: a cluster someone else has up on this machine is left alone
 

@@ -12,7 +12,7 @@ from shardsim.simulator.network.fluid import Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links, links_for
 from shardsim.simulator.plan import Plan, _join
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 
 def _group_links_reference(capacity: np.ndarray, routes: list[Route]) -> tuple[np.ndarray, list[tuple]]:

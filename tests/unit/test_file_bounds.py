@@ -12,7 +12,7 @@ from shardsim.core.csvfile import CSV_BYTES
 from shardsim.core.yamlio import FILE_BYTES
 from shardsim.simulator.calibration.measurements import RUN_JSON_BYTES
 from shardsim.simulator.network.nccl_tests import NCCL_TESTS_BYTES
-from shardsim.spec.model.hf_config import CONFIG_JSON_BYTES
+from shardsim.specs.model.hf_config import CONFIG_JSON_BYTES
 from tests.unit.test_flag_bounds import refused
 
 CALIBRATE = ["calibrate", "--topology", "p4d.24xlarge"]

@@ -13,12 +13,12 @@ import yaml
 from shardsim.cli import main
 from shardsim.config import load_config
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import builtin_topologies, load_instance
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.hf_config import read_hf_config, read_hf_model
-from shardsim.spec.model.hf_keys import DEFAULT_SEQ_LEN
-from shardsim.spec.model.library import library
-from shardsim.spec.model.load import display_name
+from shardsim.specs.hardware.topology import builtin_topologies, load_instance
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.model.hf_config import read_hf_config, read_hf_model
+from shardsim.specs.model.hf_keys import DEFAULT_SEQ_LEN
+from shardsim.specs.model.library import library
+from shardsim.specs.model.load import display_name
 
 MISTRAL = {  # mistralai/Mistral-7B-v0.1 config.json's shape keys (its maximum positions: 32,768)
     "model_type": "mistral",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shardsim.spec.hardware.topology import TRAINING_FIGURES, fitted_training_figures
+from shardsim.specs.hardware.topology import TRAINING_FIGURES, fitted_training_figures
 
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "calibration" / "fit_defaults.py"
 

@@ -19,7 +19,7 @@ from shardsim.simulator.compute import ComputeModel, FsdpCpu
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from tests.helpers import plan_ops, run_record
 from tests.unit.test_validation import PROFILE, _profile, no_namespaces, write
 

@@ -10,8 +10,8 @@ import pytest
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import load_instance
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.hardware.topology import load_instance
+from shardsim.specs.model.library import PRESETS
 
 A100 = load_instance("p4d.24xlarge").device
 SPEC = A100.kernels
@@ -93,7 +93,7 @@ def test_fsdp_reduce_copy_is_written_in_the_reduce_dtype():
     """FSDP's copy-in before a reduce-scatter reads bf16 gradients and writes the reduce dtype:
     fp32 reduction copies 6 bytes a parameter against 4."""
     from shardsim.simulator.compute import ComputeModel
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     dev = load_instance("p5.48xlarge").device
     bf16 = ComputeModel(dev, "bf16").fsdp_cpu(1e9, 1e8)

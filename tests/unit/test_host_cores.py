@@ -18,7 +18,7 @@ from shardsim.simulator.network.collectives import plan as plan_collective
 from shardsim.simulator.network.fairshare import MIN_YIELD_SHARE, fill
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan, RankClass
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 
 def test_a_yielding_transfer_takes_what_the_others_leave():

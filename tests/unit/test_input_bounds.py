@@ -24,8 +24,8 @@ from shardsim.simulator.scale import (
     SWEEP_CONFIRM_ABOVE,
     plan_refusal,
 )
-from shardsim.spec.bounds import MAX_LAYERS
-from shardsim.spec.model import blocks
+from shardsim.specs.bounds import MAX_LAYERS
+from shardsim.specs.model import blocks
 from shardsim.sweep import search, task
 from shardsim.sweep.space import SweepSpace, _strategies_for, strategies_count
 from tests.helpers import one_tier

@@ -1,5 +1,5 @@
 """The layout's promises: one package folder whose paths are its import names; the layers import
-downwards only (core, data ← spec ← config ← simulator ← sweep, report ← runtime ← cli, and the
+downwards only (core, data ← specs ← config ← simulator ← sweep, report ← runtime ← cli, and the
 public API on top), and none imports the package itself; no module is imported from a string; the
 installed wheel holds every module and every data file."""
 
@@ -18,7 +18,7 @@ PACKAGE = ROOT / "shardsim"
 LEVELS = {
     "core": 0,
     "data": 0,
-    "spec": 1,
+    "specs": 1,
     "config": 2,
     "simulator": 3,
     "sweep": 4,
@@ -76,7 +76,7 @@ def test_a_climb_is_seen(tmp_path):
     package = tmp_path / "shardsim"
     (package / "config").mkdir(parents=True)
     (package / "simulator").mkdir()
-    (package / "config" / "m.py").write_text("from shardsim.simulator.engine import x\nfrom shardsim.spec import y\n")
+    (package / "config" / "m.py").write_text("from shardsim.simulator.engine import x\nfrom shardsim.specs import y\n")
     (package / "simulator" / "m.py").write_text("from shardsim.sweep.space import x\nimport shardsim.config\n")
     assert climbs(package / "config" / "m.py", package) == ["shardsim/config/m.py: shardsim.simulator.engine"]
     assert climbs(package / "simulator" / "m.py", package) == ["shardsim/simulator/m.py: shardsim.sweep.space"]
@@ -142,7 +142,7 @@ def test_every_import_path_is_a_file_path():
 
 def test_modules_are_imported_by_name_not_from_strings():
     """`import_module` and `__import__` only where a user names their own model (pkg.module:fn)."""
-    allowed = {PACKAGE / "spec" / "model" / "importpath.py"}
+    allowed = {PACKAGE / "specs" / "model" / "importpath.py"}
     offenders = [
         str(p.relative_to(ROOT))
         for p in _sources()

@@ -13,10 +13,10 @@ from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.builders import build_model
 from shardsim.simulator.workload.measure import measure_import_path, measure_module
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import attention_flops, from_arch
-from shardsim.spec.model.library import PRESETS
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import attention_flops, from_arch
+from shardsim.specs.model.library import PRESETS
+from shardsim.specs.model.workload import Workload
 from tests import fixtures_models as fx
 
 # Every family at small shapes (grouped-query attention, tied embeddings, rotary positions),

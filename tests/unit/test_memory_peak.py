@@ -12,7 +12,7 @@ from shardsim.runtime.records import load_run
 from shardsim.simulator.calibration.measurements import read_run_json
 from shardsim.simulator.memory import MemoryBreakdown
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import Cluster, load_instance
+from shardsim.specs.hardware.topology import Cluster, load_instance
 
 RUNS = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "gpu"
 

@@ -18,7 +18,7 @@ from shardsim.runtime.trainer import process_memory_gib, smi_process_mib
 from shardsim.simulator import memory as M
 from shardsim.simulator.network.nccl_runs import channels
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import Cluster, load_instance, make_cluster
+from shardsim.specs.hardware.topology import Cluster, load_instance, make_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RUNS = ROOT / "experiments" / "validation" / "gpu"

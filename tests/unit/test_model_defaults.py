@@ -12,7 +12,7 @@ from shardsim.config import RunConfig, load_config
 from shardsim.config.model_defaults import LM_TOKENS_PER_DEVICE, lm_batch_per_device
 from shardsim.simulator.economics import mfu_peak
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import builtin_topologies, load_instance
+from shardsim.specs.hardware.topology import builtin_topologies, load_instance
 
 LLAMA_70B = {"workload": "llama-3.1-70b", "topology": "p5.48xlarge", "nodes": 16}
 

@@ -15,10 +15,10 @@ import pytest
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.models.builders import BUILDERS
 from shardsim.runtime.models.checks import check_runtime_tp
-from shardsim.spec.model import families
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.hf_config import read_hf_model
-from shardsim.spec.model.registry import HF_TYPES, SPECS
+from shardsim.specs.model import families
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.model.hf_config import read_hf_model
+from shardsim.specs.model.registry import HF_TYPES, SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "shardsim"

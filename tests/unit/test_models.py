@@ -15,10 +15,10 @@ from shardsim.config import load_config
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.model.arch import Arch, Shape
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.hf_config import read_hf_config
-from shardsim.spec.model.library import library
+from shardsim.specs.model.arch import Arch, Shape
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.model.hf_config import read_hf_config
+from shardsim.specs.model.library import library
 
 PUBLISHED = [name for name, m in library().items() if m.published_params]
 # The CPU-sized and shardsim's own shapes keep their parameter counts and training FLOPs (causal

@@ -9,7 +9,7 @@ import pytest
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.collective import compare_collective, simulate_collective
 from shardsim.simulator.network.nccl_tests import read_nccl_tests
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 P5_FILE = ROOT / "experiments/calibration/data/nccl-all-reduce-p5-2node.csv"
@@ -64,8 +64,8 @@ def test_the_fabrics_latency_enters_each_network_hop() -> None:
     on the same cluster with InfiniBand's figures (none)."""
     from dataclasses import replace
 
-    from shardsim.spec.hardware.network_figures import fitted_network_figures
-    from shardsim.spec.hardware.topology import Cluster
+    from shardsim.specs.hardware.network_figures import fitted_network_figures
+    from shardsim.specs.hardware.topology import Cluster
 
     efa = make_cluster("p5.48xlarge", 2)
     ib_figures, _ = fitted_network_figures("infiniband")

@@ -21,7 +21,7 @@ from shardsim.simulator.network.nccl_tests import (
     read_nccl_tests,
     read_nccl_tests_sections,
 )
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from tests.nccl_logs import DOUBLING, Section, log, row
 from tests.unit.test_flag_bounds import exit_status, refused
 

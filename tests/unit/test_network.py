@@ -13,7 +13,7 @@ from shardsim.simulator.network.fairshare import fill
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 
 def full_filling(capacity: np.ndarray, transfers: list[tuple[np.ndarray, np.ndarray]]) -> list[float]:

@@ -8,9 +8,9 @@ import pytest
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.simulator.compute import ADAM_OPS_PER_TENSOR, KERNEL_LAUNCH_S, ComputeModel
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import from_arch
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import from_arch
 
 ARCHS = {
     "gpt": Arch("gpt", hidden=64, layers=3, heads=4, seq_len=32, vocab=128),

@@ -214,7 +214,7 @@ def test_a_collective_chooses_its_algorithm_as_predict_does_and_says_which(capsy
     the algorithm and protocol used are in the text and the JSON."""
     from shardsim.simulator.network.collectives import GroupLayout, algo_for
     from shardsim.simulator.network.links import build_links
-    from shardsim.spec.hardware.topology import make_cluster
+    from shardsim.specs.hardware.topology import make_cluster
 
     def chosen(*args: str) -> dict:
         assert main(["collective", "--topology", "p4d.24xlarge", *args, "--json"]) == 0

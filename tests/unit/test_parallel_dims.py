@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shardsim.config import RunConfig, load_config, resolve
 from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.parallel_dims import DIMENSIONS, ORDERS, ParallelDims
+from shardsim.specs.parallel_dims import DIMENSIONS, ORDERS, ParallelDims
 
 SIZES = st.sampled_from([1, 2, 3, 4])
 DIMS = st.builds(

@@ -13,7 +13,7 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import load_config
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from shardsim.sweep.hints import fit_hint, required_gib
 
 FLAGS = ["--workload", "llama-3.1-8b", "--topology", "p4d.24xlarge", "--nodes", "2", "--precision", "bf16"]

@@ -17,10 +17,10 @@ from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.model.library import PRESETS
 
 # Every parameter's first dimension divides 1,024, so FSDP2 pads nothing and sizes compare exactly.
 WIDE_MLP = Arch("mlp", hidden=4096, layers=4, ffn=16384, classes=1024)

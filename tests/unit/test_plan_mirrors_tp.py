@@ -14,10 +14,10 @@ from shardsim.runtime.collective_trace import trace_step
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.predict import rank_workload
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.spec.hardware.topology import Cluster
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.hardware.topology import Cluster
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.model.library import PRESETS
 from tests.helpers import instance
 
 LLAMA = Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, seq_len=32, vocab=256)  # GQA

@@ -10,9 +10,9 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, load_config
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import Cluster
-from shardsim.spec.model.library import PRESETS
-from shardsim.spec.model.workload import Block, Workload
+from shardsim.specs.hardware.topology import Cluster
+from shardsim.specs.model.library import PRESETS
+from shardsim.specs.model.workload import Block, Workload
 from tests.helpers import instance
 
 SEED = RunConfig()  # vit-630m, 8 x g4dn.12xlarge, batch 4, fp32, checkpointing, zero

@@ -17,7 +17,7 @@ from shardsim.runtime.validation import load_matrix, rebuild_rows
 from shardsim.runtime.validation.report import save, summarize
 from shardsim.runtime.validation.resume import read_runs
 from shardsim.simulator.results import KEY_COLUMNS, KEY_FIELDS, STRATEGY_FIELDS, flatten, nest
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

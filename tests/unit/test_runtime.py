@@ -26,7 +26,7 @@ from shardsim.runtime.strategies.pipeline import split_stage
 from shardsim.runtime.testing import Fault
 from shardsim.runtime.train import build_parser, rank_config
 from shardsim.simulator.results import upgrade_record
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.model.library import PRESETS
 from tests.helpers import run_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import pytest
 
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.runtime.strategies import STRATEGIES
-from shardsim.spec.model.library import PRESETS
-from shardsim.spec.parallel_dims import DATA
+from shardsim.specs.model.library import PRESETS
+from shardsim.specs.parallel_dims import DATA
 
 
 class FakeMesh:

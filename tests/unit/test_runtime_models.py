@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from shardsim.runtime.models.build import build
 from shardsim.runtime.models.transformer import Attention
-from shardsim.spec.model.arch import Arch, Shape
+from shardsim.specs.model.arch import Arch, Shape
 
 FAMILIES = {
     "llama": Arch("llama", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, seq_len=16, vocab=128),

@@ -20,8 +20,8 @@ from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
 from shardsim.simulator.scale import MAX_PLAN_OPS, plan_ops_estimate
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.bounds import MAX_WORLD
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.bounds import MAX_WORLD
+from shardsim.specs.hardware.topology import make_cluster
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 

@@ -11,8 +11,8 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, add_config_arguments, config_from_args, load_config, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.predict import predict
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import from_arch
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import from_arch
 
 GPT_35B = Arch("gpt", hidden=7168, layers=56, heads=56, seq_len=2048, vocab=50257)  # 34.9 B parameters
 

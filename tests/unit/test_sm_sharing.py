@@ -10,7 +10,7 @@ from shardsim.simulator.engine import NCCL_SM_SHARE, simulate, sm_share
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan, RankClass
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 G = links_for(make_cluster("p4d.24xlarge", 2))
 WORLD = GroupLayout.world(16)

@@ -14,10 +14,10 @@ from shardsim.simulator import attention_impl as ai
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.predict import predict
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import from_arch, masked_tokens
-from shardsim.spec.model.load import resolve_arch
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import from_arch, masked_tokens
+from shardsim.specs.model.load import resolve_arch
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 

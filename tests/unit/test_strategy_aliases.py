@@ -11,7 +11,7 @@ import pytest
 from shardsim.cli import main
 from shardsim.config import STRATEGIES, RunConfig, Strategy, load_config
 from shardsim.runtime.validation.matrix import load_matrix
-from shardsim.spec.strategies import ALIASES
+from shardsim.specs.strategies import ALIASES
 from shardsim.sweep.space import SweepSpace
 
 TINY = ["--workload", "tiny-gpt", "--json"]

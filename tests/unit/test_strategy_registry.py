@@ -15,12 +15,12 @@ from shardsim.config import Strategy
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.validation.shorthand import SHORTHANDS
 from shardsim.simulator.strategies.planners import PLANNERS, Planner
-from shardsim.spec.strategies import STRATEGIES, StrategySpec
+from shardsim.specs.strategies import STRATEGIES, StrategySpec
 from shardsim.sweep.faces import FACES, Face
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "shardsim"
-OWNERS = (PACKAGE / "spec" / "strategies", PACKAGE / "simulator" / "strategies", PACKAGE / "runtime" / "strategies")
+OWNERS = (PACKAGE / "specs" / "strategies", PACKAGE / "simulator" / "strategies", PACKAGE / "runtime" / "strategies")
 # SageMaker's model-parallel parameters include keys spelled `ddp` and `pipeline`: parameter
 # names of its own, not shardsim's kinds (shardsim/config/smp.py reads them).
 SAGEMAKER_KEYS = {("shardsim/config/smp.py", "ddp"): 2, ("shardsim/config/smp.py", "pipeline"): 6}

@@ -16,8 +16,8 @@ from shardsim.cli import main
 from shardsim.config import load_config
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import FILE_BYTES, MAX_DEPTH, load_yaml
-from shardsim.spec.hardware.topology import builtin_topology_dir, load_instance
-from shardsim.spec.model.describe import read_model_file
+from shardsim.specs.hardware.topology import builtin_topology_dir, load_instance
+from shardsim.specs.model.describe import read_model_file
 
 TOPOLOGY = (builtin_topology_dir() / "g4dn.12xlarge.yaml").read_text()
 PREDICT = ["predict", "--workload", "tiny-gpt", "--topology", "emu-2x2", "--backend", "gloo"]

@@ -16,7 +16,7 @@ from shardsim.config import RunConfig, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.results import flatten
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import Cluster
+from shardsim.specs.hardware.topology import Cluster
 from shardsim.sweep.faces import default_microbatches
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.rows import COLUMNS, SCALING_COLUMNS, SETTING_COLUMNS, with_pruned

@@ -14,7 +14,7 @@ from shardsim.cli import main
 from shardsim.config import RunConfig
 from shardsim.config.schema import Shape
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from shardsim.sweep.recommendation import recommend
 from shardsim.sweep.search import sweep
 from shardsim.sweep.space import SweepSpace, enumerate_configs, mesh_layouts

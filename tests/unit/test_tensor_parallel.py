@@ -13,9 +13,9 @@ from shardsim.simulator.predict import predict, rank_workload
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.parallel_dims import ParallelDims
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.parallel_dims import ParallelDims
 
 LLAMA = {"workload": "llama-3.1-70b", "topology": "p5.48xlarge", "precision": "bf16", "shape": {"seq_len": 4096}}
 

@@ -17,8 +17,8 @@ from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.steps import rank_classes
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.blocks import from_arch
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.blocks import from_arch
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 TIED = RunConfig(workload="gpt2-xl", topology="g4dn.12xlarge", nodes=4, precision="fp16", batch_per_device=2)

@@ -19,7 +19,7 @@ from shardsim.simulator.economics import MODEL_ERROR, model_flops_per_sample, se
 from shardsim.simulator.predict import predict
 from shardsim.simulator.results import TOKEN_COLUMNS
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import load_instance, make_cluster
+from shardsim.specs.hardware.topology import load_instance, make_cluster
 from shardsim.sweep.batch import fits_at, largest_fitting
 from shardsim.sweep.hints import required_gib
 from shardsim.sweep.rows import upgrade_table

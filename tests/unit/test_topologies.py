@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from shardsim.simulator.collective import simulate_collective
-from shardsim.spec.hardware.topology import builtin_topologies, builtin_topology_dir, load_instance, make_cluster
+from shardsim.specs.hardware.topology import builtin_topologies, builtin_topology_dir, load_instance, make_cluster
 
 SHIPPED = builtin_topologies()
 EMULATED = ("emu-2x2", "emu-4x2")

@@ -9,8 +9,8 @@ import pytest
 
 from shardsim.config import RunConfig, Strategy
 from shardsim.runtime.collective_trace import trace_step
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.library import PRESETS
 
 GPT = PRESETS["tiny-gpt"]  # 4 layers, hidden 64, 32 tokens
 B = 3  # B x tokens differs from hidden: the loss's all-reduces tell apart from the norms'

@@ -11,7 +11,7 @@ import yaml
 
 from shardsim.cli import main
 from shardsim.core.errors import ConfigError
-from shardsim.spec.hardware.topology import (
+from shardsim.specs.hardware.topology import (
     FITTED_FILE,
     TRAINING_FIGURES,
     KernelSpec,

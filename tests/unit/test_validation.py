@@ -20,7 +20,7 @@ from shardsim.runtime.validation import Row, load_matrix, measure, summarize
 from shardsim.simulator.hardware.profile import load_profile, parse_profile
 from shardsim.simulator.predict import predict
 from shardsim.simulator.results import StrategyKey
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from tests.helpers import plan_ops, run_record
 
 

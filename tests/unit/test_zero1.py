@@ -13,7 +13,7 @@ from shardsim.simulator.predict import predict
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.zero1 import PARAM_BYTES, largest_partition
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 BASE = dict(workload="gpt2-xl", topology="p4d.24xlarge", nodes=2, precision="bf16", batch_per_device=2)
@@ -89,7 +89,7 @@ def test_the_largest_partition_is_pytorchs(dp):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from shardsim.runtime.models import build as workloads
-    from shardsim.spec.model.arch import Shape
+    from shardsim.specs.model.arch import Shape
 
     dist.init_process_group("fake", rank=0, world_size=dp, store=FakeStore())
     try:

@@ -20,7 +20,7 @@ from shardsim.core.files import atomic_write
 from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.hardware.profile import load_profile
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import load_instance
+from shardsim.specs.hardware.topology import load_instance
 
 ROOT = Path(__file__).resolve().parents[3]
 # What `shardsim profile` runs per block beyond the block's own kernels, each pass: autocast's

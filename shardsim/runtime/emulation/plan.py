@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.hardware.topology import InstanceType, load_instance
+from shardsim.specs.hardware.topology import InstanceType, load_instance
 
 MTU = 1500
 NODE_IFNAME = "nic0"  # the node's NIC, inside its own namespace (what GLOO_SOCKET_IFNAME names)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.arch import Shape
-from shardsim.spec.model.importpath import first_line, resolve_import_path
-from shardsim.spec.model.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
+from shardsim.specs.model.arch import Shape
+from shardsim.specs.model.importpath import first_line, resolve_import_path
+from shardsim.specs.model.load import NO_SHAPE, WorkloadSpec, resolve_arch, spec_name
 
 
 def resolve_builder(spec: WorkloadSpec, shape: Shape = NO_SHAPE, tp: int = 1) -> Callable[[], Any]:

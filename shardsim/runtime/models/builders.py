@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from shardsim.runtime.models.checks import check_runtime_tp
 from shardsim.runtime.models.transformer import ShardsimModel, build_mlp, build_text, build_vit
-from shardsim.spec.model.arch import Arch
+from shardsim.specs.model.arch import Arch
 
 BUILDERS: dict[str, Callable[[Arch, int], ShardsimModel]] = {
     "gpt": build_text,

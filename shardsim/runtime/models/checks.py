@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.arch import Arch
+from shardsim.specs.model.arch import Arch
 
 ASYNC_TP_REFUSED = (
     "asyncTP is modelled by the simulator only: PyTorch runs it through torch.compile's micro-pipeline "

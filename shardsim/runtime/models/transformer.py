@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shardsim.spec.model.arch import Arch
+from shardsim.specs.model.arch import Arch
 
 
 def norm(kind: str, hidden: int) -> nn.Module:

@@ -22,7 +22,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from shardsim.config import Resolved
-from shardsim.spec.parallel_dims import DATA
+from shardsim.specs.parallel_dims import DATA
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from shardsim.runtime.strategies.ddp import apply_ddp, localize_tp
 from shardsim.runtime.strategies.fsdp import apply_fsdp, parallelize
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
 from shardsim.runtime.strategies.tensor_parallel import local_loss, loss_context, reduce_partial_grads
-from shardsim.spec.model.workload import stage_ranges
+from shardsim.specs.model.workload import stage_ranges
 
 
 class StageModule(nn.Module):

@@ -15,8 +15,8 @@ from shardsim.core.yamlio import check_keys, load_yaml
 from shardsim.data import MATRICES
 from shardsim.runtime.emulation.hostspeed import QUIET_STEAL_SHARE
 from shardsim.runtime.validation.shorthand import SHORTHANDS
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.strategies import kind_name
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.strategies import kind_name
 
 DEFAULT_MATRIX = MATRICES / "default.yaml"
 _BASE_KEYS = ("workload", "batch_per_device", "grad_accum", "precision", "checkpointing", "backend", "seed")
@@ -72,7 +72,7 @@ def _resolve(cfg: RunConfig, world: int, devices_per_node: int | None = None):
     """`resolve` against the model (its arch: tensor parallelism is checked against it) and, where
     given, the cluster's devices per node."""
     from shardsim.runtime.models.build import n_blocks
-    from shardsim.spec.model.load import resolve_arch
+    from shardsim.specs.model.load import resolve_arch
 
     arch = resolve_arch(cfg.workload, cfg.shape)[1]
     blocks = n_blocks(cfg.workload, cfg.shape, pipeline=cfg.strategy.spec.is_pipeline)

@@ -30,7 +30,7 @@ from shardsim.runtime.validation.rows import (
     row_slowdown,
     settle,
 )
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 _log = logging.getLogger("shardsim")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from shardsim.config import RunConfig
 from shardsim.core.errors import ConfigError, CorruptFile
 from shardsim.runtime.validation.matrix import Matrix
-from shardsim.spec.hardware.topology import make_cluster
+from shardsim.specs.hardware.topology import make_cluster
 
 if TYPE_CHECKING:
     from shardsim.simulator.hardware.profile import Profile

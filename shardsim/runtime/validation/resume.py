@@ -17,8 +17,8 @@ from shardsim.runtime.records import RunRecord, check_runs_csv, load_run, read_b
 from shardsim.runtime.validation.matrix import Matrix
 from shardsim.runtime.validation.rows import Row, add_attempt, row_for, settle
 from shardsim.simulator.results import upgrade_validation_row
-from shardsim.spec.hardware.topology import make_cluster
-from shardsim.spec.model.load import spec_name
+from shardsim.specs.hardware.topology import make_cluster
+from shardsim.specs.model.load import spec_name
 
 FILE = "validation.json"
 

@@ -15,7 +15,7 @@ from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 
 if TYPE_CHECKING:
     from shardsim.simulator.predict import StepPrediction
-    from shardsim.spec.hardware.topology import Cluster
+    from shardsim.specs.hardware.topology import Cluster
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shardsim.spec.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
+from shardsim.specs.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 Shorthand = Callable[[int], list[dict[str, Any]]]
 

@@ -30,7 +30,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.files import atomic_write
 from shardsim.core.yamlio import load_yaml
 from shardsim.simulator.calibration.parameters import applied, parameter
-from shardsim.spec.hardware.topology import Cluster, InstanceType
+from shardsim.specs.hardware.topology import Cluster, InstanceType
 
 log = logging.getLogger("shardsim")
 

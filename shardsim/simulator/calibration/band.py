@@ -31,7 +31,7 @@ class Band:
 def prediction_band(cfg: RunConfig, cal: Calibration | None = None) -> Band:
     """The band of `cfg`'s calibrated prediction (with ``cfg.calibration``, or `cal`)."""
     from shardsim.simulator.predict import predict
-    from shardsim.spec.hardware.topology import Cluster, make_cluster
+    from shardsim.specs.hardware.topology import Cluster, make_cluster
 
     cal = cal or load_calibration(cfg.calibration)
     fit = cal.fit

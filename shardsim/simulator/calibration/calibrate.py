@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.calibration.fit import Row
     from shardsim.simulator.calibration.measurements import Measurement
     from shardsim.simulator.calibration.prior import MapFit
-    from shardsim.spec.hardware.topology import InstanceType
+    from shardsim.specs.hardware.topology import InstanceType
 
 DEFAULT_FOLDS = None  # chosen from the row count (`choose_folds`)
 LEAVE_ONE_OUT_BELOW = 10  # fewer rows than this: leave-one-out cross-validation by default
@@ -225,7 +225,7 @@ def calibrate(
     from shardsim.simulator.calibration import prior as P
     from shardsim.simulator.calibration.apply import Calibration, Fitted
     from shardsim.simulator.calibration.measurements import read_frame, read_measurements
-    from shardsim.spec.hardware.topology import load_instance
+    from shardsim.specs.hardware.topology import load_instance
 
     if measured is None and not nccl_tests:
         raise ConfigError("nothing to fit to: give measured runs (MEASURED) or --nccl-tests FILE", field="measured")

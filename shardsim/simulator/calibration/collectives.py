@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.collective import OPS, simulate_collective
 from shardsim.simulator.network.nccl_tests import NO_NODES, NcclTestsResult
-from shardsim.spec.hardware.topology import Cluster, InstanceType
+from shardsim.specs.hardware.topology import Cluster, InstanceType
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from shardsim.simulator.calibration.collectives import CollectiveRow
 from shardsim.simulator.calibration.measurements import Measurement
 from shardsim.simulator.calibration.parameters import DEFAULT_FIT, MATMUL, MAX_MAE_AT_BOUND_PCT, applied, parameter
 from shardsim.simulator.predict import StepPrediction, predict
-from shardsim.spec.hardware.topology import Cluster, InstanceType
+from shardsim.specs.hardware.topology import Cluster, InstanceType
 
 DIFF_STEP = 1e-2  # relative finite-difference step: wide enough to step over the simulator's small kinks
 TOLERANCE = 1e-4  # least_squares' ftol and xtol

@@ -41,11 +41,11 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import read_text
 from shardsim.simulator.predict import StepPrediction
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.spec.hardware.topology import InstanceType
-from shardsim.spec.model.arch import SHAPE_FIELDS
-from shardsim.spec.model.describe import ARCH_FIELDS
-from shardsim.spec.model.workload import Workload
-from shardsim.spec.strategies import FSDP_SHARDING, ZERO2D
+from shardsim.specs.hardware.topology import InstanceType
+from shardsim.specs.model.arch import SHAPE_FIELDS
+from shardsim.specs.model.describe import ARCH_FIELDS
+from shardsim.specs.model.workload import Workload
+from shardsim.specs.strategies import FSDP_SHARDING, ZERO2D
 
 METRICS = ("tokens_per_s_per_gpu", "step_time_s")
 # what a measurement may be: a training step of a microsecond to eleven days, a thousandth of a

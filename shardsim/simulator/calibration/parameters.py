@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.units import parse_size
-from shardsim.spec.hardware.network_figures import NetworkFigures
-from shardsim.spec.hardware.topology import InstanceType
+from shardsim.specs.hardware.network_figures import NetworkFigures
+from shardsim.specs.hardware.topology import InstanceType
 
 MATMUL = "matmul_efficiency"
 SIZE_FACTOR = "nic_size_factor"

@@ -34,7 +34,7 @@ from scipy.optimize import least_squares
 
 from shardsim.simulator.calibration.fit import DIFF_STEP, TOLERANCE, Row, ratios
 from shardsim.simulator.calibration.parameters import Parameter, parameter
-from shardsim.spec.hardware.topology import InstanceType
+from shardsim.specs.hardware.topology import InstanceType
 
 PRIOR_SIGMA = 0.25  # prior standard deviation of log(parameter) around its default
 ROW_ERROR = 0.05  # stated error of one row in log throughput (the model's 4.4 % MAE on the A100 table)

@@ -26,7 +26,7 @@ from typing import Any
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import load_json
-from shardsim.spec.hardware.topology import Cluster
+from shardsim.specs.hardware.topology import Cluster
 
 # A run whose cores the hypervisor takes more of than this is scaled as if it took this much:
 # a bound on a correction, not a figure of the host (what was measured: experiments/validation/README.md)

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from shardsim.core.documents import Document
-from shardsim.spec.bounds import MAX_BATCH
+from shardsim.specs.bounds import MAX_BATCH
 
 # one timing: at most a day, and none or at least a femtosecond (beyond either, a rate or a step's
 # sum overflows the float)

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from shardsim.spec.hardware.topology import Cluster
+from shardsim.specs.hardware.topology import Cluster
 
 GRAPHS_KEPT = 8  # clusters whose link graphs `links_for` keeps (a sweep visits a few)
 _graphs: dict[str, LinkGraph] = {}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from shardsim.simulator.network import nccl_model as nm
 from shardsim.simulator.network.links import LinkGraph
-from shardsim.spec.hardware.topology import Cluster
+from shardsim.specs.hardware.topology import Cluster
 
 # NCCL_CHANNELS (assumption, not NCCL's search): the rings NCCL opens per communicator. On
 # NVLink / NVSwitch nodes 16 (MAXCHANNELS/2; NCCL's log on p5 shows rings of 16 channels,

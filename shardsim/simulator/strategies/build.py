@@ -11,7 +11,7 @@ from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import BlockTimes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel, tensor_parallel
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 
 
 def overlaps(cfg: RunConfig, res: Resolved) -> bool:

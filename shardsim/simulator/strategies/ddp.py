@@ -30,8 +30,8 @@ from shardsim.simulator.strategies.steps import (
     data_parallel_plan,
     split_blocks,
 )
-from shardsim.spec.model.workload import Block, Workload
-from shardsim.spec.parallel_dims import DATA
+from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.parallel_dims import DATA
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)

@@ -43,7 +43,7 @@ from shardsim.simulator.strategies.steps import (
     data_parallel_plan,
     split_blocks,
 )
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.workload import Workload
 
 # FSDP2's prefetch depths (see the module docstring; torch.distributed.fsdp._fully_shard):
 FSDP_FORWARD_AG_WAITS_FOR = 2  # forward: a unit's all-gather waits for the copy-out this many gathers back

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from shardsim.config import Resolved
 from shardsim.simulator.network.collectives import GroupLayout
-from shardsim.spec.parallel_dims import DATA, ParallelDims
+from shardsim.specs.parallel_dims import DATA, ParallelDims
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forw
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends, stage_mesh
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
-from shardsim.spec.model.workload import Block, Workload, stage_ranges
-from shardsim.spec.parallel_dims import DATA
+from shardsim.specs.model.workload import Block, Workload, stage_ranges
+from shardsim.specs.parallel_dims import DATA
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv (gloo's TCP
 # transport is a rendezvous), so a GPipe stage that runs ahead does not receive ahead: a stage

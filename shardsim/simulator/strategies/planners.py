@@ -16,8 +16,8 @@ from shardsim.simulator.strategies.fsdp import zero_plan
 from shardsim.simulator.strategies.held import autocast_copies, fsdp_gathered, pipelined_unsharded
 from shardsim.simulator.strategies.pipeline import pipeline_plan
 from shardsim.simulator.strategies.zero1 import largest_partition, zero1_plan
-from shardsim.spec.model.workload import Block, Workload
-from shardsim.spec.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
+from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 
 class Planner(Protocol):

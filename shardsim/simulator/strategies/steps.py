@@ -13,7 +13,7 @@ from shardsim.simulator.compute import BlockCost, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass
 from shardsim.simulator.strategies.mesh import stage_mesh
-from shardsim.spec.model.workload import Block, Workload, stage_ranges
+from shardsim.specs.model.workload import Block, Workload, stage_ranges
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _join
 from shardsim.simulator.strategies.mesh import StageMesh
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.blocks import norm_tensors
-from shardsim.spec.model.workload import Block
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.blocks import norm_tensors
+from shardsim.specs.model.workload import Block
 
 LOSS_REDUCTIONS = 3  # vocabulary-parallel cross-entropy: max, sum of exp, target logit per token
 LOSS_BYTES = 4  # its reductions are fp32 (the loss runs in fp32)

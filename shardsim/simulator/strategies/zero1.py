@@ -24,8 +24,8 @@ from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import Piece, data_parallel_plan, split_blocks
-from shardsim.spec.model.workload import Block, Workload
-from shardsim.spec.parallel_dims import DATA
+from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.parallel_dims import DATA
 
 PARAM_BYTES = GRAD_BYTES  # the broadcast parameters are the fp32 masters DDP wraps (autocast casts copies)
 

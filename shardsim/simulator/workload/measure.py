@@ -59,9 +59,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.importpath import first_line, resolve_import_path
-from shardsim.spec.model.workload import Block, Workload
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.importpath import first_line, resolve_import_path
+from shardsim.specs.model.workload import Block, Workload
 
 BATCH = 2  # samples per measured batch (every figure is divided by it)
 

@@ -4,10 +4,10 @@ a model given as ``pkg.module:build_fn`` measured on the meta device (`workload.
 from __future__ import annotations
 
 from shardsim.core.torch_required import require_torch
-from shardsim.spec.model.arch import Shape
-from shardsim.spec.model.blocks import from_arch
-from shardsim.spec.model.load import NO_SHAPE, WorkloadSpec, resolve_arch
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.arch import Shape
+from shardsim.specs.model.blocks import from_arch
+from shardsim.specs.model.load import NO_SHAPE, WorkloadSpec, resolve_arch
+from shardsim.specs.model.workload import Workload
 
 
 def load_workload(spec: WorkloadSpec, shape: Shape = NO_SHAPE, where: str | None = None) -> Workload:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardsim.spec.model.arch import Arch
+from shardsim.specs.model.arch import Arch
 
 
 @dataclass(frozen=True)

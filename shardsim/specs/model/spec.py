@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardsim.spec.model.hf_keys import HFKeys
+from shardsim.specs.model.hf_keys import HFKeys
 
 # A config.json mapper: the keys of one `model_type` read into `Arch` fields (the family's own
 # name is added by the reader).

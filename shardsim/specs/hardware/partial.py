@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from shardsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from shardsim.spec.hardware.topology import InstanceType
+    from shardsim.specs.hardware.topology import InstanceType
 
 FIELD = "gpus_per_node"
 
@@ -42,7 +42,7 @@ def part_of_node(inst: InstanceType, gpus: int) -> InstanceType:
     if gpus == dev.count:
         return inst
     nics = max(1, math.ceil(inst.nic.count * gpus / dev.count))
-    note = f"{FIELD} {gpus} of the instance's {dev.count} (configuration; shardsim/spec/hardware/partial.py)"
+    note = f"{FIELD} {gpus} of the instance's {dev.count} (configuration; shardsim/specs/hardware/partial.py)"
     sources = {
         **inst.sources,
         "device.count": note,

@@ -14,9 +14,9 @@ from functools import partial
 from typing import Any
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.families.plans import SWIGLU_PLAN
-from shardsim.spec.model.hf_keys import HFKeys
-from shardsim.spec.model.spec import HFMapper, ModelSpec, Traits
+from shardsim.specs.model.families.plans import SWIGLU_PLAN
+from shardsim.specs.model.hf_keys import HFKeys
+from shardsim.specs.model.spec import HFMapper, ModelSpec, Traits
 
 
 def llama_fields(

@@ -4,8 +4,8 @@ replicated across them (MiCS, FSDP's HYBRID_SHARD); without a degree, within eac
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.strategies.base import StrategyFields
-from shardsim.spec.strategies.zero import ZERO, Fsdp
+from shardsim.specs.strategies.base import StrategyFields
+from shardsim.specs.strategies.zero import ZERO, Fsdp
 
 
 class Zero2d(Fsdp):

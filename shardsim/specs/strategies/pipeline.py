@@ -3,7 +3,7 @@ under a `schedule`; each stage plain, DDP over its replicas, or FSDP2 over group
 
 from __future__ import annotations
 
-from shardsim.spec.strategies.base import StrategyFields
+from shardsim.specs.strategies.base import StrategyFields
 
 
 class Pipeline:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardsim.spec.model.spec import ModelSpec, Traits
+from shardsim.specs.model.spec import ModelSpec, Traits
 
 SPEC = ModelSpec(
     name="mlp",

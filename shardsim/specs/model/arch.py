@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.bounds import check_shape
-from shardsim.spec.model.registry import FAMILIES, SPECS
-from shardsim.spec.model.spec import ModelSpec, Traits
+from shardsim.specs.bounds import check_shape
+from shardsim.specs.model.registry import FAMILIES, SPECS
+from shardsim.specs.model.spec import ModelSpec, Traits
 
 POSITIONS = ("learned", "rope", "alibi", "none")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardsim.spec.model.families.plans import GELU_PLAN
-from shardsim.spec.model.hf_keys import HFKeys
-from shardsim.spec.model.spec import ModelSpec, Traits
+from shardsim.specs.model.families.plans import GELU_PLAN
+from shardsim.specs.model.hf_keys import HFKeys
+from shardsim.specs.model.spec import ModelSpec, Traits
 
 
 def _gpt2(k: HFKeys) -> dict[str, Any]:

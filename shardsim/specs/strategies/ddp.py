@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.strategies.base import StrategyFields
+from shardsim.specs.strategies.base import StrategyFields
 
 
 class Ddp:

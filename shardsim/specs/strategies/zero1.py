@@ -6,8 +6,8 @@ its partition and broadcasting it to the others."""
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.strategies.base import StrategyFields
-from shardsim.spec.strategies.ddp import Ddp
+from shardsim.specs.strategies.base import StrategyFields
+from shardsim.specs.strategies.ddp import Ddp
 
 
 class Zero1(Ddp):

@@ -8,8 +8,8 @@ from functools import cache
 
 from shardsim.core.yamlio import Fields
 from shardsim.data import MODELS
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.describe import read_model_file
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.describe import read_model_file
 
 LIBRARY_DIR = MODELS
 

@@ -11,8 +11,8 @@ counted). The measurement counts the same way, and `mfu` is computed from these 
 from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
-from shardsim.spec.model.arch import Arch
-from shardsim.spec.model.workload import Block, Workload
+from shardsim.specs.model.arch import Arch
+from shardsim.specs.model.workload import Block, Workload
 
 
 def _norm_saved(a: Arch) -> int:

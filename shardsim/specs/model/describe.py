@@ -11,9 +11,9 @@ from typing import Any
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml
-from shardsim.spec.model.arch import Arch, check_arch, check_used
-from shardsim.spec.model.registry import FAMILIES
-from shardsim.spec.model.workload import Workload
+from shardsim.specs.model.arch import Arch, check_arch, check_used
+from shardsim.specs.model.registry import FAMILIES
+from shardsim.specs.model.workload import Workload
 
 ARCH_FIELDS = tuple(f.name for f in fields(Arch))
 # Keys a model file may hold besides the shape: its name, where its shape comes from, and its

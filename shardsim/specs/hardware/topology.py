@@ -22,8 +22,8 @@ from pathlib import Path
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml, suggest
 from shardsim.data import TOPOLOGIES
-from shardsim.spec.bounds import MAX_WORLD
-from shardsim.spec.hardware.network_figures import NetworkFigures, fitted_network_figures
+from shardsim.specs.bounds import MAX_WORLD
+from shardsim.specs.hardware.network_figures import NetworkFigures, fitted_network_figures
 
 PRECISIONS = ("fp32", "fp16", "bf16", "tf32")  # tf32: fp32 storage, TF32 tensor-core matmuls
 FABRICS = ("pcie", "nvlink", "nvswitch", "loopback")
@@ -375,7 +375,7 @@ def make_cluster(topology: str | InstanceType, nodes: int | None = None, gpus_pe
     `gpus_per_node`: that many of each node's GPUs (`partial.part_of_node`; None: all)."""
     inst = load_instance(topology) if isinstance(topology, str) else topology
     if gpus_per_node is not None:
-        from shardsim.spec.hardware.partial import part_of_node
+        from shardsim.specs.hardware.partial import part_of_node
 
         inst = part_of_node(inst, gpus_per_node)
     if nodes is None:

@@ -5,12 +5,12 @@ these names (see `base`)."""
 
 from __future__ import annotations
 
-from shardsim.spec.strategies.base import StrategySpec
-from shardsim.spec.strategies.ddp import DDP
-from shardsim.spec.strategies.pipeline import PIPELINE
-from shardsim.spec.strategies.zero import ZERO
-from shardsim.spec.strategies.zero1 import ZERO1
-from shardsim.spec.strategies.zero2d import ZERO2D
+from shardsim.specs.strategies.base import StrategySpec
+from shardsim.specs.strategies.ddp import DDP
+from shardsim.specs.strategies.pipeline import PIPELINE
+from shardsim.specs.strategies.zero import ZERO
+from shardsim.specs.strategies.zero1 import ZERO1
+from shardsim.specs.strategies.zero2d import ZERO2D
 
 STRATEGIES: dict[str, StrategySpec] = {k.name: k for k in (DDP, ZERO, ZERO2D, PIPELINE, ZERO1)}
 # FSDP1's ShardingStrategy names → (kind, reshard_after_forward)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardsim.spec.model.spec import TPPlan
+from shardsim.specs.model.spec import TPPlan
 
 # attention's fused qkv and the MLP's first matrix by columns, their output projections by rows
 GELU_PLAN = TPPlan(colwise=("attn.qkv", "mlp.fc1"), rowwise=("attn.proj", "mlp.fc2"))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import suggest
-from shardsim.spec.model.arch import Arch, Shape
-from shardsim.spec.model.describe import read_model_file
-from shardsim.spec.model.hf_config import read_hf_model
-from shardsim.spec.model.library import PRESETS
+from shardsim.specs.model.arch import Arch, Shape
+from shardsim.specs.model.describe import read_model_file
+from shardsim.specs.model.hf_config import read_hf_model
+from shardsim.specs.model.library import PRESETS
 
 WorkloadSpec = str | Arch  # what `RunConfig.workload` holds
 NO_SHAPE = Shape()

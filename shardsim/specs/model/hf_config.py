@@ -19,9 +19,9 @@ from typing import Any
 from shardsim.core.errors import ConfigError
 from shardsim.core.notes import not_modelled
 from shardsim.core.yamlio import MiB, load_json
-from shardsim.spec.model.arch import Arch, check_arch
-from shardsim.spec.model.hf_keys import HFKeys
-from shardsim.spec.model.registry import HF_TYPES
+from shardsim.specs.model.arch import Arch, check_arch
+from shardsim.specs.model.hf_keys import HFKeys
+from shardsim.specs.model.registry import HF_TYPES
 
 # A config.json may carry a classifier's label names twice (id2label, label2id): for the 21,843
 # classes of ImageNet-21k that can pass 1 MiB, the bound of shardsim's own formats

@@ -3,8 +3,8 @@ that reads it: a family registers itself by its module under `spec.model.familie
 
 from __future__ import annotations
 
-from shardsim.spec.model.families import FAMILY_SPECS
-from shardsim.spec.model.spec import HFMapper, ModelSpec
+from shardsim.specs.model.families import FAMILY_SPECS
+from shardsim.specs.model.spec import HFMapper, ModelSpec
 
 SPECS: dict[str, ModelSpec] = {s.name: s for s in FAMILY_SPECS}
 FAMILIES = tuple(SPECS)
