@@ -16,6 +16,7 @@ The network figures NCCL's cost model lacks live per NIC fabric in ``topologies/
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -372,14 +373,57 @@ def load_instance(name_or_path: str) -> InstanceType:
 
 def make_cluster(topology: str | InstanceType, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
     """A cluster of `nodes` instances; emulated topologies default to their own node count.
-    `gpus_per_node`: that many of each node's GPUs (`partial.part_of_node`; None: all)."""
+    `gpus_per_node`: that many of each node's GPUs (`part_of_node`; None: all)."""
     inst = load_instance(topology) if isinstance(topology, str) else topology
     if gpus_per_node is not None:
-        from shardsim.specs.hardware.partial import part_of_node
-
         inst = part_of_node(inst, gpus_per_node)
     if nodes is None:
         nodes = inst.emulated.nodes if inst.emulated else 1
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"expected a node count >= 1, got {nodes!r}", field="nodes")
     return Cluster(inst, nodes)
+
+
+PART_FIELD = "gpus_per_node"
+
+
+def part_of_node(inst: InstanceType, gpus: int) -> InstanceType:
+    """`inst` with `gpus` of its devices per node (1, 2 or 4 of an 8-GPU instance) and their share of
+    its NICs, as `make_cluster` builds it; ConfigError (field gpus_per_node) when `gpus` is not
+    between 1 and the node's GPUs, or the topology is not an instance type's GPUs. Assumptions, named:
+
+    - intra-node links: each GPU keeps its own NVLink / NVSwitch port and its figures (a GPU's
+      ports do not depend on how many of the node's GPUs a job uses); a PCIe host bridge shared
+      node-wide keeps its bandwidth (shared by fewer GPUs).
+    - NICs: the GPUs used get the NICs that serve them (AWS's GPU instances attach NICs per PCIe
+      switch, a fixed number per GPU: p4d one EFA per two GPUs, p5 four per GPU), so the node's NIC
+      count scales with the share of its GPUs, rounded up, at least one, at the same rate per NIC
+      (g4dn.12xlarge's one NIC stays whole with 2 of its 4 GPUs).
+    - host: its cores and memory unchanged (used by emulation only, which part of a node is not).
+    - price: unchanged, the whole instance's: AWS bills the instance, whatever share of its GPUs
+      a job uses.
+    """
+    dev = inst.device
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError(f"expected an integer >= 1, got {gpus!r}", field=PART_FIELD)
+    if inst.emulated is not None or dev.kind != "gpu":
+        why = f"{inst.name} is an emulated cluster of CPU ranks; part of a node applies to an instance's GPUs"
+        raise ConfigError(why, field=PART_FIELD)
+    if gpus > dev.count:
+        raise ConfigError(f"{gpus} exceeds the {dev.count} GPUs of a {inst.name} node", field=PART_FIELD)
+    if gpus == dev.count:
+        return inst
+    nics = max(1, math.ceil(inst.nic.count * gpus / dev.count))
+    note = f"{PART_FIELD} {gpus} of the instance's {dev.count} (configuration; shardsim/specs/hardware/topology.py)"
+    sources = {
+        **inst.sources,
+        "device.count": note,
+        "nic.count": f"{nics} of {inst.nic.count}: the GPUs' share, {note}",
+    }
+    return replace(
+        inst,
+        description=f"{inst.description} ({gpus} of its {dev.count} GPUs)",
+        device=replace(dev, count=gpus),
+        nic=replace(inst.nic, count=nics),
+        sources=sources,
+    )
