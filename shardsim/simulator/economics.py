@@ -51,7 +51,7 @@ def mfu_peak(peak_tflops: Mapping[str, float], precision: str) -> tuple[str, flo
 
 
 def model_flops_per_sample(w: Workload) -> float:
-    """Model FLOPs of one sample's forward and backward: 3 × the forward's (`spec.model.blocks`
+    """Model FLOPs of one sample's forward and backward: 3 × the forward's (`specs.model.blocks`
     counts the forward: 2 per multiply-add, causal attention as half the s×s products)."""
     return 3.0 * w.fwd_flops
 

@@ -1,4 +1,4 @@
-"""How far the simulator goes beyond a configuration's own bounds (`spec.bounds`): a step's plan,
+"""How far the simulator goes beyond a configuration's own bounds (`specs.bounds`): a step's plan,
 one collective's message and a sweep's space, each refused in one line before any work
 (docs/simulator.md#how-far-it-goes).
 

@@ -1,7 +1,7 @@
 """What a sweep asks of each strategy kind: the strategies it tries on a cluster (and how many,
 counted without making them), whether it tries the kind unless --strategies names the kinds, and
 the kind's colour, place and short label in the sweep's plots. One face per kind, in `FACES`
-under the names of `spec.strategies.STRATEGIES` (a test checks that every concern's registry
+under the names of `specs.strategies.STRATEGIES` (a test checks that every concern's registry
 holds the same names)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The runtime's builder of each model family, keyed by the family's name as `spec.model.registry`
+"""The runtime's builder of each model family, keyed by the family's name as `specs.model.registry`
 keys its `ModelSpec` (a test checks that the keys match)."""
 
 from __future__ import annotations

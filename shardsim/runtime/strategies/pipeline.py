@@ -43,7 +43,7 @@ class StageModule(nn.Module):
 
 
 def split_stage(model: nn.Module, pp_rank: int, pp: int) -> StageModule:
-    """Stage `pp_rank` of `pp`: blocks by `spec.model.workload.stage_ranges` (as the
+    """Stage `pp_rank` of `pp`: blocks by `specs.model.workload.stage_ranges` (as the
     simulator splits them), the embedding on the first stage, the head on the last."""
     if not hasattr(model, "head"):
         raise ValueError("a pipeline needs a model with embed (or None), blocks and head")

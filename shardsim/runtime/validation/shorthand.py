@@ -1,6 +1,6 @@
 """The validation matrix's shorthands: a kind's name alone in a matrix file stands for the
 strategies of that kind it validates on a cluster of `world` ranks. One entry per kind, in
-`SHORTHANDS` under the names of `spec.strategies.STRATEGIES` (a test checks that every concern's
+`SHORTHANDS` under the names of `specs.strategies.STRATEGIES` (a test checks that every concern's
 registry holds the same names)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The schema of a profile file (`shardsim profile`'s JSON): what `hardware.profile` reads from
 it, each figure's type and range. Keys it does not name (the raw timings, the device, torch's
 version) are kept in the file and ignored here. Every timing is 0 or from `MIN_SECONDS` to `MAX_SECONDS`, and a
-microbatch size or rank count (a key) at most `spec.bounds.MAX_BATCH`."""
+microbatch size or rank count (a key) at most `specs.bounds.MAX_BATCH`."""
 
 from __future__ import annotations
 

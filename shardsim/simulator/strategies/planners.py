@@ -1,6 +1,6 @@
 """What the simulator asks of each strategy kind: the plan of one training step, what a rank
 holds in memory, its op-count estimate and whether its communication overlaps compute. One
-planner per kind, in `PLANNERS` under the names of `spec.strategies.STRATEGIES` (a test checks
+planner per kind, in `PLANNERS` under the names of `specs.strategies.STRATEGIES` (a test checks
 that every concern's registry holds the same names)."""
 
 from __future__ import annotations

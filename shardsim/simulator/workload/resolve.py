@@ -1,4 +1,4 @@
-"""The `Workload` a description names: a described model costed analytically (`spec.model.blocks`),
+"""The `Workload` a description names: a described model costed analytically (`specs.model.blocks`),
 a model given as ``pkg.module:build_fn`` measured on the meta device (`workload.measure`, torch)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ model's maximum positions (``max_position_embeddings``: 32,768 for Mistral, 131,
 it defaults to `DEFAULT_SEQ_LEN` tokens, or the maximum when that is fewer (a learned position table
 has no rows past it); ``--seq-len`` overrides it. A workload read from a config.json is named after
 the model (`model_name`), not the file. What the families leave out is named in their modules under
-`spec.model.families` and in `runtime.models.transformer`; the keys of a file no mapper reads
+`specs.model.families` and in `runtime.models.transformer`; the keys of a file no mapper reads
 (a sliding window, logit soft-capping: attention is full causal over the sequence) are named once
 as not modelled.
 """

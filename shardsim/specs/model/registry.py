@@ -1,5 +1,5 @@
 """Every model family's `ModelSpec` by name, and every Hugging Face ``model_type`` by the family
-that reads it: a family registers itself by its module under `spec.model.families`."""
+that reads it: a family registers itself by its module under `specs.model.families`."""
 
 from __future__ import annotations
 

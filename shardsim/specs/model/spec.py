@@ -1,7 +1,7 @@
 """`ModelSpec`: what one model family is, as the simulator, config and runtime ask for it: its
 traits, the blocks it is made of (and so the kernels and parameter tensors they hold), its
 tensor-parallel plan and the Hugging Face ``config.json`` types it reads. Each family declares
-its spec in its own module under `spec.model.families`; `spec.model.registry` holds them by name."""
+its spec in its own module under `specs.model.families`; `specs.model.registry` holds them by name."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Workloads: a model as an ordered list of blocks (the units FSDP wraps and pipelines split).
 
-A described model (`Arch`) is costed analytically (`spec.model.blocks`), without torch; a
+A described model (`Arch`) is costed analytically (`specs.model.blocks`), without torch; a
 model given by import path (``pkg.module:build_fn``) is measured on the meta device instead
 (`workload.measure`, which imports torch). Both produce the same `Workload`; a test checks
 that the analytic numbers equal what torch measures on the runtime's own modules.
