@@ -3,14 +3,15 @@ what one process computes on the same global batches: the parameters after N Ada
 the gradients of the next step (which, unlike Adam's parameters, show any mis-scaling across
 ranks, microbatches or accumulation steps). Strategies change speed, never the math.
 
-The configurations of 2 and 4 ranks run in one torchrun launch per world size
-(`tests.runtime_batch`: each rank imports torch once and trains them in turn, as a
-``shardsim run`` rank trains one); each test asserts on its own configuration's record and
-saved tensors. The 8-rank ones launch ``shardsim run`` alone."""
+The configurations of 2 and 4 ranks (the Hugging Face one where transformers is installed) run
+in one torchrun launch per world size (`tests.runtime_batch`: each rank imports torch once and
+trains them in turn, as a ``shardsim run`` rank trains one); each test asserts on its own
+configuration's record and saved tensors. The 8-rank one launches ``shardsim run`` alone."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
@@ -139,6 +140,7 @@ LOW_PRECISION = {
     "zero-bf16": "--workload tiny-gpt --strategy zero --precision bf16",  # FSDP2 MixedPrecisionPolicy
     "pipeline-fp16": "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --precision fp16",  # + scaler
 }
+HF_VIT = "--workload shardsim.runtime.models.hf:build_hf_vit_tiny --strategy zero2d --degree 2"
 TIED_GPT = "{family: gpt, hidden: 64, layers: 4, heads: 4, ffn: 256, seq_len: 32, vocab: 256, tied_embeddings: true}"
 TIED = {
     "tied-1f1b-pp2-x-dp2-accum2": (4, "--pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
@@ -157,6 +159,7 @@ CASES = {
     "zero-bf16-reduce-bf16": (2, [*BF16_REDUCED.split(), "--reduce-dtype", "bf16"]),
     **{name: (2, args.split()) for name, args in LOW_PRECISION.items()},
     **{name: (world, tied_flags(args)) for name, (world, args) in TIED.items()},
+    **({"hf-vit": (4, HF_VIT.split())} if importlib.util.find_spec("transformers") else {}),
 }
 
 
@@ -215,11 +218,11 @@ def test_low_precision_runs_and_learns(batches, case):
 
 
 @pytest.mark.slow
-def test_hf_vit_optional_extra_equals_reference(tmp_path):
+def test_hf_vit_optional_extra_equals_reference(batches):
     """The seed's Hugging Face ViT (small config) under zero2d; skipped without transformers."""
     pytest.importorskip("transformers")
-    args = "--workload shardsim.runtime.models.hf:build_hf_vit_tiny --strategy zero2d --degree 2"
-    check_equals_reference(tmp_path, 4, args.split())
+    result = batches["hf-vit"]
+    check_against_reference(result.ok(), result.folder / "params", 4, HF_VIT.split())
 
 
 @pytest.mark.parametrize("case", list(TIED))

@@ -15,7 +15,7 @@ the head, and after 3 steps parameters move by up to 1.5e-4 and the next gradien
 step by the initial-gradient test. A wrong shard, a missing reduction or a mis-scaled gradient
 moves results by O(1).
 
-Launches: the 2- and 4-rank configurations run in one torchrun launch per world size
+Launches: the configurations run in one torchrun launch per world size (2, 4 and 8 ranks)
 (`tests.runtime_batch`), the initial-gradient cases in one spawn of 2 ranks; each test asserts
 its own case's result."""
 
@@ -32,7 +32,7 @@ from shardsim.runtime.launch import free_port
 from shardsim.runtime.processes import exit_now
 from shardsim.simulator.workload.arch import Arch
 from shardsim.simulator.workload.library import PRESETS
-from tests.integration.test_runtime_strategies import check_against_reference, check_equals_reference
+from tests.integration.test_runtime_strategies import check_against_reference
 from tests.runtime_batch import Batches
 
 GQA = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, ffn: 128, vocab: 256, seq_len: 32}"
@@ -88,8 +88,8 @@ def key_biases(arch: Arch, tp: int) -> dict:
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    """Every configuration of 2 and 4 ranks: one torchrun launch per world size (`tests.runtime_batch`)."""
-    return Batches(tmp_path_factory.mktemp("tensor-parallel"), CASES)
+    """Every configuration: one torchrun launch per world size (`tests.runtime_batch`)."""
+    return Batches(tmp_path_factory.mktemp("tensor-parallel"), {**CASES, **{n: (8, a) for n, a in SLOW.items()}})
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -119,8 +119,9 @@ SLOW = {  # 8 ranks
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(SLOW))
-def test_3d_layouts_equal_reference(tmp_path, case):
-    check_equals_reference(tmp_path, 8, SLOW[case])
+def test_3d_layouts_equal_reference(batches, case):
+    result = batches[case]
+    check_against_reference(result.ok(), result.folder / "params", 8, SLOW[case])
 
 
 ARCHS = {
