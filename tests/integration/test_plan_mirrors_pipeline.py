@@ -23,6 +23,7 @@ from shardsim.simulator.workload.resolve import load_workload
 from shardsim.specs.hardware.topology import make_cluster
 from shardsim.specs.model.library import PRESETS
 from tests.integration.test_runtime_strategies import shardsim_run
+from tests.runtime_batch import Batches
 from tests.unit.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
 
 WORLD, PP, SHARD, MICROBATCHES = 4, 2, 2, 4
@@ -50,22 +51,42 @@ def planned(opts: dict, world: int = WORLD) -> tuple[Plan, str]:
     return build_plan(cfg, res, w, ComputeModel(device, cfg.precision)), cfg.precision
 
 
+TRACED = {  # id: (world, schedule, microbatches, accum)
+    "gpipe": (4, "gpipe", 4, 1),
+    "1f1b": (4, "1f1b", 4, 1),
+    "1f1b-accum2": (4, "1f1b", 4, 2),
+    "1f1b-2-replicas-accum2": (8, "1f1b", 2, 2),
+}
+
+
+def run_flags(opts: dict) -> list[str]:
+    return [*(f"--{k.replace('_', '-')}={v}" for k, v in opts.items() if k != "checkpointing"), "--no-checkpointing"]
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
+    """The traced runs of 4 ranks in one torchrun launch (`tests.runtime_batch`); the 8-rank one
+    launches ``shardsim run`` alone."""
+    cases = {
+        name: (world, run_flags(pipeline_args(schedule, accum, microbatches)))
+        for name, (world, schedule, microbatches, accum) in TRACED.items()
+        if world == WORLD
+    }
+    return Batches(tmp_path_factory.mktemp("traced"), cases, save_params=False, trace=True)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("world", "schedule", "microbatches", "accum"),
-    [(4, "gpipe", 4, 1), (4, "1f1b", 4, 1), (4, "1f1b", 4, 2), (8, "1f1b", 2, 2)],
-    ids=["gpipe", "1f1b", "1f1b-accum2", "1f1b-2-replicas-accum2"],
-)
-def test_sharded_pipeline_plan_equals_real_run(
-    tmp_path: Path, world: int, schedule: str, microbatches: int, accum: int
-) -> None:
+@pytest.mark.parametrize("case", list(TRACED))
+def test_sharded_pipeline_plan_equals_real_run(tmp_path: Path, batches: Batches, case: str) -> None:
+    world, schedule, microbatches, accum = TRACED[case]
     opts = pipeline_args(schedule, accum, microbatches)
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items() if k != "checkpointing"]
-    trace_dir = tmp_path / "trace"
-    proc, _ = shardsim_run(
-        tmp_path, [*args, "--no-checkpointing", "--nproc", str(world)], env={TRACE_ENV: str(trace_dir)}
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    if case in batches.cases:
+        trace_dir = batches[case].folder / "trace"
+        batches[case].ok()
+    else:
+        trace_dir = tmp_path / "trace"
+        proc, _ = shardsim_run(tmp_path, [*run_flags(opts), "--nproc", str(world)], env={TRACE_ENV: str(trace_dir)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
     plan, precision = planned(opts, world)
     row = 2 * PRESETS["tiny-gpt"].hidden
     for stage in range(PP):  # stage 0: embedding + 2 blocks; stage 1: 2 blocks + head

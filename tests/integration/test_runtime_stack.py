@@ -2,42 +2,54 @@
 computes with the same settings (`tests.reference`): the attention kernel (math; flash is the
 default every other test runs; efficient is CUDA-only and refused here), the optimizers torch
 has (AdamW, SGD with momentum, Adafactor), the masked-LM head, torch.compile (slow: Inductor
-compiles each block on the CPU). tf32 runs as fp32 on CPU (no TF32 there): nothing to compare."""
+compiles each block on the CPU). tf32 runs as fp32 on CPU (no TF32 there): nothing to compare.
+All but the compiled one run in one torchrun launch (`tests.runtime_batch`); each test asserts
+its own configuration's record and saved tensors."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_runtime_strategies import check_equals_reference
+from tests.integration.test_runtime_strategies import check_against_reference, check_equals_reference
+from tests.runtime_batch import Batches
 
 TINY_BERT = "family: bert\nhidden: 64\nlayers: 2\nheads: 4\nseq_len: 32\nvocab: 256\n"
 
 
-@pytest.mark.parametrize(
-    ("world", "args"),
-    [
-        (2, "--workload tiny-gpt --strategy ddp --attention math"),
-        (2, "--workload tiny-gpt --strategy zero --optimizer sgd"),
-        (2, "--workload tiny-gpt --strategy zero --optimizer adamw --optimizer-impl fused"),
-        (2, "--workload tiny-gpt --strategy ddp --optimizer adafactor --grad-accum 2"),
-    ],
-    ids=["ddp-math-attention", "zero-sgd", "zero-adamw-fused", "ddp-adafactor-accum2"],
-)
-def test_stack_setting_equals_reference(tmp_path, world, args):
-    rec = check_equals_reference(tmp_path, world, args.split())
-    cfg = rec["config"]
-    for flag, value in zip(args.split()[::2], args.split()[1::2], strict=True):
+SETTINGS = {
+    "ddp-math-attention": "--workload tiny-gpt --strategy ddp --attention math",
+    "zero-sgd": "--workload tiny-gpt --strategy zero --optimizer sgd",
+    "zero-adamw-fused": "--workload tiny-gpt --strategy zero --optimizer adamw --optimizer-impl fused",
+    "ddp-adafactor-accum2": "--workload tiny-gpt --strategy ddp --optimizer adafactor --grad-accum 2",
+}
+MLM = ["--strategy", "zero", "--mlm-fraction", "0.25"]  # after --workload tiny-bert.yaml
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
+    """Every configuration but the compiled one: one torchrun launch of 2 ranks (`tests.runtime_batch`)."""
+    folder = tmp_path_factory.mktemp("stack")
+    model = folder / "tiny-bert.yaml"
+    model.write_text(TINY_BERT)
+    cases = {name: (2, args.split()) for name, args in SETTINGS.items()}
+    return Batches(folder, {**cases, "masked-lm": (2, ["--workload", str(model), *MLM])})
+
+
+@pytest.mark.parametrize("case", list(SETTINGS))
+def test_stack_setting_equals_reference(batches, case):
+    args = SETTINGS[case].split()
+    result = batches[case]
+    cfg = check_against_reference(result.ok(), result.folder / "params", 2, args)["config"]
+    for flag, value in zip(args[::2], args[1::2], strict=True):
         key = flag.removeprefix("--").replace("-", "_")
         if key in ("attention", "optimizer", "optimizer_impl"):
             assert cfg[key] == value
 
 
-def test_masked_lm_head_equals_reference(tmp_path):
-    model = tmp_path / "tiny-bert.yaml"
-    model.write_text(TINY_BERT)
-    rec = check_equals_reference(
-        tmp_path, 2, ["--workload", str(model), "--strategy", "zero", "--mlm-fraction", "0.25"]
-    )
+def test_masked_lm_head_equals_reference(batches):
+    result = batches["masked-lm"]
+    model = batches.folder / "tiny-bert.yaml"
+    rec = check_against_reference(result.ok(), result.folder / "params", 2, ["--workload", str(model), *MLM])
     assert rec["config"]["mlm_fraction"] == 0.25
 
 

@@ -1,11 +1,17 @@
 """Every strategy runs for real (torchrun, gloo, CPU), its loss falls, and it computes exactly
 what one process computes on the same global batches: the parameters after N Adam steps and
 the gradients of the next step (which, unlike Adam's parameters, show any mis-scaling across
-ranks, microbatches or accumulation steps). Strategies change speed, never the math."""
+ranks, microbatches or accumulation steps). Strategies change speed, never the math.
+
+The configurations of 2 and 4 ranks (the Hugging Face one where transformers is installed) run
+in one torchrun launch per world size (`tests.runtime_batch`: each rank imports torch once and
+trains them in turn, as a ``shardsim run`` rank trains one); each test asserts on its own
+configuration's record and saved tensors. The 8-rank one launches ``shardsim run`` alone."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
@@ -18,6 +24,7 @@ from shardsim.config import load_config
 from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.testing import SAVE_PARAMS_ENV, load_saved
 from tests.reference import reference_run
+from tests.runtime_batch import Batches
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 2, 1
@@ -54,8 +61,18 @@ def _overrides(args: list[str]) -> dict:
     return out
 
 
-def check_equals_reference(
-    tmp_path: Path,
+def check_equals_reference(tmp_path: Path, world: int, args: list[str], **tolerances) -> dict:
+    """`shardsim run` of `args` on `world` ranks (a launch of its own) equals the reference
+    (`check_against_reference`, `tolerances` its keywords); returns its record."""
+    proc, rec = shardsim_run(tmp_path, [*args, "--nproc", str(world), "--data-batches", "1"],
+                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return check_against_reference(rec, tmp_path / "params", world, args, **tolerances)
+
+
+def check_against_reference(
+    rec: dict,
+    params: Path,
     world: int,
     args: list[str],
     *,
@@ -63,19 +80,18 @@ def check_equals_reference(
     grad_atol: float = 1e-6,
     adam_noise: dict | None = None,
 ) -> dict:
-    """`adam_noise`: {parameter name: indices} of entries whose gradient is mathematically zero,
-    left out of the parameter comparison (Adam steps them by up to its learning rate, in the
-    direction of rounding noise); their gradients are still compared."""
-    proc, rec = shardsim_run(tmp_path, [*args, "--nproc", str(world), "--data-batches", "1"],
-                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """The run of `args` on `world` ranks (its record `rec`, the parameters and gradients it saved
+    in `params`) learned and computed what one process computes. `adam_noise`: {parameter name:
+    indices} of entries whose gradient is mathematically zero, left out of the parameter
+    comparison (Adam steps them by up to its learning rate, in the direction of rounding noise);
+    their gradients are still compared."""
     assert rec["world"] == world and len(rec["step_times_s"]) == STEPS and len(rec["losses"]) == STEPS + WARMUP
     assert rec["loss_last"] < rec["loss_first"], rec["losses"]
 
     opts = {k: v for k, v in _overrides(args).items() if k not in ("nproc",)}
     cfg = load_config(None, {"topology": "emu-2x2", **opts})
     ref = reference_run(cfg, world, STEPS + WARMUP, data_batches=1)
-    got = load_saved(str(tmp_path / "params"))
+    got = load_saved(str(params))
     assert sorted(got["params"]) == sorted(ref["params"])
     assert sorted(got["grads"]) == sorted(ref["grads"])
     for name, idx in (adam_noise or {}).items():
@@ -90,68 +106,94 @@ def check_equals_reference(
     return rec
 
 
-@pytest.mark.parametrize(
-    ("world", "args"),
-    [
-        (2, "--workload tiny-gpt --strategy ddp --grad-accum 2"),
-        (2, "--workload tiny-gpt --strategy zero --no-checkpointing"),
-        (4, "--workload tiny-gpt --strategy zero2d --degree 2 --grad-accum 2"),
-        (2, "--workload tiny-gpt --strategy zero --no-reshard-after-forward --grad-accum 2"),
-        (4, "--workload tiny-gpt --strategy zero2d --degree 2 --no-reshard-after-forward --checkpointing none"),
-        (2, "--workload tiny-gpt --strategy zero --checkpointing selective --selective-ac-option op"),
-        (2, "--workload tiny-gpt --strategy ddp --checkpointing selective --selective-ac-option 2"),
-        (2, "--workload tiny-gpt --strategy zero --optimizer-impl fused --reduce-dtype fp32"),
-        (2, "--workload tiny-gpt --strategy zero --precision bf16 --reduce-dtype fp32"),
-        (2, "--workload tiny-gpt --strategy zero --reduce-dtype bf16"),
-        (2, "--workload tiny-mlp --strategy pipeline --pp 2 --microbatches 4 --schedule gpipe"),
-        (4, "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
-        (4, "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --schedule gpipe"),
-        (4, "--workload tiny-gpt --strategy zero1 --grad-accum 2"),
-        (2, "--workload tiny-gpt --strategy zero1 --optimizer-impl per-parameter --checkpointing none"),
-    ],
-    ids=[
-        "ddp-accum2",
-        "zero",
-        "zero2d-d2-accum2",
-        "zero2-accum2",
-        "zero2d-zero2-d2",
-        "zero-sac-op",
-        "ddp-sac-every-2",
-        "zero-fused-adam",
-        "zero-bf16-reduce-fp32",
-        "zero-fp32-reduce-bf16",
-        "gpipe-pp2",
-        "1f1b-pp2-x-dp2-accum2",
-        "gpipe-pp2-x-zero-d2",
-        "zero1-accum2",
-        "zero1-per-parameter-adam",
-    ],
-)
-def test_strategy_equals_single_process_reference(tmp_path, world, args):
-    rec = check_equals_reference(tmp_path, world, args.split())
+EQUAL = {
+    "ddp-accum2": (2, "--workload tiny-gpt --strategy ddp --grad-accum 2"),
+    "zero": (2, "--workload tiny-gpt --strategy zero --no-checkpointing"),
+    "zero2d-d2-accum2": (4, "--workload tiny-gpt --strategy zero2d --degree 2 --grad-accum 2"),
+    "zero2-accum2": (2, "--workload tiny-gpt --strategy zero --no-reshard-after-forward --grad-accum 2"),
+    "zero2d-zero2-d2": (
+        4,
+        "--workload tiny-gpt --strategy zero2d --degree 2 --no-reshard-after-forward --checkpointing none",
+    ),
+    "zero-sac-op": (2, "--workload tiny-gpt --strategy zero --checkpointing selective --selective-ac-option op"),
+    "ddp-sac-every-2": (2, "--workload tiny-gpt --strategy ddp --checkpointing selective --selective-ac-option 2"),
+    "zero-fused-adam": (2, "--workload tiny-gpt --strategy zero --optimizer-impl fused --reduce-dtype fp32"),
+    "zero-bf16-reduce-fp32": (2, "--workload tiny-gpt --strategy zero --precision bf16 --reduce-dtype fp32"),
+    "zero-fp32-reduce-bf16": (2, "--workload tiny-gpt --strategy zero --reduce-dtype bf16"),
+    "gpipe-pp2": (2, "--workload tiny-mlp --strategy pipeline --pp 2 --microbatches 4 --schedule gpipe"),
+    "1f1b-pp2-x-dp2-accum2": (
+        4,
+        "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2",
+    ),
+    "gpipe-pp2-x-zero-d2": (
+        4,
+        "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --schedule gpipe",
+    ),
+    "zero1-accum2": (4, "--workload tiny-gpt --strategy zero1 --grad-accum 2"),
+    "zero1-per-parameter-adam": (
+        2,
+        "--workload tiny-gpt --strategy zero1 --optimizer-impl per-parameter --checkpointing none",
+    ),
+}
+BF16_REDUCED = "--workload tiny-gpt --strategy zero --precision bf16"
+LOW_PRECISION = {
+    "zero-bf16": "--workload tiny-gpt --strategy zero --precision bf16",  # FSDP2 MixedPrecisionPolicy
+    "pipeline-fp16": "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --precision fp16",  # + scaler
+}
+HF_VIT = "--workload shardsim.runtime.models.hf:build_hf_vit_tiny --strategy zero2d --degree 2"
+TIED_GPT = "{family: gpt, hidden: 64, layers: 4, heads: 4, ffn: 256, seq_len: 32, vocab: 256, tied_embeddings: true}"
+TIED = {
+    "tied-1f1b-pp2-x-dp2-accum2": (4, "--pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
+    "tied-gpipe-pp4": (4, "--pp 4 --microbatches 4 --schedule gpipe"),
+}
+
+
+def tied_flags(args: str) -> list[str]:
+    return ["--workload", TIED_GPT, "--strategy", "pipeline", *args.split()]
+
+
+# every configuration of this module that fits the machine (2 and 4 ranks): one launch per world
+# size runs them all in turn (`tests.runtime_batch`), each test checks its own configuration
+CASES = {
+    **{name: (world, args.split()) for name, (world, args) in EQUAL.items()},
+    "zero-bf16-reduce-bf16": (2, [*BF16_REDUCED.split(), "--reduce-dtype", "bf16"]),
+    **{name: (2, args.split()) for name, args in LOW_PRECISION.items()},
+    **{name: (world, tied_flags(args)) for name, (world, args) in TIED.items()},
+    **({"hf-vit": (4, HF_VIT.split())} if importlib.util.find_spec("transformers") else {}),
+}
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
+    return Batches(tmp_path_factory.mktemp("strategies"), CASES)
+
+
+@pytest.mark.parametrize("case", list(EQUAL))
+def test_strategy_equals_single_process_reference(batches, case):
+    world, args = EQUAL[case]
+    result = batches[case]
+    rec = check_against_reference(result.ok(), result.folder / "params", world, args.split())
     for key in ("step_time_s", "samples_per_s", "memory_allocated_gib", "step_times_s", "step_time_min_s"):
         assert key in rec
     assert rec["memory_measure"] == "cpu_peak_rss" and rec["backend"] == "gloo"
     assert rec["samples_per_s"] == pytest.approx(rec["global_batch"] / rec["step_time_s"])
     assert rec["global_batch"] == 4 * world * rec["config"]["grad_accum"]
-    out = tmp_path / "out"
+    out = result.folder / "out"
     assert json.loads((out / f"{rec['run_id']}.json").read_text()) == rec
     rows = list(csv.DictReader(open(out / CSV_NAME)))
     assert len(rows) == 1 and rows[0]["run_id"] == rec["run_id"]
 
 
-def test_bf16_reduction_differs_from_the_fp32_reduced_reference(tmp_path):
+def test_bf16_reduction_differs_from_the_fp32_reduced_reference(batches):
     """The check of fp32 reduction tells it apart: bf16 parameters with gradients reduced in
     bf16 end farther from the fp32-reduced reference than its tolerance (1e-4; measured on
     tiny-gpt: 448 of 234,880 parameters, up to 1.2e-3, where fp32 reduction gives 0)."""
-    args = "--workload tiny-gpt --strategy zero --precision bf16".split()
-    proc, rec = shardsim_run(tmp_path, [*args, "--reduce-dtype", "bf16", "--nproc", "2", "--data-batches", "1"],
-                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = batches["zero-bf16-reduce-bf16"]
+    rec = result.ok()
     assert rec["config"]["reduce_dtype"] == "bf16"
-    cfg = load_config(None, {"topology": "emu-2x2", **_overrides(args), "reduce_dtype": "fp32"})
+    cfg = load_config(None, {"topology": "emu-2x2", **_overrides(BF16_REDUCED.split()), "reduce_dtype": "fp32"})
     ref = reference_run(cfg, 2, STEPS + WARMUP, data_batches=1)
-    got = load_saved(str(tmp_path / "params"))
+    got = load_saved(str(result.folder / "params"))
     beyond = 0
     for name, want in ref["params"].items():
         beyond += int((got["params"][name] - want).abs().gt(1e-4 + 1e-4 * want.abs()).sum())
@@ -167,53 +209,34 @@ def test_pipeline_x_zero2d_with_replicas_equals_reference(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("world", "args"),
-    [
-        (2, "--workload tiny-gpt --strategy zero --precision bf16"),  # FSDP2 MixedPrecisionPolicy
-        (2, "--workload tiny-gpt --strategy pipeline --pp 2 --microbatches 2 --precision fp16"),  # autocast + scaler
-    ],
-    ids=["zero-bf16", "pipeline-fp16"],
-)
-def test_low_precision_runs_and_learns(tmp_path, world, args):
-    proc, rec = shardsim_run(tmp_path, [*args.split(), "--nproc", str(world), "--data-batches", "1"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+@pytest.mark.parametrize("case", list(LOW_PRECISION))
+def test_low_precision_runs_and_learns(batches, case):
+    rec = batches[case].ok()
     assert rec["config"]["precision"] in ("bf16", "fp16")
     assert all(map(torch.isfinite, torch.tensor(rec["losses"])))
     assert rec["loss_last"] < rec["loss_first"] - 0.05
 
 
 @pytest.mark.slow
-def test_hf_vit_optional_extra_equals_reference(tmp_path):
+def test_hf_vit_optional_extra_equals_reference(batches):
     """The seed's Hugging Face ViT (small config) under zero2d; skipped without transformers."""
     pytest.importorskip("transformers")
-    args = "--workload shardsim.runtime.models.hf:build_hf_vit_tiny --strategy zero2d --degree 2"
-    check_equals_reference(tmp_path, 4, args.split())
+    result = batches["hf-vit"]
+    check_against_reference(result.ok(), result.folder / "params", 4, HF_VIT.split())
 
 
-TIED_GPT = "{family: gpt, hidden: 64, layers: 4, heads: 4, ffn: 256, seq_len: 32, vocab: 256, tied_embeddings: true}"
-
-
-@pytest.mark.parametrize(
-    ("world", "args"),
-    [
-        (4, "--pp 2 --microbatches 2 --schedule 1f1b --grad-accum 2"),
-        (4, "--pp 4 --microbatches 4 --schedule gpipe"),
-    ],
-    ids=["tied-1f1b-pp2-x-dp2-accum2", "tied-gpipe-pp4"],
-)
-def test_tied_embedding_pipeline_equals_reference(tmp_path, world, args):
+@pytest.mark.parametrize("case", list(TIED))
+def test_tied_embedding_pipeline_equals_reference(batches, case):
     """Tied embeddings over a pipeline (tiny-gpt's shape, tied): the last stage's copy
     (head.out.weight) ends equal to the first stage's embedding, parameters and gradients (their
     gradients summed between the two stages), and the model equals one process's, where the
     two are one parameter, within every strategy's tolerance (parameters 1e-4, gradients 1e-4
     relative + 1e-6, losses 1e-5 relative)."""
-    flags = ["--workload", TIED_GPT, "--strategy", "pipeline", *args.split()]
-    proc, rec = shardsim_run(tmp_path, [*flags, "--nproc", str(world), "--data-batches", "1"],
-                             env={SAVE_PARAMS_ENV: str(tmp_path / "params")})  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    world, args = TIED[case]
+    result = batches[case]
+    rec = result.ok()
     assert rec["loss_last"] < rec["loss_first"], rec["losses"]
-    got = load_saved(str(tmp_path / "params"))
+    got = load_saved(str(result.folder / "params"))
     for kind in ("params", "grads"):
         copy = got[kind].pop("head.out.weight")
         torch.testing.assert_close(copy, got[kind]["embed.tok.weight"], msg=f"the last stage's copy ({kind})")

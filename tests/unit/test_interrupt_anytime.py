@@ -4,7 +4,16 @@ end (no worker holds it open: `| tee` ends). Hypothesis draws the moments.
 
 The clock starts once the program handles signals itself (SIGTERM caught, read from
 /proc/PID/status): before that the interpreter is loading its `site` module, where a signal is
-Python's own to report."""
+Python's own to report.
+
+How many trials: each costs a start of the command (the run's: torchrun and two ranks importing
+torch) and up to 8 s of waiting, so each command gets 20 drawn moments (derandomized: the same
+20 every time) plus `MOMENTS`, fixed ones at the edges of its phases: the instant it handles
+signals, inside start-up (space enumerated, torchrun starting), the phase boundary at 3 s, and
+once the sweep's workers or the run's ranks work (5 and 7.5 s). The drawn half in each stratum
+(about 10 in start-up, 10 while workers or ranks run) adds moments between those edges; a
+failure found at any of them is shrunk and replayed. Teardown is the signal's own: every trial
+checks that the command ends within the promise while its tree is being torn down."""
 
 from __future__ import annotations
 
@@ -17,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_sweep_interrupt import CTRL_C_PROMISE_S
@@ -30,11 +39,12 @@ LARGE_SWEEP = (
 # steps enough that the run lasts past the last signal (its default 5 take about 5 s here)
 RUN = "run --topology emu-2x2 --no-emulate --nproc 2 --workload tiny-gpt --steps 500".split()
 EXAMPLES = settings(
-    max_examples=50, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=20, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
 )
 # half the signals in the first 3 s (start-up, the space enumerated), half once the workers or
 # ranks run (on a loaded 2-core machine the sweep's pool starts 4-6 s in, the run's ranks 3-7 s)
 DELAYS = st.floats(min_value=0.0, max_value=3.0) | st.floats(min_value=3.0, max_value=8.0)
+MOMENTS = (0.0, 0.5, 1.5, 3.0, 5.0, 7.5)  # tried every time, before the drawn ones
 
 pytestmark = [
     pytest.mark.slow,
@@ -136,6 +146,13 @@ def _summary(name: str, outcomes: list[dict]) -> None:
     )
 
 
+def moments(test):
+    """`test` tried at every one of `MOMENTS` first (explicit examples)."""
+    for delay in reversed(MOMENTS):
+        test = example(delay=delay)(test)
+    return test
+
+
 @pytest.mark.parametrize(("argv", "name"), [(LARGE_SWEEP, "sweep"), (RUN, "run")])
 def test_ctrl_c_at_any_moment_ends_the_command_and_its_tree(argv, name) -> None:
     if name == "run":
@@ -144,6 +161,7 @@ def test_ctrl_c_at_any_moment_ends_the_command_and_its_tree(argv, name) -> None:
 
     @EXAMPLES
     @given(delay=DELAYS)
+    @moments
     def ctrl_c(delay: float) -> None:
         outcome = signal_after([SHARDSIM, *argv], delay)
         assume(not outcome["ended_first"])  # done (or failed to start) before the signal: nothing to interrupt
