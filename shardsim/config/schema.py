@@ -1,7 +1,7 @@
 """The configuration tree shared by the simulator and the runtime: pydantic models, frozen and
 closed (``extra="forbid"``), strict about types.
 
-Each setting's type, bound (`spec.bounds.SETTING_BOUNDS`) and choices are in its annotation,
+Each setting's type, bound (`specs.bounds.SETTING_BOUNDS`) and choices are in its annotation,
 with a `Setting` that gives its help text, whether it has a flag, and the sweep's list flag where
 a sweep spans it; `flags` generates the command line from them and `load` reads files into them.
 `RunConfig`'s strategy is the discriminated union on ``kind`` of `strategy`; a file's flat form

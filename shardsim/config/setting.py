@@ -28,6 +28,6 @@ class Setting:
 
 
 def bounded(name: str) -> Any:
-    """The constraint of an integer setting: its bound in `spec.bounds.SETTING_BOUNDS`."""
+    """The constraint of an integer setting: its bound in `specs.bounds.SETTING_BOUNDS`."""
     b = SETTING_BOUNDS[name]
     return Field(ge=b.minimum, le=b.maximum)

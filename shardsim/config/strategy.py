@@ -124,7 +124,7 @@ class StrategyBase(Frozen):
 
     @property
     def spec(self) -> StrategySpec:
-        """The kind's checks, label and capabilities (`spec.strategies`)."""
+        """The kind's checks, label and capabilities (`specs.strategies`)."""
         return KINDS[self.kind]  # type: ignore[attr-defined]
 
     @property
@@ -232,7 +232,7 @@ assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fiel
 @dataclass(frozen=True)
 class _FlatStrategy:
     """A strategy's fields as flat settings give them, before its kind's model is built: what
-    a kind's `check` refuses (``spec.strategies``) is checked on it."""
+    a kind's `check` refuses (``specs.strategies``) is checked on it."""
 
     kind: str
     degree: Any = None
@@ -296,7 +296,7 @@ def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyC
 def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa: N802 (builds a union member)
     """The strategy of `kind` with `fields` (None: not given); a field the kind does not carry,
     an unknown kind or a bad value is a ConfigError naming the field. `kind` may be an alias
-    (``fsdp``, ``hsdp``: `spec.strategies.ALIASES`)."""
+    (``fsdp``, ``hsdp``: `specs.strategies.ALIASES`)."""
     kind = kind_name(kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in MODELS:
         raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
