@@ -49,7 +49,7 @@ def _flat_strategy(settings: Mapping[str, Any]) -> dict[str, Any]:
     """`settings` with a ``strategy`` given as a mapping (``{"kind": "pipeline", "pp": 2}``, as
     a file's strategy block) or a `Strategy` as the flat keys a flag gives (``strategy``,
     ``pp``, ...); a key of it that is no strategy field, or given flat too with another value, is refused."""
-    from shardsim.config.schema import STRATEGY_FIELDS, StrategyBase
+    from shardsim.config.strategy import STRATEGY_FIELDS, StrategyBase
 
     strategy = settings.get("strategy")
     if isinstance(strategy, StrategyBase):

@@ -22,7 +22,7 @@ from typing import Any
 
 from shardsim.config import SCHEDULES, load_config
 from shardsim.config.flags import AXES, add_algo_argument, add_axis_arguments, add_config_arguments, overrides_from_args
-from shardsim.config.schema import STRATEGY_FIELDS
+from shardsim.config.strategy import STRATEGY_FIELDS
 from shardsim.core.errors import ConfigError, WriteError
 from shardsim.core.flagtypes import Count
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, SWEEP_CONFIRM_ABOVE

@@ -1,9 +1,11 @@
 """One configuration tree for the simulator and the runtime.
 
-`schema` holds its pydantic models (`RunConfig`, the strategy's union of per-kind models built by
-`Strategy`); a configuration is read from a YAML file (`load`), which also takes SageMaker
-model-parallel keys and FSDP's as users paste them (`smp`), then overridden by command-line flags
-generated from the models' fields (`flags`), then checked against its cluster and model (`resolve`).
+`schema` holds its pydantic models (`RunConfig`; `strategy` the strategy's union of per-kind
+models built by `Strategy`; `setting` and `frozen` what every node's fields and models are built
+on); `file_form` puts a file's flat form in the tree; a configuration is read from a YAML file
+(`load`), which also takes SageMaker model-parallel keys and FSDP's as users paste them (`smp`),
+then overridden by command-line flags generated from the models' fields (`flags`), then checked
+against its cluster and model (`resolve`).
 """
 
 from shardsim.config.flags import add_config_arguments, config_from_args
@@ -18,15 +20,17 @@ from shardsim.config.schema import (
     OPTIMIZERS,
     PRECISIONS,
     SAC_OP,
-    SCHEDULES,
     SETTINGS,
     STRATEGIES,
-    DdpConfig,
     FlatSetting,
-    PipelineConfig,
     Resolved,
     RunConfig,
-    Setting,
+)
+from shardsim.config.setting import Setting
+from shardsim.config.strategy import (
+    SCHEDULES,
+    DdpConfig,
+    PipelineConfig,
     Strategy,
     StrategyConfig,
     Zero2DConfig,

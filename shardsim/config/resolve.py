@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardsim.config.schema import MODELS, Resolved, RunConfig, Strategy
+from shardsim.config.schema import Resolved, RunConfig
+from shardsim.config.strategy import MODELS, Strategy
 from shardsim.config.tp import check_tp
 from shardsim.core.errors import ConfigError
 from shardsim.specs.bounds import world_refusal

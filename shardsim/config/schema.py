@@ -4,9 +4,9 @@ closed (``extra="forbid"``), strict about types.
 Each setting's type, bound (`specs.bounds.SETTING_BOUNDS`) and choices are in its annotation,
 with a `Setting` that gives its help text, whether it has a flag, and the sweep's list flag where
 a sweep spans it; `flags` generates the command line from them and `load` reads files into them.
-The strategy is a discriminated union on ``kind``: each kind's model carries only its own fields
-(`DdpConfig`, `ZeroConfig`, `Zero2DConfig`, `PipelineConfig`); `Strategy(kind, **fields)` builds
-the member. A wrong name or value is one `ConfigError` naming the field (`errors.config_error`).
+`RunConfig`'s strategy is the discriminated union on ``kind`` of `strategy`; a file's flat form
+is put in the tree by `file_form`. A wrong name or value is one `ConfigError` naming the field
+(`errors.config_error`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     InstanceOf,
     TypeAdapter,
@@ -29,27 +27,26 @@ from pydantic import (
 )
 from pydantic import ValidationError as _ValidationError
 
-from shardsim.config.deepspeed import DEEPSPEED_KEYS
 from shardsim.config.errors import config_error
-from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS
+from shardsim.config.file_form import FILE_FORM_KEYS, tree_of, workload_value
+from shardsim.config.frozen import Frozen
+from shardsim.config.setting import Setting, bounded
+from shardsim.config.strategy import (
+    MODELS,
+    STRATEGY_FIELDS,
+    DdpConfig,
+    Strategy,
+    StrategyBase,
+    StrategyConfig,
+    strategy_from_dict,
+)
 from shardsim.core.errors import ConfigError
 from shardsim.specs.bounds import SETTING_BOUNDS
 from shardsim.specs.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
-from shardsim.specs.parallel_dims import ORDERS, ParallelDims
-from shardsim.specs.strategies import (
-    ALIASES,
-    DDP,
-    DEFAULT_KIND,
-    PIPELINE,
-    ZERO,
-    ZERO1,
-    ZERO2D,
-    StrategySpec,
-    kind_name,
-)
+from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.strategies import ALIASES
 from shardsim.specs.strategies import STRATEGIES as KINDS
 
-Schedule = Literal["gpipe", "1f1b"]
 # tf32: fp32 storage, matmuls on the TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)
 Precision = Literal["fp32", "fp16", "bf16", "tf32"]
 ReduceDtype = Literal["fp32", "fp16", "bf16"]  # the dtypes gradients are reduced in (no tf32 storage type)
@@ -66,7 +63,6 @@ OptimizerImpl = Literal["foreach", "fused", "per-parameter"]
 Checkpointing = Literal["none", "full", "selective"]
 
 STRATEGIES = tuple(KINDS)
-SCHEDULES: tuple[str, ...] = get_args(Schedule)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
 ATTENTIONS: tuple[str, ...] = get_args(AttentionImpl)
@@ -81,337 +77,6 @@ SAC_OP = "op"  # selective_ac_option of op-level selective checkpointing (otherw
 DATA_PARALLEL = tuple(
     k for k, v in KINDS.items() if not v.is_pipeline
 )  # the kinds a `sharded_data_parallel_degree` names
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What the command line and the sweep need of a setting, beside its type: its help text,
-    whether it has a flag (False: a file key only), the default as --help says it (None: the
-    value), the sweep's list flag (``degrees``) with its help where a sweep spans it, and for a
-    choice that was a switch the values of the flag alone and of its ``--no-`` form."""
-
-    help: str
-    flag: bool = True
-    default_text: str | None = None
-    axis: str | None = None
-    axis_help: str | None = None
-    alone: str | None = None  # the value of the flag given alone (``--checkpointing``)
-    negated: str | None = None  # the value of its ``--no-`` flag
-
-
-def bounded(name: str) -> Any:
-    """The constraint of an integer setting: its bound in `specs.bounds.SETTING_BOUNDS`."""
-    b = SETTING_BOUNDS[name]
-    return Field(ge=b.minimum, le=b.maximum)
-
-
-DEGREE_HELP = Setting(
-    "sharded data parallel degree (partition group size)",
-    default_text="the world for zero, 1 for pipeline, a node's GPUs for zero2d (HYBRID_SHARD's default)",
-    axis="degrees",
-    axis_help="shard degrees for zero2d and for pipeline stages, 1 = unsharded stages (default: every divisor); "
-    "ddp (1) and zero (world) are kept when selected",
-)
-RESHARD_HELP = Setting(
-    "zero/zero2d: free gathered blocks after forward (false: ZeRO-2)",
-    axis="reshard_after_forward",
-    axis_help="zero/zero2d: true (ZeRO-3), false (ZeRO-2) or both (default: the file's, else true)",
-)
-Degree = Annotated[int, bounded("degree"), DEGREE_HELP]
-Reshard = Annotated[bool, RESHARD_HELP]
-Stages = Annotated[
-    int,
-    bounded("pp"),
-    Setting(
-        "pipeline stages", axis="pp", axis_help="pipeline degrees (default: every divisor of the world, 2..layers)"
-    ),
-]
-Microbatches = Annotated[
-    int,
-    bounded("microbatches"),
-    Setting(
-        "microbatches per pipeline replica and step",
-        axis="microbatches",
-        axis_help="microbatch counts (default: pp, 2pp, 4pp where they divide the per-replica batch)",
-    ),
-]
-ScheduleField = Annotated[
-    Schedule,
-    Setting("pipeline schedule", axis="schedules", axis_help="pipeline schedules (default gpipe,1f1b)"),
-]
-TpDegree = Annotated[
-    int,
-    bounded("tp"),
-    Setting(
-        "tensor-parallel degree: Megatron-style column / row parallel layers (DTensor) over groups of tp ranks",
-        axis="tp_degrees",
-        axis_help="tensor-parallel degrees (default: each divisor of the GPUs per node that divides the heads and FFN)",
-    ),
-]
-SequenceParallel = Annotated[
-    bool,
-    Setting(
-        "tensor parallelism with sequence parallelism: norms and residuals sharded along the sequence "
-        "(all-gather / reduce-scatter instead of all-reduce)",
-        axis="sequence_parallel",
-        axis_help="sequence parallelism for tp > 1: true, false or both (default: true where tp divides the tokens)",
-    ),
-]
-AsyncTp = Annotated[
-    bool,
-    Setting("tensor parallelism's collectives overlapped with its GEMMs (asyncTP; needs sequence parallelism)"),
-]
-# the device mesh's dimensions, outermost first: tensor parallelism innermost (consecutive ranks, on
-# one node's NVLink) by default; "pp,tp,dp" puts data parallelism innermost
-MeshOrder = Literal[tuple(ORDERS)]  # type: ignore[valid-type]
-MESH_ORDERS: tuple[str, ...] = get_args(MeshOrder)
-MeshOrderField = Annotated[MeshOrder, Setting("device mesh order, outermost first (tp innermost: on NVLink)")]
-TpAcrossNodes = Annotated[
-    bool, Setting("allow a tensor-parallel group to span nodes (by default tp must divide the GPUs per node)")
-]
-KIND_HELP = Setting(
-    "how the model is distributed",
-    axis="strategies",
-    axis_help="kinds to include",  # with its default, which the sweep knows (`add_axis_arguments`)
-)
-
-
-class Frozen(BaseModel):
-    """A node of the configuration tree: immutable, closed to other keys, strict about types."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except _ValidationError as exc:
-            where = data.get("source") if isinstance(data.get("source"), str) else None
-            raise config_error(exc, where, known=(k for k in type(self).model_fields if k != "source")) from None
-
-
-TP_FIELDS = ("tp", "sequence_parallel", "async_tp", "mesh_order", "tp_across_nodes")
-
-
-class StrategyBase(Frozen):
-    """What every kind's model answers, whatever fields it carries; and tensor parallelism, which
-    composes with every kind (the mesh: pp × dp × tp, `mesh_order`)."""
-
-    tp: TpDegree = 1
-    sequence_parallel: SequenceParallel = False
-    async_tp: AsyncTp = False
-    mesh_order: MeshOrderField = "pp,dp,tp"
-    tp_across_nodes: TpAcrossNodes = False
-
-    @model_serializer(mode="wrap")
-    def _kind_first(self, handler: Any) -> dict[str, Any]:
-        """The kind and its own fields first, tensor parallelism's after them."""
-        d = handler(self)
-        tp = {k: d.pop(k) for k in TP_FIELDS if k in d}
-        return d | tp
-
-    @property
-    def spec(self) -> StrategySpec:
-        """The kind's checks, label and capabilities (`specs.strategies`)."""
-        return KINDS[self.kind]  # type: ignore[attr-defined]
-
-    @property
-    def mesh(self) -> ParallelDims:
-        """The mesh dimensions this strategy sets by itself (pp, tp, the order); the data-parallel
-        sizes, which take the world, are `resolve`'s (`Resolved.dims`)."""
-        return ParallelDims(pp=self.pp, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
-
-    def label(self) -> str:
-        """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
-        return self.spec.label(self) + self.tp_label()  # type: ignore[arg-type]
-
-    def tp_label(self) -> str:
-        """`` tp=2 sp async`` (the mesh's dimensions the kind does not name, `ParallelDims.label`,
-        and the mesh order when not the default): "" without tensor parallelism."""
-        dims = self.mesh.label()
-        if self.tp == 1:
-            return dims
-        sp = " sp" if self.sequence_parallel else ""
-        overlap = " async" if self.async_tp else ""
-        order = f" mesh {self.mesh_order}" if self.mesh_order != MESH_ORDERS[0] else ""
-        return f"{dims}{sp}{overlap}{order}"
-
-    def sharded_degree(self, world: int) -> int:
-        """Ranks a parameter is sharded over, as SageMaker's `sharded_data_parallel_degree`
-        counts it: 1 for ddp, the world for zero, the degree for zero2d and pipeline stages."""
-        return self.spec.sharded_degree(self, world)  # type: ignore[arg-type]
-
-    def replace(self, **changes: Any) -> StrategyConfig:
-        """This strategy with `changes` (a ``kind`` among them builds that kind), validated."""
-        return Strategy(**{**self.model_dump(), **changes})
-
-
-class DdpConfig(StrategyBase):
-    """DistributedDataParallel: no field of its own (replicated; one stage; ZeRO-3 not applicable)."""
-
-    kind: Annotated[Literal[DDP.name], KIND_HELP] = DDP.name
-
-    degree = property(lambda self: None)
-    pp = property(lambda self: 1)
-    microbatches = property(lambda self: 1)
-    schedule = property(lambda self: "1f1b")
-    reshard_after_forward = property(lambda self: True)
-
-
-class ZeroConfig(StrategyBase):
-    """FSDP2 over the whole world; `degree` None or the world (resolve settles it to the world)."""
-
-    kind: Annotated[Literal[ZERO.name], KIND_HELP] = ZERO.name
-    degree: Degree | None = None
-    reshard_after_forward: Reshard = True  # False: ZeRO-2 (FSDP2 keeps gathered blocks from forward to backward)
-
-    pp = property(lambda self: 1)
-    microbatches = property(lambda self: 1)
-    schedule = property(lambda self: "1f1b")
-
-
-class Zero2DConfig(StrategyBase):
-    """FSDP2 sharded within groups of `degree` consecutive ranks, replicated across them (None:
-    within each node)."""
-
-    kind: Annotated[Literal[ZERO2D.name], KIND_HELP] = ZERO2D.name
-    degree: Degree | None = None  # None: the data-parallel ranks of one node (HYBRID_SHARD's default), by resolve
-    reshard_after_forward: Reshard = True
-
-    pp = property(lambda self: 1)
-    microbatches = property(lambda self: 1)
-    schedule = property(lambda self: "1f1b")
-
-
-class PipelineConfig(StrategyBase):
-    """`pp` stages of consecutive blocks, `microbatches` under a `schedule`; `degree` shards
-    each stage over its replicas (None: 1, plain data parallel)."""
-
-    kind: Annotated[Literal[PIPELINE.name], KIND_HELP] = PIPELINE.name
-    pp: Stages = 1
-    microbatches: Microbatches = 1
-    schedule: ScheduleField = "1f1b"
-    degree: Degree | None = None
-
-    reshard_after_forward = property(lambda self: True)
-
-
-class Zero1Config(StrategyBase):
-    """DDP with ZeroRedundancyOptimizer (ZeRO-1): replicated like ddp, Adam's state partitioned
-    over the data-parallel ranks; no field of its own."""
-
-    kind: Annotated[Literal[ZERO1.name], KIND_HELP] = ZERO1.name
-
-    degree = property(lambda self: None)
-    pp = property(lambda self: 1)
-    microbatches = property(lambda self: 1)
-    schedule = property(lambda self: "1f1b")
-    reshard_after_forward = property(lambda self: True)
-
-
-StrategyConfig = Annotated[
-    Union[DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig, Zero1Config],  # noqa: UP007 (a discriminated union)
-    Field(discriminator="kind"),
-]
-MODELS: dict[str, type[StrategyBase]] = {
-    m.model_fields["kind"].default: m for m in (DdpConfig, ZeroConfig, Zero2DConfig, PipelineConfig, Zero1Config)
-}
-assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
-_STRATEGY = TypeAdapter(StrategyConfig)
-# the strategy's fields besides the kind, in the order flags list them
-STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward", *TP_FIELDS)
-assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fields if f != "kind"}
-
-
-@dataclass(frozen=True)
-class _FlatStrategy:
-    """A strategy's fields as flat settings give them, before its kind's model is built: what
-    a kind's `check` refuses (``specs.strategies``) is checked on it."""
-
-    kind: str
-    degree: Any = None
-    pp: Any = 1
-    microbatches: Any = 1
-    schedule: Any = "1f1b"
-    reshard_after_forward: Any = True
-    tp: Any = 1
-    sequence_parallel: Any = False
-    async_tp: Any = False
-    mesh_order: Any = "pp,dp,tp"
-    tp_across_nodes: Any = False
-
-
-# SageMaker's, FSDP's and DeepSpeed's keys that are no setting's name (`smp`), and beside them the keys of a
-# file's flat form: what `RunConfig` takes besides its fields and puts in its tree (`load.tree_of`)
-FOREIGN_ONLY = tuple(
-    k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS, *DEEPSPEED_KEYS) if k not in STRATEGY_FIELDS
-)
-FILE_FORM_KEYS = (*FOREIGN_ONLY, *STRATEGY_FIELDS, *SHAPE_FIELDS)
-
-
-def check_flat(s: _FlatStrategy, where: str | None) -> None:
-    """Refuse (ConfigError naming the field) flat strategy fields that contradict the kind: what
-    the kind's own `check` refuses, a pipeline's fields on another kind, ZeRO-2 on a kind that
-    does not shard with FSDP2."""
-    spec = KINDS[s.kind]
-    spec.check(s, where)  # type: ignore[arg-type]
-    if not spec.is_pipeline:
-        if s.pp != 1:
-            raise ConfigError(f"pp={s.pp} needs strategy pipeline, got {s.kind}", where=where, field="pp")
-        for name, neutral in (("microbatches", 1), ("schedule", "1f1b")):
-            if getattr(s, name) != neutral:
-                why = f"{name} {getattr(s, name)!r} applies to a pipeline, not {s.kind}"
-                raise ConfigError(why, where=where, field=name)
-    if s.sequence_parallel is True and s.tp == 1:
-        raise ConfigError("sequence parallelism applies with tp > 1", where=where, field="sequence_parallel")
-    if s.async_tp is True and s.sequence_parallel is not True:
-        why = "asyncTP overlaps sequence parallelism's all-gathers and reduce-scatters; set sequence_parallel"
-        raise ConfigError(why, where=where, field="async_tp")
-    if s.reshard_after_forward is False and not spec.fsdp:
-        fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
-        why = f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {s.kind}"
-        raise ConfigError(why, where=where, field="reshard_after_forward")
-
-
-def strategy_fields(kind: str, flat: dict[str, Any], where: str | None) -> dict[str, Any]:
-    """The fields of a `kind` strategy from flat settings (a file's, flags'): checked by
-    `check_flat`, those the kind does not carry left out once they say nothing (pp 1, ...)."""
-    check_flat(_FlatStrategy(kind, **flat), where)
-    own = MODELS[kind].model_fields
-    return {"kind": kind, **{k: v for k, v in flat.items() if k in own}}
-
-
-def strategy_from_dict(d: dict[str, Any], where: str | None = None) -> StrategyConfig:
-    """A strategy from a mapping of its kind and flat fields (a record's, older ones listing every
-    field of every kind): ConfigError naming a field that no kind has or that contradicts the kind."""
-    rest = {k: v for k, v in d.items() if k != "kind" and v is not None}
-    for k in rest:
-        if k not in STRATEGY_FIELDS:
-            raise ConfigError(f"unknown key; expected kind or one of {', '.join(STRATEGY_FIELDS)}", field=k)
-    kind = d.get("kind", DEFAULT_KIND)
-    kind = kind_name(kind) if isinstance(kind, str) else kind
-    if not isinstance(kind, str) or kind not in MODELS:
-        raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
-    return Strategy(**strategy_fields(kind, rest, where))
-
-
-def Strategy(kind: str = DEFAULT_KIND, **fields: Any) -> StrategyConfig:  # noqa: N802 (builds a union member)
-    """The strategy of `kind` with `fields` (None: not given); a field the kind does not carry,
-    an unknown kind or a bad value is a ConfigError naming the field. `kind` may be an alias
-    (``fsdp``, ``hsdp``: `specs.strategies.ALIASES`)."""
-    kind = kind_name(kind) if isinstance(kind, str) else kind
-    if not isinstance(kind, str) or kind not in MODELS:
-        raise ConfigError(f"unknown strategy {kind!r}; expected one of {', '.join(KINDS)}", field="strategy")
-    given = {k: v for k, v in fields.items() if v is not None}
-    own = MODELS[kind].model_fields
-    check_flat(_FlatStrategy(kind, **{k: v for k, v in given.items() if k in STRATEGY_FIELDS}), None)
-    for k in given:
-        if k not in own:
-            carried = ", ".join(f for f in own if f != "kind") or "none"
-            raise ConfigError(f"not a field of strategy {kind} (its fields: {carried})", field=k)
-    try:
-        return _STRATEGY.validate_python({"kind": kind, **given})
-    except _ValidationError as exc:
-        raise config_error(exc) from None
 
 
 def sac_option(value: Any, field: str) -> str:
@@ -600,14 +265,12 @@ class RunConfig(Frozen):
     @classmethod
     def _file_form(cls, data: Any) -> Any:
         """A file's form (the strategy's and shape's fields flat, SageMaker's and FSDP's keys)
-        into the tree, as a file is read (`load.tree_of`). Without a node count: the seed's 8
+        into the tree, as a file is read (`file_form.tree_of`). Without a node count: the seed's 8
         nodes on the default topology; on another topology, the topology decides (None: an
         emulated cluster has its own count, an instance type gives 1), as for a file or flags."""
         if isinstance(data, dict) and "topology" in data and "nodes" not in data:
             data = {**data, "nodes": None}
         if isinstance(data, dict) and any(k in data for k in FILE_FORM_KEYS):
-            from shardsim.config.load import tree_of
-
             return tree_of(data, data.get("source") if isinstance(data.get("source"), str) else None)
         return data
 
@@ -627,8 +290,6 @@ class RunConfig(Frozen):
     @field_validator("workload", mode="before")
     @classmethod
     def _workload(cls, value: Any) -> Any:
-        from shardsim.config.load import workload_value
-
         return workload_value(value, None)
 
     @field_validator("gpus_per_node")

@@ -18,7 +18,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from shardsim.config.schema import RunConfig, strategy_from_dict
+from shardsim.config.schema import RunConfig
+from shardsim.config.strategy import strategy_from_dict
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.economics import StepEconomics, economics, sequence_length
 from shardsim.simulator.workload.resolve import load_workload
@@ -29,7 +30,7 @@ from shardsim.specs.strategies import STRATEGIES as KINDS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from shardsim.config.schema import Strategy
+    from shardsim.config.strategy import Strategy
 
 # The schema's forms, the newest last; files of every earlier form are read as today's by the
 # upgrades below: 1 before the key (the label under `strategy` or `config`, loose strategy

@@ -1,6 +1,6 @@
 """The bounds of the simulator's inputs that a configuration is checked against before any work
 (docs/simulator.md#how-far-it-goes): the integer settings' ranges (`SETTING_BOUNDS`, the
-constraints of `config.schema`'s models; the command line's flags check the same bounds as they are
+constraints of `config.strategy`'s models; the command line's flags check the same bounds as they are
 parsed, `flagtypes`), a model's shape (`check_shape`, before it is built into blocks) and a
 cluster's size (`world_refusal`). What bounds a step's plan and a sweep is `simulator.scale`.
 """

@@ -26,7 +26,7 @@ from shardsim.config import (
 )
 from shardsim.config.flags import AXES
 from shardsim.config.load import load_config_json
-from shardsim.config.schema import MODELS, STRATEGY_FIELDS, TP_FIELDS
+from shardsim.config.strategy import MODELS, STRATEGY_FIELDS, TP_FIELDS
 from shardsim.core.errors import ConfigError
 from shardsim.specs.bounds import SETTING_BOUNDS
 from shardsim.specs.model.arch import Arch, Shape

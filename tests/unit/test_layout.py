@@ -1,7 +1,7 @@
 """The layout's promises: one package folder whose paths are its import names; the layers import
 downwards only (core, data ← specs ← config ← simulator ← sweep, report ← runtime ← cli, and the
-public API on top), and none imports the package itself; no module is imported from a string; the
-installed wheel holds every module and every data file."""
+public API on top), and none imports the package itself; no import circle among the modules; no
+module is imported from a string; the installed wheel holds every module and every data file."""
 
 from __future__ import annotations
 
@@ -80,6 +80,114 @@ def test_a_climb_is_seen(tmp_path):
     (package / "simulator" / "m.py").write_text("from shardsim.sweep.space import x\nimport shardsim.config\n")
     assert climbs(package / "config" / "m.py", package) == ["shardsim/config/m.py: shardsim.simulator.engine"]
     assert climbs(package / "simulator" / "m.py", package) == ["shardsim/simulator/m.py: shardsim.sweep.space"]
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return isinstance(test, ast.Name | ast.Attribute) and ast.unparse(test).endswith("TYPE_CHECKING")
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, tuple[str, ...]]]:
+    """Every import statement of `tree` as (module it names, the names it takes from it), at
+    module level and inside functions and classes, except under ``if TYPE_CHECKING:`` (never
+    run); a relative import resolved against `module`."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            out += [(a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = module.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + is_package]
+                name = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                name = node.module or ""
+            out.append((name, tuple(a.name for a in node.names)))
+        if _is_type_checking(node):
+            todo += node.orelse  # type: ignore[attr-defined]
+        else:
+            todo += ast.iter_child_nodes(node)
+    return out
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module of `package` and the package's modules it imports: ``import a.b`` and ``from a
+    import b`` name ``a.b`` where it is a module, ``from a.b import name`` names ``a.b``. A module
+    reaches a package's __init__ only by importing the package by its name."""
+    paths = {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        edges = set()
+        for target, names in _imported(ast.parse(path.read_text()), name, path.name == "__init__.py"):
+            for t in [f"{target}.{n}" for n in names if f"{target}.{n}" in paths] or [target]:
+                while t and t not in paths:  # import a.b.c of a module a.b that defines c
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    edges.add(t)
+        graph[name] = edges
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circle_among_the_modules():
+    """No module reaches itself through the imports of others, counting the imports inside
+    functions (they run too) and leaving out those under ``if TYPE_CHECKING:`` (they never do)."""
+    assert circles(import_graph()) == []
+
+
+def test_a_circle_is_seen(tmp_path):
+    """A circle closed by an import inside a function is one; one closed under TYPE_CHECKING is not."""
+    package = tmp_path / "shardsim"
+    (package / "config").mkdir(parents=True)
+    (package / "config" / "__init__.py").write_text("from shardsim.config.a import x\n")
+    (package / "config" / "a.py").write_text("from shardsim.config.b import y\nx = 1\n")
+    (package / "config" / "b.py").write_text("def y():\n    from shardsim.config import a\n")
+    (package / "config" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom . import a\nif TYPE_CHECKING:\n    from .d import z\n"
+    )
+    (package / "config" / "d.py").write_text("from shardsim.config.c import a\nz = 1\n")
+    graph = import_graph(package)
+    assert graph["shardsim.config.b"] == {"shardsim.config.a"}
+    assert graph["shardsim.config.c"] == {"shardsim.config.a"}
+    assert circles(graph) == [["shardsim.config.a", "shardsim.config.b"]]
 
 
 def test_no_module_imports_the_package_itself():
