@@ -75,6 +75,7 @@ def _build(ns: argparse.Namespace):
         optimizers=spanned["optimizer"],
         attentions=spanned["attention"],
         compile=spanned["compile"],
+        float8=spanned["float8"],
         mlm_fractions=spanned["mlm_fraction"],
         # one batch is the base's, unless a global batch or a search would override it: then it is held to
         batch_sizes=ns.batch_per_device if ns.global_batch or ns.max_batch else _several(ns.batch_per_device),

@@ -14,6 +14,7 @@ What runs where:
 - mlm_fraction: the LM head and its loss on ``masked_tokens`` positions per sequence (evenly
   spaced, the same every step: a named simplification; BERT draws them at random, at the same
   cost); refused with tensor parallelism and pipelines (the simulator models both).
+- float8: refused (the runtime does not convert linears with torchao; the simulator predicts it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
     if cfg.attention == "efficient" and not on_gpu:
         why = "the memory-efficient SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel) or math"
         raise ConfigError(why, field="attention")
+    if cfg.float8 != "none":
+        why = "the runtime trains without Float8 linears (torchao is not applied); the simulator predicts float8"
+        raise ConfigError(why, field="float8")
     if cfg.mlm_fraction is not None and (cfg.strategy.tp > 1 or cfg.strategy.spec.is_pipeline):
         why = "the runtime's masked-LM head runs without tensor parallelism or pipelines (the simulator models both)"
         raise ConfigError(why, field="mlm_fraction")

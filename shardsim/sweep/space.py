@@ -63,8 +63,9 @@ class SweepSpace:
     reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
       its compression hook; sharded rows: None is the precision).
     optimizer_impls: the optimizer's foreach | fused | per-parameter.
-    precisions, optimizers, attentions, compile, mlm_fractions: the training stack's settings
-      (`STACK_AXES`); a precision the cluster's device lacks drops its rows.
+    precisions, optimizers, attentions, compile, mlm_fractions, float8: the training stack's
+      settings (`STACK_AXES`); a precision the cluster's device lacks drops its rows, and so does
+      Float8 on a device without FP8 tensor cores.
     tp_degrees: tensor-parallel degrees; default every divisor of the GPUs per node that the
       model admits (heads, key/value heads, FFN: `config.tp.check_tp`), 1 for models without heads.
     sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
@@ -101,6 +102,7 @@ class SweepSpace:
     optimizers: tuple[str, ...] | None = None
     attentions: tuple[str, ...] | None = None
     compile: tuple[bool, ...] | None = None
+    float8: tuple[str, ...] | None = None
     mlm_fractions: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
@@ -306,6 +308,7 @@ STACK_AXES = (
     ("attentions", "attention"),
     ("compile", "compile"),
     ("mlm_fractions", "mlm_fraction"),
+    ("float8", "float8"),
 )
 
 
@@ -374,6 +377,8 @@ def stack_suffix(cfg: RunConfig, base: RunConfig) -> list[str]:
         parts.append("compiled" if cfg.compile else "eager")
     if cfg.mlm_fraction != base.mlm_fraction:
         parts.append(f"mlm {cfg.mlm_fraction:g}" if cfg.mlm_fraction is not None else "mlm off")
+    if cfg.float8 != base.float8:
+        parts.append(f"float8 {cfg.float8}")
     return parts
 
 
@@ -587,6 +592,9 @@ def enumerate_configs(
                 prec = settings.get("precision", cfg0.precision)
                 if not cluster.instance.device.supports(prec):  # a listed precision this device lacks
                     here[NO_PRECISION, f"{cluster.instance.device.model} has no {prec} support"] += 1
+                    continue
+                if settings.get("float8", "none") != "none" and cluster.instance.device.float8 is None:
+                    here[NO_PRECISION, f"{cluster.instance.device.model} has no FP8 tensor cores"] += 1
                     continue
                 try:
                     cfg = cfg0.replace(strategy=strat, grad_accum=ga, **settings)
