@@ -3,6 +3,8 @@ torchao's own conversion of the runtime's model, and what Float8 changes in a pr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -208,6 +210,14 @@ def test_sweep_axis_adds_float8_rows_and_drops_them_without_fp8():
     assert [c.cfg.float8 for c in plain.candidates] == ["none"]
     assert sorted(c.cfg.float8 for c in both.candidates) == ["none", "tensorwise"]
     assert any(c.label.endswith("float8 tensorwise") for c in both.candidates)
+    gather = SweepSpace(strategies=("zero",), tp_degrees=(1,), float8=("none", "tensorwise", "rowwise"))
+    rows = enumerate_configs(base, replace(gather, float8_all_gather=True), workload=w).candidates
+    assert {(c.cfg.float8, c.cfg.float8_all_gather) for c in rows} == {
+        ("none", False),
+        ("tensorwise", True),  # torchao gathers in float8 with tensorwise scaling only
+        ("rowwise", False),
+    }
+    assert any(c.label.endswith("float8 tensorwise, float8 all-gather") for c in rows)
     a100 = enumerate_configs(
         base.replace(topology="p4d.24xlarge"),
         SweepSpace(strategies=("zero",), tp_degrees=(1,), float8=("none", "tensorwise")),
