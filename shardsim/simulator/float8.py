@@ -21,7 +21,8 @@
   so the weight's own amax and casts leave the layer's passes; once a step, after the
   optimizer, one all-reduce (max) of the converted weights' amaxes, one fp32 each, over the
   shard group (in zero and zero2d plans; a sharded pipeline stage's plan gathers in float8
-  without it, a named simplification). The casts of the shard before each all-gather (1/N of a
+  without it, and with tensor parallelism DTensor's second all-reduce of the amaxes, over the
+  tensor-parallel group, is left out: named simplifications). The casts of the shard before each all-gather (1/N of a
   weight's) are left out.
 - Memory: torchao saves the linear's high-precision input and weight for backward
   (``matmul_with_hp_or_float8_args.forward``: ``save_for_backward(input_hp, weight_hp_t)``),

@@ -32,10 +32,6 @@ class Linear:
     gemm: int
 
     @property
-    def weight_elems(self) -> int:
-        return self.in_features * self.out_features
-
-    @property
     def converts(self) -> bool:
         """torchtitan's filter of a block's linear: both dimensions divisible by 16."""
         return self.in_features % FP8_DIM_MULTIPLE == 0 and self.out_features % FP8_DIM_MULTIPLE == 0
@@ -63,8 +59,3 @@ def converted_linears(a: Arch) -> tuple[str, ...]:
     """The fully qualified names of the linears Float8 training converts in the runtime's model
     of `a` (``blocks.<i>.<name>``): every layer's linears the filter passes, never the head's."""
     return tuple(f"blocks.{i}.{x.name}" for i in range(a.layers) for x in layer_linears(a) if x.converts)
-
-
-def converted_weight_elems(a: Arch) -> int:
-    """Elements of one layer's converted weights (the whole layer's, one rank's without tensor parallelism)."""
-    return sum(x.weight_elems for x in layer_linears(a) if x.converts)
