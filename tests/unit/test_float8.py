@@ -143,6 +143,17 @@ def test_plan_converts_exactly_what_torchao_converts(torchao_float8, model):
     assert f8.gathered_bytes(arch, layer, 1, 2, float8_all_gather=False) == layer.params * 2
 
 
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "gpt2-xl", "bert-large", "mpt-7b", "mlp-4x16k"])
+def test_plan_converts_what_torchao_converts_in_library_models_on_meta(torchao_float8, model):
+    torch, _, convert, Float8Linear = torchao_float8
+    from shardsim.runtime.models.builders import build_model
+
+    arch = load_workload(model).arch
+    with torch.device("meta"):
+        m = convert(build_model(arch), module_filter_fn=_torchtitan_filter)
+    assert converted_linears(arch) == tuple(n for n, mod in m.named_modules() if isinstance(mod, Float8Linear))
+
+
 # -- what Float8 changes in a prediction -----------------------------------------------------------
 
 
