@@ -311,20 +311,23 @@ def test_a_slower_host_scales_the_measured_compute(tmp_path):
 
 
 def test_predictions_use_the_host_speed_pooled_over_the_runs(tmp_path, fake_cluster, monkeypatch):
-    """The yardstick is timed before and after each run; every prediction is scaled by the mean
-    of all of them (this host flips between speeds faster than one run lasts)."""
+    """The yardstick is timed before and after each run (a run's "before" is the last run's
+    "after" when that was read just now); every prediction is scaled by the mean of all of them
+    (this host flips between speeds faster than one run lasts)."""
     import shardsim.runtime.profile as profiling
     from shardsim.simulator.predict import predict
 
     doc = json.loads(_profile(tmp_path).read_text())
     doc["host"]["yardstick_all_cores_s"] = 0.5
     prof = write(tmp_path, "p.json", json.dumps(doc))
-    timings = iter([1.0, 2.0, 1.5, 1.5])  # slowdowns 2 and 4 around the first run, 3 and 3 around the second
+    # slowdowns 2 and 4 around the first run, 4 (the same reading) and 2 around the second
+    timings = iter([1.0, 2.0, 1.0])
     monkeypatch.setattr(profiling, "yardstick", lambda workload, batch: next(timings))  # as validate imports it
     m = write(tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero]}\n")
     matrix = validation.load_matrix(m)
     rows, _ = validation.validate(matrix, tmp_path / "o", profile=str(prof))
-    assert [(r.host_slowdown_before, r.host_slowdown_after) for r in rows] == [(2.0, 4.0), (3.0, 3.0)]
+    assert [(r.host_slowdown_before, r.host_slowdown_after) for r in rows] == [(2.0, 4.0), (4.0, 2.0)]
+    assert next(timings, None) is None  # three readings for two runs
     assert validation.pooled_slowdown(rows) == 3.0
     profile = load_profile(prof, "small-gpt")
     for cfg, r in zip(matrix.configs, rows, strict=True):

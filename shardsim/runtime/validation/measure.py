@@ -37,6 +37,8 @@ _log = logging.getLogger("shardsim")
 if TYPE_CHECKING:
     from shardsim.simulator.hardware.profile import Profile
 
+# a yardstick reading younger than this stands for "now" (one takes seconds: two rounds of passes)
+READING_FRESH_S = 5.0
 RETRY_PAUSE_S = 30.0  # before another round of a topology's stolen configurations: the hypervisor's turns last minutes
 
 
@@ -78,6 +80,8 @@ class _Validation:
     rows: list[Row]
     yard_batch: int  # the microbatch size the profile's yardstick was timed at
     calibration: str | None = None  # a calibration file predictions apply over the topology's figures
+    # the last yardstick's reading (slowdown, when): the next row's "before" when read just now
+    last_reading: tuple[float, float] | None = None
 
     def rescore(self, i: int, pooled: float) -> None:
         """Predict row `i` at its host speed: its run's probe, else the pooled yardsticks."""
@@ -96,13 +100,24 @@ class _Validation:
         for i in range(len(self.rows)):
             self.rescore(i, pooled)
 
+    def host_slowdown_now(self, fresh: bool = False) -> float:
+        """The host's slowdown now by the profile's yardstick; the last reading when it was taken
+        less than `READING_FRESH_S` ago (the previous row's "after" is the next one's "before":
+        nothing but a prediction and the files' writing comes between them) unless `fresh`."""
+        now = time.monotonic()
+        if not fresh and self.last_reading is not None and now - self.last_reading[1] < READING_FRESH_S:
+            return self.last_reading[0]
+        slowdown = host_slowdown(self.profile, self.yard_batch)
+        self.last_reading = (slowdown, time.monotonic())
+        return slowdown
+
     def attempt(self, i: int, cfg: RunConfig, cluster, tag: str) -> None:
         """Run row `i` once more, add what it measured, re-predict it and write the files."""
         r = self.rows[i]
-        r.host_slowdown_before = before = host_slowdown(self.profile, self.yard_batch)
+        r.host_slowdown_before = before = self.host_slowdown_now()
         self.log(f"{tag} {cfg.topology} {r.label}: running (host speed x{1 / before:.2f}) ...")
         record, err = run_config(cfg, self.matrix, cluster, self.runs, self.threads)
-        r.host_slowdown_after = host_slowdown(self.profile, self.yard_batch)
+        r.host_slowdown_after = self.host_slowdown_now(fresh=True)
         if record is None:
             if r.attempts == 0:
                 r.status = f"failed: {err}"
