@@ -14,6 +14,7 @@ What runs where:
 - mlm_fraction: the LM head and its loss on ``masked_tokens`` positions per sequence (evenly
   spaced, the same every step: a named simplification; BERT draws them at random, at the same
   cost); refused with tensor parallelism and pipelines (the simulator models both).
+- context parallelism (cp > 1): refused; PyTorch's ring attention has no CPU path.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
     if cfg.attention == "efficient" and not on_gpu:
         why = "the memory-efficient SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel) or math"
         raise ConfigError(why, field="attention")
+    if cfg.strategy.cp > 1:
+        why = (
+            "the runtime does not apply context parallelism: PyTorch's ring attention dispatches CUDA's flash, "
+            "efficient or cuDNN kernels only (experiments/readings/context-parallel-on-cpu.md); the simulator models it"
+        )
+        raise ConfigError(why, field="cp")
     if cfg.mlm_fraction is not None and (cfg.strategy.tp > 1 or cfg.strategy.spec.is_pipeline):
         why = "the runtime's masked-LM head runs without tensor parallelism or pipelines (the simulator models both)"
         raise ConfigError(why, field="mlm_fraction")
