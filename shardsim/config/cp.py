@@ -31,7 +31,16 @@ def check_cp_kind(cp: object, cp_rotate: object, spec: StrategySpec, where: str 
 
 
 def check_cp(
-    *, cp: int, world: int, pp: int, tp: int, arch: Arch | None, attention: str, profiled: bool, where: str | None
+    *,
+    cp: int,
+    world: int,
+    pp: int,
+    tp: int,
+    arch: Arch | None,
+    attention: str,
+    profiled: bool,
+    sequence_parallel: bool,
+    where: str | None,
 ) -> None:
     """Refuse (ConfigError naming the field) a context-parallel degree that cannot work here."""
     if world % (pp * tp * cp):
@@ -55,6 +64,12 @@ def check_cp(
             f"the {arch.tokens} tokens of a sample"
         )
         raise ConfigError(why, where=where, field="cp")
+    if sequence_parallel and (arch.tokens // cp) % tp:
+        why = (
+            f"sequence parallelism splits a context-parallel rank's {arch.tokens // cp} tokens over tp {tp} ranks: "
+            "it does not divide"
+        )
+        raise ConfigError(why, where=where, field="sequence_parallel")
     if attention == "math":
         why = "PyTorch's ring attention runs the flash, efficient or cuDNN kernels, not math (unfused) attention"
         raise ConfigError(why, where=where, field="attention")

@@ -71,7 +71,11 @@ def resolve(
         )
     cp = s.cp
     if cp > 1:
-        stack = {"attention": cfg.attention, "profiled": cfg.profile is not None}
+        stack = {
+            "attention": cfg.attention,
+            "profiled": cfg.profile is not None,
+            "sequence_parallel": s.sequence_parallel,
+        }
         check_cp(cp=cp, world=world, pp=pp, tp=tp, arch=arch, where=where, **stack)
     # the ranks the data-parallel kinds see (a tensor-parallel group acts as one, and so does a
     # context-parallel group: its ranks share their samples)

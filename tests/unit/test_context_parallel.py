@@ -14,6 +14,7 @@ from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.stack import check_runtime_stack
 from shardsim.simulator.predict import predict, prepare, rank_workload
+from shardsim.simulator.scale import plan_ops_estimate
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.specs.hardware.topology import Cluster
 from shardsim.specs.model.arch import Arch
@@ -38,6 +39,11 @@ GPT = ["--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "1"] 
         (["--cp", "2", "--workload", "tiny-vit"], "cp", "vit has no sequence of tokens"),
         (["--cp", "2", "--workload", "tiny-mlp"], "cp", "mlp has no sequence of tokens"),
         (["--cp", "2", "--attention", "math"], "attention", "not math"),
+        (
+            ["--cp", "2", "--nodes", "2", "--tp", "4", "--sequence-parallel", "--seq-len", "36"],
+            "sequence_parallel",
+            "18 tokens over tp 4",
+        ),
         (["--cp-rotate", "alltoall"], "cp_rotate", "cp_rotate applies with cp > 1"),
     ],
 )
@@ -174,3 +180,31 @@ def test_prepare_gives_the_kernels_a_cp_th_of_the_sequence() -> None:
     cfg = RunConfig(workload=LLAMA, strategy=Strategy("zero", cp=4))
     s = prepare(cfg, cluster=Cluster(instance(devices=8), 1))
     assert s.compute.arch is not None and s.compute.arch.seq_len == LLAMA.seq_len // 4 and s.compute.cp == 4
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "full"])
+@pytest.mark.parametrize("rotate", ["allgather", "alltoall"])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        Strategy("zero", cp=2),
+        Strategy("zero2d", degree=2, cp=4, tp=2, sequence_parallel=True),
+        Strategy("pipeline", pp=2, microbatches=4, cp=2),
+        Strategy("pipeline", pp=2, microbatches=2, cp=2, tp=2),
+    ],
+    ids=["zero", "zero2d-tp", "pipeline", "pipeline-tp"],
+)
+def test_the_plan_size_estimate_is_within_four_times_the_plan(
+    strategy: Strategy, rotate: str, checkpointing: str
+) -> None:
+    cfg = RunConfig(
+        workload=LLAMA,
+        strategy=strategy.replace(cp_rotate=rotate),
+        batch_per_device=4,
+        grad_accum=2,
+        checkpointing=checkpointing,
+    )
+    cfg, res = resolve(cfg, 32, LLAMA.layers, arch=LLAMA, devices_per_node=8)
+    s = prepare(cfg, cluster=Cluster(instance(devices=8), 4))
+    ops = len(s.plan().ops)
+    assert ops <= plan_ops_estimate(cfg, LLAMA.layers) <= 4 * ops
