@@ -84,12 +84,12 @@ def resolve(
     # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
     node_ranks = devices_per_node // (tp * cp) if devices_per_node and devices_per_node % (tp * cp) == 0 else None
     shard = spec.shard(s, dp_world, where, node_ranks)
-    if pp > 1 and tied_embeddings and (shard > 1 or tp > 1):
+    if pp > 1 and tied_embeddings and (shard > 1 or tp > 1 or cp > 1):
         why = (
             f"{TIED_PIPELINE} sums its first and last stage's embedding gradients as plain tensors: "
-            "unsharded stages (degree 1) and tp 1 only"
+            "unsharded stages (degree 1, cp 1) and tp 1 only"
         )
-        raise ConfigError(why, where=where, field="degree" if shard > 1 else "tp")
+        raise ConfigError(why, where=where, field="degree" if shard > 1 else "tp" if tp > 1 else "cp")
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         if tp > 1 or cp > 1:

@@ -45,6 +45,11 @@ GPT = ["--workload", "tiny-gpt", "--topology", "g4dn.12xlarge", "--nodes", "1"] 
             "18 tokens over tp 4",
         ),
         (["--cp-rotate", "alltoall"], "cp_rotate", "cp_rotate applies with cp > 1"),
+        (
+            ["--cp", "2", "--workload", "gpt2-xl", "--strategy", "pipeline", "--pp", "2", "--microbatches", "2"],
+            "cp",
+            "tied embeddings sums its first and last stage's embedding gradients as plain tensors",
+        ),
     ],
 )
 def test_refused_in_one_line(flags: list[str], field: str, says: str, capsys) -> None:

@@ -3,8 +3,8 @@
 layer's context-parallel group of cp ranks.
 
 Each rank holds a cp-th of every sample's tokens (`cp_workload`) and its attention runs in cp
-rounds, each against another rank's keys and values (K/V: the rank's key/value heads over its
-tokens, in the compute dtype, concatenated):
+rounds, each against another rank's keys and values (K/V: over the rank's tokens, in the compute
+dtype, concatenated; repeated to the query heads, `kv_elems`):
 - forward, rotate method ``allgather`` (PyTorch's default): one all-gather of K/V over the group,
   issued before round 0 and waited for by round 1; ``alltoall``: before each round but the last,
   K/V passed to the next rank of the ring (`permute_tensor`, an all-to-all in which each rank sends
@@ -34,7 +34,6 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _join
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.specs.model.arch import Arch
-from shardsim.specs.model.blocks import kv_heads_per_rank
 from shardsim.specs.model.workload import Block
 
 GRAD_KV_BYTES = 4  # PyTorch's `_cp_options.convert_to_f32`: K/V gradients accumulated and passed in fp32
@@ -54,10 +53,12 @@ class RingCall:
 
 
 def kv_elems(a: Arch, tp: int) -> int:
-    """Elements of one rank's K and V per sample: its key/value heads over its tokens (`a` the
-    rank's shape: a cp-th of the sequence)."""
-    kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
-    return 2 * a.tokens * kvd
+    """Elements of one rank's K and V per sample: the rank's query heads over its tokens (`a` the
+    rank's shape: a cp-th of the sequence). With grouped-query attention the K/V that ring
+    attention passes are those repeated to the query heads before SDPA, as torchtitan's Llama does
+    (`repeat_kv` in torchtitan/models/llama3/model/model.py, `Attention.forward`): PyTorch's ring
+    rotates the K/V the attention kernel is given."""
+    return 2 * a.tokens * (a.q_dim // tp)
 
 
 def ring_calls(a: Arch, tp: int, cp: int, rotate: str, esize: int) -> tuple[tuple[RingCall, ...], tuple[RingCall, ...]]:
