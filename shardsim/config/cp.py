@@ -20,7 +20,7 @@ from shardsim.specs.strategies.base import StrategySpec
 def check_cp_kind(cp: object, cp_rotate: object, spec: StrategySpec, where: str | None) -> None:
     """Refuse (ConfigError naming the field) context parallelism on a kind it does not compose with,
     and a rotate method without it."""
-    if cp_rotate != "allgather" and cp == 1:
+    if cp_rotate == "alltoall" and cp == 1:
         raise ConfigError("cp_rotate applies with cp > 1", where=where, field="cp_rotate")
     if isinstance(cp, int) and cp > 1 and not (spec.fsdp or spec.is_pipeline):
         why = (
