@@ -343,9 +343,10 @@ def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
     """A record's JSON object in the current form: a file written before the result key (its
     `strategy` the label, `nodes` None without the flag, `memory_per_rank_gib` and
     `memory_by_rank_gib` the allocated peaks, no reserved one) is read as this form states it;
-    anything else is returned as it is."""
+    one written before context parallelism gets its `cp` (1); anything else is returned as it is."""
     if not isinstance(data.get("strategy"), str) or "label" in data:
-        return data
+        s = data.get("strategy")
+        return data | {"strategy": s | {"cp": 1}} if isinstance(s, dict) and "cp" not in s else data
     old = dict(data)
     try:
         label, world, s = old.pop("strategy"), old["world"], old["config"]["strategy"]
