@@ -64,6 +64,16 @@ def _cost(pred) -> str:
     return f"${pred.cost_per_step_usd:,.4g} per step, {per_m} ({price})"
 
 
+def _float8_lines(pred) -> list[tuple[str, str]]:
+    """A Float8 prediction's line: its recipe and the MFU against the FP8 dense peak."""
+    if pred.float8 is None:
+        return []
+    rate = format_flops_rate(pred.peak_tflops_fp8 * 1e12)
+    return [
+        ("float8", f"{pred.float8} linears, MFU {format_percent(pred.mfu_fp8_peak)} of the fp8 dense peak ({rate})")
+    ]
+
+
 def _cmd_predict(ns: argparse.Namespace) -> int:
     from shardsim.simulator.predict import predict, save_trace
     from shardsim.specs.model.load import display_name
@@ -103,6 +113,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
             f"{format_flops_rate(pred.tflops_per_device * 1e12)} per device, MFU {format_percent(pred.mfu)} of the "
             f"{peak}, model FLOPs {pred.mfu_formula}",
         ),
+        *_float8_lines(pred),
         ("cost", _cost(pred)),
         (
             "memory per rank",

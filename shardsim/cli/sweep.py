@@ -53,6 +53,9 @@ def _build(ns: argparse.Namespace):
     listed = {k: getattr(ns, k) for k in SETTINGS_LISTED}
     for k, values in listed.items():
         overrides[k] = values[0] if values else None
+    float8_list = listed["float8"] and len(listed["float8"]) > 1
+    if float8_list and ns.float8_all_gather:  # the tensorwise rows all-gather in float8 (`SweepSpace`)
+        overrides["float8_all_gather"] = listed["float8"][0] == "tensorwise"
     base = load_config(ns.config, overrides)
     spanned = {k: values if values and len(values) > 1 else None for k, values in listed.items()}
     space = SweepSpace(
@@ -76,6 +79,8 @@ def _build(ns: argparse.Namespace):
         optimizers=spanned["optimizer"],
         attentions=spanned["attention"],
         compile=spanned["compile"],
+        float8=spanned["float8"],
+        float8_all_gather=bool(float8_list and ns.float8_all_gather),
         mlm_fractions=spanned["mlm_fraction"],
         # one batch is the base's, unless a global batch or a search would override it: then it is held to
         batch_sizes=ns.batch_per_device if ns.global_batch or ns.max_batch else _several(ns.batch_per_device),

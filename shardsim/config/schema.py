@@ -61,6 +61,8 @@ AttentionImpl = Literal["flash", "efficient", "math"]
 OptimizerImpl = Literal["foreach", "fused", "per-parameter"]
 # of the layers; selective as torchtitan: every k-th layer, or op-level
 Checkpointing = Literal["none", "full", "selective"]
+# torchao's Float8 training recipes of the linears (Float8LinearRecipeName): none | tensorwise | rowwise
+Float8 = Literal["none", "tensorwise", "rowwise"]
 
 STRATEGIES = tuple(KINDS)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
@@ -70,6 +72,7 @@ BACKENDS: tuple[str, ...] = get_args(Backend)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
+FLOAT8: tuple[str, ...] = get_args(Float8)
 # collective algorithms (simulator/network/collectives.py)
 ALGOS = ("ring", "tree", "nvls", "nvls_tree", "hierarchical")
 PROTOCOLS = ("LL", "LL128", "Simple")  # NCCL's protocols (simulator/network/nccl_model.py)
@@ -242,6 +245,22 @@ class RunConfig(Frozen):
             axis_help="torch.compile: true, false or both (default: the file's, else false)",
         ),
     ] = False
+    float8: Annotated[
+        Float8,
+        Setting(
+            "Float8 training of the linears as torchao does it (convert_to_float8_training, torchtitan's filter): "
+            "none, tensorwise or rowwise scaling; needs FP8 tensor cores (H100, H200) and bf16",
+            axis="float8",
+            axis_help=f"Float8 recipes, some of {','.join(FLOAT8)} (default: the file's, else none)",
+        ),
+    ] = "none"
+    float8_all_gather: Annotated[
+        bool,
+        Setting(
+            "FSDP2 all-gathers the Float8 linears' weights in float8 (torchao enable_fsdp_float8_all_gather, "
+            "scales precomputed: precompute_float8_dynamic_scale_for_fsdp); tensorwise only"
+        ),
+    ] = False
     mlm_fraction: Annotated[
         Annotated[float, Field(gt=0, le=1)] | None,
         Setting(
@@ -317,12 +336,28 @@ class RunConfig(Frozen):
     def _shape_fields(cls, value: Any) -> Shape:
         return _shape(value)
 
+    @model_validator(mode="after")
+    def _float8_all_gather(self) -> RunConfig:
+        """torchao's Float8LinearConfig: enable_fsdp_float8_all_gather only with tensorwise scaling."""
+        if self.float8_all_gather and self.float8 != "tensorwise":
+            raise ConfigError(
+                f"float8_all_gather needs float8: tensorwise (torchao all-gathers tensorwise-scaled weights only), "
+                f"got float8: {self.float8}",
+                field="float8_all_gather",
+            )
+        return self
+
     @model_serializer(mode="wrap")
     def _drop_unset_part_of_node(self, handler: Any) -> dict[str, Any]:
-        """gpus_per_node only where given: a whole node's configuration reads as before it existed."""
+        """gpus_per_node only where given, float8 and float8_all_gather only where on: a whole
+        node's configuration without Float8 reads as before they existed."""
         d = handler(self)
         if d.get("gpus_per_node", 0) is None:
             del d["gpus_per_node"]
+        if d.get("float8") == "none":
+            del d["float8"]
+        if d.get("float8_all_gather") is False:
+            del d["float8_all_gather"]
         return d
 
     @field_serializer("workload")

@@ -14,6 +14,7 @@ What runs where:
 - mlm_fraction: the LM head and its loss on ``masked_tokens`` positions per sequence (evenly
   spaced, the same every step: a named simplification; BERT draws them at random, at the same
   cost); refused with tensor parallelism and pipelines (the simulator models both).
+- float8: refused (the runtime does not convert linears with torchao; the simulator predicts it).
 - context parallelism (cp > 1): refused; PyTorch's ring attention has no CPU path.
 """
 
@@ -44,6 +45,9 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
     if cfg.attention == "efficient" and not on_gpu:
         why = "the memory-efficient SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel) or math"
         raise ConfigError(why, field="attention")
+    if cfg.float8 != "none":
+        why = "the runtime trains without Float8 linears (torchao is not applied); the simulator predicts float8"
+        raise ConfigError(why, field="float8")
     if cfg.strategy.cp > 1:
         why = (
             "the runtime does not apply context parallelism: PyTorch's ring attention dispatches CUDA's flash, "

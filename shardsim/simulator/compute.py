@@ -18,11 +18,13 @@ from functools import lru_cache
 
 from shardsim.core.errors import ConfigError
 from shardsim.simulator import attention_impl as ai
+from shardsim.simulator import float8 as f8
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.hardware.profile import Profile
 from shardsim.specs.hardware.topology import DeviceSpec, KernelSpec
 from shardsim.specs.model.blocks import attention_flops
+from shardsim.specs.model.float8 import converted_gemms
 from shardsim.specs.model.workload import Arch, Block
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "tf32": 4}  # tf32 stores fp32
@@ -78,6 +80,8 @@ class ComputeModel:
     optimizer_kind: str = "adam"  # `simulator.optimizers` (the `optimizer` setting)
     attention: str = "flash"  # flash | efficient | math (`simulator.attention_impl`)
     compile: bool = False  # torch.compile of the layers (`simulator.fusion`)
+    float8: str = "none"  # Float8 training of the layers' linears: none | tensorwise | rowwise (`simulator.float8`)
+    float8_all_gather: bool = False  # FSDP2's float8 all-gather: the weights arrive cast (`simulator.float8`)
     cp: int = 1  # context-parallel degree: `arch` is one rank's share of the sequence (`cp_workload`)
 
     def __post_init__(self) -> None:
@@ -112,7 +116,7 @@ class ComputeModel:
             return BlockCost(measured[0], measured[1], min(mem, measured[0]))
         kernels = self._kernels(b, batch)
         if kernels is not None:
-            return self._from_kernels(kernels, mem, self._layer(b))
+            return self._from_kernels(kernels, mem, self._layer(b), b.kind)
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
         bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
         attn = self._attention(b, batch)
@@ -166,18 +170,22 @@ class ComputeModel:
             return None
         return gk.block_kernels(self.arch, b, batch, self.tp)
 
-    def _from_kernels(self, k: gk.BlockKernels, mem: float, layer: bool = False) -> BlockCost:
+    def _from_kernels(self, k: gk.BlockKernels, mem: float, layer: bool = False, kind: str = "") -> BlockCost:
         """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound
         forward time (the same traffic as the roofline's, at the achieved HBM bandwidth); the
         attention as configured (`attention_impl`); `layer`: a transformer layer, whose
-        memory-bound kernels torch.compile fuses (`fusion`)."""
+        memory-bound kernels torch.compile fuses (`fusion`); `kind` the block's (a layer's
+        linears are the ones Float8 training converts)."""
         spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
         assert spec is not None
         # a training step's GEMMs and attention run at the device's training fractions of the
         # kernel benchmarks (`KernelSpec.gemm_training_fraction`, `attn_training_fraction`)
         rate = self.flops_per_s * spec.gemm_training_fraction
-        fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
-        bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
+        if self.float8 != "none" and kind == "layer":
+            fwd_k, bwd_k = self.float8_kernels(k, rate)
+        else:
+            fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
+            bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
         if k.attention is not None and self.attention == "math":
             # in fp32 (`attention_impl`): its GEMMs at the fp32 rate (TF32's under tf32), fp32 scores
             fp = "tf32" if self.precision == "tf32" else "fp32"
@@ -207,6 +215,29 @@ class ComputeModel:
         bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw) * slowest
         floor = spec.kernel_floor_us * 1e-6
         return BlockCost(fwd, bwd, min(fwd, max(mem, k.fwd_other_kernels * floor)))
+
+    def float8_kernels(self, k: gk.BlockKernels, rate: float) -> tuple[list[float], list[float]]:
+        """A layer's GEMMs and Float8 scaling kernels in seconds (forward, backward), its converted
+        linears' GEMMs at the FP8 rate (`simulator.float8`), the others at `rate`."""
+        spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
+        assert spec is not None and self.arch is not None and self.device.float8 is not None
+        rate8 = f8.float8_rate(self.device) * spec.gemm_training_fraction
+        out_rate = rate8 * (self.device.float8.rowwise_gemm_rate if self.float8 == "rowwise" else 1.0)
+        conv = converted_gemms(self.arch)
+
+        def time(g: gk.Gemm, fp8: bool, fp8_rate: float) -> float:
+            if not fp8:
+                return gk.gemm_time(g, spec, rate, bw, esize)
+            return gk.gemm_time(g, spec, fp8_rate, bw, f8.FP8_BYTES, f8.HP_BYTES)
+
+        fwd_k = [time(g, c, out_rate) for g, c in zip(k.fwd_gemms, conv, strict=True)]
+        bwd_k = [time(g, c, rate8) for g, c in zip(k.bwd_gemms, f8.bwd_converted(k, conv), strict=True)]
+        fwd_b, bwd_b = f8.scaling_bytes(self.arch, k, self.float8, self.float8_all_gather)
+        return fwd_k + [b / bw for b in fwd_b], bwd_k + [b / bw for b in bwd_b]
+
+    def gathered_bytes(self, b: Block, param_bytes: int) -> float:
+        """Bytes FSDP2 all-gathers of block `b` (its converted weights in float8 with float8 all-gather)."""
+        return f8.gathered_bytes(self.arch, b, self.tp, param_bytes, self.float8_all_gather)
 
     def _attention_scale(self, spec: KernelSpec) -> float:
         """The fused attention kernels' rate against the kernel figures': those are the

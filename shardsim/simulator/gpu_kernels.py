@@ -163,10 +163,13 @@ def slowest_of(ranks: int, cv: float) -> float:
 
 
 @lru_cache(maxsize=8192)  # a pure function of its (hashable, frozen) arguments: a sweep asks for the same ones again
-def gemm_time(g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int) -> float:
+def gemm_time(
+    g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int, out_esize: int = 0
+) -> float:
     """Seconds of one GEMM (times its count): the better of the large tile and a 128×128 tile,
     each wave-quantized over the SMs, split-K when the tiles do not fill them; at least the
-    time to stream its operands and result through HBM."""
+    time to stream its operands (`esize` bytes an element) and result (`out_esize`, 0: the
+    operands') through HBM."""
     per_sm = flops_per_s / spec.sms
     best = math.inf
     for tm, tn, eff in (
@@ -181,7 +184,10 @@ def gemm_time(g: Gemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: fl
         waves = math.ceil(tiles * split / spec.sms)
         t = waves * 2.0 * tm * tn * math.ceil(g.k / split) / (per_sm * eff)
         best = min(best, t)
-    mem = (g.m * g.k + g.k * g.n + g.m * g.n) * esize / mem_bytes_per_s
+    if out_esize:
+        mem = ((g.m * g.k + g.k * g.n) * esize + g.m * g.n * out_esize) / mem_bytes_per_s
+    else:
+        mem = (g.m * g.k + g.k * g.n + g.m * g.n) * esize / mem_bytes_per_s
     return max(best, mem) * g.count
 
 

@@ -15,8 +15,11 @@ from shardsim.core.units import GIB
 from shardsim.simulator import attention_impl, optimizers
 from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
+from shardsim.simulator.float8 import FP8_BYTES
 from shardsim.simulator.plan import RankClass
+from shardsim.simulator.strategies.held import FSDP_GATHERED_LAYERS
 from shardsim.simulator.strategies.planners import PLANNERS
+from shardsim.simulator.strategies.steps import ROOT
 from shardsim.specs.hardware.topology import DeviceSpec
 from shardsim.specs.model.blocks import kv_heads_per_rank
 from shardsim.specs.model.workload import Block, Workload
@@ -86,6 +89,15 @@ def attention_saves(w: Workload, attention: str, esize: int) -> Workload:
     return replace(w, blocks=blocks)
 
 
+def float8_gathered_saving(cfg: RunConfig, rc: RankClass, layer_elems: int, param_bytes: int) -> float:
+    """Bytes float8 all-gather saves of what FSDP2 holds unsharded: the held layers' converted
+    weights (`layer_elems` each) in 1 byte an element rather than the param dtype's; the layers
+    held are those `held` counts (all of a sharded pipeline stage's, or every one under ZeRO-2)."""
+    layers = sum(1 for name, _ in rc.units if name != ROOT)
+    every = cfg.strategy.spec.is_pipeline or not cfg.strategy.reshard_after_forward
+    return (layers if every else min(FSDP_GATHERED_LAYERS, layers)) * layer_elems * (param_bytes - FP8_BYTES)
+
+
 def rank_memory(
     cfg: RunConfig,
     res: Resolved,
@@ -95,9 +107,11 @@ def rank_memory(
     device: DeviceSpec,
     ckpt: Checkpointing,
     words: float = 2.0,
+    float8_layer_elems: int = 0,
 ) -> MemoryBreakdown:
     """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
-    optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2)."""
+    optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2);
+    `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -112,6 +126,8 @@ def rank_memory(
     optim = stepped * 4 * words  # e.g. Adam's exp_avg, exp_avg_sq (fp32)
     temporaries = stepped * 4 * optimizers.spec(cfg.optimizer).temporaries[cfg.optimizer_impl]
     gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
+    if fsdp and float8_layer_elems:
+        gathered -= float8_gathered_saving(cfg, rc, float8_layer_elems, pb)
     acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
     gpu = device.kind == "gpu"
     overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0

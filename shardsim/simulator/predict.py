@@ -22,6 +22,7 @@ from shardsim.simulator.economics import (
     sequence_length,
 )
 from shardsim.simulator.engine import Span, chain_bound, simulate
+from shardsim.simulator.float8 import check_float8, float8_layer_elems
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.memory import (
     MemoryBreakdown,
@@ -44,6 +45,8 @@ from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.blocks import check_mlm, from_arch
 from shardsim.specs.model.load import spec_name
 from shardsim.specs.model.workload import Workload
+
+FLOAT8_KEYS = ("float8", "peak_tflops_fp8", "mfu_fp8_peak")  # a Float8 prediction's keys
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,11 @@ class StepPrediction:
     # the process total as nvidia-smi shows it (`memory.process_memory`): reserved + CUDA context + NCCL buffers
     memory_process_gib: float = float("nan")
     memory_process: dict[str, float] = field(default_factory=dict)
+    # Float8 training (`simulator.float8`): its recipe, the FP8 dense peak and the MFU against it
+    # (`mfu` stays against the bf16 peak, as torchtitan reports it); absent from the JSON without Float8
+    float8: str | None = None
+    peak_tflops_fp8: float | None = None
+    mfu_fp8_peak: float | None = None
     spans: list[Span] = field(default_factory=list, repr=False, compare=False)
     class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -103,6 +111,9 @@ class StepPrediction:
         d = asdict(self)
         d.pop("spans")
         d.pop("class_labels")
+        for k in FLOAT8_KEYS:
+            if d[k] is None:
+                del d[k]
         return d
 
     def to_json(self) -> str:
@@ -234,6 +245,7 @@ def prepare(
     if profile is None and cfg.profile:
         # a profile names the workload as given (a config.json by its path), shaped only by its file
         profile = load_profile(cfg.profile, w.name if cfg.shape.given() else spec_name(cfg.workload))
+    check_float8(cfg, cluster.instance.device, w.arch, profile is not None)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:
@@ -252,6 +264,8 @@ def prepare(
         optimizer_kind=cfg.optimizer,
         attention=cfg.attention,
         compile=cfg.compile,
+        float8=cfg.float8,
+        float8_all_gather=cfg.float8_all_gather,
         cp=res.cp,
     )
     memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
@@ -294,7 +308,8 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     ckpt = checkpointing_of(cfg, ranks_w.layers)
     classes = rank_classes(res, ranks_w, cfg.strategy.spec.is_pipeline)
     words = state_words(cfg.optimizer, ranks_w)
-    mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words) for s, (rc, blocks) in enumerate(classes)]
+    f8_elems = float8_layer_elems(cfg, ranks_w, res.tp)
+    mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems) for s, (rc, blocks) in enumerate(classes)]
     return max(mems, key=lambda m: m.required_gib)
 
 
@@ -336,6 +351,7 @@ def _summarize(
     money = economics(step, samples, res.world, sequence_length(w), price)
     peak_precision, peak_tflops = mfu_peak(dev.peak_tflops, cfg.precision)
     proc = _process_memory(worst, res, cluster)
+    fp8_peak = dev.float8.peak_tflops if cfg.float8 != "none" and dev.float8 is not None else None
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
         **{name: getattr(key, name) for name in KEY_FIELDS},
@@ -367,6 +383,9 @@ def _summarize(
             "cuda_context_gib": proc.cuda_context_gib,
             "nccl_buffers_gib": proc.nccl_buffers_gib,
         },
+        float8=None if fp8_peak is None else cfg.float8,
+        peak_tflops_fp8=fp8_peak,
+        mfu_fp8_peak=None if fp8_peak is None else tflops / fp8_peak,
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
         if plan is not None

@@ -103,6 +103,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "optimizer": c.cfg.optimizer,
         "attention": c.cfg.attention,
         "compile": c.cfg.compile,
+        "float8": c.cfg.float8,
         "mlm_fraction": c.cfg.mlm_fraction,
         "step_time_s": p.step_time_s,
         "samples_per_s": p.samples_per_s,

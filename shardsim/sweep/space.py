@@ -64,8 +64,11 @@ class SweepSpace:
     reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
       its compression hook; sharded rows: None is the precision).
     optimizer_impls: the optimizer's foreach | fused | per-parameter.
-    precisions, optimizers, attentions, compile, mlm_fractions: the training stack's settings
-      (`STACK_AXES`); a precision the cluster's device lacks drops its rows.
+    precisions, optimizers, attentions, compile, mlm_fractions, float8: the training stack's
+      settings (`STACK_AXES`); a precision the cluster's device lacks drops its rows, and so does
+      Float8 on a device without FP8 tensor cores.
+    float8_all_gather: with `float8` listed, its tensorwise rows all-gather in float8 (FSDP2's
+      float8 all-gather, which torchao allows with tensorwise scaling only); its other rows cannot.
     tp_degrees: tensor-parallel degrees; default every divisor of the GPUs per node that the
       model admits (heads, key/value heads, FFN: `config.tp.check_tp`), 1 for models without heads.
     sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
@@ -104,6 +107,8 @@ class SweepSpace:
     optimizers: tuple[str, ...] | None = None
     attentions: tuple[str, ...] | None = None
     compile: tuple[bool, ...] | None = None
+    float8: tuple[str, ...] | None = None
+    float8_all_gather: bool = False
     mlm_fractions: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
@@ -119,6 +124,8 @@ class SweepSpace:
         for v in self.nodes or ():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ConfigError(f"expected integers >= 1, got {v!r}", field="nodes")
+        if not isinstance(self.float8_all_gather, bool):
+            raise ConfigError(f"expected true or false, got {self.float8_all_gather!r}", field="float8_all_gather")
         if not isinstance(self.hold_global_batch, bool):
             raise ConfigError(f"expected true or false, got {self.hold_global_batch!r}", field="hold_global_batch")
         gb = self.global_batch
@@ -324,6 +331,7 @@ STACK_AXES = (
     ("attentions", "attention"),
     ("compile", "compile"),
     ("mlm_fractions", "mlm_fraction"),
+    ("float8", "float8"),
 )
 
 
@@ -333,6 +341,8 @@ def _stack_variants(base: RunConfig, space: SweepSpace) -> list[dict[str, Any]]:
     for axis, name in STACK_AXES:
         values = getattr(space, axis) or (getattr(base, name),)
         out = [v | {name: x} for v in out for x in values]
+    if space.float8 is not None:  # float8 all-gather where it applies: the tensorwise rows
+        out = [v | {"float8_all_gather": space.float8_all_gather and v["float8"] == "tensorwise"} for v in out]
     return out
 
 
@@ -392,6 +402,10 @@ def stack_suffix(cfg: RunConfig, base: RunConfig) -> list[str]:
         parts.append("compiled" if cfg.compile else "eager")
     if cfg.mlm_fraction != base.mlm_fraction:
         parts.append(f"mlm {cfg.mlm_fraction:g}" if cfg.mlm_fraction is not None else "mlm off")
+    if cfg.float8 != base.float8:
+        parts.append(f"float8 {cfg.float8}")
+    if cfg.float8_all_gather and not base.float8_all_gather:
+        parts.append("float8 all-gather")
     return parts
 
 
@@ -608,6 +622,9 @@ def enumerate_configs(
                 prec = settings.get("precision", cfg0.precision)
                 if not cluster.instance.device.supports(prec):  # a listed precision this device lacks
                     here[NO_PRECISION, f"{cluster.instance.device.model} has no {prec} support"] += 1
+                    continue
+                if settings.get("float8", "none") != "none" and cluster.instance.device.float8 is None:
+                    here[NO_PRECISION, f"{cluster.instance.device.model} has no FP8 tensor cores"] += 1
                     continue
                 try:
                     cfg = cfg0.replace(strategy=strat, grad_accum=ga, **settings)

@@ -31,6 +31,7 @@ from functools import lru_cache
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.float8 import amax_all_reduce
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.mesh import stage_mesh
@@ -41,6 +42,7 @@ from shardsim.simulator.strategies.steps import (
     blocks_through,
     compute_op,
     data_parallel_plan,
+    optimizer_step,
     split_blocks,
 )
 from shardsim.specs.model.workload import Workload
@@ -157,7 +159,8 @@ def fsdp_forward(
         ag = None
         if res.unshard(b.name):
             gate = copied[-back] if len(copied) >= back else after
-            ag = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG {b.name}{tag}", [gate, ag_root], "fwd")
+            nb = cm.gathered_bytes(b, pbytes)
+            ag = p.comm(rc, "ag", "all_gather", sh, nb, f"AG {b.name}{tag}", [gate, ag_root], "fwd")
             out = p.fsdp.gather_s_per_param * b.params
             prev = _fsdp_work(p, rc, f"copy-out {b.name}{tag}", [ag, prev], out, "fwd")
             copied.append(prev)
@@ -212,7 +215,8 @@ def fsdp_backward(
         agb = None
         if pc.residency.unshard(b.name):
             gate = copied[-ahead] if len(copied) >= ahead else after
-            agb = p.comm(rc, "ag", "all_gather", sh, b.params * pbytes, f"AG' {b.name}{tag}", [gate], "bwd")
+            nb = cm.gathered_bytes(b, pbytes)
+            agb = p.comm(rc, "ag", "all_gather", sh, nb, f"AG' {b.name}{tag}", [gate], "bwd")
             out = p.fsdp.gather_s_per_param * b.params
             prev = _fsdp_work(p, rc, f"copy-out' {b.name}{tag}", [agb, prev], out, "bwd")
             copied.append(prev)
@@ -271,4 +275,5 @@ def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workl
     replica = m.groups("dp_replicate") if res.replicas > 1 else None
     residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
     piece = FsdpPiece(embed, layers, head, m.groups("dp_shard"), replica, residency)
-    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward)
+    step = amax_all_reduce(w.arch, len(layers), optimizer_step) if cfg.float8_all_gather else None
+    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward, step)

@@ -204,6 +204,9 @@ class BlockTimes:
     def mem_bytes_per_s(self) -> float:
         return self.cm.mem_bytes_per_s
 
+    def gathered_bytes(self, b: Block, param_bytes: int) -> float:
+        return self.cm.gathered_bytes(b, param_bytes)
+
     def optimizer(self, local_params: float, tensors: int = 0) -> float:
         return self.cm.optimizer(local_params, tensors)
 

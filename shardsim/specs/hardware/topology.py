@@ -24,6 +24,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import Fields, load_yaml, suggest
 from shardsim.data import TOPOLOGIES
 from shardsim.specs.bounds import MAX_WORLD
+from shardsim.specs.hardware.float8 import Float8Spec, parse_float8
 from shardsim.specs.hardware.network_figures import NetworkFigures, fitted_network_figures
 
 PRECISIONS = ("fp32", "fp16", "bf16", "tf32")  # tf32: fp32 storage, TF32 tensor-core matmuls
@@ -67,6 +68,7 @@ class DeviceSpec:
     memory_efficiency: float  # achieved / peak on streaming (memory-bound) kernels
     kind: str = "gpu"
     kernels: KernelSpec | None = None  # kernel-level figures (GPUs): the compute model from kernels
+    float8: Float8Spec | None = None  # FP8 tensor cores (None: none, Float8 training is refused)
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_tflops
@@ -270,6 +272,7 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         memory_efficiency=dev.number("memory_efficiency", maximum=1.0),
         kind=dev.text("kind", default="gpu", choices=("gpu", "cpu")),
         kernels=_kernels(dev.sub("kernels", required=False), sources),
+        float8=parse_float8(dev.sub("float8", required=False), sources),
     )
     _figures(dev, ["count", "memory_gib", "memory_bandwidth_GBps", "memory_efficiency"], sources)
 
