@@ -13,7 +13,8 @@ from shardsim.cli import main
 from shardsim.config import RunConfig, Strategy, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.stack import check_runtime_stack
-from shardsim.simulator.predict import predict, prepare, rank_workload
+from shardsim.simulator.bounds import compute_bound_s
+from shardsim.simulator.predict import chain_bound_s, predict, prepare, rank_workload
 from shardsim.simulator.scale import plan_ops_estimate
 from shardsim.simulator.strategies.mesh import StageMesh
 from shardsim.specs.hardware.topology import Cluster
@@ -213,3 +214,19 @@ def test_the_plan_size_estimate_is_within_four_times_the_plan(
     s = prepare(cfg, cluster=Cluster(instance(devices=8), 4))
     ops = len(s.plan().ops)
     assert ops <= plan_ops_estimate(cfg, LLAMA.layers) <= 4 * ops
+
+
+def test_the_sweeps_bounds_stay_below_every_context_parallel_step() -> None:
+    """The pruned search is exact only if its bounds are below every step: with cp's rounds and
+    ring collectives too (both rotate methods, with tensor parallelism and pipelines)."""
+    base = RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", nodes=2, precision="bf16")
+    space = SweepSpace(strategies=("zero", "zero2d", "pipeline"), cp=(2, 4), tp_degrees=(1, 2))
+    candidates = [c for c in enumerate_configs(base, space).candidates if c.cfg.strategy.cp > 1]
+    assert {c.cfg.strategy.spec.is_pipeline for c in candidates} == {False, True}
+    for c in candidates[::2]:
+        for rotate in ("allgather", "alltoall"):
+            cfg = c.cfg.replace(strategy=c.cfg.strategy.replace(cp_rotate=rotate))
+            s = prepare(cfg, cluster=c.cluster)
+            step = predict(cfg, cluster=c.cluster).step_time_s
+            assert 0 < compute_bound_s(s) <= step * (1 + 1e-12), c.label
+            assert 0 < chain_bound_s(s) <= step * (1 + 1e-12), c.label
