@@ -3,7 +3,7 @@
 Context parallelism splits each sample's sequence over `cp` ranks and runs attention as PyTorch's
 ring attention (`torch.distributed.tensor.experimental.context_parallel`). Its load-balanced
 sharding of causal attention cuts the sequence into 2·cp chunks and gives rank i chunks i and
-2·cp-1-i (`_HeadTailLoadBalancer`), so the sequence length must be a multiple of 2·cp; the ring
+2·cp-1-i (`_HeadTailLoadBalancer`, which asserts that 2·cp divides the sequence length); the ring
 covers scaled-dot-product attention with a causal mask only when load-balanced (a bidirectional
 model has nothing it balances). As torchtitan composes it, parameters are sharded with FSDP2 over
 dp_shard × cp (its ``dp_shard_cp`` mesh), so a kind that does not shard with FSDP2 (ddp, zero1)

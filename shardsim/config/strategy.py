@@ -107,7 +107,6 @@ CpDegree = Annotated[
     ),
 ]
 CpRotate = Literal["allgather", "alltoall"]
-CP_ROTATES: tuple[str, ...] = get_args(CpRotate)
 CpRotateField = Annotated[
     CpRotate,
     Setting(
