@@ -99,13 +99,17 @@ def committed_table(path: Path) -> pd.DataFrame:
 
 def upgrade_recommendation(rec, table: pd.DataFrame):
     """A recommendation's rows in today's form: renamed as the table's columns, the key's strategy
-    one object, the fields a row written before the key lacks taken from its row of `table`."""
+    one object, the fields a row written before the key lacks taken from its row of `table`, the
+    context-parallel degree of one written before it 1."""
     if isinstance(rec, list):
         return [upgrade_recommendation(r, table) for r in rec]
     if not isinstance(rec, dict):
         return rec
     if "config" not in rec:
-        return {k: upgrade_recommendation(v, table) for k, v in rec.items()}
+        out = {k: upgrade_recommendation(v, table) for k, v in rec.items()}
+        if isinstance(out.get("strategy"), dict) and "cp" not in out["strategy"]:  # written before context parallelism
+            out["strategy"] = out["strategy"] | {"cp": 1}
+        return out
     flat = {RENAMED.get(k, k): v for k, v in rec.items()}
     row = table[(table["topology"] == flat["topology"]) & (table["nodes"] == flat["nodes"])]
     row = row[row["label"] == flat["label"]].iloc[0]

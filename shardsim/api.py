@@ -223,7 +223,7 @@ def sweep(
     ``nodes``, ``global_batch``, ``reshard_after_forward``, ``checkpointing``,
     ``selective_ac_options``, ``reduce_dtypes``, ``optimizer_impls``, ``precisions``,
     ``optimizers``, ``attentions``, ``compile``, ``mlm_fractions``, ``batch_sizes``,
-    ``grad_accums``, ``max_batch``, ``tp_degrees``, ``hold_global_batch``; a list each, one value
+    ``grad_accums``, ``max_batch``, ``tp_degrees``, ``cp``, ``hold_global_batch``; a list each, one value
     being a list of one, but ``global_batch``, ``max_batch`` (one number) and ``hold_global_batch``
     (true, the default: every layout at the data-parallel layout's global batch); an axis left out:
     every valid value, or the base's setting); algo: as `predict` takes it; workers:

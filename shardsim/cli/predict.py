@@ -125,10 +125,11 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
         ("collectives", json.dumps(pred.collectives)),
     ]
     k = pred.strategy
-    if k.tp > 1 or k.pp > 1:  # a data-parallel layout: the label says it all
-        dims = ParallelDims.of_world(pred.world, tp=k.tp, pp=k.pp, dp_shard=k.degree)
+    if k.tp > 1 or k.pp > 1 or k.cp > 1:  # a data-parallel layout: the label says it all
+        dims = ParallelDims.of_world(pred.world, tp=k.tp, pp=k.pp, dp_shard=k.degree, cp=k.cp)
         text = f"{dims.spelled} (SageMaker: tensor_parallel_degree {k.tp}"
-        lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}, hybrid_shard_degree {k.degree})"))
+        cp = f", context_parallel_degree {k.cp}" if k.cp > 1 else ""
+        lines.insert(0, ("layout", text + f", pipeline_parallel_degree {k.pp}{cp}, hybrid_shard_degree {k.degree})"))
     proc = pred.memory_process
     if proc.get("cuda_context_gib", 0.0) > 0:  # a GPU: the three figures tools report differ
         lines.insert(

@@ -70,6 +70,7 @@ def _build(ns: argparse.Namespace):
         reshard_after_forward=ns.reshard_after_forward,  # a ZeRO-2 base would contradict ddp and pipelines
         tp_degrees=ns.tp,
         sequence_parallel=ns.sequence_parallel,
+        cp=ns.cp,
         checkpointing=spanned["checkpointing"],
         selective_ac_options=spanned["selective_ac_option"],
         reduce_dtypes=spanned["reduce_dtype"],

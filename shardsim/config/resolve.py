@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shardsim.config.cp import check_cp
 from shardsim.config.schema import Resolved, RunConfig
 from shardsim.config.strategy import MODELS, Strategy
 from shardsim.config.tp import check_tp
@@ -32,8 +33,9 @@ def resolve(
     Returns the normalized config (zero's degree = the data-parallel world; SMP's degree = it →
     zero) and the derived sizes. Raises ConfigError with one clear line when something does not
     fit. Tensor parallelism (tp > 1) needs the model's `arch` (heads, FFN) and is checked against
-    `devices_per_node` when given (`config.tp`). The mesh is `Resolved.dims`: pp × dp_replicate ×
-    dp_shard × tp in `mesh_order`; the data-parallel kinds see world / (pp × tp) ranks.
+    `devices_per_node` when given (`config.tp`), context parallelism likewise (`config.cp`). The
+    mesh is `Resolved.dims`: pp × dp_replicate × dp_shard × cp × tp in `mesh_order`; the
+    data-parallel kinds see world / (pp × tp × cp) ranks, which split the batch.
     """
     s = cfg.strategy
     where = cfg.source
@@ -67,21 +69,32 @@ def resolve(
             backend=cfg.backend,
             where=where,
         )
-    dp_world = world // tp  # the ranks the data-parallel kinds see (a tensor-parallel group acts as one)
+    cp = s.cp
+    if cp > 1:
+        stack = {
+            "attention": cfg.attention,
+            "profiled": cfg.profile is not None,
+            "sequence_parallel": s.sequence_parallel,
+        }
+        check_cp(cp=cp, world=world, pp=pp, tp=tp, arch=arch, where=where, **stack)
+    # the ranks the data-parallel kinds see (a tensor-parallel group acts as one, and so does a
+    # context-parallel group: its ranks share their samples)
+    dp_world = world // (tp * cp)
     replicas_all = dp_world // pp
     # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
-    node_ranks = devices_per_node // tp if devices_per_node and devices_per_node % tp == 0 else None
+    node_ranks = devices_per_node // (tp * cp) if devices_per_node and devices_per_node % (tp * cp) == 0 else None
     shard = spec.shard(s, dp_world, where, node_ranks)
-    if pp > 1 and tied_embeddings and (shard > 1 or tp > 1):
+    if pp > 1 and tied_embeddings and (shard > 1 or tp > 1 or cp > 1):
         why = (
             f"{TIED_PIPELINE} sums its first and last stage's embedding gradients as plain tensors: "
-            "unsharded stages (degree 1) and tp 1 only"
+            "unsharded stages (degree 1, cp 1) and tp 1 only"
         )
-        raise ConfigError(why, where=where, field="degree" if shard > 1 else "tp")
+        raise ConfigError(why, where=where, field="degree" if shard > 1 else "tp" if tp > 1 else "cp")
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
-        if tp > 1:
-            span = f"the data-parallel ranks (world / tp {tp}" + (f" / pp {pp})" if pp > 1 else ")")
+        if tp > 1 or cp > 1:
+            over = "".join(f" / {n} {v}" for n, v in (("tp", tp), ("cp", cp), ("pp", pp)) if v > 1)
+            span = f"the data-parallel ranks (world{over})"
         raise ConfigError(f"degree {shard} does not divide {span} {replicas_all}", where=where, field="degree")
     if cfg.reduce_dtype == "bf16" and shard == 1 and cfg.backend == "gloo":
         raise ConfigError(
@@ -104,6 +117,8 @@ def resolve(
             field="microbatches",
         )
     mbs = per_replica // m if spec.is_pipeline else cfg.batch_per_device
-    dims = ParallelDims(pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard, tp=tp, mesh_order=s.mesh_order)
+    dims = ParallelDims(
+        pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard, cp=cp, tp=tp, mesh_order=s.mesh_order
+    )
     res = Resolved(dims, m, mbs, cfg.batch_per_device * dp_world * cfg.grad_accum)
     return cfg.replace(strategy=strategy), res

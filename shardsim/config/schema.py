@@ -429,7 +429,14 @@ class Resolved:
     global_batch: int  # samples per optimizer step, all ranks, all accumulation steps
 
     world = _from_dims("world", "Ranks in all.")
-    shard = _from_dims("dp_shard", "Ranks a parameter is sharded over (1 = replicated) in the data-parallel ranks.")
+    dp_shard = _from_dims("dp_shard", "Data-parallel ranks a parameter is sharded over (the batch split among them).")
+    cp = _from_dims("cp", "Context-parallel degree: the ranks of a group share their samples and split the sequence.")
+
+    @property
+    def shard(self) -> int:
+        """Ranks a parameter is sharded over (1 = replicated): dp_shard × cp (torchtitan's dp_shard_cp)."""
+        return self.dims.dp_shard * self.dims.cp
+
     replicas = _from_dims("dp_replicate", "Data-parallel replicas of each model piece (per stage for pipeline).")
     pp = _from_dims("pp", "Pipeline stages.")
     tp = _from_dims("tp", "Tensor-parallel degree: the ranks of a group share their samples.")

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 from pydantic import Field, TypeAdapter, model_serializer
 from pydantic import ValidationError as _ValidationError
 
+from shardsim.config.cp import check_cp_kind
 from shardsim.config.errors import config_error
 from shardsim.config.frozen import Frozen
 from shardsim.config.setting import Setting, bounded
@@ -95,6 +96,24 @@ MeshOrderField = Annotated[MeshOrder, Setting("device mesh order, outermost firs
 TpAcrossNodes = Annotated[
     bool, Setting("allow a tensor-parallel group to span nodes (by default tp must divide the GPUs per node)")
 ]
+CpDegree = Annotated[
+    int,
+    bounded("cp"),
+    Setting(
+        "context-parallel degree: each sample's sequence split over cp ranks, attention as PyTorch's ring "
+        "attention (context_parallel); parameters sharded over dp_shard x cp",
+        axis="cp",
+        axis_help="context-parallel degrees (default 1)",
+    ),
+]
+CpRotate = Literal["allgather", "alltoall"]
+CpRotateField = Annotated[
+    CpRotate,
+    Setting(
+        "how ring attention passes keys and values between the cp ranks (PyTorch's set_rotate_method): "
+        "one all-gather before the rounds, or a ring exchange each round"
+    ),
+]
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
@@ -103,24 +122,31 @@ KIND_HELP = Setting(
 
 
 TP_FIELDS = ("tp", "sequence_parallel", "async_tp", "mesh_order", "tp_across_nodes")
+CP_FIELDS = ("cp", "cp_rotate")
+CP_DEFAULTS = {"cp": 1, "cp_rotate": "allgather"}  # PyTorch's default rotate method
 
 
 class StrategyBase(Frozen):
-    """What every kind's model answers, whatever fields it carries; and tensor parallelism, which
-    composes with every kind (the mesh: pp × dp × tp, `mesh_order`)."""
+    """What every kind's model answers, whatever fields it carries; tensor parallelism, which
+    composes with every kind (the mesh: pp × dp × tp, `mesh_order`), and context parallelism
+    (`config.cp`: with the kinds that shard with FSDP2 and pipelines)."""
 
     tp: TpDegree = 1
     sequence_parallel: SequenceParallel = False
     async_tp: AsyncTp = False
     mesh_order: MeshOrderField = "pp,dp,tp"
     tp_across_nodes: TpAcrossNodes = False
+    cp: CpDegree = 1
+    cp_rotate: CpRotateField = "allgather"
 
     @model_serializer(mode="wrap")
     def _kind_first(self, handler: Any) -> dict[str, Any]:
-        """The kind and its own fields first, tensor parallelism's after them."""
+        """The kind and its own fields first, tensor parallelism's after them, then context
+        parallelism's where cp > 1 (a configuration without it reads as it did before it)."""
         d = handler(self)
         tp = {k: d.pop(k) for k in TP_FIELDS if k in d}
-        return d | tp
+        cp = {k: d.pop(k) for k in CP_FIELDS if k in d}
+        return d | tp | (cp if cp.get("cp", 1) > 1 else {})
 
     @property
     def spec(self) -> StrategySpec:
@@ -131,16 +157,19 @@ class StrategyBase(Frozen):
     def mesh(self) -> ParallelDims:
         """The mesh dimensions this strategy sets by itself (pp, tp, the order); the data-parallel
         sizes, which take the world, are `resolve`'s (`Resolved.dims`)."""
-        return ParallelDims(pp=self.pp, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
+        return ParallelDims(pp=self.pp, cp=self.cp, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
 
     def label(self) -> str:
         """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
         return self.spec.label(self) + self.tp_label()  # type: ignore[arg-type]
 
     def tp_label(self) -> str:
-        """`` tp=2 sp async`` (the mesh's dimensions the kind does not name, `ParallelDims.label`,
-        and the mesh order when not the default): "" without tensor parallelism."""
+        """`` cp=2 alltoall tp=2 sp async`` (the mesh's dimensions the kind does not name,
+        `ParallelDims.label`, the rotate method when not PyTorch's default, and the mesh order when
+        not the default): "" without tensor or context parallelism."""
         dims = self.mesh.label()
+        if self.cp > 1 and self.cp_rotate != CP_DEFAULTS["cp_rotate"]:
+            dims = dims.replace(f"cp={self.cp}", f"cp={self.cp} {self.cp_rotate}")
         if self.tp == 1:
             return dims
         sp = " sp" if self.sequence_parallel else ""
@@ -225,7 +254,7 @@ MODELS: dict[str, type[StrategyBase]] = {
 assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
 _STRATEGY = TypeAdapter(StrategyConfig)
 # the strategy's fields besides the kind, in the order flags list them
-STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward", *TP_FIELDS)
+STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward", *TP_FIELDS, *CP_FIELDS)
 assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fields if f != "kind"}
 
 
@@ -245,6 +274,8 @@ class _FlatStrategy:
     async_tp: Any = False
     mesh_order: Any = "pp,dp,tp"
     tp_across_nodes: Any = False
+    cp: Any = 1
+    cp_rotate: Any = "allgather"
 
 
 def check_flat(s: _FlatStrategy, where: str | None) -> None:
@@ -265,6 +296,7 @@ def check_flat(s: _FlatStrategy, where: str | None) -> None:
     if s.async_tp is True and s.sequence_parallel is not True:
         why = "asyncTP overlaps sequence parallelism's all-gathers and reduce-scatters; set sequence_parallel"
         raise ConfigError(why, where=where, field="async_tp")
+    check_cp_kind(s.cp, s.cp_rotate, spec, where)
     if s.reshard_after_forward is False and not spec.fsdp:
         fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
         why = f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {s.kind}"

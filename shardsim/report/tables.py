@@ -81,8 +81,9 @@ def _ranked_grid(
     global batch and micro-batch, 1 the micro-batch alone (where the header names the global
     batch every row runs), 0 neither."""
     cols = [Column("#", figure=True), *([Column("cluster")] if with_cluster else []), Column("configuration")]
-    # the layout, tp×pp×dp(shard), where a row has tensor or pipeline parallelism (else its label says it all)
-    layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1)).any())
+    # the layout, tp×pp×dp(shard), where a row has tensor, pipeline or context parallelism (else its label says it all)
+    cp = df["strategy_cp"] > 1 if "strategy_cp" in df else False
+    layouts = bool(((df["strategy_tp"] > 1) | (df["strategy_pp"] > 1) | cp).any())
     if layouts:
         cols.append(Column("layout"))
     # each row's global batch and the micro-batch a replica runs (× its accumulation steps where any accumulates)

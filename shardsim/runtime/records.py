@@ -186,6 +186,7 @@ class RunRow:
     strategy_tp: int
     strategy_sequence_parallel: bool
     strategy_async_tp: bool
+    strategy_cp: int
     label: str
     batch_per_device: int
     grad_accum: int

@@ -15,6 +15,7 @@ What runs where:
   spaced, the same every step: a named simplification; BERT draws them at random, at the same
   cost); refused with tensor parallelism and pipelines (the simulator models both).
 - float8: refused (the runtime does not convert linears with torchao; the simulator predicts it).
+- context parallelism (cp > 1): refused; PyTorch's ring attention has no CPU path.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
     if cfg.float8 != "none":
         why = "the runtime trains without Float8 linears (torchao is not applied); the simulator predicts float8"
         raise ConfigError(why, field="float8")
+    if cfg.strategy.cp > 1:
+        why = (
+            "the runtime does not apply context parallelism: PyTorch's ring attention dispatches CUDA's flash, "
+            "efficient or cuDNN kernels only (experiments/readings/context-parallel-on-cpu.md); the simulator models it"
+        )
+        raise ConfigError(why, field="cp")
     if cfg.mlm_fraction is not None and (cfg.strategy.tp > 1 or cfg.strategy.spec.is_pipeline):
         why = "the runtime's masked-LM head runs without tensor parallelism or pipelines (the simulator models both)"
         raise ConfigError(why, field="mlm_fraction")

@@ -13,7 +13,7 @@ the roofline stays for CPUs and for models given by import path (no `Arch`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from shardsim.core.errors import ConfigError
@@ -22,7 +22,8 @@ from shardsim.simulator import float8 as f8
 from shardsim.simulator import fusion, optimizers
 from shardsim.simulator import gpu_kernels as gk
 from shardsim.simulator.hardware.profile import Profile
-from shardsim.specs.hardware.topology import DeviceSpec
+from shardsim.specs.hardware.topology import DeviceSpec, KernelSpec
+from shardsim.specs.model.blocks import attention_flops
 from shardsim.specs.model.float8 import converted_gemms
 from shardsim.specs.model.workload import Arch, Block
 
@@ -81,6 +82,7 @@ class ComputeModel:
     compile: bool = False  # torch.compile of the layers (`simulator.fusion`)
     float8: str = "none"  # Float8 training of the layers' linears: none | tensorwise | rowwise (`simulator.float8`)
     float8_all_gather: bool = False  # FSDP2's float8 all-gather: the weights arrive cast (`simulator.float8`)
+    cp: int = 1  # context-parallel degree: `arch` is one rank's share of the sequence (`cp_workload`)
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -201,14 +203,9 @@ class ComputeModel:
                 fwd_k.append(ai.CAUSAL_MASK_PASSES * e)
             bwd_k.append(ai.SCORE_BWD_PASSES * e)
         elif k.attention is not None:
-            # the attention figures are the half-precision tensor path's; fp32 runs at its own peak's
-            # share, and so does tf32: the fused kernels take fp32 inputs in fp32 whatever allow_tf32 says
-            attn_peak = self.device.peak_tflops["fp32" if self.precision == "tf32" else self.precision]
-            scale = attn_peak / max(self.device.peak_tflops.values()) * spec.attn_training_fraction
-            if self.attention == "efficient":
-                scale *= ai.EFFICIENT_RATE
-            fwd_k.append(gk.attention_time(spec, k.attention, bwd=False, scale=scale))
-            bwd_k.append(gk.attention_time(spec, k.attention, bwd=True, scale=scale))
+            scale = self._attention_scale(spec)
+            fwd_k.append(self._ring_attention_time(spec, k.attention, bwd=False, scale=scale))
+            bwd_k.append(self._ring_attention_time(spec, k.attention, bwd=True, scale=scale))
         mem_bytes = mem * bw
         ef, eb = self.extra_kernels
         if layer and self.compile:
@@ -241,6 +238,43 @@ class ComputeModel:
     def gathered_bytes(self, b: Block, param_bytes: int) -> float:
         """Bytes FSDP2 all-gathers of block `b` (its converted weights in float8 with float8 all-gather)."""
         return f8.gathered_bytes(self.arch, b, self.tp, param_bytes, self.float8_all_gather)
+
+    def _attention_scale(self, spec: KernelSpec) -> float:
+        """The fused attention kernels' rate against the kernel figures': those are the
+        half-precision tensor path's; fp32 runs at its own peak's share, and so does tf32 (the
+        fused kernels take fp32 inputs in fp32 whatever allow_tf32 says)."""
+        attn_peak = self.device.peak_tflops["fp32" if self.precision == "tf32" else self.precision]
+        scale = attn_peak / max(self.device.peak_tflops.values()) * spec.attn_training_fraction
+        return scale * ai.EFFICIENT_RATE if self.attention == "efficient" else scale
+
+    def _ring_attention_time(self, spec: KernelSpec, a: gk.Attention, bwd: bool, scale: float) -> float:
+        """A pass of attention `a` (one rank's, its local tokens): one call, or with context
+        parallelism ring attention's cp calls (`cp_workload`): round 0 causal over the local tokens,
+        each later round as much work as half a non-causal call over them, timed so (a named
+        approximation: the half-length call's own rate is not looked up)."""
+        t = gk.attention_time(spec, a, bwd=bwd, scale=scale)
+        if self.cp > 1:
+            t += (self.cp - 1) * gk.attention_time(spec, replace(a, causal=False), bwd=bwd, scale=scale) / 2
+        return t
+
+    def attention_s(self, b: Block, batch: int) -> tuple[float, float]:
+        """Seconds of (forward, backward) of transformer layer `b`'s attention kernels at `batch`
+        (what context parallelism's rounds overlap their collectives with): from the GPU's
+        kernel figures where the device has them, else from its FLOPs on the roofline."""
+        if not self._layer(b):
+            return 0.0, 0.0
+        kernels = self._kernels(b, batch)
+        if kernels is not None and kernels.attention is not None and self.device.kernels is not None:
+            spec = self.device.kernels
+            scale = self._attention_scale(spec)
+            a = kernels.attention
+            return (
+                self._ring_attention_time(spec, a, bwd=False, scale=scale),
+                self._ring_attention_time(spec, a, bwd=True, scale=scale),
+            )
+        assert self.arch is not None
+        fwd = attention_flops(self.arch) / self.tp * self.cp * batch / self.flops_per_s
+        return fwd, gk.BWD_ATTN_WORK * fwd
 
     def optimizer(self, local_params: float, tensors: int = 0) -> float:
         """The optimizer's step over the parameters this rank owns (memory-bound: its words read

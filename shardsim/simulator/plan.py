@@ -65,6 +65,13 @@ class BlockCollectives(Protocol):
     def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, start: list[Dep], tag: str) -> Dep: ...
 
 
+class LayerAttention(Protocol):
+    """A layer's pass as context parallelism runs it (`strategies.context_parallel.ContextParallel`):
+    its ops and collectives; the last op's id."""
+
+    def run(self, p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str, b: Block, mb: int) -> int: ...
+
+
 @dataclass
 class Plan:
     """The ops of every rank class, in the order added: each op waits for its `deps` and for the
@@ -75,6 +82,7 @@ class Plan:
     overlap: bool = True
     fsdp: FsdpCpu = field(default_factory=FsdpCpu)  # FSDP2's own work per unit parameter
     tp: BlockCollectives | None = None  # each block's tensor-parallel collectives (none without)
+    cp: LayerAttention | None = None  # each layer's ring attention (none without context parallelism)
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(

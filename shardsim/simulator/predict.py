@@ -13,6 +13,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.cp_workload import cp_rank_workload
 from shardsim.simulator.economics import (
     economics,
     mfu_formula,
@@ -249,12 +250,13 @@ def prepare(
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:
         cluster = calibrated(cluster, cfg.calibration)  # fitted figures over the topology's
+    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp)
     cm = ComputeModel(
         cluster.instance.device,
         cfg.precision,
         profile,
         cfg.optimizer_impl,
-        w.arch,
+        ranks_w.arch,  # the shape a rank's kernels see (a cp-th of the sequence with context parallelism)
         sync_ranks=cluster.world,
         reduce_dtype=cfg.grad_dtype,
         tp=res.tp,
@@ -264,18 +266,23 @@ def prepare(
         compile=cfg.compile,
         float8=cfg.float8,
         float8_all_gather=cfg.float8_all_gather,
+        cp=res.cp,
     )
-    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction)
     memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
     return Prepared(cfg, res, w, ranks_w, cluster, cm, memory, profile)
 
 
-def rank_workload(w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: float | None = None) -> Workload:
+def rank_workload(
+    w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: float | None = None, cp: int = 1
+) -> Workload:
     """The model as one rank runs it: `w` itself, or one tensor-parallel rank's shards of it
-    (with its masked-LM head where `mlm_fraction` is given)."""
-    if tp == 1:
+    (with its masked-LM head where `mlm_fraction` is given), on a cp-th of each sequence with
+    context parallelism (`cp_workload`)."""
+    if tp == 1 and cp == 1:
         return w
-    assert w.arch is not None  # resolve refuses tensor parallelism of a model without an Arch
+    assert w.arch is not None  # resolve refuses tensor and context parallelism of a model without an Arch
+    if cp > 1:
+        return cp_rank_workload(w.name, w.arch, tp, sequence_parallel and tp > 1, cp)
     return _tp_rank_workload(w.name, w.arch, tp, sequence_parallel, mlm_fraction)
 
 

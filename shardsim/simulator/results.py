@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 # upgrades below: 1 before the key (the label under `strategy` or `config`, loose strategy
 # fields); 2 the key; 3 tensor parallelism (`strategy_tp`, `strategy_sequence_parallel`,
 # `strategy_async_tp`, a sweep row's `layout`); 4 tokens and dollars (`TOKEN_COLUMNS`, a
-# prediction's peak and MFU formula) and a prediction's process total.
-SCHEMA_VERSION = 4
+# prediction's peak and MFU formula) and a prediction's process total; 5 context parallelism
+# (`strategy_cp`).
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,9 @@ class StrategyKey:
     1 and `schedule` null without a pipeline; `reshard_after_forward` is null for kinds that do
     not shard with FSDP2 (false: ZeRO-2). `tp` is the tensor-parallel degree (its ranks share
     a parameter's shard: `degree` counts data-parallel ranks), with `sequence_parallel` and
-    `async_tp` (files written before tensor parallelism: 1, false, false)."""
+    `async_tp` (files written before tensor parallelism: 1, false, false). `cp` is the
+    context-parallel degree (its ranks share their samples: `degree` counts data-parallel ranks,
+    parameters are sharded over degree × cp; files written before it: 1)."""
 
     kind: str
     degree: int
@@ -59,6 +62,7 @@ class StrategyKey:
     tp: int = 1
     sequence_parallel: bool = False
     async_tp: bool = False
+    cp: int = 1
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ def strategy_key(s: Strategy, world: int) -> StrategyKey:
     spec = s.spec
     return StrategyKey(
         kind=s.kind,
-        degree=s.sharded_degree(world // s.tp),
+        degree=s.sharded_degree(world // (s.tp * s.cp)),
         pp=getattr(s, "pp", 1),
         microbatches=getattr(s, "microbatches", 1),
         schedule=getattr(s, "schedule", None) if spec.is_pipeline else None,
@@ -131,6 +135,7 @@ def strategy_key(s: Strategy, world: int) -> StrategyKey:
         tp=s.tp,
         sequence_parallel=s.sequence_parallel,
         async_tp=s.async_tp,
+        cp=s.cp,
     )
 
 
@@ -175,10 +180,11 @@ def legacy_strategy(
     return strategy_key(s, world)
 
 
-def layout_of(world: int, tp: int, pp: int, shard: int) -> str:
+def layout_of(world: int, tp: int, pp: int, shard: int, cp: int = 1) -> str:
     """The layout as ``tp × pp × dp(shard)``: tensor-parallel degree, pipeline stages, data-parallel
-    ranks of a stage and the ranks a parameter is sharded over among them (1: replicated)."""
-    return ParallelDims.of_world(world, tp=tp, pp=pp, dp_shard=shard).layout
+    ranks of a stage and the ranks a parameter is sharded over among them (1: replicated), then
+    `` × cp 2`` with context parallelism."""
+    return ParallelDims.of_world(world, tp=tp, pp=pp, dp_shard=shard, cp=cp).layout
 
 
 def upgrade_prediction(d: dict) -> dict:
@@ -187,10 +193,13 @@ def upgrade_prediction(d: dict) -> dict:
     device or workload: its configuration's and its topology's; `memory_per_rank_gib` the
     required memory, `memory` with its `total_gib` and `reserved_gib`, both with the runtime
     overhead) is read as this form states it, its process total None; one written before the tokens
-    and dollars gets them (`_with_economics`). Today's are returned as they are."""
+    and dollars gets them (`_with_economics`), one before context parallelism its `cp` (1).
+    Today's are returned as they are."""
     if "label" in d or not isinstance(d.get("strategy"), str):
         if "memory_process_gib" not in d:  # written before the process total was predicted: absent, not zero
             d = d | {"memory_process_gib": None, "memory_process": {}}
+        if isinstance(d.get("strategy"), dict) and "cp" not in d["strategy"]:  # written before context parallelism
+            d = d | {"strategy": d["strategy"] | {"cp": 1}}
         return _with_economics(d)
     cfg, mem = d["config"], dict(d["memory"])
     s = cfg["strategy"]
@@ -264,22 +273,22 @@ RENAMED = {
 
 # the strategy's columns a table written before tensor parallelism lacks, with what they were then
 TP_DEFAULTS = {"strategy_tp": 1, "strategy_sequence_parallel": False, "strategy_async_tp": False}
+# and the column a table written before context parallelism lacks
+CP_DEFAULTS = {"strategy_cp": 1}
 
 
 def _with_tp(df: pd.DataFrame) -> pd.DataFrame:
-    """A table with the tensor-parallel columns (`TP_DEFAULTS` where it was written before them),
-    after the strategy's other columns."""
-    missing = {c: v for c, v in TP_DEFAULTS.items() if c not in df.columns}
+    """A table with the tensor- and context-parallel columns (`TP_DEFAULTS`, `CP_DEFAULTS` where
+    it was written before them), after the strategy's other columns."""
+    missing = {c: v for c, v in (TP_DEFAULTS | CP_DEFAULTS).items() if c not in df.columns}
     if not missing and ("layout" in df.columns or "label" not in df.columns):
         return df
     out = df.copy()
-    at = (
-        list(out.columns).index("strategy_reshard_after_forward") + 1
-        if "strategy_reshard_after_forward" in out
-        else len(out.columns)
-    )
-    for i, (c, v) in enumerate(missing.items()):
-        out.insert(at + i, c, v)
+    prev = "strategy_reshard_after_forward"
+    for c, v in (TP_DEFAULTS | CP_DEFAULTS).items():  # each after the one before it
+        if c in missing:
+            out.insert(list(out.columns).index(prev) + 1 if prev in out else len(out.columns), c, v)
+        prev = c
     if "layout" not in out.columns and "label" in out.columns:
         cells = zip(out["world"], out["strategy_tp"], out["strategy_pp"], out["strategy_degree"], strict=True)
         out.insert(list(out.columns).index("label") + 1, "layout", [layout_of(*map(int, c)) for c in cells])
@@ -334,9 +343,10 @@ def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
     """A record's JSON object in the current form: a file written before the result key (its
     `strategy` the label, `nodes` None without the flag, `memory_per_rank_gib` and
     `memory_by_rank_gib` the allocated peaks, no reserved one) is read as this form states it;
-    anything else is returned as it is."""
+    one written before context parallelism gets its `cp` (1); anything else is returned as it is."""
     if not isinstance(data.get("strategy"), str) or "label" in data:
-        return data
+        s = data.get("strategy")
+        return data | {"strategy": s | {"cp": 1}} if isinstance(s, dict) and "cp" not in s else data
     old = dict(data)
     try:
         label, world, s = old.pop("strategy"), old["world"], old["config"]["strategy"]

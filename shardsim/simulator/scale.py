@@ -30,7 +30,8 @@ def plan_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """About how many ops the plan of one step of `cfg` (normalized by resolve) holds: between
     one and four times as many as it does (tests/unit/test_scale.py), without building it."""
     s = cfg.strategy
-    return PLANNERS[s.kind].ops_estimate(s, cfg.grad_accum, n_layers) + tp_ops_estimate(cfg, n_layers)
+    planned = PLANNERS[s.kind].ops_estimate(s, cfg.grad_accum, n_layers)
+    return planned + tp_ops_estimate(cfg, n_layers) + cp_ops_estimate(cfg, n_layers)
 
 
 def tp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
@@ -45,6 +46,22 @@ def tp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     recompute = per_pass if cfg.checkpointing == "full" else 0
     passes = cfg.grad_accum * (s.microbatches if s.spec.is_pipeline else 1)
     return passes * ((n_layers + 2) * (2 + 2 * per_pass + recompute) + 4)
+
+
+def cp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
+    """The ops context parallelism adds to a step's plan: each block's pass its own op, and each
+    layer's pass its attention rounds and their collectives (`strategies.context_parallel`: cp
+    rounds and a last op a pass; the K/V rotation, one all-gather or cp - 1 ring passes, a pass
+    and again where full checkpointing recomputes the forward; cp gradient passes in backward),
+    in every microbatch."""
+    s = cfg.strategy
+    if s.cp == 1:
+        return 0
+    rotation = 1 if s.cp_rotate == "allgather" else s.cp - 1
+    recompute = rotation if cfg.checkpointing == "full" else 0
+    per_layer = 2 * (s.cp + 1) + 2 * rotation + s.cp + recompute
+    passes = cfg.grad_accum * (s.microbatches if s.spec.is_pipeline else 1)
+    return passes * ((n_layers + 2) * 2 + n_layers * per_layer)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ SETTING_BOUNDS = {
         Bound("degree", MAX_WORLD),
         Bound("pp", MAX_WORLD),
         Bound("tp", MAX_WORLD),
+        Bound("cp", MAX_WORLD),
         Bound("microbatches", MAX_MICROBATCHES),
         Bound("batch_per_device", MAX_BATCH),
         Bound("grad_accum", MAX_GRAD_ACCUM),

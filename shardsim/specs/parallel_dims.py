@@ -156,9 +156,11 @@ class ParallelDims:
 
     @property
     def spelled(self) -> str:
-        """The layout in words: ``tp 2 x pp 1 x dp 4, sharded over 2`` (and ``, cp 2`` ... above 1)."""
-        extra = "".join(f", {d} {self.size(d)}" for d in LABELLED if d != "tp" and self.size(d) > 1)
-        return f"tp {self.tp} x pp {self.pp} x dp {self.dp}, sharded over {self.dp_shard}" + extra
+        """The layout in words: ``tp 2 x pp 1 x dp 4, sharded over 2`` (``sharded over 2 x cp 2``
+        with context parallelism: FSDP's group is dp_shard × cp; and ``, ep 2`` above 1)."""
+        shard = f"{self.dp_shard}" + (f" x cp {self.cp}" if self.cp > 1 else "")
+        extra = "".join(f", {d} {self.size(d)}" for d in LABELLED if d not in ("tp", "cp") and self.size(d) > 1)
+        return f"tp {self.tp} x pp {self.pp} x dp {self.dp}, sharded over {shard}" + extra
 
     def label(self) -> str:
         """The label part of the dimensions a kind does not name itself (`` tp=2``; "" when all are 1)."""

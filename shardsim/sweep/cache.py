@@ -200,6 +200,7 @@ _COUNTS = (
     "strategy_pp",
     "strategy_microbatches",
     "strategy_tp",
+    "strategy_cp",
     "batch_per_device",
     "grad_accum",
     "global_batch",

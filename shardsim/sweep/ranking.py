@@ -74,9 +74,11 @@ def scaling_configs(g: pd.DataFrame, limit: int = SCALING_LINES) -> list[str]:
     multi = [c for c in counts.index if counts[c] > 1]
     first = g.drop_duplicates("label").set_index("label")
     tp = first["strategy_tp"] if "strategy_tp" in first else pd.Series(1, index=first.index)
+    cp = first["strategy_cp"] if "strategy_cp" in first else pd.Series(1, index=first.index)
 
     def plain(c: str) -> bool:
-        return first.loc[c, "strategy_kind"] not in PIPELINES and int(tp[c] or 1) == 1 and ", " not in c
+        single = int(tp[c] or 1) == 1 and int(cp[c] or 1) == 1
+        return first.loc[c, "strategy_kind"] not in PIPELINES and single and ", " not in c
 
     dp = sorted(
         (c for c in multi if plain(c)),

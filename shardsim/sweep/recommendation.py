@@ -79,10 +79,13 @@ def _summary(r: pd.Series | None) -> dict[str, Any] | None:
     )
     out = nest({k: native(r[k]) for k in keys if k in r.index})
     tp, pp, shard = int(r["strategy_tp"]), int(r["strategy_pp"]), int(r["strategy_degree"])
-    dp = int(r["world"]) // (tp * pp)
-    out["degrees"] = {"tp": tp, "pp": pp, "dp": dp, "shard": shard}
+    cp = int(r["strategy_cp"]) if "strategy_cp" in r.index else 1
+    dp = int(r["world"]) // (tp * pp * cp)
+    out["degrees"] = {"tp": tp, "pp": pp, "dp": dp, "shard": shard} | ({"cp": cp} if cp > 1 else {})
     # SageMaker model parallelism's keys for the layout (v2's hybrid_shard_degree: ranks a parameter is sharded over)
     out["sagemaker"] = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp, "hybrid_shard_degree": shard}
+    if cp > 1:  # v2's context_parallel_degree
+        out["sagemaker"]["context_parallel_degree"] = cp
     return out
 
 

@@ -91,7 +91,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
     )
     return {
         **key.columns(),
-        "layout": layout_of(p.world, key.strategy.tp, key.strategy.pp, key.strategy.degree),
+        "layout": layout_of(p.world, key.strategy.tp, key.strategy.pp, key.strategy.degree, key.strategy.cp),
         "precision": c.cfg.precision,
         "batch_per_device": c.cfg.batch_per_device,
         "grad_accum": c.cfg.grad_accum,

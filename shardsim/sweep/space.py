@@ -23,6 +23,7 @@ from shardsim.config import (
     resolve,
 )
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
+from shardsim.config.strategy import CP_DEFAULTS
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal
 from shardsim.simulator.workload.resolve import load_workload
@@ -73,6 +74,8 @@ class SweepSpace:
     sequence_parallel: for the rows with tp > 1; default true (torchtitan's practice: the same
       bytes as all-reduces, a tp-th of the norms' work and activations) where tp divides a
       sample's tokens, false where it does not.
+    cp: context-parallel degrees; default the base's (1): each with every tp, for the kinds
+      context parallelism composes with (`config.cp`: zero, zero2d, pipeline), the base's rotate method.
 
     The batch (`batch_pairs`), None = the base configuration's:
     batch_sizes: micro-batches per device to try; grad_accums: accumulation steps to try (each
@@ -109,6 +112,7 @@ class SweepSpace:
     mlm_fractions: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
+    cp: tuple[int, ...] | None = None
     batch_sizes: tuple[int, ...] | None = None
     grad_accums: tuple[int, ...] | None = None
     max_batch: int | None = None
@@ -268,27 +272,34 @@ def default_tp_degrees(base: RunConfig, cluster: Cluster, arch: Arch | None) -> 
 
 @dataclass(frozen=True)
 class MeshLayout:
-    """The model-parallel dimensions of a sweep's rows (`dims`: tp, in the base's mesh order; pp
-    and the data-parallel sizes are the kinds' to enumerate) and their sequence parallelism."""
+    """The model-parallel dimensions of a sweep's rows (`dims`: tp and cp, in the base's mesh
+    order; pp and the data-parallel sizes are the kinds' to enumerate) and their sequence parallelism."""
 
     dims: ParallelDims
     sequence_parallel: bool = False
 
     @property
     def group(self) -> int:
-        """Ranks that act as one data-parallel rank (a tensor-parallel group)."""
+        """Ranks that act as one data-parallel rank (a tensor- and context-parallel group)."""
         return self.dims.world
 
     def fields(self, s: Strategy) -> dict[str, Any]:
-        """The strategy fields of this layout (asyncTP, the mesh order and tp_across_nodes the base's)."""
+        """The strategy fields of this layout (asyncTP, the mesh order, tp_across_nodes and the
+        rotate method the base's)."""
+        cp = self.dims.cp
+        cps = {"cp": cp, "cp_rotate": s.cp_rotate} if cp > 1 else {"cp": 1, "cp_rotate": CP_DEFAULTS["cp_rotate"]}
         tp = self.dims.tp
         if tp == 1:
-            return {"tp": 1, "sequence_parallel": False, "async_tp": False}
+            return {"tp": 1, "sequence_parallel": False, "async_tp": False} | cps
         sp = self.sequence_parallel
-        return {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp} | {
-            "mesh_order": s.mesh_order,
-            "tp_across_nodes": s.tp_across_nodes,
-        }
+        return (
+            {"tp": tp, "sequence_parallel": sp, "async_tp": s.async_tp and sp}
+            | cps
+            | {
+                "mesh_order": s.mesh_order,
+                "tp_across_nodes": s.tp_across_nodes,
+            }
+        )
 
 
 def mesh_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arch | None) -> list[MeshLayout]:
@@ -303,7 +314,14 @@ def mesh_layouts(base: RunConfig, space: SweepSpace, cluster: Cluster, arch: Arc
         return space.sequence_parallel or (arch is None or arch.tokens % t == 0,)
 
     order = base.strategy.mesh_order
-    return [MeshLayout(ParallelDims(tp=t, mesh_order=order), sp) for t in tps for sp in sps(t)]
+    cps = space.cp or (base.strategy.cp,)
+    return [
+        MeshLayout(ParallelDims(tp=t, cp=c, mesh_order=order), sp)
+        for c in cps
+        for t in tps
+        if cluster.world % (t * c) == 0
+        for sp in sps(t)
+    ]
 
 
 # the training stack's settings a sweep may list: (axis, setting), each a dimension more, innermost
@@ -522,6 +540,8 @@ def _layout_strategies(
         extra = lay.fields(cfg0.strategy)
         for batch, ga in batch_pairs(base, space, cluster.world, lay.group):
             for strat in _strategies_for(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard):
+                if lay.dims.cp > 1 and not (strat.spec.fsdp or strat.spec.is_pipeline):
+                    continue  # context parallelism shards with FSDP2 (`config.cp`)
                 yield strat.replace(**extra), batch, ga
 
 
@@ -530,7 +550,8 @@ def with_batch(cfg: RunConfig, batch: int, space: SweepSpace, world: int) -> Run
     n = space.global_batch
     if n is None:
         return cfg.replace(batch_per_device=batch)
-    return cfg.replace(batch_per_device=batch, grad_accum=n // (world // cfg.strategy.tp * batch))
+    group = cfg.strategy.tp * cfg.strategy.cp  # ranks that share their samples
+    return cfg.replace(batch_per_device=batch, grad_accum=n // (world // group * batch))
 
 
 def search_batch(cfg: RunConfig, space: SweepSpace, cluster: Cluster, w: Workload) -> int:
@@ -540,8 +561,8 @@ def search_batch(cfg: RunConfig, space: SweepSpace, cluster: Cluster, w: Workloa
     batch the strategy takes)."""
     from shardsim.sweep.batch import fits_at, largest_fitting
 
-    tp = cfg.strategy.tp
-    candidates = batch_candidates(space, cluster.world, tp, batch_step(cfg))
+    group = cfg.strategy.tp * cfg.strategy.cp  # ranks that share their samples
+    candidates = batch_candidates(space, cluster.world, group, batch_step(cfg))
     if not candidates:
         raise ConfigError(
             f"no batch per device up to {space.max_batch:,} that the global batch divides into and "

@@ -81,6 +81,7 @@ def test_predict_json_carries_the_key(capsys):
         "tp": 1,
         "sequence_parallel": False,
         "async_tp": False,
+        "cp": 1,
     }
     assert (key["nodes"], key["world"], key["label"]) == (2, 8, "pipeline pp=2 m=4 1f1b")
     mem = pred["memory_allocated_gib"], pred["memory_reserved_gib"], pred["memory_required_gib"]

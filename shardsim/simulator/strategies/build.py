@@ -7,6 +7,7 @@ from shardsim.simulator.checkpointing import Checkpointing, checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.plan import Plan
+from shardsim.simulator.strategies.context_parallel import ContextParallel, context_parallel
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import BlockTimes
@@ -32,6 +33,22 @@ def plan_tensor_parallel(cfg: RunConfig, res: Resolved, w: Workload, ckpt: Check
     return tensor_parallel(w.arch, w.blocks, meshes, s.sequence_parallel, esize, gsize, recomputed, s.async_tp)
 
 
+def plan_context_parallel(
+    cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel, ckpt: Checkpointing
+) -> ContextParallel | None:
+    """The context parallelism of `cfg`'s plan (None without): each layer's ring attention on each
+    stage's context-parallel groups; `w` is one rank's model (a cp-th of each sequence)."""
+    if res.cp == 1:
+        return None
+    assert w.arch is not None, "context parallelism plans the per-rank workload of an Arch"
+    meshes = [stage_mesh(res, s) for s in range(res.pp)]
+    layer = w.layers[0]
+    esize = DTYPE_BYTES[cfg.precision]
+    return context_parallel(
+        w.arch, meshes, res.tp, res.cp, cfg.strategy.cp_rotate, esize, lambda mb: cm.attention_s(layer, mb), ckpt.full
+    )
+
+
 def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
     """The plan of one training step of `cfg`'s strategy; `w` is the model as one rank runs it
     (with tensor parallelism, one tensor-parallel rank's shards: `blocks.from_arch`)."""
@@ -39,6 +56,7 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
     ckpt = checkpointing_of(cfg, w.layers)
     p.tp = plan_tensor_parallel(cfg, res, w, ckpt)
+    p.cp = plan_context_parallel(cfg, res, w, cm, ckpt)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     with paused_gc():
         PLANNERS[cfg.strategy.kind].plan(p, cm, cfg, res, w)

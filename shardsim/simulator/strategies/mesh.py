@@ -6,8 +6,8 @@ follow the mesh order: with tensor parallelism innermost ("pp,dp,tp", the defaul
 tensor-parallel group is `tp` consecutive ranks and a data-parallel group takes one rank of
 each, `tp` apart; with "pp,tp,dp" the data-parallel ranks are consecutive and a tensor-parallel
 group's are `dp` apart. The data-parallel dimensions are dp_replicate (outer) × dp_shard
-(inner): FSDP's shard groups consecutive over the stage's dp ranks, the replica groups across
-them strided.
+(inner), then context parallelism's cp: FSDP's shard groups (dp_shard × cp) consecutive over
+those ranks, the replica groups across them strided.
 """
 
 from __future__ import annotations
@@ -41,19 +41,23 @@ class StageMesh:
         return self.dims.dp
 
     def groups(self, *names: str) -> GroupLayout:
-        """The stage's groups of dimensions `names`: "tp", or data-parallel ones (`DATA`: FSDP's
-        shard groups "dp_shard", the replica groups across them "dp_replicate", DDP over both),
-        for every index of the other dimensions."""
+        """The stage's groups of dimensions `names`: "tp", "cp", or data-parallel ones (`DATA`:
+        FSDP's shard groups "dp_shard", the replica groups across them "dp_replicate", DDP over
+        both), for every index of the other dimensions. A group that takes dp_shard takes cp with
+        it: parameters are sharded and gradients reduced over dp_shard × cp (torchtitan's
+        ``dp_shard_cp``), the context-parallel ranks of a group consecutive within it."""
         d = self.dims
         if names == ("tp",):
             return GroupLayout(self.start, self.count, d.tp, strided=d.stride("tp") > 1)
-        assert names and set(names) <= set(DATA), f"no network groups of {names}"
+        assert names == ("cp",) or set(names) <= set(DATA), f"no network groups of {names}"
         size = 1
         for n in names:
             size *= d.size(n)
-        inner = d.stride("dp_shard")  # ranks beside each data-parallel rank (tp, when innermost)
-        outer = self.count // (d.dp * inner)  # blocks of data-parallel ranks (tp, when outside them)
-        strided = "dp_shard" not in names
+        if "dp_shard" in names:
+            size *= d.cp
+        inner = d.stride("cp")  # ranks beside each data- or context-parallel rank (tp, when innermost)
+        outer = self.count // (d.dp * d.cp * inner)  # blocks of those ranks (tp, when outside them)
+        strided = "dp_shard" not in names and names != ("cp",)
         return GroupLayout(self.start, self.count, size, strided=strided, inner=inner, outer=outer)
 
     def sends(self, backward: bool = False) -> GroupLayout:
