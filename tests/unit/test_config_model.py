@@ -160,7 +160,7 @@ def test_every_setting_has_a_flag_or_is_a_file_key_and_the_sweep_lists_come_from
         "selective_ac_option",
         "reduce_dtype",
         "optimizer_impl",
-        *("precision", "optimizer", "attention", "compile", "mlm_fraction"),  # the training stack
+        *("precision", "optimizer", "attention", "compile", "mlm_fraction", "float8"),  # the training stack
     }
     assert {s.name for s in AXES} == spanned
     sweep = next(a for a in cli_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
@@ -198,7 +198,8 @@ def test_json_round_trip(tmp_path, cfg):
     again = load_config_json(path)
     assert again.to_dict() == d and again.strategy == cfg.strategy
     assert d["checkpointing"] in ("none", "full", "selective")
-    unset = {"gpus_per_node"}  # given only where set (a whole node's configuration reads as before it)
+    # given only where set (a whole node's configuration, a run without Float8, reads as before them)
+    unset = {"gpus_per_node", "float8", "float8_all_gather"}
     assert {s.name for s in SETTINGS} - set(STRATEGY_FIELDS) - {"strategy", *Shape.__dataclass_fields__} - unset <= set(
         d
     )
