@@ -95,9 +95,12 @@ def rank_memory(
     device: DeviceSpec,
     ckpt: Checkpointing,
     words: float = 2.0,
+    held: float | None = None,
 ) -> MemoryBreakdown:
     """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
-    optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2)."""
+    optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2);
+    `held`: the activation elements per sample it holds at most, where its schedule says
+    (a multi-stage pipeline's, `virtual_pipeline.held_activations`)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -112,7 +115,10 @@ def rank_memory(
     optim = stepped * 4 * words  # e.g. Adam's exp_avg, exp_avg_sq (fp32)
     temporaries = stepped * 4 * optimizers.spec(cfg.optimizer).temporaries[cfg.optimizer_impl]
     gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
-    acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
+    if held is None:
+        acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
+    else:
+        acts = held * res.microbatch_size * pb
     gpu = device.kind == "gpu"
     overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB

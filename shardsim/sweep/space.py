@@ -46,6 +46,8 @@ class SweepSpace:
     microbatches: default pp, 2·pp, 4·pp where they divide the per-replica batch; given
       explicitly, every listed count that divides it.
     schedules: pipeline schedules (gpipe, 1f1b).
+    stages_per_rank: a pipeline rank's virtual stages; default 1 for gpipe and 1f1b, 2 for the
+      others; a (schedule, stages per rank, microbatches) PyTorch refuses is left out.
     topologies / nodes: the clusters (product of both); None = the base config's.
     global_batch: strong scaling — batch_per_device = global_batch / (world × grad_accum),
       clusters where it does not divide are skipped. None = each cluster's own, as
@@ -88,6 +90,7 @@ class SweepSpace:
     pp: tuple[int, ...] | None = None
     microbatches: tuple[int, ...] | None = None
     schedules: tuple[str, ...] = SCHEDULES
+    stages_per_rank: tuple[int, ...] | None = None
     topologies: tuple[str | InstanceType, ...] | None = None
     nodes: tuple[int | None, ...] | None = None
     global_batch: int | None = None
