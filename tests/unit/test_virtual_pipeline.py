@@ -194,3 +194,26 @@ def test_the_runtime_refuses_the_simulated_only_schedules() -> None:
             check_runtime_pipeline(load_config(None, opts).strategy)
         assert err.value.field in ("schedule", "layers_per_stage")
     check_runtime_pipeline(load_config(None, {**_opts("1f1b"), "stages_per_rank": 1}).strategy)
+
+
+def test_the_sweep_spans_schedules_and_stages_per_rank() -> None:
+    """Each listed schedule with each listed count PyTorch builds; by default 1 for gpipe and
+    1f1b (the sweep's default schedules: unchanged), 2 for the others."""
+    from shardsim.config import RunConfig
+    from shardsim.sweep.space import SweepSpace, enumerate_configs
+
+    base = RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", nodes=1)
+    w = load_workload(base.workload)
+    axes = {"strategies": ("pipeline",), "pp": (2,), "degrees": (1,), "microbatches": (4,), "tp_degrees": (1,)}
+
+    def labels(**more) -> list[str]:
+        return sorted(c.label for c in enumerate_configs(base, SweepSpace(**axes, **more), w).candidates)
+
+    listed = labels(schedules=("1f1b", "interleaved-1f1b", "zbv"), stages_per_rank=(1, 2))
+    assert listed == [
+        "pipeline pp=2 m=4 1f1b",
+        "pipeline pp=2 m=4 interleaved-1f1b v=2",
+        "pipeline pp=2 m=4 zbv v=2",
+    ]
+    assert labels(schedules=("looped-bfs",)) == ["pipeline pp=2 m=4 looped-bfs v=2"]
+    assert labels() == ["pipeline pp=2 m=4 1f1b", "pipeline pp=2 m=4 gpipe"]
