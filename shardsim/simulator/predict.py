@@ -309,10 +309,10 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     words = state_words(cfg.optimizer, ranks_w)
     held: list[float | None] = [None] * len(classes)
     if cfg.strategy.spec.is_pipeline and res.multi_stage:
-        saved = {
-            s: ckpt.saved_elems([b for part in bs for b in part]) for s, bs in enumerate(stage_blocks(res, ranks_w))
-        }
-        held = [rank_held_activations(res, r, saved) for r in range(res.pp)]
+        parts = [ckpt.saved_parts([b for part in bs for b in part]) for bs in stage_blocks(res, ranks_w)]
+        saved = {s: kept for s, (kept, _) in enumerate(parts)}
+        rebuilt = max(r for _, r in parts)  # one recomputation at a time on a rank
+        held = [rank_held_activations(res, r, saved) + rebuilt for r in range(res.pp)]
     mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, held[s]) for s, (rc, blocks) in enumerate(classes)]
     return max(mems, key=lambda m: m.required_gib)
 

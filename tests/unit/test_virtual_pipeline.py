@@ -217,3 +217,16 @@ def test_the_sweep_spans_schedules_and_stages_per_rank() -> None:
     ]
     assert labels(schedules=("looped-bfs",)) == ["pipeline pp=2 m=4 looped-bfs v=2"]
     assert labels() == ["pipeline pp=2 m=4 1f1b", "pipeline pp=2 m=4 gpipe"]
+
+
+def test_looped_bfs_of_one_stage_a_rank_holds_what_gpipe_holds() -> None:
+    """looped-bfs with stages_per_rank 1 runs every forward before any backward, as GPipe: the
+    same activations at the peak (without checkpointing; with it the multi-stage count holds
+    one recomputation's buffer a rank)."""
+    opts = _opts("gpipe", topology="p4d.24xlarge", nodes=1, pp=4, microbatches=8, stages_per_rank=1)
+    opts |= {"workload": "gpt2-xl", "batch_per_device": 2, "checkpointing": "none"}
+    gpipe = prepare(load_config(None, opts)).memory
+    looped = prepare(load_config(None, {**opts, "schedule": "looped-bfs"})).memory
+    assert looped.activations_gib == pytest.approx(gpipe.activations_gib, rel=1e-12) and gpipe.activations_gib > 0
+    full = {**opts, "schedule": "looped-bfs", "checkpointing": "full"}
+    assert prepare(load_config(None, full)).memory.activations_gib < looped.activations_gib
