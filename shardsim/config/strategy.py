@@ -79,7 +79,7 @@ StagesPerRank = Annotated[
     Setting(
         "pipeline stages each rank holds (virtual stages: 2+ for interleaved-1f1b and interleaved-zb, 2 for zbv)",
         axis="stages_per_rank",
-        axis_help="stages per rank (default 1; 2 for zbv)",
+        axis_help="stages per rank (default 1 for gpipe and 1f1b, 2 for the others)",
     ),
 ]
 LayersPerStage = Annotated[

@@ -29,7 +29,7 @@ MULTI = ["interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv"]
 PASS = re.compile(r"^(F|B)(?: [a-z]\w*)? s(\d+) m(\d+)(?: (I|W))?")  # "F s0 m1", "B layer3 s2 m0 I"
 
 
-def _opts(schedule: str, **more) -> dict:
+def _opts(schedule: str = "zbv", **more) -> dict:
     return {
         "workload": "tiny-gpt",
         "topology": "emu-2x2",
@@ -186,14 +186,27 @@ def test_what_pytorch_refuses_is_one_line_and_exit_2(capsys, flags: list[str], f
     assert len(err.splitlines()) == 1 and f"'{field}'" in err and words in err, err
 
 
-def test_the_runtime_refuses_the_simulated_only_schedules() -> None:
+def test_the_runtime_refuses_what_it_does_not_run() -> None:
+    """auto (the simulator's stage times settle it), a multi-stage schedule with tp or tied
+    embeddings, a zero-bubble one with replicated stages; it runs the rest."""
     from shardsim.runtime.schedule_checks import check_runtime_pipeline
 
-    for opts in (_opts("zbv"), {**_opts("1f1b"), "stages_per_rank": 1, "layers_per_stage": "1,3"}):
+    def strategy(**more):
+        return load_config(None, _opts(**more)).strategy
+
+    refused = [
+        ((strategy(schedule="1f1b", stages_per_rank=1, layers_per_stage="auto"),), "layers_per_stage"),
+        ((strategy(schedule="interleaved-1f1b", tp=2),), "tp"),
+        ((strategy(schedule="looped-bfs"), True), "schedule"),
+        ((strategy(schedule="zbv"), False, True), "schedule"),
+    ]
+    for args, field in refused:
         with pytest.raises(ConfigError) as err:
-            check_runtime_pipeline(load_config(None, opts).strategy)
-        assert err.value.field in ("schedule", "layers_per_stage")
-    check_runtime_pipeline(load_config(None, {**_opts("1f1b"), "stages_per_rank": 1}).strategy)
+            check_runtime_pipeline(*args)
+        assert err.value.field == field
+    check_runtime_pipeline(strategy(schedule="zbv"), False, False)
+    check_runtime_pipeline(strategy(schedule="interleaved-1f1b"), False, True)
+    check_runtime_pipeline(strategy(schedule="1f1b", stages_per_rank=1, layers_per_stage="1,3"), True, True)
 
 
 def test_the_sweep_spans_schedules_and_stages_per_rank() -> None:
@@ -217,6 +230,15 @@ def test_the_sweep_spans_schedules_and_stages_per_rank() -> None:
     ]
     assert labels(schedules=("looped-bfs",)) == ["pipeline pp=2 m=4 looped-bfs v=2"]
     assert labels() == ["pipeline pp=2 m=4 1f1b", "pipeline pp=2 m=4 gpipe"]
+    # a base pipeline's auto splits every row so; a list of counts is refused in a sweep
+    from shardsim.config import Strategy
+
+    auto = base.replace(strategy=Strategy("pipeline", pp=2, microbatches=4, layers_per_stage="auto"))
+    rows = enumerate_configs(auto, SweepSpace(**axes), w).candidates
+    assert rows and all(c.cfg.strategy.layers_per_stage == "auto" for c in rows)
+    listed_split = base.replace(strategy=Strategy("pipeline", pp=2, microbatches=4, layers_per_stage="1,3"))
+    with pytest.raises(ConfigError, match="fits one stage count"):
+        enumerate_configs(listed_split, SweepSpace(**axes), w)
 
 
 def test_looped_bfs_of_one_stage_a_rank_holds_what_gpipe_holds() -> None:
