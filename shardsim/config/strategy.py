@@ -30,7 +30,7 @@ from shardsim.specs.strategies import (
 )
 from shardsim.specs.strategies import STRATEGIES as KINDS
 
-Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv"]
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")  # a sweep's default: the one-stage-a-rank schedules
 assert get_args(Schedule) == schedules.ALL, "the schedule choices and specs.schedules disagree"
 
@@ -68,7 +68,7 @@ ScheduleField = Annotated[
     Schedule,
     Setting(
         "pipeline schedule (PyTorch's: gpipe, 1f1b; with virtual stages interleaved-1f1b, looped-bfs, "
-        "interleaved-zb, zbv)",
+        "interleaved-zb, zbv, dualpipev)",
         axis="schedules",
         axis_help="pipeline schedules (default gpipe,1f1b)",
     ),
@@ -77,7 +77,8 @@ StagesPerRank = Annotated[
     int,
     bounded("stages_per_rank"),
     Setting(
-        "pipeline stages each rank holds (virtual stages: 2+ for interleaved-1f1b and interleaved-zb, 2 for zbv)",
+        "pipeline stages each rank holds (virtual stages: 2+ for interleaved-1f1b and interleaved-zb, "
+        "2 for zbv and dualpipev)",
         axis="stages_per_rank",
         axis_help="stages per rank (default 1 for gpipe and 1f1b, 2 for the others)",
     ),

@@ -16,7 +16,10 @@ The orders follow the rules PyTorch's schedule classes (torch 2.13, `schedules.p
   j - r (rank r holds r weight passes back), the rest at the end;
 - zbv (ScheduleZBVZeroBubble): two stages a rank in a V (rank r holds r and 2 pp - 1 - r), the
   ZB-V warm-up, steady and cool-down phases over max(2 pp - 1, M) microbatches, those beyond M
-  left out.
+  left out;
+- dualpipev (ScheduleDualPipeV, DeepSeek's DualPipe in a V): the same placement, its eight
+  phases; its overlapped forward-backward pairs (OVERLAP_F_B) run their forward, then their
+  full backward (what `_PipelineScheduleRuntime` does without a custom overlap function).
 Virtual stages: stage s of a looped schedule sits on rank s mod pp; of a V-shaped one on rank
 s for s < pp, else 2 pp - 1 - s.
 """
@@ -29,8 +32,8 @@ from typing import NamedTuple
 
 SINGLE = ("gpipe", "1f1b")  # PipelineScheduleSingle: one stage a rank
 LOOPED = ("interleaved-1f1b", "looped-bfs", "interleaved-zb")
-V_SHAPED = ("zbv",)
-ZERO_BUBBLE = ("interleaved-zb", "zbv")  # backward split into I and W
+V_SHAPED = ("zbv", "dualpipev")
+ZERO_BUBBLE = ("interleaved-zb", "zbv", "dualpipev")  # backward split into I and W (dualpipev: some)
 ALL = (*SINGLE, *LOOPED, *V_SHAPED)
 
 
@@ -65,7 +68,10 @@ def schedule_refusal(schedule: str, pp: int, microbatches: int, v: int) -> tuple
     if schedule in SINGLE and v != 1:
         return "stages_per_rank", f"{schedule} runs one stage a rank (stages_per_rank 1), got {v}"
     if schedule in V_SHAPED and v != 2:
-        return "stages_per_rank", f"{schedule} needs exactly 2 stages a rank (ScheduleZBVZeroBubble), got {v}"
+        return "stages_per_rank", f"{schedule} needs exactly 2 stages a rank, got {v}"
+    if schedule == "dualpipev" and microbatches < 2 * pp:
+        why = f"dualpipev needs at least as many microbatches as stages (2 x pp = {2 * pp}), got {microbatches}"
+        return "microbatches", why
     if schedule in ("interleaved-1f1b", "interleaved-zb"):
         if v < 2:
             why = f"{schedule} interleaves virtual stages: stages_per_rank 2 or more (with 1 it is 1f1b)"
@@ -95,6 +101,8 @@ def rank_order(schedule: str, pp: int, microbatches: int, v: int, rank: int) -> 
         return _interleaved(pp, m, v, rank, zero_bubble=schedule == "interleaved-zb")
     if schedule == "zbv":
         return _zbv(pp, m, rank)
+    if schedule == "dualpipev":
+        return _dualpipev(pp, m, rank)
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
@@ -160,3 +168,57 @@ def _zbv(pp: int, m: int, rank: int) -> list[Action]:
         while c.next[(s, "W")] < c.next[(s, "I")]:
             order.append(c.take(s, "W"))
     return [a for a in order if a.microbatch < m]
+
+
+def _dualpipev(pp: int, m: int, rank: int) -> list[Action]:
+    s0, s1 = rank, 2 * pp - 1 - rank
+    c = _Counter()
+    order: list[Action] = []
+    weights: list[tuple[int, int]] = []  # (stage, microbatch) of the I passes whose W is pending
+
+    def pass_(stage: int, kind: str) -> None:
+        """F, B or I of the stage's next microbatch (B and I share a count; I queues its W)."""
+        a = c.take(stage, "F" if kind == "F" else "I")
+        order.append(Action(stage, kind, a.microbatch))
+        if kind == "I":
+            weights.append((stage, a.microbatch))
+
+    def weight() -> None:
+        """The W of the oldest pending I, if any."""
+        if weights:
+            stage, mb = weights.pop(0)
+            order.append(Action(stage, "W", mb))
+
+    hops = pp - rank - 1
+    for _ in range(2 * hops):
+        pass_(s0, "F")
+    for _ in range(rank + 1):
+        pass_(s0, "F")
+        pass_(s1, "F")
+    for _ in range(hops):
+        pass_(s1, "I")
+        weight()
+        pass_(s1, "F")
+    for _ in range(m - 2 * pp + rank + 1):
+        pass_(s0, "F")  # with the next: an overlapped pair (or, first on the last rank, two passes)
+        pass_(s1, "B")
+        pass_(s1, "F")
+        pass_(s0, "B")
+    for _ in range(hops):
+        pass_(s1, "B")
+        pass_(s1, "F")
+        pass_(s0, "B")
+    zb = False
+    for i in range(rank + 1):  # the second half's backwards split (from the middle on)
+        if i == (rank + 1) // 2 and rank % 2 == 1:
+            zb = True
+        pass_(s1, "I" if zb else "B")
+        if i == (rank + 1) // 2 and rank % 2 == 0:
+            zb = True
+        pass_(s0, "I" if zb else "B")
+    for _ in range(hops):
+        weight()
+        pass_(s0, "I" if zb else "B")
+    for _ in range(rank + 1):
+        weight()
+    return order

@@ -25,7 +25,7 @@ from shardsim.specs.hardware.topology import make_cluster
 from shardsim.specs.schedules import Action, rank_order, rank_stages
 from shardsim.specs.stage_split import balanced_split
 
-MULTI = ["interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv"]
+MULTI = ["interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
 PASS = re.compile(r"^(F|B)(?: [a-z]\w*)? s(\d+) m(\d+)(?: (I|W))?")  # "F s0 m1", "B layer3 s2 m0 I"
 
 

@@ -1,5 +1,5 @@
 """Pipelines under PyTorch's multi-stage schedules (`PipelineScheduleMulti`: interleaved-1f1b,
-looped-bfs, interleaved-zb, zbv): each rank builds a `PipelineStage` for each of the stages it
+looped-bfs, interleaved-zb, zbv, dualpipev): each rank builds a `PipelineStage` for each of the stages it
 holds (`specs.schedules.rank_stages`, as PyTorch places them), its layers split as the
 simulator splits them (`Resolved.stage_counts`), each stage plain, under DDP over its replicas,
 or sharded by FSDP2, and PyTorch's schedule class drives them. The module the optimizer steps
@@ -34,6 +34,7 @@ def schedule_class(name: str):
         "looped-bfs": s.ScheduleLoopedBFS,
         "interleaved-zb": s.ScheduleInterleavedZeroBubble,
         "zbv": s.ScheduleZBVZeroBubble,
+        "dualpipev": s.ScheduleDualPipeV,
     }[name]
 
 

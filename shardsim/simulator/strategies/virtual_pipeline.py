@@ -1,5 +1,5 @@
 """Pipelines under PyTorch's multi-stage schedules (PipelineScheduleMulti: interleaved-1f1b,
-looped-bfs, interleaved-zb, zbv): each rank holds `stages_per_rank` stages and runs its passes
+looped-bfs, interleaved-zb, zbv, dualpipev): each rank holds `stages_per_rank` stages and runs its passes
 in `specs.schedules.rank_order`, as `_PipelineScheduleRuntime` does:
 - a stage's output goes to the rank of the next stage; where that is the same rank (zbv's
   turn, stage pp - 1 to stage pp) the hand-off is local: no send;
