@@ -167,14 +167,14 @@ class Zero2dFace:
         return f"{ZERO2D.name} d={degree}"
 
 
-def schedule_axes(space: SweepSpace, pp: int, m: int, n_layers: int) -> list[tuple[str, int]]:
+def schedule_axes(space: SweepSpace, pp: int, m: int) -> list[tuple[str, int]]:
     """(schedule, stages per rank) of a pipeline of `pp` stages and `m` microbatches: each listed
     schedule with each listed count (default: 1 for one stage a rank, 2 for virtual stages),
-    those PyTorch refuses (`schedule_refusal`) and those of more stages than layers left out."""
+    those PyTorch refuses (`schedule_refusal`) left out (more stages than layers: resolve's)."""
     out = []
     for sched in space.schedules:
         for v in space.stages_per_rank or ((1,) if sched in SINGLE else (2,)):
-            if pp * v <= n_layers and schedule_refusal(sched, pp, m, v) is None:
+            if schedule_refusal(sched, pp, m, v) is None:
                 out.append((sched, v))
     return out
 
@@ -190,7 +190,7 @@ class PipelineFace:
         for pp, ds, ms in pipeline_axes(world, n_layers, batch_per_device, space):
             for d in ds:
                 for m in ms:
-                    for sched, v in schedule_axes(space, pp, m, n_layers):
+                    for sched, v in schedule_axes(space, pp, m):
                         yield Strategy(
                             PIPELINE.name, degree=d, pp=pp, microbatches=m, schedule=sched, stages_per_rank=v
                         )
@@ -199,7 +199,7 @@ class PipelineFace:
         self, world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...]
     ) -> int:
         axes = pipeline_axes(world, n_layers, batch_per_device, space)
-        return sum(len(ds) * sum(len(schedule_axes(space, pp, m, n_layers)) for m in ms) for pp, ds, ms in axes)
+        return sum(len(ds) * sum(len(schedule_axes(space, pp, m)) for m in ms) for pp, ds, ms in axes)
 
     def plot_label(self, degree: int, pp: int, microbatches: int, schedule: str) -> str:
         shard = f" d={degree}" if degree > 1 else ""

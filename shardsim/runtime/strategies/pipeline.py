@@ -212,10 +212,6 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     a step of `grad_accum` schedule steps, each over `microbatches` microbatches; the replicas
     sync their gradients only in the last (`AccumulatingStage.replica_sync`)."""
     cfg, res, layout, device = ctx.cfg, ctx.res, ctx.layout, ctx.device
-    if res.multi_stage:
-        from shardsim.runtime.strategies.virtual_pipeline import multi_stage_pipeline
-
-        return multi_stage_pipeline(model, ctx)
     amp, scaler = ctx.precision.autocast, ctx.precision.scaler
     pp, M, K = res.pp, res.microbatches, cfg.grad_accum
     R = res.world // pp

@@ -18,6 +18,7 @@ from shardsim.runtime.strategies.pipeline import (
     _stage_class,
     block_names,
     microbatch_loss,
+    pipeline,
     stage_batches,
 )
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
@@ -36,6 +37,11 @@ def schedule_class(name: str):
         "zbv": s.ScheduleZBVZeroBubble,
         "dualpipev": s.ScheduleDualPipeV,
     }[name]
+
+
+def any_schedule_pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
+    """Strategy pipeline under its schedule: one stage a rank (`pipeline.pipeline`) or several."""
+    return multi_stage_pipeline(model, ctx) if ctx.res.multi_stage else pipeline(model, ctx)
 
 
 def multi_stage_pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:

@@ -28,7 +28,7 @@ from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends, stage_m
 from shardsim.simulator.strategies.steps import Piece, optimizer_step, rank_classes, stage_blocks, tied_copy
 from shardsim.specs.model.workload import Block, Workload
 from shardsim.specs.parallel_dims import DATA
-from shardsim.specs.schedules import rank_stages, stage_rank
+from shardsim.specs.schedules import stage_rank
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv (gloo's TCP
 # transport is a rendezvous), so a GPipe stage that runs ahead does not receive ahead: a stage
@@ -245,29 +245,22 @@ def _send(
 
 
 def pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
-    """Strategy pipeline: one rank class per pipeline rank, `cfg.grad_accum` schedule steps (a
-    multi-stage schedule's by `VirtualPipeline`), then each rank's optimizer step."""
-    from shardsim.simulator.strategies.virtual_pipeline import VirtualPipeline
-
+    """Strategy pipeline, one stage a rank: one rank class per stage, `cfg.grad_accum` schedule
+    steps, then each stage's optimizer step (`run_steps`)."""
     pieces = stage_pieces(res, w)
     p.classes += [rc for rc, _ in rank_classes(res, w, pipeline=True)]
     P = res.pp
-    pipe: _Pipeline | VirtualPipeline
-    if res.multi_stage:
-        pipe = VirtualPipeline(p, cm, cfg, res, pieces, w.tokens_per_sample, [None] * P, [[] for _ in range(P)])
-        held = [[pieces[s] for s in rank_stages(res.schedule, P, res.stages_per_rank, r)] for r in range(P)]
-        owned = [
-            Piece(*(sum((getattr(pc, f) for pc in h), []) for f in ("embed", "layers", "head")), h[0].shard, None)
-            for h in held
-        ]
-    else:
-        pipe = _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)])
-        owned = pieces
+    run_steps(p, cm, cfg, res, w, _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)]), pieces)
+
+
+def run_steps(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload, pipe: Any, owned: list) -> None:
+    """`cfg.grad_accum` schedule steps of `pipe` (its `step(k)`, `prev` and `syncs` per rank),
+    the tied embedding's all-reduce, then each rank's optimizer step over `owned[rank]`, its piece."""
     for k in range(cfg.grad_accum):
         pipe.step(k)
     tied = tied_embedding_all_reduce(p, res, w, pipe)
-    last = stage_rank(res.schedule, P, res.stages - 1)
-    for r in range(P):
+    last = stage_rank(res.schedule, res.pp, res.stages - 1)
+    for r in range(res.pp):
         ends = tied if r in (0, last) else []
         optimizer_step(p, r, cm, owned[r], w.params, [pipe.prev[r], *pipe.syncs[r], *ends])
 

@@ -15,6 +15,7 @@ from shardsim.simulator.strategies.ddp import ddp_plan
 from shardsim.simulator.strategies.fsdp import zero_plan
 from shardsim.simulator.strategies.held import autocast_copies, fsdp_gathered, pipelined_unsharded
 from shardsim.simulator.strategies.pipeline import pipeline_plan
+from shardsim.simulator.strategies.virtual_pipeline import virtual_pipeline_plan
 from shardsim.simulator.strategies.zero1 import largest_partition, zero1_plan
 from shardsim.specs.model.workload import Block, Workload
 from shardsim.specs.schedules import ZERO_BUBBLE
@@ -128,7 +129,7 @@ class PipelinePlanner:
     """pipeline: each stage's schedule of microbatches, its stages plain, DDP or FSDP2."""
 
     def plan(self, p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
-        pipeline_plan(p, cm, cfg, res, w)
+        (virtual_pipeline_plan if res.multi_stage else pipeline_plan)(p, cm, cfg, res, w)
 
     def unsharded_bytes(self, cfg: RunConfig, res: Resolved, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
         if res.shard > 1:

@@ -34,10 +34,28 @@ from shardsim.simulator.strategies.pipeline import (
     activation_send,
     gradient_send,
     isend_op,
+    run_steps,
+    stage_pieces,
 )
-from shardsim.simulator.strategies.steps import Piece
-from shardsim.specs.model.workload import Block
-from shardsim.specs.schedules import Action, rank_order, stage_rank
+from shardsim.simulator.strategies.steps import Piece, rank_classes
+from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.schedules import Action, rank_order, rank_stages, stage_rank
+
+
+def virtual_pipeline_plan(p: Plan, cm: Any, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+    """Strategy pipeline under a multi-stage schedule: one rank class per pipeline rank (its
+    stages' blocks), `cfg.grad_accum` schedule steps, then each rank's optimizer step over all
+    its stages' parameters."""
+    pieces = stage_pieces(res, w)
+    p.classes += [rc for rc, _ in rank_classes(res, w, pipeline=True)]
+    P = res.pp
+    pipe = VirtualPipeline(p, cm, cfg, res, pieces, w.tokens_per_sample, [None] * P, [[] for _ in range(P)])
+    held = [[pieces[s] for s in rank_stages(res.schedule, P, res.stages_per_rank, r)] for r in range(P)]
+    owned = [
+        Piece(*(sum((getattr(pc, f) for pc in h), []) for f in ("embed", "layers", "head")), h[0].shard, None)
+        for h in held
+    ]
+    run_steps(p, cm, cfg, res, w, pipe, owned)
 
 
 def weight_grad_share(b: Block, tokens: int) -> float:
