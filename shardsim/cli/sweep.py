@@ -64,6 +64,7 @@ def _build(ns: argparse.Namespace):
         pp=ns.pp,
         microbatches=ns.microbatches,
         schedules=ns.schedule or SCHEDULES,
+        stages_per_rank=ns.stages_per_rank,
         topologies=ns.topology,
         nodes=ns.nodes,
         global_batch=ns.global_batch,

@@ -10,6 +10,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.specs.bounds import world_refusal
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.stage_split import AUTO, split_counts, split_refusal
 from shardsim.specs.strategies import STRATEGIES as KINDS
 
 # A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first
@@ -120,5 +121,16 @@ def resolve(
     dims = ParallelDims(
         pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard, cp=cp, tp=tp, mesh_order=s.mesh_order
     )
-    res = Resolved(dims, m, mbs, cfg.batch_per_device * dp_world * cfg.grad_accum)
+    v = strategy.stages_per_rank
+    if spec.is_pipeline and pp * v > n_layers:
+        why = f"pp {pp} x stages_per_rank {v} stages exceed the model's {n_layers} layers (a stage holds one at least)"
+        raise ConfigError(why, where=where, field="stages_per_rank")
+    counts = None
+    split = strategy.layers_per_stage
+    if spec.is_pipeline and split and split != AUTO:
+        refused = split_refusal(split, pp * v, n_layers)
+        if refused:
+            raise ConfigError(refused, where=where, field="layers_per_stage")
+        counts = tuple(split_counts(split))
+    res = Resolved(dims, m, mbs, cfg.batch_per_device * dp_world * cfg.grad_accum, strategy.schedule, v, counts)
     return cfg.replace(strategy=strategy), res

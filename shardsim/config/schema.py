@@ -44,6 +44,8 @@ from shardsim.core.errors import ConfigError
 from shardsim.specs.bounds import SETTING_BOUNDS
 from shardsim.specs.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
 from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.schedules import SINGLE
+from shardsim.specs.stage_split import even_split
 from shardsim.specs.strategies import ALIASES
 from shardsim.specs.strategies import STRATEGIES as KINDS
 
@@ -427,6 +429,23 @@ class Resolved:
     microbatches: int
     microbatch_size: int  # samples per microbatch on one pipeline replica / one data-parallel rank
     global_batch: int  # samples per optimizer step, all ranks, all accumulation steps
+    schedule: str = "1f1b"  # a pipeline's (`specs.schedules`)
+    stages_per_rank: int = 1  # a pipeline's virtual stages per rank
+    layer_counts: tuple[int, ...] | None = None  # layers of each of the pp x stages_per_rank stages; None: even
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages in all: pp x stages_per_rank."""
+        return self.pp * self.stages_per_rank
+
+    @property
+    def multi_stage(self) -> bool:
+        """Whether the schedule is one of PyTorch's PipelineScheduleMulti (its own per-rank order)."""
+        return self.schedule not in SINGLE
+
+    def stage_counts(self, n_layers: int) -> list[int]:
+        """Layers of each pipeline stage (the given split, else as even as possible)."""
+        return list(self.layer_counts) if self.layer_counts else even_split(n_layers, self.stages)
 
     world = _from_dims("world", "Ranks in all.")
     dp_shard = _from_dims("dp_shard", "Data-parallel ranks a parameter is sharded over (the batch split among them).")

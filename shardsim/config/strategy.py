@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args
 
-from pydantic import Field, TypeAdapter, model_serializer
+from pydantic import BeforeValidator, Field, TypeAdapter, model_serializer
 from pydantic import ValidationError as _ValidationError
 
 from shardsim.config.cp import check_cp_kind
@@ -16,7 +16,9 @@ from shardsim.config.errors import config_error
 from shardsim.config.frozen import Frozen
 from shardsim.config.setting import Setting, bounded
 from shardsim.core.errors import ConfigError
+from shardsim.specs import schedules
 from shardsim.specs.parallel_dims import ORDERS, ParallelDims
+from shardsim.specs.stage_split import layers_per_stage_text
 from shardsim.specs.strategies import (
     DDP,
     DEFAULT_KIND,
@@ -29,8 +31,9 @@ from shardsim.specs.strategies import (
 )
 from shardsim.specs.strategies import STRATEGIES as KINDS
 
-Schedule = Literal["gpipe", "1f1b"]
-SCHEDULES: tuple[str, ...] = get_args(Schedule)
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b")  # a sweep's default: the one-stage-a-rank schedules
+assert get_args(Schedule) == schedules.ALL, "the schedule choices and specs.schedules disagree"
 
 DEGREE_HELP = Setting(
     "sharded data parallel degree (partition group size)",
@@ -64,7 +67,31 @@ Microbatches = Annotated[
 ]
 ScheduleField = Annotated[
     Schedule,
-    Setting("pipeline schedule", axis="schedules", axis_help="pipeline schedules (default gpipe,1f1b)"),
+    Setting(
+        "pipeline schedule (PyTorch's: gpipe, 1f1b; with virtual stages interleaved-1f1b, looped-bfs, "
+        "interleaved-zb, zbv, dualpipev)",
+        axis="schedules",
+        axis_help="pipeline schedules (default gpipe,1f1b)",
+    ),
+]
+StagesPerRank = Annotated[
+    int,
+    bounded("stages_per_rank"),
+    Setting(
+        "pipeline stages each rank holds (virtual stages: 2+ for interleaved-1f1b and interleaved-zb, "
+        "2 for zbv and dualpipev)",
+        axis="stages_per_rank",
+        axis_help="stages per rank (default 1 for gpipe and 1f1b, 2 for the others)",
+    ),
+]
+LayersPerStage = Annotated[
+    str,
+    BeforeValidator(layers_per_stage_text),
+    Setting(
+        "layers of each pipeline stage, first to last (3,4,4,3: pp x stages_per_rank of them, summing to the "
+        "model's layers), or auto: balanced by predicted stage time with the embedding and the head "
+        "(default: as even as possible)"
+    ),
 ]
 TpDegree = Annotated[
     int,
@@ -193,6 +220,8 @@ class _OneStage(StrategyBase):
     pp = property(lambda self: 1)
     microbatches = property(lambda self: 1)
     schedule = property(lambda self: "1f1b")
+    stages_per_rank = property(lambda self: 1)
+    layers_per_stage = property(lambda self: None)
 
 
 class DdpConfig(_OneStage):
@@ -230,6 +259,8 @@ class PipelineConfig(StrategyBase):
     microbatches: Microbatches = 1
     schedule: ScheduleField = "1f1b"
     degree: Degree | None = None
+    stages_per_rank: StagesPerRank = 1
+    layers_per_stage: LayersPerStage | None = None
 
     reshard_after_forward = property(lambda self: True)
 
@@ -254,7 +285,17 @@ MODELS: dict[str, type[StrategyBase]] = {
 assert set(MODELS) == set(KINDS), "a strategy kind without its configuration model, or the reverse"
 _STRATEGY = TypeAdapter(StrategyConfig)
 # the strategy's fields besides the kind, in the order flags list them
-STRATEGY_FIELDS = ("degree", "pp", "microbatches", "schedule", "reshard_after_forward", *TP_FIELDS, *CP_FIELDS)
+STRATEGY_FIELDS = (
+    "degree",
+    "pp",
+    "microbatches",
+    "schedule",
+    "stages_per_rank",
+    "layers_per_stage",
+    "reshard_after_forward",
+    *TP_FIELDS,
+    *CP_FIELDS,
+)
 assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fields if f != "kind"}
 
 
@@ -268,6 +309,8 @@ class _FlatStrategy:
     pp: Any = 1
     microbatches: Any = 1
     schedule: Any = "1f1b"
+    stages_per_rank: Any = 1
+    layers_per_stage: Any = None
     reshard_after_forward: Any = True
     tp: Any = 1
     sequence_parallel: Any = False
@@ -287,7 +330,12 @@ def check_flat(s: _FlatStrategy, where: str | None) -> None:
     if not spec.is_pipeline:
         if s.pp != 1:
             raise ConfigError(f"pp={s.pp} needs strategy pipeline, got {s.kind}", where=where, field="pp")
-        for name, neutral in (("microbatches", 1), ("schedule", "1f1b")):
+        for name, neutral in (
+            ("microbatches", 1),
+            ("schedule", "1f1b"),
+            ("stages_per_rank", 1),
+            ("layers_per_stage", None),
+        ):
             if getattr(s, name) != neutral:
                 why = f"{name} {getattr(s, name)!r} applies to a pipeline, not {s.kind}"
                 raise ConfigError(why, where=where, field=name)

@@ -257,7 +257,7 @@ def trace_step(
     from shardsim.runtime.strategies.pipeline import split_stage
     from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
     from shardsim.specs.model.load import resolve_arch
-    from shardsim.specs.model.workload import stage_ranges
+    from shardsim.specs.stage_split import ranges
 
     _, arch = resolve_arch(cfg.workload, cfg.shape)
     n_layers = arch.layers if arch is not None else workloads.n_blocks(cfg.workload, cfg.shape)
@@ -274,8 +274,9 @@ def trace_step(
             sample = model.sample_batch
             spec = cfg.strategy.spec
             if spec.is_pipeline:
-                first = stage_ranges(n_layers, res.pp)[layout.stage][0]
-                stage = split_stage(model, layout.stage, res.pp)
+                spans = ranges(res.stage_counts(n_layers))
+                first = spans[layout.stage][0]
+                stage = split_stage(model, layout.stage, res.pp, spans)
                 module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
                 if res.shard == 1 and res.tp > 1:
                     localize_tp(module)  # as the runtime: local shards (DDP's own all-reduce unseen)

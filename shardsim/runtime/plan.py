@@ -104,6 +104,9 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     per_node = cluster.devices_per_node if emulate else n  # without emulation every rank runs on this machine
     resolved, res = resolve(cfg, n, blocks, tied_embeddings=tied, arch=arch, devices_per_node=per_node)
     check_runtime_tp(arch, res.tp, resolved.strategy.async_tp)
+    from shardsim.runtime.schedule_checks import check_runtime_pipeline
+
+    check_runtime_pipeline(resolved.strategy, tied, res.dp > 1)
     from shardsim.runtime.stack import check_runtime_stack
     from shardsim.simulator.strategies.planners import PLANNERS
     from shardsim.specs.model.blocks import check_mlm

@@ -196,6 +196,8 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
         pc = ddp_piece(res, w)  # the last micro-step syncs its buckets; the optimizer waits for them
         last = _synced_backward_s(cost, pc, wire, per_grad) if pc.replica is not None else bwd
         return (K - 1) * (fwd + bwd) + fwd + last + optimizer
+    if res.multi_stage:
+        return _multi_stage_s(s, bt, classes, tp, wire, K)
     M, ebytes = res.microbatches, DTYPE_BYTES[cfg.precision]
     gbytes, kind = DTYPE_BYTES[cfg.grad_dtype], cfg.strategy.schedule
     pieces = stage_pieces(res, w)
@@ -231,6 +233,19 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     ends = _schedule_s(kind, M, stages, last=True)
     own = max(end + st.tail for end, st in zip(ends, stages, strict=True))
     return (K - 1) * step + max(ends[0] + stages[0].tail + optimizer, own)
+
+
+def _multi_stage_s(s: Prepared, bt: BlockTimes, classes: list, tp: TensorParallel | None, wire: _Wire, K: int) -> float:
+    """A multi-stage schedule's bound (`virtual_pipeline`): the busiest rank's passes, every
+    microbatch's forward and backward of each block it holds one after another, then its
+    optimizer step (what waits on other ranks, the sends and the gradient syncs, left out)."""
+    res, mb = s.res, s.res.microbatch_size
+    out = 0.0
+    for r, (rc, blocks) in enumerate(classes):
+        cost = _costs(bt, blocks, mb, tp, wire, r)
+        work = res.microbatches * sum(sum(cost[id(b)]) for b in blocks)
+        out = max(out, K * work + s.compute.optimizer(rc.local_params, sum(b.param_tensors for b in blocks)))
+    return out
 
 
 @dataclass

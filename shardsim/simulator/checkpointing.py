@@ -38,6 +38,11 @@ class Checkpointing:
         keeps its input, an op-level one its input and its matmul outputs, the others all they
         save; plus, while one layer is recomputed, what that recomputation rebuilds (the
         largest such layer)."""
+        kept, rebuilt = self.saved_parts(blocks)
+        return kept + rebuilt
+
+    def saved_parts(self, blocks: list[Block]) -> tuple[float, float]:
+        """`saved_elems` as (what the blocks keep per sample, what one recomputation rebuilds)."""
         kept = 0.0
         rebuilt = 0.0
         for b in blocks:
@@ -49,7 +54,7 @@ class Checkpointing:
                 rebuilt = max(rebuilt, b.act_elems - min(b.act_matmul_elems, b.act_elems))
             else:
                 kept += b.act_elems
-        return kept + rebuilt
+        return kept, rebuilt
 
 
 def checkpointing_of(cfg: RunConfig, layers: list[Block] | tuple[Block, ...]) -> Checkpointing:

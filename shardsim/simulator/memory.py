@@ -108,10 +108,13 @@ def rank_memory(
     ckpt: Checkpointing,
     words: float = 2.0,
     float8_layer_elems: int = 0,
+    held: float | None = None,
 ) -> MemoryBreakdown:
     """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
     optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2);
-    `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather)."""
+    `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather); `held`:
+    the activation elements per sample it holds at most, where its schedule says (a multi-stage
+    pipeline's, `virtual_pipeline.held_activations`)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -128,7 +131,10 @@ def rank_memory(
     gathered = kind.unsharded_bytes(cfg, res, rc, pb, rb)
     if fsdp and float8_layer_elems:
         gathered -= float8_gathered_saving(cfg, rc, float8_layer_elems, pb)
-    acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
+    if held is None:
+        acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
+    else:
+        acts = held * res.microbatch_size * pb
     gpu = device.kind == "gpu"
     overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB

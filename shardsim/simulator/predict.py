@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,14 +37,16 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.simulator.strategies.steps import rank_classes
+from shardsim.simulator.strategies.steps import BlockTimes, pipeline_blocks, rank_classes, stage_blocks
+from shardsim.simulator.strategies.virtual_pipeline import rank_held_activations
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.resolve import load_workload
 from shardsim.specs.hardware.topology import Cluster, DeviceSpec, make_cluster
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.blocks import check_mlm, from_arch
 from shardsim.specs.model.load import spec_name
-from shardsim.specs.model.workload import Workload
+from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.stage_split import AUTO, balanced_split
 
 FLOAT8_KEYS = ("float8", "peak_tflops_fp8", "mfu_fp8_peak")  # a Float8 prediction's keys
 
@@ -268,8 +270,26 @@ def prepare(
         float8_all_gather=cfg.float8_all_gather,
         cp=res.cp,
     )
+    if cfg.strategy.spec.is_pipeline and cfg.strategy.layers_per_stage == AUTO:
+        cfg, res = auto_split(cfg, res, ranks_w, cm)
     memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
     return Prepared(cfg, res, w, ranks_w, cluster, cm, memory, profile)
+
+
+def auto_split(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> tuple[RunConfig, Resolved]:
+    """`cfg` and `res` with layers_per_stage auto settled: the split whose slowest stage is
+    fastest (`stage_split.balanced_split`), each block's forward, backward and recomputation at
+    the microbatch, the embedding on the first stage and the head (with the loss) on the last."""
+    bt = BlockTimes(cm, checkpointing_of(cfg, w.layers))
+    mb = res.microbatch_size
+
+    def seconds(blocks: list[Block]) -> float:
+        return sum(bt.block(b, mb).fwd_s + bt.block(b, mb).bwd_s + bt.recompute_s(b, mb) for b in blocks)
+
+    embed, layers, head = pipeline_blocks(w, res.pp)
+    counts = balanced_split([seconds([b]) for b in layers], seconds(embed), seconds(head), res.stages)
+    text = ",".join(map(str, counts))
+    return cfg.replace(strategy=cfg.strategy.replace(layers_per_stage=text)), replace(res, layer_counts=tuple(counts))
 
 
 def rank_workload(
@@ -309,7 +329,16 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     classes = rank_classes(res, ranks_w, cfg.strategy.spec.is_pipeline)
     words = state_words(cfg.optimizer, ranks_w)
     f8_elems = float8_layer_elems(cfg, ranks_w, res.tp)
-    mems = [rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems) for s, (rc, blocks) in enumerate(classes)]
+    held: list[float | None] = [None] * len(classes)
+    if cfg.strategy.spec.is_pipeline and res.multi_stage:
+        parts = [ckpt.saved_parts([b for part in bs for b in part]) for bs in stage_blocks(res, ranks_w)]
+        saved = {s: kept for s, (kept, _) in enumerate(parts)}
+        rebuilt = max(r for _, r in parts)  # one recomputation at a time on a rank
+        held = [rank_held_activations(res, r, saved) + rebuilt for r in range(res.pp)]
+    mems = [
+        rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s])
+        for s, (rc, blocks) in enumerate(classes)
+    ]
     return max(mems, key=lambda m: m.required_gib)
 
 

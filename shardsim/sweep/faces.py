@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from shardsim.config import Strategy
+from shardsim.specs.schedules import SINGLE, schedule_refusal
 from shardsim.specs.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 
@@ -21,6 +22,7 @@ class SweepSpace(Protocol):
     pp: tuple[int, ...] | None
     microbatches: tuple[int, ...] | None
     schedules: tuple[str, ...]
+    stages_per_rank: tuple[int, ...] | None
 
 
 def divisors(n: int) -> list[int]:
@@ -165,6 +167,18 @@ class Zero2dFace:
         return f"{ZERO2D.name} d={degree}"
 
 
+def schedule_axes(space: SweepSpace, pp: int, m: int) -> list[tuple[str, int]]:
+    """(schedule, stages per rank) of a pipeline of `pp` stages and `m` microbatches: each listed
+    schedule with each listed count (default: 1 for one stage a rank, 2 for virtual stages),
+    those PyTorch refuses (`schedule_refusal`) left out (more stages than layers: resolve's)."""
+    out = []
+    for sched in space.schedules:
+        for v in space.stages_per_rank or ((1,) if sched in SINGLE else (2,)):
+            if schedule_refusal(sched, pp, m, v) is None:
+                out.append((sched, v))
+    return out
+
+
 class PipelineFace:
     color = "#55A868"
     plot_order = 3
@@ -176,14 +190,16 @@ class PipelineFace:
         for pp, ds, ms in pipeline_axes(world, n_layers, batch_per_device, space):
             for d in ds:
                 for m in ms:
-                    for sched in space.schedules:
-                        yield Strategy(PIPELINE.name, degree=d, pp=pp, microbatches=m, schedule=sched)
+                    for sched, v in schedule_axes(space, pp, m):
+                        yield Strategy(
+                            PIPELINE.name, degree=d, pp=pp, microbatches=m, schedule=sched, stages_per_rank=v
+                        )
 
     def sweep_count(
         self, world: int, n_layers: int, batch_per_device: int, space: SweepSpace, reshard: tuple[bool, ...]
     ) -> int:
         axes = pipeline_axes(world, n_layers, batch_per_device, space)
-        return sum(len(ds) * len(ms) for _, ds, ms in axes) * len(space.schedules)
+        return sum(len(ds) * sum(len(schedule_axes(space, pp, m)) for m in ms) for pp, ds, ms in axes)
 
     def plot_label(self, degree: int, pp: int, microbatches: int, schedule: str) -> str:
         shard = f" d={degree}" if degree > 1 else ""

@@ -32,6 +32,7 @@ from shardsim.specs.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.workload import Workload
 from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.stage_split import AUTO
 from shardsim.sweep.faces import DEFAULT_SWEEP, FACES, Face, divisors
 
 
@@ -47,6 +48,10 @@ class SweepSpace:
     microbatches: default pp, 2·pp, 4·pp where they divide the per-replica batch; given
       explicitly, every listed count that divides it.
     schedules: pipeline schedules (gpipe, 1f1b).
+    stages_per_rank: a pipeline rank's virtual stages; default 1 for gpipe and 1f1b, 2 for the
+      others; a (schedule, stages per rank, microbatches) PyTorch refuses is left out. A base
+      pipeline's layers_per_stage auto splits every pipeline row so; a list is refused (it
+      fits one stage count).
     topologies / nodes: the clusters (product of both); None = the base config's.
     global_batch: strong scaling — batch_per_device = global_batch / (world × grad_accum),
       clusters where it does not divide are skipped. None = each cluster's own, as
@@ -94,6 +99,7 @@ class SweepSpace:
     pp: tuple[int, ...] | None = None
     microbatches: tuple[int, ...] | None = None
     schedules: tuple[str, ...] = SCHEDULES
+    stages_per_rank: tuple[int, ...] | None = None
     topologies: tuple[str | InstanceType, ...] | None = None
     nodes: tuple[int | None, ...] | None = None
     global_batch: int | None = None
@@ -536,13 +542,14 @@ def _layout_strategies(
 ) -> Iterable[tuple[Strategy, int | None, int]]:
     """Every strategy of the space on `cluster` with every mesh layout of `layouts` and every
     (batch per device, grad_accum) of `batch_pairs` (batch None: searched)."""
+    split = {"layers_per_stage": AUTO} if cfg0.strategy.layers_per_stage == AUTO else {}  # the base's auto
     for lay in layouts:
         extra = lay.fields(cfg0.strategy)
         for batch, ga in batch_pairs(base, space, cluster.world, lay.group):
             for strat in _strategies_for(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard):
                 if lay.dims.cp > 1 and not (strat.spec.fsdp or strat.spec.is_pipeline):
                     continue  # context parallelism shards with FSDP2 (`config.cp`)
-                yield strat.replace(**extra), batch, ga
+                yield strat.replace(**extra, **(split if strat.spec.is_pipeline else {})), batch, ga
 
 
 def with_batch(cfg: RunConfig, batch: int, space: SweepSpace, world: int) -> RunConfig:
@@ -595,6 +602,9 @@ def enumerate_configs(
     seen: set[tuple] = set()
     if space.selective_ac_options is not None and "selective" not in (space.checkpointing or (base.checkpointing,)):
         raise ConfigError("selective options need selective checkpointing", field="selective_ac_options")
+    if base.strategy.layers_per_stage not in (None, AUTO):
+        why = "a sweep splits its pipelines evenly or by auto; a list of counts fits one stage count (predict it)"
+        raise ConfigError(why, field="layers_per_stage")
     reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]

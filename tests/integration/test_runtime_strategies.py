@@ -131,6 +131,11 @@ EQUAL = {
         4,
         "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --schedule gpipe",
     ),
+    "zbv-pp2-v2-uneven": (
+        2,
+        "--workload tiny-gpt --layers 6 --strategy pipeline --pp 2 --stages-per-rank 2 --schedule zbv "
+        "--microbatches 4 --layers-per-stage 1,2,2,1",
+    ),
     "zero1-accum2": (4, "--workload tiny-gpt --strategy zero1 --grad-accum 2"),
     "zero1-per-parameter-adam": (
         2,

@@ -116,12 +116,13 @@ def test_the_union_carries_each_kinds_own_fields_only():
         "ddp": set(),
         "zero": {"degree", "reshard_after_forward"},
         "zero2d": {"degree", "reshard_after_forward"},
-        "pipeline": {"pp", "microbatches", "schedule", "degree"},
+        "pipeline": {"pp", "microbatches", "schedule", "degree", "stages_per_rank", "layers_per_stage"},
         "zero1": set(),
     }
     for kind, fields in own.items():
         for other in set(STRATEGY_FIELDS) - fields - set(TP_FIELDS) - set(CP_FIELDS):
             value = {"degree": 1, "pp": 1, "microbatches": 1, "schedule": "1f1b", "reshard_after_forward": True}
+            value |= {"stages_per_rank": 1, "layers_per_stage": "auto"}
             needed = {"degree": 4} if kind == "zero2d" else {}
             with pytest.raises(ConfigError) as err:
                 Strategy(kind, **needed, **{other: value[other]})
@@ -152,7 +153,8 @@ def test_every_setting_has_a_flag_or_is_a_file_key_and_the_sweep_lists_come_from
     assert fields | set(STRATEGY_FIELDS) | {"strategy"} <= flat  # every field is a setting
     # the sweep's list flags: the strategy's kind and fields and the settings it spans, each
     # generated from its field (its bound for an integer: checked as the list is parsed)
-    no_axis = {"async_tp", "mesh_order", "tp_across_nodes", "cp_rotate"}  # a setting of the base, not a dimension
+    # a setting of the base, not a dimension
+    no_axis = {"async_tp", "mesh_order", "tp_across_nodes", "cp_rotate", "layers_per_stage"}
     spanned = {
         "strategy",
         *(set(STRATEGY_FIELDS) - no_axis),

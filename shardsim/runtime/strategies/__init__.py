@@ -31,9 +31,9 @@ from shardsim.runtime.strategies.layout import (
     zero2d_layout,
     zero_layout,
 )
-from shardsim.runtime.strategies.pipeline import pipeline
 from shardsim.runtime.strategies.precision import precision_for
 from shardsim.runtime.strategies.step import AppliedStrategy, StepContext
+from shardsim.runtime.strategies.virtual_pipeline import any_schedule_pipeline
 from shardsim.runtime.strategies.zero1 import zero1
 
 __all__ = ["STRATEGIES", "AppliedStrategy", "Engine", "Layout", "StepContext", "apply_strategy", "build_layout"]
@@ -52,7 +52,7 @@ STRATEGIES: dict[str, Engine] = {
     "ddp": Engine(ddp_layout, ddp),
     "zero": Engine(zero_layout, fsdp),
     "zero2d": Engine(zero2d_layout, fsdp),
-    "pipeline": Engine(pipeline_layout, pipeline),
+    "pipeline": Engine(pipeline_layout, any_schedule_pipeline),
     "zero1": Engine(ddp_layout, zero1),
 }
 

@@ -19,6 +19,7 @@ from shardsim.runtime.strategies.fsdp import apply_fsdp, parallelize
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
 from shardsim.runtime.strategies.tensor_parallel import local_loss, loss_context, reduce_partial_grads
 from shardsim.specs.model.workload import stage_ranges
+from shardsim.specs.stage_split import ranges
 
 
 class StageModule(nn.Module):
@@ -42,17 +43,22 @@ class StageModule(nn.Module):
         return x
 
 
-def split_stage(model: nn.Module, pp_rank: int, pp: int) -> StageModule:
-    """Stage `pp_rank` of `pp`: blocks by `specs.model.workload.stage_ranges` (as the
-    simulator splits them), the embedding on the first stage, the head on the last."""
+def block_names(model: nn.Module) -> list[str]:
+    """The keys of the model's blocks (a ModuleDict's, else their indices)."""
+    if isinstance(model.blocks, nn.ModuleDict):
+        return list(model.blocks.keys())
+    return [str(i) for i in range(len(blocks_of(model)))]
+
+
+def split_stage(model: nn.Module, pp_rank: int, pp: int, spans: list[tuple[int, int]] | None = None) -> StageModule:
+    """Stage `pp_rank` of `pp`: blocks [start, end) of `spans` (default
+    `specs.model.workload.stage_ranges`, as the simulator splits them), the embedding on the
+    first stage, the head on the last."""
     if not hasattr(model, "head"):
         raise ValueError("a pipeline needs a model with embed (or None), blocks and head")
     blocks = blocks_of(model)
-    start, end = stage_ranges(len(blocks), pp)[pp_rank]
-    if isinstance(model.blocks, nn.ModuleDict):
-        names = list(model.blocks.keys())
-    else:
-        names = [str(i) for i in range(len(blocks))]
+    start, end = (spans or stage_ranges(len(blocks), pp))[pp_rank]
+    names = block_names(model)
     embed = getattr(model, "embed", None) if pp_rank == 0 else None
     head = model.head if pp_rank == pp - 1 else None
     return StageModule(embed, {names[i]: blocks[i] for i in range(start, end)}, head)
@@ -146,11 +152,13 @@ def _stage_class():
     return AccumulatingStage
 
 
-def build_pipeline_stage(model: nn.Module, pp_rank: int, pp: int, device: torch.device, *, group=None, wrap=None):
-    """A manual `PipelineStage` for this rank: split the model, apply `wrap(stage_module)`
-    (checkpointing, FSDP or DDP over the stage's replicas), hand it to pipelining.
-    Returns (stage, stage_module)."""
-    module = split_stage(model, pp_rank, pp)
+def build_pipeline_stage(
+    model: nn.Module, pp_rank: int, pp: int, device: torch.device, *, group=None, wrap=None, spans=None
+):
+    """A manual `PipelineStage` for this rank: split the model (by `spans`, default even),
+    apply `wrap(stage_module)` (checkpointing, FSDP or DDP over the stage's replicas), hand it
+    to pipelining. Returns (stage, stage_module)."""
+    module = split_stage(model, pp_rank, pp, spans)
     if wrap is not None:
         module = wrap(module)
     else:
@@ -169,22 +177,52 @@ def build_schedule(stage, schedule: str, microbatches: int, loss_fn):
     return cls(stage, microbatches, loss_fn=loss_fn, scale_grads=False)
 
 
+def microbatch_loss(ctx: StepContext, n: int):
+    """A schedule's loss function: the loss over `n` (microbatches x accumulation steps), scaled
+    for fp16 where a scaler runs."""
+    scale, scaler, loss_fn = 1.0 / n, ctx.precision.scaler, ctx.loss_fn
+
+    def mb_loss(out, y):
+        loss = loss_fn(out, y) * scale
+        return scaler.scale(loss) if scaler else loss
+
+    return mb_loss
+
+
+def stage_batches(ctx: StepContext, K: int, pp: int, first: bool, last: bool):
+    """step -> this rank's `K` (inputs, targets): inputs where it runs the first stage, targets
+    where it runs the last, None elsewhere."""
+
+    def make_batches(step: int) -> list[Batch]:
+        out = []
+        for k in range(K):
+            if first or last:
+                x, y = ctx.batch(step, k, pp)
+                out.append((x if first else None, y if last else None))
+            else:
+                out.append((None, None))
+        return out
+
+    return make_batches
+
+
 def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy pipeline: this rank's stage (checkpointing if configured; FSDP2 over the
     layout's mesh when sharded, else DDP over the stage's replicas when it has several), and
     a step of `grad_accum` schedule steps, each over `microbatches` microbatches; the replicas
     sync their gradients only in the last (`AccumulatingStage.replica_sync`)."""
     cfg, res, layout, device = ctx.cfg, ctx.res, ctx.layout, ctx.device
-    amp, scaler, loss_fn = ctx.precision.autocast, ctx.precision.scaler, ctx.loss_fn
+    amp, scaler = ctx.precision.autocast, ctx.precision.scaler
     pp, M, K = res.pp, res.microbatches, cfg.grad_accum
     R = res.world // pp
     first, last = layout.stage == 0, layout.stage == pp - 1
     n_blocks = len(blocks_of(model))
+    spans = ranges(res.stage_counts(n_blocks))
 
     shards: list = [None]  # LocalShards of a TP stage under DDP
 
     def wrap(stage_module: StageModule) -> nn.Module:
-        first = stage_ranges(n_blocks, pp)[layout.stage][0]
+        first = spans[layout.stage][0]
         if res.tp > 1:  # TP, checkpointing, then FSDP2 or DDP over the stage's data-parallel ranks
             mp = ctx.precision.mp_policy
             stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
@@ -204,26 +242,10 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
             return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
         return stage_module
 
-    stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap)
+    stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap, spans=spans)
     tied = TiedEmbedding(model, module, res, layout.stage) if pp > 1 and tied_parameters(model) else None
-    scale = 1.0 / (M * K)
-
-    def mb_loss(out, y):
-        loss = loss_fn(out, y) * scale
-        return scaler.scale(loss) if scaler else loss
-
-    schedule = build_schedule(stage, cfg.strategy.schedule, M, mb_loss)
-
-    def make_batches(step: int) -> list[Batch]:
-        out = []
-        for k in range(K):
-            if first or last:
-                x, y = ctx.batch(step, k, pp)
-                out.append((x if first else None, y if last else None))
-            else:
-                out.append((None, None))
-        return out
-
+    schedule = build_schedule(stage, cfg.strategy.schedule, M, microbatch_loss(ctx, M * K))
+    make_batches = stage_batches(ctx, K, pp, first, last)
     inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)
 
     def forward_backward(micro_batches: list[Batch]) -> torch.Tensor:

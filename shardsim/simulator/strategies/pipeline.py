@@ -16,6 +16,7 @@ per schedule step in perform_reduce_grad (+ the replica all-reduce at the accumu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
@@ -24,9 +25,10 @@ from shardsim.simulator.plan import Dep, Plan, _ids, _join, moves
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends, stage_mesh
-from shardsim.simulator.strategies.steps import Piece, optimizer_step, pipeline_blocks, rank_classes, tied_copy
-from shardsim.specs.model.workload import Block, Workload, stage_ranges
+from shardsim.simulator.strategies.steps import Piece, optimizer_step, rank_classes, stage_blocks, tied_copy
+from shardsim.specs.model.workload import Block, Workload
 from shardsim.specs.parallel_dims import DATA
+from shardsim.specs.schedules import stage_rank
 
 # Point-to-point sends whose bytes move only once the receiver has posted its recv (gloo's TCP
 # transport is a rendezvous), so a GPipe stage that runs ahead does not receive ahead: a stage
@@ -78,14 +80,13 @@ def gradient_send(m: StageMesh, blocks: list[Block], mb: int, ebytes: int) -> tu
 
 
 def stage_pieces(res: Resolved, w: Workload) -> list[Piece]:
-    """One piece per stage (its rank class's). A sharded stage (FSDP2 over its replicas) keeps
-    units unsharded after backward (pipelining's set_reshard_after_backward(False))."""
-    embed, layers, head = pipeline_blocks(w, res.pp)
-    P, d = res.pp, res.shard
+    """One piece per stage (pp x stages_per_rank of them), on its rank's mesh. A sharded stage
+    (FSDP2 over its replicas) keeps units unsharded after backward (pipelining's
+    set_reshard_after_backward(False))."""
+    d = res.shard
     pieces: list[Piece] = []
-    for s, (a, b) in enumerate(stage_ranges(len(layers), P)):
-        blocks = (embed if s == 0 else [], layers[a:b], head if s == P - 1 else [])
-        m = stage_mesh(res, s)
+    for s, blocks in enumerate(stage_blocks(res, w)):
+        m = stage_mesh(res, stage_rank(res.schedule, res.pp, s))
         if d > 1:
             replica = m.groups("dp_replicate") if res.replicas > 1 else None
             residency = Residency(reshard_after_backward=False)
@@ -199,18 +200,8 @@ class _Pipeline:
         return out, self._isend(s, "p2p_bwd", lay, nbytes, f"grad{tag}", out, s - 1)
 
     def _isend(self, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: Dep, peer: int) -> Isend:
-        """The isend of `what` to stage `peer` once op `after` is done. With a rendezvous
-        backend, a zero-length "post" op comes first (the recv's posting is added to its
-        dependencies when the receiver's schedule gets there), and the sender's wait ends at
-        the rendezvous when the message fits the sockets' buffers."""
-        if not self.rendezvous:
-            op = _send(self.p, s, stream, lay, nbytes, f"send {what}", after, peer)
-            return Isend(None, op, op)
-        if not moves(lay, nbytes):
-            return NO_SEND  # no op to post either
-        post = self.p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p")
-        op = _send(self.p, s, stream, lay, nbytes, f"send {what}", post, peer)
-        return Isend(post, post if nbytes <= BUFFERED_SEND_BYTES else op, op)
+        """The isend of `what` to stage `peer` once op `after` is done (`isend_op`)."""
+        return isend_op(self.p, self.rendezvous, s, stream, lay, nbytes, what, after, peer)
 
     def _reduce_grad(self, s: int, run: _StageRun, k: int) -> None:
         """The end of a stage's schedule step: wait for its isends, then perform_reduce_grad
@@ -226,6 +217,23 @@ class _Pipeline:
         self.prev[s] = _join(end, *rg)
 
 
+def isend_op(
+    p: Plan, rendezvous: bool, s: int, stream: str, lay: GroupLayout, nbytes: float, what: str, after: Dep, peer: int
+) -> Isend:
+    """The isend of `what` from rank class `s` to `peer` once op `after` is done. With a
+    rendezvous backend, a zero-length "post" op comes first (the recv's posting is added to its
+    dependencies when the receiver's schedule gets there), and the sender's wait ends at the
+    rendezvous when the message fits the sockets' buffers."""
+    if not rendezvous:
+        op = _send(p, s, stream, lay, nbytes, f"send {what}", after, peer)
+        return Isend(None, op, op)
+    if not moves(lay, nbytes):
+        return NO_SEND  # no op to post either
+    post = p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p")
+    op = _send(p, s, stream, lay, nbytes, f"send {what}", post, peer)
+    return Isend(post, post if nbytes <= BUFFERED_SEND_BYTES else op, op)
+
+
 def _send(
     p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: Dep, peer: int
 ) -> int | None:
@@ -237,29 +245,35 @@ def _send(
 
 
 def pipeline_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
-    """Strategy pipeline: one rank class per stage, `cfg.grad_accum` schedule steps, then each
-    stage's optimizer step."""
+    """Strategy pipeline, one stage a rank: one rank class per stage, `cfg.grad_accum` schedule
+    steps, then each stage's optimizer step (`run_steps`)."""
     pieces = stage_pieces(res, w)
     p.classes += [rc for rc, _ in rank_classes(res, w, pipeline=True)]
     P = res.pp
-    pipe = _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)])
+    run_steps(p, cm, cfg, res, w, _Pipeline(p, cm, cfg, res, pieces, [None] * P, [[] for _ in range(P)]), pieces)
+
+
+def run_steps(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload, pipe: Any, owned: list) -> None:
+    """`cfg.grad_accum` schedule steps of `pipe` (its `step(k)`, `prev` and `syncs` per rank),
+    the tied embedding's all-reduce, then each rank's optimizer step over `owned[rank]`, its piece."""
     for k in range(cfg.grad_accum):
         pipe.step(k)
     tied = tied_embedding_all_reduce(p, res, w, pipe)
-    for s in range(P):
-        optimizer_step(
-            p, s, cm, pieces[s], w.params, [pipe.prev[s], *pipe.syncs[s], *(tied if s in (0, P - 1) else [])]
-        )
+    last = stage_rank(res.schedule, res.pp, res.stages - 1)
+    for r in range(res.pp):
+        ends = tied if r in (0, last) else []
+        optimizer_step(p, r, cm, owned[r], w.params, [pipe.prev[r], *pipe.syncs[r], *ends])
 
 
-def tied_embedding_all_reduce(p: Plan, res: Resolved, w: Workload, pipe: _Pipeline) -> list[int | None]:
+def tied_embedding_all_reduce(p: Plan, res: Resolved, w: Workload, pipe: Any) -> list[int | None]:
     """Tied embeddings (Megatron-LM's `_allreduce_embedding_grads`): once the stages' gradients
     are synced across their replicas, each rank of the first stage and its peer of the last sum
     the embedding's fp32 gradient (`tied_copy` elements) in a group of those two ranks, before
     either steps its optimizer. One op on the last stage's class; both stages' steps wait for it.
-    (resolve admits tied pipelines with unsharded stages and tp 1 only.)"""
+    None where one rank holds both (zbv's rank 0). (resolve admits tied pipelines with unsharded
+    stages and tp 1 only.)"""
     P, copy = res.pp, tied_copy(w)
-    if P < 2 or not copy:
+    if P < 2 or not copy or stage_rank(res.schedule, P, res.stages - 1) == 0:
         return []
     ends = pipeline_ends(res.dims)  # rank i of stage 0 with rank i of stage P - 1
     deps = [pipe.prev[0], *pipe.syncs[0], pipe.prev[P - 1], *pipe.syncs[P - 1]]

@@ -15,8 +15,10 @@ from shardsim.simulator.strategies.ddp import ddp_plan
 from shardsim.simulator.strategies.fsdp import zero_plan
 from shardsim.simulator.strategies.held import autocast_copies, fsdp_gathered, pipelined_unsharded
 from shardsim.simulator.strategies.pipeline import pipeline_plan
+from shardsim.simulator.strategies.virtual_pipeline import virtual_pipeline_plan
 from shardsim.simulator.strategies.zero1 import largest_partition, zero1_plan
 from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.schedules import ZERO_BUBBLE
 from shardsim.specs.strategies import DDP, PIPELINE, ZERO, ZERO1, ZERO2D
 
 
@@ -127,7 +129,7 @@ class PipelinePlanner:
     """pipeline: each stage's schedule of microbatches, its stages plain, DDP or FSDP2."""
 
     def plan(self, p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
-        pipeline_plan(p, cm, cfg, res, w)
+        (virtual_pipeline_plan if res.multi_stage else pipeline_plan)(p, cm, cfg, res, w)
 
     def unsharded_bytes(self, cfg: RunConfig, res: Resolved, rc: RankClass, param_bytes: int, grad_bytes: int) -> float:
         if res.shard > 1:
@@ -144,8 +146,12 @@ class PipelinePlanner:
         return local_params
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:
-        units = math.ceil(n_layers / s.pp) + 2  # of one stage, with the embedding and the head
-        per_microbatch = 4 * units + 6 if (s.degree or 1) > 1 else 6  # a sharded stage runs each block's ops
+        units = math.ceil(n_layers / s.pp) + 2  # of one rank, with the embedding and the head
+        v = s.stages_per_rank  # each of a rank's stages runs every microbatch: its passes and sends
+        sharded = (s.degree or 1) > 1
+        per_microbatch = 4 * units + 6 * v if sharded else 6 * v  # a sharded stage runs each block's ops
+        if s.schedule in ZERO_BUBBLE:  # the backward's W pass besides its I
+            per_microbatch += units if sharded else v
         return grad_accum * s.pp * (s.microbatches * per_microbatch + 4 * units) + s.pp
 
     def sharded(self, res: Resolved) -> bool:

@@ -13,7 +13,9 @@ from shardsim.simulator.compute import BlockCost, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass
 from shardsim.simulator.strategies.mesh import stage_mesh
-from shardsim.specs.model.workload import Block, Workload, stage_ranges
+from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.schedules import rank_stages
+from shardsim.specs.stage_split import ranges
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
 
@@ -78,19 +80,38 @@ class Piece:
         return units
 
 
+def stage_blocks(res: Resolved, w: Workload) -> list[tuple[list[Block], list[Block], list[Block]]]:
+    """(embedding, layers, head) of each of a pipeline's stages (`Resolved.stage_counts`): the
+    embedding on the first, the head on the last."""
+    embed, layers, head = pipeline_blocks(w, res.pp)
+    last = res.stages - 1
+    spans = ranges(res.stage_counts(len(layers)))
+    return [(embed if s == 0 else [], layers[a:b], head if s == last else []) for s, (a, b) in enumerate(spans)]
+
+
+def rank_stage_blocks(res: Resolved, w: Workload, rank: int) -> list[tuple[int, list[Block]]]:
+    """The stages pipeline rank `rank` holds (in its local order) with each one's blocks."""
+    per_stage = stage_blocks(res, w)
+    return [
+        (s, [b for part in per_stage[s] for b in part])
+        for s in rank_stages(res.schedule, res.pp, res.stages_per_rank, rank)
+    ]
+
+
 def rank_classes(res: Resolved, w: Workload, pipeline: bool) -> list[tuple[RankClass, list[Block]]]:
     """The rank classes of a step's plan (one of every rank, or one a pipeline stage), each with
     the blocks it runs: what the plans are made of and what memory is estimated from, before
     any op is planned."""
-    embed, layers, head = pipeline_blocks(w, res.pp) if pipeline else split_blocks(w)
     if pipeline:
-        meshes = [stage_mesh(res, s) for s in range(res.pp)]
-        parts = [
-            (f"stage {s}", m.start, m.count, embed if s == 0 else [], layers[a:b], head if s == res.pp - 1 else [])
-            for s, (m, (a, b)) in enumerate(zip(meshes, stage_ranges(len(layers), res.pp), strict=True))
-        ]
+        per_stage = stage_blocks(res, w)
+        parts = []
+        for r in range(res.pp):  # a class a pipeline rank, with the blocks of every stage it holds
+            m, held = stage_mesh(res, r), rank_stages(res.schedule, res.pp, res.stages_per_rank, r)
+            e, ls, h = ([b for s in held for b in per_stage[s][i]] for i in range(3))
+            label = f"stage {r}" if res.stages_per_rank == 1 else f"rank {r} (stages {', '.join(map(str, held))})"
+            parts.append((label, m.start, m.count, e, ls, h))
     else:
-        parts = [("all ranks", 0, res.world, embed, layers, head)]
+        parts = [("all ranks", 0, res.world, *split_blocks(w))]
     out = []
     for label, first, count, e, ls, h in parts:
         pc = Piece(e, ls, h, None, None)
