@@ -18,8 +18,8 @@ MAX_WIDTH = 1_048_576  # hidden, ffn, heads, kv_heads, channels (2^20; published
 MAX_VOCAB = 4_194_304  # vocabulary and classes (2^22; published vocabularies stay under 2^18)
 MAX_SEQ_LEN = 16_777_216  # tokens per sample: seq_len, a ViT's patches (2^24; 16 x the longest contexts)
 MAX_BATCH = 1_048_576  # samples per device per micro-step
-# micro-steps per step, and microbatches per pipeline replica: about the most any plan within
-# `scale.MAX_PLAN_OPS` can hold (ddp of one layer takes 6 ops a micro-step)
+# micro-steps per step, and microbatches per pipeline replica: within what a plan within
+# `scale.MAX_PLAN_OPS` can hold (ddp of one layer takes 6 ops a micro-step: about 33,000 of them)
 MAX_GRAD_ACCUM = 16_384
 MAX_MICROBATCHES = MAX_GRAD_ACCUM
 MAX_SEED = 2**32 - 1  # the largest seed every generator takes (numpy's)

@@ -96,8 +96,10 @@ def test_a_configuration_file_beyond_the_bounds_names_the_file_and_field(capsys,
 
 
 def test_a_plan_too_big_for_its_layers_names_the_layers_not_grad_accum() -> None:
-    # grad_accum 1 and one microbatch: a pipeline of sharded stages of 8,192 layers each is beyond the op bound
-    big = RunConfig(workload="tiny-gpt", grad_accum=1, strategy=Strategy("pipeline", degree=2, pp=2, microbatches=1))
+    # grad_accum 1 and one microbatch: a pipeline of tensor-parallel sharded stages of 8,192 layers each is
+    # beyond the op bound
+    stage = Strategy("pipeline", degree=2, pp=2, microbatches=1, tp=2, sequence_parallel=True)
+    big = RunConfig(workload="tiny-gpt", grad_accum=1, strategy=stage)
     why = plan_refusal(big, MAX_LAYERS)
     assert why is not None and why.field == "layers" and "fewer layers" in why.message, why
     many = RunConfig(workload="tiny-gpt", grad_accum=1, strategy=Strategy("pipeline", degree=2, pp=2, microbatches=512))
@@ -109,7 +111,8 @@ def test_a_plan_too_big_for_its_layers_names_the_layers_not_grad_accum() -> None
 
 def test_predict_names_the_layers_when_they_make_the_step_too_big(capsys) -> None:
     argv = ["predict", "--workload", "tiny-gpt", "--layers", str(MAX_LAYERS), "--topology", "p4d.24xlarge",
-            "--nodes", "1", "--strategy", "pipeline", "--pp", "2", "--degree", "2"]  # fmt: skip
+            "--nodes", "1", "--strategy", "pipeline", "--pp", "2", "--degree", "2", "--tp", "2",
+            "--sequence-parallel"]  # fmt: skip
     err = refused(capsys, argv)
     assert "field 'layers'" in err and "grad_accum'" not in err and "microbatches'" not in err, err
 
