@@ -85,8 +85,8 @@ def simulate(
 
     With nccl, a compute op of a rank class runs at 1 - `sm_share` of its speed while a
     collective or send of that class (or to it) is in flight (`SmSharing`)."""
-    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
-    with paused_gc():
+    with paused_gc():  # setting up allocates an object or more per op too
+        run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
         run.ready.extend(op.id for op in p.ops if not op.deps)
         run.drain()
         run.env.run()
