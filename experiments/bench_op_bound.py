@@ -4,7 +4,8 @@ For each space (llama-3.1-70b on 16 x p5.48xlarge at 8,192 tokens; llama-3.1-405
 64 x p5.48xlarge at 8,192 tokens and, with cp, at 131,072 tokens; pp up to 16, up to 64
 microbatches, every pipeline schedule with up to 4 stages per rank): how many configurations a
 sweep keeps and drops (by kind of reason), the largest op estimate among them with the bound
-lifted, and the wall time and peak RSS of predicting the `--worst` largest in a fresh process each.
+lifted, and the wall time, CPU time (which a loaded machine does not stretch) and peak RSS of
+predicting the `--worst` largest, in a fresh process each.
 Run: nice -n 19 python experiments/bench_op_bound.py [--worst 2] [--spaces 70b,405b-8k,405b-131k]
 """
 
@@ -37,9 +38,10 @@ from shardsim.simulator import scale
 scale.MAX_PLAN_OPS = 10**12
 from shardsim.simulator.predict import predict
 cfg = RunConfig.from_dict(json.loads(sys.argv[1]))
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 p = predict(cfg)
-print(json.dumps({"s": time.perf_counter() - t, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"s": round(time.perf_counter() - t, 2), "cpu_s": round(time.process_time() - c, 2),
+                  "rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
 """
 
 
