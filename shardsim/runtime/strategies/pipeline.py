@@ -4,8 +4,10 @@ consecutive blocks, split as the simulator splits them) in a manual `PipelineSta
 With tensor parallelism each stage's module is TP'd first (`fsdp.parallelize`); the stages send
 each other their local activations (a sequence shard under sequence parallelism). Tied
 embeddings (Megatron-LM's way): the last stage keeps its own copy of the embedding as its output
-projection, and each rank of the first stage and its peer of the last all-reduce (sum) that
-parameter's gradient before the optimizer step (`TiedEmbedding`; unsharded stages, tp 1)."""
+projection, and each rank of the first stage and its peer of the last (the same data- and
+tensor-parallel coordinates: the embedding group) all-reduce (sum) their shard of that parameter's
+gradient before the optimizer step (`TiedEmbedding`): the vocabulary rows of its tensor-parallel
+rank, FSDP2's shard of those on a sharded stage; the two ends shard the copy alike."""
 
 from __future__ import annotations
 
@@ -75,15 +77,15 @@ def tied_parameters(model: nn.Module) -> list[tuple[str, str]]:
 
 
 class TiedEmbedding:
-    """The tied parameters of this rank's stage (the first stage's embedding, the last's copy in
-    its head; none on the stages between) and the group of this rank and its peer on the other
-    end: rank i of stage 0 with rank i of stage pp - 1 (stage-major ranks, tp 1). Every rank
-    creates every pair's group (new_group is collective), in the same order."""
+    """The tied parameters (`pairs`: `tied_parameters` of the whole model) of this rank's stage
+    (the first stage's embedding, the last's copy in its head; none on the stages between) and
+    the group of this rank and its peer on the other end: the first and last rank of its "pp"
+    group (the same dp / tp coordinates). Every rank creates every pair's group (new_group is
+    collective), in the same order."""
 
-    def __init__(self, model: nn.Module, stage: nn.Module, res, stage_index: int):
+    def __init__(self, pairs: list[tuple[str, str]], stage: nn.Module, res, stage_index: int):
         import torch.distributed as dist
 
-        pairs = tied_parameters(model)
         pp = res.pp
         rank = dist.get_rank()
         self.group = None
@@ -101,11 +103,13 @@ class TiedEmbedding:
             self.params = []
 
     def all_reduce_grads(self) -> None:
-        """Sum the two copies' gradients (each already synced over its stage's replicas)."""
+        """Sum the two copies' gradients (each already synced over its stage's replicas), each
+        rank its local shard (a DTensor's local tensor is its gradient's storage)."""
         import torch.distributed as dist
 
         for p in self.params:
-            dist.all_reduce(p.grad, group=self.group)
+            grad = p.grad
+            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.group)
 
 
 def _stage_class():
@@ -242,8 +246,9 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
             return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
         return stage_module
 
+    pairs = tied_parameters(model)  # before TP or FSDP2 replace the stage's parameters (and untie them)
     stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap, spans=spans)
-    tied = TiedEmbedding(model, module, res, layout.stage) if pp > 1 and tied_parameters(model) else None
+    tied = TiedEmbedding(pairs, module, res, layout.stage) if pp > 1 and pairs else None
     schedule = build_schedule(stage, cfg.strategy.schedule, M, microbatch_loss(ctx, M * K))
     make_batches = stage_batches(ctx, K, pp, first, last)
     inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)

@@ -36,19 +36,33 @@ def tied_copy(w: Workload) -> int:
     return embed[0].largest_tensor if w.tied_embeddings and embed else 0
 
 
+def tied_shard(w: Workload, shard: int) -> int:
+    """Elements of a rank's shard of the tied copy (`tied_copy`, already a tensor-parallel rank's
+    vocabulary rows) when FSDP2 shards its stage over `shard` ranks: dim 0 split as
+    `torch.chunk` splits it, the largest shard (the first rank's)."""
+    copy = tied_copy(w)
+    if shard == 1 or not copy:
+        return copy
+    assert w.arch is not None, "a tied copy is a text model's token embedding"
+    rows = copy // w.arch.hidden
+    return -(-rows // shard) * w.arch.hidden
+
+
 def pipeline_blocks(w: Workload, pp: int) -> tuple[list[Block], list[Block], list[Block]]:
     """`split_blocks` of a pipeline of `pp` stages: with tied embeddings over several stages, the
     head holds the copy of the embedding (`tied_copy`: its parameters, gradients and optimizer
-    state on the last stage; its matmul is the head's already)."""
+    state on the last stage, a DTensor there when the embedding is one; its matmul is the
+    head's already)."""
     embed, layers, head = split_blocks(w)
     copy = tied_copy(w) if pp > 1 else 0
     if copy and head:
         h = head[-1]
         largest = max(h.largest_tensor, copy)
-        head = [
-            *head[:-1],
-            replace(h, params=h.params + copy, param_tensors=h.param_tensors + 1, largest_tensor=largest),
-        ]
+        dt = h.dtensor_params + (copy if embed[0].dtensor_params else 0)
+        grown = replace(
+            h, params=h.params + copy, param_tensors=h.param_tensors + 1, largest_tensor=largest, dtensor_params=dt
+        )
+        head = [*head[:-1], grown]
     return embed, layers, head
 
 
