@@ -283,7 +283,8 @@ def trace_step(
                 module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
                 if res.shard == 1 and res.tp > 1:
                     localize_tp(module)  # as the runtime: local shards (DDP's own all-reduce unseen)
-                tied = TiedEmbedding(pairs, module, res, layout.stage) if pairs and res.pp > 1 else None
+                ends = (layout.stage == 0, layout.stage == res.pp - 1)
+                tied = TiedEmbedding(pairs, module, res, *ends) if pairs and res.pp > 1 else None
                 _stage_step(module, layout.stage, res, sample, loss_of, arch, cfg.strategy.sequence_parallel)
                 if tied is not None:
                     with phase("backward"):

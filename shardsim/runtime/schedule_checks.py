@@ -9,10 +9,10 @@ from shardsim.specs.schedules import SINGLE, ZERO_BUBBLE
 from shardsim.specs.stage_split import AUTO
 
 
-def check_runtime_pipeline(s: Strategy, tied_embeddings: bool = False, replicated: bool = False) -> None:
+def check_runtime_pipeline(s: Strategy, replicated: bool = False) -> None:
     """ConfigError (one line) for a pipeline the runtime does not run: layers_per_stage auto
     (settled from the simulator's predicted stage times); a multi-stage schedule
-    (PipelineScheduleMulti) with tensor parallelism or tied embeddings; a zero-bubble one whose
+    (PipelineScheduleMulti) with tensor parallelism; a zero-bubble one whose
     stages have data-parallel replicas (`replicated`): PyTorch 2.13's weight-gradient pass
     (stage_backward_weight) leaves DDP's and FSDP2's gradient sync out, and such a run's
     gradients differ from the single-process reference's."""
@@ -31,7 +31,4 @@ def check_runtime_pipeline(s: Strategy, tied_embeddings: bool = False, replicate
             f"schedule {s.schedule} with data-parallel replicas of a stage is modelled by the simulator only: "
             "PyTorch's weight-gradient pass does not sync the replicas' gradients (run it with one rank a stage)"
         )
-        raise ConfigError(why, field="schedule")
-    if tied_embeddings:
-        why = f"schedule {s.schedule} of a model with tied embeddings is modelled by the simulator only"
         raise ConfigError(why, field="schedule")

@@ -78,15 +78,14 @@ def tied_parameters(model: nn.Module) -> list[tuple[str, str]]:
 
 class TiedEmbedding:
     """The tied parameters (`pairs`: `tied_parameters` of the whole model) of this rank's stage
-    (the first stage's embedding, the last's copy in its head; none on the stages between) and
-    the group of this rank and its peer on the other end: the first and last rank of its "pp"
+    (the embedding where it holds the `first` stage, the copy in its head where the `last`; none
+    on the stages between) and the group of this rank and its peer on the other end: the first and last rank of its "pp"
     group (the same dp / tp coordinates). Every rank creates every pair's group (new_group is
     collective), in the same order."""
 
-    def __init__(self, pairs: list[tuple[str, str]], stage: nn.Module, res, stage_index: int):
+    def __init__(self, pairs: list[tuple[str, str]], stage: nn.Module, res, first: bool, last: bool):
         import torch.distributed as dist
 
-        pp = res.pp
         rank = dist.get_rank()
         self.group = None
         for ranks in res.dims.groups("pp") if pairs else []:  # in rank order of the first stage's
@@ -95,9 +94,9 @@ class TiedEmbedding:
             if rank in members:
                 self.group = group
         inner = getattr(stage, "module", stage)  # under DDP: the stage module it wraps
-        if stage_index == 0:
+        if first:
             self.params = [inner.embed.get_parameter(e) for e, _ in pairs]
-        elif stage_index == pp - 1:
+        elif last:
             self.params = [inner.head.get_parameter(h) for _, h in pairs]
         else:
             self.params = []
@@ -248,7 +247,7 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
 
     pairs = tied_parameters(model)  # before TP or FSDP2 replace the stage's parameters (and untie them)
     stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap, spans=spans)
-    tied = TiedEmbedding(pairs, module, res, layout.stage) if pp > 1 and pairs else None
+    tied = TiedEmbedding(pairs, module, res, first, last) if pp > 1 and pairs else None
     schedule = build_schedule(stage, cfg.strategy.schedule, M, microbatch_loss(ctx, M * K))
     make_batches = stage_batches(ctx, K, pp, first, last)
     inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)

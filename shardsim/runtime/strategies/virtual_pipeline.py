@@ -3,7 +3,11 @@ looped-bfs, interleaved-zb, zbv, dualpipev): each rank builds a `PipelineStage` 
 holds (`specs.schedules.rank_stages`, as PyTorch places them), its layers split as the
 simulator splits them (`Resolved.stage_counts`), each stage plain, under DDP over its replicas,
 or sharded by FSDP2, and PyTorch's schedule class drives them. The module the optimizer steps
-holds every block of the rank's stages under its whole-model name."""
+holds every block of the rank's stages under its whole-model name. Tied embeddings: where the
+last stage is on another rank than the first (the looped schedules: rank pp - 1), the two sum
+their copies' gradients as a one-stage-a-rank pipeline does (`pipeline.TiedEmbedding`); a
+V-shaped schedule (run with one rank a stage) holds both on rank 0, where the two stages share
+the one parameter."""
 
 from __future__ import annotations
 
@@ -15,14 +19,16 @@ from shardsim.runtime.strategies.ddp import apply_ddp
 from shardsim.runtime.strategies.fsdp import apply_fsdp
 from shardsim.runtime.strategies.pipeline import (
     StageModule,
+    TiedEmbedding,
     _stage_class,
     block_names,
     microbatch_loss,
     pipeline,
     stage_batches,
+    tied_parameters,
 )
 from shardsim.runtime.strategies.step import AppliedStrategy, Batch, StepContext
-from shardsim.specs.schedules import rank_stages
+from shardsim.specs.schedules import rank_stages, stage_rank
 from shardsim.specs.stage_split import ranges
 
 
@@ -48,7 +54,7 @@ def multi_stage_pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy pipeline under a multi-stage schedule (tp 1): this rank's stages, each wrapped
     as a single-stage pipeline wraps its one (checkpointing; FSDP2, or DDP over the stage's
     replicas), and a step of `grad_accum` schedule steps; the replicas sync their gradients only
-    in the last (`AccumulatingStage.replica_sync`)."""
+    in the last (`AccumulatingStage.replica_sync`), then the tied embedding's copies sum theirs."""
     import torch
 
     cfg, res, layout, device = ctx.cfg, ctx.res, ctx.layout, ctx.device
@@ -59,6 +65,7 @@ def multi_stage_pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     spans = ranges(res.stage_counts(len(blocks)))
     held = rank_stages(res.schedule, P, res.stages_per_rank, layout.stage)
     first, last = 0 in held, S - 1 in held
+    pairs = tied_parameters(model)  # before FSDP2 replaces the stages' parameters
 
     modules: list[nn.Module] = []
     for s in held:
@@ -82,6 +89,8 @@ def multi_stage_pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
         {n: blk for i in inner for n, blk in i.blocks.items()},
         inner[held.index(S - 1)].head if last else None,
     )
+    apart = pairs and stage_rank(res.schedule, P, S - 1) != 0  # the same decision on every rank (new_group)
+    tied = TiedEmbedding(pairs, union, res, first, last) if apart else None
     # gradients not rescaled by the schedule: the loss already divides by microbatches x steps
     schedule = schedule_class(res.schedule)(stages, M, loss_fn=microbatch_loss(ctx, M * K), scale_grads=False)
     make_batches = stage_batches(ctx, K, P, first, last)
@@ -98,6 +107,8 @@ def multi_stage_pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
                 kwargs = {"target": y, "losses": mb} if last else {}
                 schedule.step(*args, **kwargs)
             losses += list(mb)
+        if tied is not None:
+            tied.all_reduce_grads()
         if not losses:
             return torch.zeros((), device=device)
         return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
