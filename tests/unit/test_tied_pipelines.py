@@ -58,6 +58,18 @@ def test_the_last_stage_holds_the_copy_as_an_untied_head_holds_its_matrix():
     assert whole[0][0].params == tied.params
 
 
+def test_a_v_shaped_schedule_holds_the_embedding_once_on_rank_0_and_sums_nothing():
+    tied = load_workload("gpt2-xl")
+    untied = from_arch("gpt2-xl", replace(tied.arch, tied_embeddings=False))
+    plan, res = planned(
+        TIED.replace(strategy=Strategy("pipeline", pp=4, microbatches=8, schedule="zbv", stages_per_rank=2)), tied
+    )
+    assert not [op for op in plan.ops if op.name == "AR tied embedding grad"]
+    t = [rc.params for rc, _ in rank_classes(res, tied, pipeline=True)]
+    u = [rc.params for rc, _ in rank_classes(res, untied, pipeline=True)]
+    assert t[0] == u[0] - tied.arch.vocab * tied.arch.hidden and t[1:] == u[1:]  # rank 0: stages 0 and 7
+
+
 def test_predict_and_the_runtime_take_a_tied_pipeline():
     p = predict(TIED.replace(strategy=PIPE))
     assert p.collectives["all_reduce"] >= 1
