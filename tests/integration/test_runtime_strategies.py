@@ -154,7 +154,10 @@ TIED = {
     "tied-gpipe-pp4": (4, "--pp 4 --microbatches 4 --schedule gpipe"),
     "tied-1f1b-pp2-x-tp2": (4, "--pp 2 --microbatches 2 --schedule 1f1b --tp 2"),  # vocabulary-parallel copies
     "tied-gpipe-pp2-x-zero2": (4, "--pp 2 --microbatches 2 --schedule gpipe --degree 2"),  # FSDP2 shards
-    "tied-interleaved-1f1b-pp2-x-dp2": (4, "--pp 2 --stages-per-rank 2 --microbatches 4 --schedule interleaved-1f1b"),
+    "tied-interleaved-1f1b-pp2-x-tp2": (
+        4,
+        "--pp 2 --stages-per-rank 2 --microbatches 4 --schedule interleaved-1f1b --tp 2",
+    ),  # a multi-stage schedule of tensor-parallel stages
 }
 
 

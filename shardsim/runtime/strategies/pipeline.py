@@ -180,6 +180,22 @@ def build_schedule(stage, schedule: str, microbatches: int, loss_fn):
     return cls(stage, microbatches, loss_fn=loss_fn, scale_grads=False)
 
 
+def restoring_shards(forward_backward, shards: list):
+    """`forward_backward` that puts each of `shards` (`LocalShards`) back when it ends (for the
+    optimizer's and the state's view of the modules); itself when there are none."""
+    if not shards:
+        return forward_backward
+
+    def restoring(micro_batches: list[Batch]) -> torch.Tensor:
+        try:
+            return forward_backward(micro_batches)
+        finally:
+            for local in shards:
+                local.restore()
+
+    return restoring
+
+
 def microbatch_loss(ctx: StepContext, n: int):
     """A schedule's loss function: the loss over `n` (microbatches x accumulation steps), scaled
     for fp16 where a scaler runs."""
@@ -209,6 +225,33 @@ def stage_batches(ctx: StepContext, K: int, pp: int, first: bool, last: bool):
     return make_batches
 
 
+def wrap_stage(ctx: StepContext, stage_module: StageModule, first: int, shards: list) -> nn.Module:
+    """A stage's module as its rank runs it (`first`: its first block's index in the whole
+    model): with tensor parallelism TP, checkpointing, then FSDP2 or DDP over the stage's
+    data-parallel ranks on local shards (appended to `shards`); else checkpointing, then FSDP2
+    when sharded, DDP over the stage's replicas when it has several."""
+    cfg, res, layout, device = ctx.cfg, ctx.res, ctx.layout, ctx.device
+    if res.tp > 1:
+        mp = ctx.precision.mp_policy
+        stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
+        if res.shard > 1:
+            return stage_module
+        # local shards as under DDP, also for a lone replica: plain parameters only (one kind for
+        # Adam's and the fp16 scaler's foreach kernels)
+        stage_module, local = localize_tp(stage_module.to(device))
+        shards.append(local)
+        if res.dp > 1:
+            return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
+        return stage_module
+    apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)
+    if res.shard > 1:
+        return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
+    stage_module = stage_module.to(device)
+    if res.world // res.pp > 1:
+        return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
+    return stage_module
+
+
 def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy pipeline: this rank's stage (checkpointing if configured; FSDP2 over the
     layout's mesh when sharded, else DDP over the stage's replicas when it has several), and
@@ -222,28 +265,10 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     n_blocks = len(blocks_of(model))
     spans = ranges(res.stage_counts(n_blocks))
 
-    shards: list = [None]  # LocalShards of a TP stage under DDP
+    shards: list = []  # LocalShards of a TP stage under DDP
 
     def wrap(stage_module: StageModule) -> nn.Module:
-        first = spans[layout.stage][0]
-        if res.tp > 1:  # TP, checkpointing, then FSDP2 or DDP over the stage's data-parallel ranks
-            mp = ctx.precision.mp_policy
-            stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
-            if res.shard > 1:
-                return stage_module
-            # local shards as under DDP, also for a lone replica: plain parameters only (one kind for
-            # Adam's and the fp16 scaler's foreach kernels)
-            stage_module, shards[0] = localize_tp(stage_module.to(device))
-            if res.dp > 1:
-                return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
-            return stage_module
-        apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)
-        if res.shard > 1:
-            return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
-        stage_module = stage_module.to(device)
-        if R > 1:
-            return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
-        return stage_module
+        return wrap_stage(ctx, stage_module, spans[layout.stage][0], shards)
 
     pairs = tied_parameters(model)  # before TP or FSDP2 replace the stage's parameters (and untie them)
     stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap, spans=spans)
@@ -276,14 +301,7 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
         return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
 
     weight = 1.0 / R if last else 0.0
-    if shards[0] is not None:
-        step = forward_backward
-
-        def forward_backward(micro_batches: list[Batch]) -> torch.Tensor:
-            try:
-                return step(micro_batches)
-            finally:
-                shards[0].restore()
+    forward_backward = restoring_shards(forward_backward, shards)
 
     keeps = layout.replica == 0 and layout.tp_rank == 0  # one rank per stage saves the full state
     return AppliedStrategy(module, forward_backward, make_batches, weight, keeps, scaler, {"stage": layout.stage})
