@@ -15,8 +15,9 @@ from shardsim.specs.strategies import STRATEGIES as KINDS
 
 # A pipeline of a model whose LM head reuses the token embedding holds that matrix on its first
 # stage and a copy on its last, and sums the two copies' gradients before the optimizer step (as
-# Megatron-LM does: `simulator.strategies.pipeline.tied_embedding_all_reduce`, the runtime's
-# `pipeline`); both do it for plain tensors: unsharded stages (degree 1) and tp 1, else refused.
+# Megatron-LM and torchtitan do: `simulator.strategies.pipeline.tied_embedding_all_reduce`, the
+# runtime's `pipeline`), shard by shard under tensor parallelism and FSDP2; with context
+# parallelism (whose stages are not planned with the copy's gradient split over the cp ranks) refused.
 TIED_PIPELINE = "a pipeline of a model with tied embeddings"
 
 
@@ -85,12 +86,9 @@ def resolve(
     # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
     node_ranks = devices_per_node // (tp * cp) if devices_per_node and devices_per_node % (tp * cp) == 0 else None
     shard = spec.shard(s, dp_world, where, node_ranks)
-    if pp > 1 and tied_embeddings and (shard > 1 or tp > 1 or cp > 1):
-        why = (
-            f"{TIED_PIPELINE} sums its first and last stage's embedding gradients as plain tensors: "
-            "unsharded stages (degree 1, cp 1) and tp 1 only"
-        )
-        raise ConfigError(why, where=where, field="degree" if shard > 1 else "tp" if tp > 1 else "cp")
+    if pp > 1 and tied_embeddings and cp > 1:
+        why = f"{TIED_PIPELINE} is planned with cp 1 only (not its embedding gradients' sum with context parallelism)"
+        raise ConfigError(why, where=where, field="cp")
     if shard > replicas_all or replicas_all % shard:
         span = "the world size" if pp == 1 else f"the {replicas_all} ranks of a pipeline stage"
         if tp > 1 or cp > 1:

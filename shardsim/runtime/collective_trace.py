@@ -245,7 +245,9 @@ def trace_step(
     - ddp: the TP collectives only (DDP's gradient all-reduce runs in its C++ reducer, unseen);
     - pipeline: the collectives of `rank`'s stage module (TP, then FSDP2 where sharded; DDP's not
       seen) for the forward and backward of one microbatch (the stage's output gradient is ones;
-      point-to-point sends are not collectives); pick a rank of the last stage for the LM head."""
+      point-to-point sends are not collectives), then, of a model with tied embeddings on its
+      first or last stage, the embedding group's all-reduce of the gradient (`TiedEmbedding`);
+      pick a rank of the last stage for the LM head."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -254,7 +256,7 @@ def trace_step(
     from shardsim.runtime.strategies import STRATEGIES, build_layout
     from shardsim.runtime.strategies.ddp import localize_tp
     from shardsim.runtime.strategies.fsdp import parallelize
-    from shardsim.runtime.strategies.pipeline import split_stage
+    from shardsim.runtime.strategies.pipeline import TiedEmbedding, split_stage, tied_parameters
     from shardsim.runtime.strategies.tensor_parallel import loss_context, reduce_partial_grads
     from shardsim.specs.model.load import resolve_arch
     from shardsim.specs.stage_split import ranges
@@ -276,11 +278,17 @@ def trace_step(
             if spec.is_pipeline:
                 spans = ranges(res.stage_counts(n_layers))
                 first = spans[layout.stage][0]
+                pairs = tied_parameters(model)
                 stage = split_stage(model, layout.stage, res.pp, spans)
                 module = parallelize(stage, cfg, res, layout, first=first, shard=res.shard > 1)
                 if res.shard == 1 and res.tp > 1:
                     localize_tp(module)  # as the runtime: local shards (DDP's own all-reduce unseen)
+                ends = (layout.stage == 0, layout.stage == res.pp - 1)
+                tied = TiedEmbedding(pairs, module, res, *ends) if pairs and res.pp > 1 else None
                 _stage_step(module, layout.stage, res, sample, loss_of, arch, cfg.strategy.sequence_parallel)
+                if tied is not None:
+                    with phase("backward"):
+                        tied.all_reduce_grads()
             else:
                 module = parallelize(model, cfg, res, layout, shard=spec.fsdp)
                 if not spec.fsdp and res.tp > 1:

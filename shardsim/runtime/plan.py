@@ -106,7 +106,7 @@ def plan_run(cfg: RunConfig, nproc: int | None, emulate: bool | None = None) -> 
     check_runtime_tp(arch, res.tp, resolved.strategy.async_tp)
     from shardsim.runtime.schedule_checks import check_runtime_pipeline
 
-    check_runtime_pipeline(resolved.strategy, tied, res.dp > 1)
+    check_runtime_pipeline(resolved.strategy, res.dp > 1)
     from shardsim.runtime.stack import check_runtime_stack
     from shardsim.simulator.strategies.planners import PLANNERS
     from shardsim.specs.model.blocks import check_mlm

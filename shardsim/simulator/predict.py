@@ -37,7 +37,7 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
-from shardsim.simulator.strategies.steps import BlockTimes, pipeline_blocks, rank_classes, stage_blocks
+from shardsim.simulator.strategies.steps import BlockTimes, ends_apart, pipeline_blocks, rank_classes, stage_blocks
 from shardsim.simulator.strategies.virtual_pipeline import rank_held_activations
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.resolve import load_workload
@@ -286,7 +286,7 @@ def auto_split(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     def seconds(blocks: list[Block]) -> float:
         return sum(bt.block(b, mb).fwd_s + bt.block(b, mb).bwd_s + bt.recompute_s(b, mb) for b in blocks)
 
-    embed, layers, head = pipeline_blocks(w, res.pp)
+    embed, layers, head = pipeline_blocks(w, ends_apart(res))
     counts = balanced_split([seconds([b]) for b in layers], seconds(embed), seconds(head), res.stages)
     text = ",".join(map(str, counts))
     return cfg.replace(strategy=cfg.strategy.replace(layers_per_stage=text)), replace(res, layer_counts=tuple(counts))

@@ -4,8 +4,10 @@ consecutive blocks, split as the simulator splits them) in a manual `PipelineSta
 With tensor parallelism each stage's module is TP'd first (`fsdp.parallelize`); the stages send
 each other their local activations (a sequence shard under sequence parallelism). Tied
 embeddings (Megatron-LM's way): the last stage keeps its own copy of the embedding as its output
-projection, and each rank of the first stage and its peer of the last all-reduce (sum) that
-parameter's gradient before the optimizer step (`TiedEmbedding`; unsharded stages, tp 1)."""
+projection, and each rank of the first stage and its peer of the last (the same data- and
+tensor-parallel coordinates: the embedding group) all-reduce (sum) their shard of that parameter's
+gradient before the optimizer step (`TiedEmbedding`): the vocabulary rows of its tensor-parallel
+rank, FSDP2's shard of those on a sharded stage; the two ends shard the copy alike."""
 
 from __future__ import annotations
 
@@ -75,16 +77,15 @@ def tied_parameters(model: nn.Module) -> list[tuple[str, str]]:
 
 
 class TiedEmbedding:
-    """The tied parameters of this rank's stage (the first stage's embedding, the last's copy in
-    its head; none on the stages between) and the group of this rank and its peer on the other
-    end: rank i of stage 0 with rank i of stage pp - 1 (stage-major ranks, tp 1). Every rank
-    creates every pair's group (new_group is collective), in the same order."""
+    """The tied parameters (`pairs`: `tied_parameters` of the whole model) of this rank's stage
+    (the embedding where it holds the `first` stage, the copy in its head where the `last`; none
+    on the stages between) and the group of this rank and its peer on the other end: the first and last rank of its "pp"
+    group (the same dp / tp coordinates). Every rank creates every pair's group (new_group is
+    collective), in the same order."""
 
-    def __init__(self, model: nn.Module, stage: nn.Module, res, stage_index: int):
+    def __init__(self, pairs: list[tuple[str, str]], stage: nn.Module, res, first: bool, last: bool):
         import torch.distributed as dist
 
-        pairs = tied_parameters(model)
-        pp = res.pp
         rank = dist.get_rank()
         self.group = None
         for ranks in res.dims.groups("pp") if pairs else []:  # in rank order of the first stage's
@@ -93,19 +94,21 @@ class TiedEmbedding:
             if rank in members:
                 self.group = group
         inner = getattr(stage, "module", stage)  # under DDP: the stage module it wraps
-        if stage_index == 0:
+        if first:
             self.params = [inner.embed.get_parameter(e) for e, _ in pairs]
-        elif stage_index == pp - 1:
+        elif last:
             self.params = [inner.head.get_parameter(h) for _, h in pairs]
         else:
             self.params = []
 
     def all_reduce_grads(self) -> None:
-        """Sum the two copies' gradients (each already synced over its stage's replicas)."""
+        """Sum the two copies' gradients (each already synced over its stage's replicas), each
+        rank its local shard (a DTensor's local tensor is its gradient's storage)."""
         import torch.distributed as dist
 
         for p in self.params:
-            dist.all_reduce(p.grad, group=self.group)
+            grad = p.grad
+            dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.group)
 
 
 def _stage_class():
@@ -177,6 +180,22 @@ def build_schedule(stage, schedule: str, microbatches: int, loss_fn):
     return cls(stage, microbatches, loss_fn=loss_fn, scale_grads=False)
 
 
+def restoring_shards(forward_backward, shards: list):
+    """`forward_backward` that puts each of `shards` (`LocalShards`) back when it ends (for the
+    optimizer's and the state's view of the modules); itself when there are none."""
+    if not shards:
+        return forward_backward
+
+    def restoring(micro_batches: list[Batch]) -> torch.Tensor:
+        try:
+            return forward_backward(micro_batches)
+        finally:
+            for local in shards:
+                local.restore()
+
+    return restoring
+
+
 def microbatch_loss(ctx: StepContext, n: int):
     """A schedule's loss function: the loss over `n` (microbatches x accumulation steps), scaled
     for fp16 where a scaler runs."""
@@ -206,6 +225,33 @@ def stage_batches(ctx: StepContext, K: int, pp: int, first: bool, last: bool):
     return make_batches
 
 
+def wrap_stage(ctx: StepContext, stage_module: StageModule, first: int, shards: list) -> nn.Module:
+    """A stage's module as its rank runs it (`first`: its first block's index in the whole
+    model): with tensor parallelism TP, checkpointing, then FSDP2 or DDP over the stage's
+    data-parallel ranks on local shards (appended to `shards`); else checkpointing, then FSDP2
+    when sharded, DDP over the stage's replicas when it has several."""
+    cfg, res, layout, device = ctx.cfg, ctx.res, ctx.layout, ctx.device
+    if res.tp > 1:
+        mp = ctx.precision.mp_policy
+        stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
+        if res.shard > 1:
+            return stage_module
+        # local shards as under DDP, also for a lone replica: plain parameters only (one kind for
+        # Adam's and the fp16 scaler's foreach kernels)
+        stage_module, local = localize_tp(stage_module.to(device))
+        shards.append(local)
+        if res.dp > 1:
+            return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
+        return stage_module
+    apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)
+    if res.shard > 1:
+        return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
+    stage_module = stage_module.to(device)
+    if res.world // res.pp > 1:
+        return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
+    return stage_module
+
+
 def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     """Strategy pipeline: this rank's stage (checkpointing if configured; FSDP2 over the
     layout's mesh when sharded, else DDP over the stage's replicas when it has several), and
@@ -219,31 +265,14 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
     n_blocks = len(blocks_of(model))
     spans = ranges(res.stage_counts(n_blocks))
 
-    shards: list = [None]  # LocalShards of a TP stage under DDP
+    shards: list = []  # LocalShards of a TP stage under DDP
 
     def wrap(stage_module: StageModule) -> nn.Module:
-        first = spans[layout.stage][0]
-        if res.tp > 1:  # TP, checkpointing, then FSDP2 or DDP over the stage's data-parallel ranks
-            mp = ctx.precision.mp_policy
-            stage_module = parallelize(stage_module, cfg, res, layout, mp_policy=mp, first=first, shard=res.shard > 1)
-            if res.shard > 1:
-                return stage_module
-            # local shards as under DDP, also for a lone replica: plain parameters only (one kind for
-            # Adam's and the fp16 scaler's foreach kernels)
-            stage_module, shards[0] = localize_tp(stage_module.to(device))
-            if res.dp > 1:
-                return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
-            return stage_module
-        apply_checkpointing(stage_module, cfg.checkpointing, cfg.selective_ac_option, first)
-        if res.shard > 1:
-            return apply_fsdp(stage_module, layout.fsdp_mesh, mp_policy=ctx.precision.mp_policy)
-        stage_module = stage_module.to(device)
-        if R > 1:
-            return apply_ddp(stage_module, device, layout.dp_group, cfg.ddp_reduce_dtype)
-        return stage_module
+        return wrap_stage(ctx, stage_module, spans[layout.stage][0], shards)
 
+    pairs = tied_parameters(model)  # before TP or FSDP2 replace the stage's parameters (and untie them)
     stage, module = build_pipeline_stage(model, layout.stage, pp, device, group=layout.pp_group, wrap=wrap, spans=spans)
-    tied = TiedEmbedding(model, module, res, layout.stage) if pp > 1 and tied_parameters(model) else None
+    tied = TiedEmbedding(pairs, module, res, first, last) if pp > 1 and pairs else None
     schedule = build_schedule(stage, cfg.strategy.schedule, M, microbatch_loss(ctx, M * K))
     make_batches = stage_batches(ctx, K, pp, first, last)
     inv_scale = (lambda t: t / scaler.get_scale()) if scaler else (lambda t: t)
@@ -272,14 +301,7 @@ def pipeline(model: nn.Module, ctx: StepContext) -> AppliedStrategy:
         return inv_scale(torch.stack([t.detach().float() for t in losses]).sum())
 
     weight = 1.0 / R if last else 0.0
-    if shards[0] is not None:
-        step = forward_backward
-
-        def forward_backward(micro_batches: list[Batch]) -> torch.Tensor:
-            try:
-                return step(micro_batches)
-            finally:
-                shards[0].restore()
+    forward_backward = restoring_shards(forward_backward, shards)
 
     keeps = layout.replica == 0 and layout.tp_rank == 0  # one rank per stage saves the full state
     return AppliedStrategy(module, forward_backward, make_batches, weight, keeps, scaler, {"stage": layout.stage})

@@ -83,7 +83,7 @@ def apply_tp(model: nn.Module, tp_mesh, *, sequence_parallel: bool = False, asyn
     head = getattr(model, "head", None)
     tied = (
         isinstance(embed, TokenEmbed) and isinstance(head, LMHead) and head.out.weight is embed.tok.weight
-    )  # a pipeline stage never holds both (resolve refuses tied pipelines)
+    )  # a pipeline stage never holds both: the last stage's head keeps its own Shard(0) copy
 
     if isinstance(embed, TokenEmbed):
         parallelize_module(embed, tp_mesh, {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)})

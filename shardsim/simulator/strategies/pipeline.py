@@ -25,7 +25,14 @@ from shardsim.simulator.plan import Dep, Plan, _ids, _join, moves
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends, stage_mesh
-from shardsim.simulator.strategies.steps import Piece, optimizer_step, rank_classes, stage_blocks, tied_copy
+from shardsim.simulator.strategies.steps import (
+    Piece,
+    ends_apart,
+    optimizer_step,
+    rank_classes,
+    stage_blocks,
+    tied_shard,
+)
 from shardsim.specs.model.workload import Block, Workload
 from shardsim.specs.parallel_dims import DATA
 from shardsim.specs.schedules import stage_rank
@@ -266,14 +273,16 @@ def run_steps(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workl
 
 
 def tied_embedding_all_reduce(p: Plan, res: Resolved, w: Workload, pipe: Any) -> list[int | None]:
-    """Tied embeddings (Megatron-LM's `_allreduce_embedding_grads`): once the stages' gradients
-    are synced across their replicas, each rank of the first stage and its peer of the last sum
-    the embedding's fp32 gradient (`tied_copy` elements) in a group of those two ranks, before
-    either steps its optimizer. One op on the last stage's class; both stages' steps wait for it.
-    None where one rank holds both (zbv's rank 0). (resolve admits tied pipelines with unsharded
-    stages and tp 1 only.)"""
-    P, copy = res.pp, tied_copy(w)
-    if P < 2 or not copy or stage_rank(res.schedule, P, res.stages - 1) == 0:
+    """Tied embeddings (Megatron-LM's `_allreduce_embedding_grads`, torchtitan's alike): once the
+    stages' gradients are synced across their replicas (reduce-scattered, under FSDP2), each rank
+    of the first stage and its peer of the last (the same dp / tp coordinates: the embedding
+    group) sum their shard of the embedding's fp32 gradient (`tied_shard`: the vocabulary rows
+    of its tensor-parallel rank, FSDP2's dim-0 shard of those) in a group of those two ranks,
+    before either steps its optimizer. One op on the last stage's class; both stages' steps wait
+    for it. None where one rank holds both ends (a V-shaped schedule's rank 0, which holds the
+    embedding once: no copy, `ends_apart`)."""
+    P, copy = res.pp, tied_shard(w, res.shard)
+    if not copy or not ends_apart(res):
         return []
     ends = pipeline_ends(res.dims)  # rank i of stage 0 with rank i of stage P - 1
     deps = [pipe.prev[0], *pipe.syncs[0], pipe.prev[P - 1], *pipe.syncs[P - 1]]

@@ -14,7 +14,7 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, RankClass
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.specs.model.workload import Block, Workload
-from shardsim.specs.schedules import rank_stages
+from shardsim.specs.schedules import rank_stages, stage_rank
 from shardsim.specs.stage_split import ranges
 
 ROOT = "root"  # the unit of the embedding and the head (FSDP2's root module)
@@ -36,19 +36,39 @@ def tied_copy(w: Workload) -> int:
     return embed[0].largest_tensor if w.tied_embeddings and embed else 0
 
 
-def pipeline_blocks(w: Workload, pp: int) -> tuple[list[Block], list[Block], list[Block]]:
-    """`split_blocks` of a pipeline of `pp` stages: with tied embeddings over several stages, the
-    head holds the copy of the embedding (`tied_copy`: its parameters, gradients and optimizer
-    state on the last stage; its matmul is the head's already)."""
+def tied_shard(w: Workload, shard: int) -> int:
+    """Elements of a rank's shard of the tied copy (`tied_copy`, already a tensor-parallel rank's
+    vocabulary rows) when FSDP2 shards its stage over `shard` ranks: dim 0 split as
+    `torch.chunk` splits it, the largest shard (the first rank's)."""
+    copy = tied_copy(w)
+    if shard == 1 or not copy:
+        return copy
+    assert w.arch is not None, "a tied copy is a text model's token embedding"
+    rows = copy // w.arch.hidden
+    return -(-rows // shard) * w.arch.hidden
+
+
+def ends_apart(res: Resolved) -> bool:
+    """Are a pipeline's first and last stage on different ranks? (Not with one stage, nor in a
+    V-shaped schedule, whose rank 0 holds both: a tied embedding is one parameter there.)"""
+    return res.pp > 1 and stage_rank(res.schedule, res.pp, res.stages - 1) != 0
+
+
+def pipeline_blocks(w: Workload, apart: bool) -> tuple[list[Block], list[Block], list[Block]]:
+    """`split_blocks` of a pipeline: with tied embeddings and its ends on different ranks
+    (`apart`, `ends_apart`), the head holds the copy of the embedding (`tied_copy`: its
+    parameters, gradients and optimizer state on the last stage, a DTensor there when the
+    embedding is one; its matmul is the head's already)."""
     embed, layers, head = split_blocks(w)
-    copy = tied_copy(w) if pp > 1 else 0
+    copy = tied_copy(w) if apart else 0
     if copy and head:
         h = head[-1]
         largest = max(h.largest_tensor, copy)
-        head = [
-            *head[:-1],
-            replace(h, params=h.params + copy, param_tensors=h.param_tensors + 1, largest_tensor=largest),
-        ]
+        dt = h.dtensor_params + (copy if embed[0].dtensor_params else 0)
+        grown = replace(
+            h, params=h.params + copy, param_tensors=h.param_tensors + 1, largest_tensor=largest, dtensor_params=dt
+        )
+        head = [*head[:-1], grown]
     return embed, layers, head
 
 
@@ -83,7 +103,7 @@ class Piece:
 def stage_blocks(res: Resolved, w: Workload) -> list[tuple[list[Block], list[Block], list[Block]]]:
     """(embedding, layers, head) of each of a pipeline's stages (`Resolved.stage_counts`): the
     embedding on the first, the head on the last."""
-    embed, layers, head = pipeline_blocks(w, res.pp)
+    embed, layers, head = pipeline_blocks(w, ends_apart(res))
     last = res.stages - 1
     spans = ranges(res.stage_counts(len(layers)))
     return [(embed if s == 0 else [], layers[a:b], head if s == last else []) for s, (a, b) in enumerate(spans)]
