@@ -3,14 +3,12 @@ namespaces) and are marked `integration`; tests/unit/ runs in-process.
 
     python -m pytest -q -m "not integration"     # the fast subset, for development
 
-CI (the README's test command) runs the tests not marked `serial` on xdist workers, then the
-`serial` ones one at a time. Serial: every integration test but those marked `beside`, the
-modules in `SERIAL` and those marked in place; they hold the machine to a wall-clock promise,
-measure it, or bring an emulated cluster up. An integration test marked `beside` starts
-processes (ranks over loopback, the CLI) but promises nothing about time, so it runs beside the
-others, its module on one worker (`xdist_group`: a module's fixture launches its batch once).
-Under xdist each worker takes the emulated topologies' locks in a runtime folder of its own
-(the tests that run beside each other only take them: none brings a cluster up).
+CI (the README's test command) runs the tests not marked `serial` on every core (pytest-xdist,
+``-n auto``), then the `serial` ones one at a time: every integration test (their ranks take the
+cores), those in `SERIAL` (they hold the machine to a wall-clock promise or tear down emulated
+clusters) and those marked in place. Under xdist each worker takes the emulated topologies'
+locks in a runtime folder of its own (the tests that run beside each other only take them:
+none brings a cluster up).
 """
 
 import hashlib
@@ -50,13 +48,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.fspath)
-        integration = INTEGRATION in path.parents
-        if integration:
+        if INTEGRATION in path.parents:
             item.add_marker(pytest.mark.integration)
-        if (integration and item.get_closest_marker("beside") is None) or path.name in SERIAL:
+        if INTEGRATION in path.parents or path.name in SERIAL:
             item.add_marker(pytest.mark.serial)
-        elif integration:
-            item.add_marker(pytest.mark.xdist_group(path.stem))
 
 
 # The width every test's output is laid out for is the one CI's has (stdout not a terminal, no

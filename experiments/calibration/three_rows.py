@@ -71,12 +71,18 @@ class Trial:
     held: tuple[str, ...]
 
 
-def trial(inst: InstanceType, start: str, rows: list[Measurement], size: str, rule=pick) -> Trial:
+def trial(
+    inst: InstanceType, start: str, rows: list[Measurement], size: str, rule=pick, defaults: np.ndarray | None = None
+) -> Trial:
+    """Fit 3 rows of `size` (picked by `rule`) and score the other sizes' rows; `defaults`: every
+    row's ratio at `inst`'s own figures, when already computed (the same for every size)."""
     mine = rule(rows, size)
-    others = [m for m in rows if m.info["model"] != size]
+    keep = np.array([m.info["model"] != size for m in rows])
+    others = [m for m, k in zip(rows, keep, strict=True) if k]
     names, _ = F.fitted_names(inst, mine, default_params(True, False))
     f = P.map_fit(inst, mine, names)
-    before = np.abs(F.ratios(inst, others, {}) - 1).mean() * 100
+    at_defaults = F.ratios(inst, others, {}) if defaults is None else defaults[keep]
+    before = np.abs(at_defaults - 1).mean() * 100
     after = np.abs(F.ratios(inst, others, f.values) - 1).mean() * 100
     seqs = tuple(m.info["seq_len"] for m in mine)
     return Trial(start, size, seqs, len(others), float(before), float(after), f.values, tuple(f.held))
@@ -87,8 +93,9 @@ def run(rule=pick, sizes=SIZES, starts=tuple(STARTS), verbose: bool = False) -> 
     for start in starts:
         inst = STARTS[start]()
         rows = read_measurements(CSV, TOPOLOGY, inst)
+        defaults = F.ratios(inst, rows, {})  # every row at the start's figures, once for all sizes
         for size in sizes:
-            out.append(trial(inst, start, rows, size, rule))
+            out.append(trial(inst, start, rows, size, rule, defaults))
             if verbose:
                 t = out[-1]
                 print(f"{rule.__name__} {start} {size}: {t.mae_defaults:.1f} % -> {t.mae_fitted:.1f} %", flush=True)

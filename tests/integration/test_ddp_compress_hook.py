@@ -15,8 +15,6 @@ from torch import nn
 from shardsim.runtime.launch import free_port
 from shardsim.runtime.strategies.ddp import apply_ddp
 
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
-
 WORLD, STEPS = 2, 20
 
 

@@ -67,14 +67,8 @@ def _copy_written(src: Path, dst: Path) -> None:
             shutil.copy2(path, dst / path.name)
 
 
-def _param(e: Example):
-    """An example whose chain brings no emulated cluster up runs beside the other tests in CI."""
-    beside = not any(_emulates(w) for w in [*_writers(e), e])
-    return pytest.param(e, id=e.id, marks=[pytest.mark.beside] if beside else [])
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("example", [_param(e) for e in EXAMPLES])
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
 def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
     if _gpu_only(example):
         import torch

@@ -20,8 +20,6 @@ from tests.runtime_batch import Batches
 from tests.unit.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
 from tests.unit.test_plan_pipeline import PP, SHARD, WORLD, pipeline_args, planned
 
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
-
 TRACED = {  # id: (world, schedule, microbatches, accum)
     "gpipe": (4, "gpipe", 4, 1),
     "1f1b": (4, "1f1b", 4, 1),

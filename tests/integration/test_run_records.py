@@ -11,14 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from shardsim.config import RunConfig, load_config
 from shardsim.core.files import file_mode
 from shardsim.runtime.records import CSV_NAME, read_runs_csv
 from tests.helpers import private_device
-
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,8 +26,6 @@ import pytest
 from shardsim.runtime import launch as launcher
 from shardsim.runtime.records import CSV_NAME, load_run
 
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
-
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 30
 AT_ONCE = 3

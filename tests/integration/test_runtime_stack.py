@@ -13,8 +13,6 @@ import pytest
 from tests.integration.test_runtime_strategies import check_against_reference, check_equals_reference
 from tests.runtime_batch import Batches
 
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
-
 TINY_BERT = "family: bert\nhidden: 64\nlayers: 2\nheads: 4\nseq_len: 32\nvocab: 256\n"
 
 

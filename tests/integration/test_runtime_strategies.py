@@ -26,8 +26,6 @@ from shardsim.runtime.testing import SAVE_PARAMS_ENV, load_saved
 from tests.reference import reference_run
 from tests.runtime_batch import Batches
 
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
-
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 2, 1
 

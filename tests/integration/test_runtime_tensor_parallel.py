@@ -35,8 +35,6 @@ from shardsim.specs.model.library import PRESETS
 from tests.integration.test_runtime_strategies import check_against_reference
 from tests.runtime_batch import Batches
 
-pytestmark = pytest.mark.beside  # no wall-clock promise, no emulated cluster: CI runs it beside others
-
 GQA = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, ffn: 128, vocab: 256, seq_len: 32}"
 TIED = "{family: gpt, hidden: 64, layers: 2, heads: 4, ffn: 128, vocab: 256, seq_len: 32, tied_embeddings: true}"
 VIT_SP = "{family: vit, hidden: 64, layers: 2, heads: 4, ffn: 128, image: 24, patch: 8, classes: 10}"  # 10 tokens
