@@ -27,6 +27,7 @@ SMP_KEYS = (
     "ddp",
     "pipeline",
     "tensor_parallel_degree",
+    "context_parallel_degree",
     "delayed_parameter_initialization",
     "placement_strategy",
     "optimize",
@@ -234,6 +235,8 @@ def apply_smp(values: dict[str, Any], smp: dict[str, Any], extra: dict[str, Any]
         raise ConfigError(f"contradicting pipeline degrees {pps}", where=where, field="partitions")
     if smp.get("tensor_parallel_degree") is not None:
         put("tp", pos_int(smp["tensor_parallel_degree"], where, "tensor_parallel_degree"), "tensor_parallel_degree")
+    if smp.get("context_parallel_degree") is not None:
+        put("cp", pos_int(smp["context_parallel_degree"], where, "context_parallel_degree"), "context_parallel_degree")
     pp = pos_int(next(iter(pps.values())), where, next(iter(pps))) if pps else 1
     if pp > 1:
         put("strategy", PIPELINE.name, next(iter(pps)))

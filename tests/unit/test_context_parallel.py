@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsim.cli import main
-from shardsim.config import RunConfig, Strategy, resolve
+from shardsim.config import RunConfig, Strategy, load_config, resolve
 from shardsim.core.errors import ConfigError
 from shardsim.runtime.stack import check_runtime_stack
 from shardsim.simulator.bounds import compute_bound_s
@@ -230,3 +230,20 @@ def test_the_sweeps_bounds_stay_below_every_context_parallel_step() -> None:
             step = predict(cfg, cluster=c.cluster).step_time_s
             assert 0 < compute_bound_s(s) <= step * (1 + 1e-12), c.label
             assert 0 < chain_bound_s(s) <= step * (1 + 1e-12), c.label
+
+
+def test_sagemaker_context_parallel_degree_is_cp(tmp_path) -> None:
+    """SageMaker model parallelism v2's context_parallel_degree lands on cp, as its
+    recommendation writes it back (`sweep.recommendation`)."""
+    p = tmp_path / "smp.yaml"
+    p.write_text(
+        "workload: llama-3.1-8b\nseq_len: 8192\ndistribution:\n  torch_distributed: {enabled: true}\n"
+        "  smdistributed:\n    modelparallel:\n      enabled: true\n"
+        "      parameters: {hybrid_shard_degree: 8, context_parallel_degree: 2}\n"
+    )
+    cfg = load_config(p)
+    assert cfg.strategy.cp == 2 and cfg.strategy.degree == 8
+    p.write_text(p.read_text().replace("context_parallel_degree: 2", "context_parallel_degree: 0"))
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert err.value.field == "context_parallel_degree"
