@@ -2,16 +2,17 @@
 on 512 GPUs and at 131,072 tokens (context parallelism) on 16,384 GPUs, each row with its layout,
 tokens/s per GPU, MFU, memory and dollars per million tokens.
 
-    python experiments/llama405b/study.py [--workers N]
+    python experiments/llama405b/study.py [--workers N] [--spaces 8k,131k]
 
-Runs two pruned `shardsim sweep`s (the commands are in `SPACES` and in the README this writes)
-into experiments/llama405b/{8k,131k}/ and writes experiments/llama405b/README.md with the ten
-fastest layouts that fit of each.
+Runs pruned `shardsim sweep`s (the commands are in `SPACES` and in the README this writes) into
+experiments/llama405b/{8k,131k}/ (with run.json: the command, its seconds and its notes) and
+writes experiments/llama405b/README.md with the ten fastest layouts that fit of each space.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -29,9 +30,10 @@ SPACES = {
          "--schedules", "1f1b,interleaved-1f1b,zbv", "--stages-per-rank", "1,2", "--float8", "none,tensorwise"],
     ),
     "131k": (
-        "131,072 tokens on 16,384 H100 (2,048 × p5.48xlarge), context parallelism",
-        ["--nodes", "2048", "--seq-len", "131072", "--tp", "8", "--cp", "8,16", "--pp", "8,16",
-         "--schedules", "1f1b,interleaved-1f1b", "--stages-per-rank", "1,2", "--float8", "none,tensorwise"],
+        "131,072 tokens on 16,384 H100 (2,048 × p5.48xlarge), context parallelism, 128 sequences (16 M tokens) a step",
+        ["--nodes", "2048", "--seq-len", "131072", "--global-batch", "128", "--tp", "8", "--cp", "8,16", "--pp", "8,16",
+         "--schedules", "1f1b,interleaved-1f1b", "--stages-per-rank", "1,2", "--float8", "none,tensorwise",
+         "--checkpointing", "selective,full"],
     ),
 }  # fmt: skip
 COLUMNS = {
@@ -45,7 +47,8 @@ COLUMNS = {
 }
 
 
-def run(name: str, args: list[str], workers: int | None) -> tuple[pd.DataFrame, float, list[str]]:
+def run(name: str, args: list[str], workers: int | None) -> None:
+    """Sweep space `name` into HERE/name, with run.json beside its files."""
     out = HERE / name
     cmd = [SHARDSIM, "sweep", *COMMON, *args, "--out", str(out), "--no-progress"]
     if workers:
@@ -56,7 +59,8 @@ def run(name: str, args: list[str], workers: int | None) -> tuple[pd.DataFrame, 
     if proc.returncode != 0:
         sys.exit(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
     notes = [line for line in proc.stderr.splitlines() if "dropped" in line or "pruned" in line]
-    return pd.read_csv(out / "sweep.csv"), took, notes
+    shown = " ".join(["shardsim sweep", *COMMON, *args])
+    (out / "run.json").write_text(json.dumps({"command": shown, "seconds": round(took), "notes": notes}, indent=1))
 
 
 def table(df: pd.DataFrame, n: int = 10) -> list[str]:
@@ -75,30 +79,28 @@ def table(df: pd.DataFrame, n: int = 10) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--spaces", default=",".join(SPACES), help="the spaces to sweep again (default: all)")
     ns = ap.parse_args()
+    for name in ns.spaces.split(","):
+        run(name, SPACES[name][1], ns.workers)
     text = [
         "# Llama 3.1 405B in 4D layouts on H100 (predicted)",
         "",
-        "Written by `python experiments/llama405b/study.py`: two pruned sweeps of `shardsim`, their",
-        "full tables in `8k/` and `131k/` (`sweep.csv`, `recommended.json`). Predictions of the model",
-        "as it stands (PyTorch FSDP2 + DTensor TP + pipelining + ring attention, torchao Float8, the",
+        "Written by `python experiments/llama405b/study.py`: pruned sweeps of `shardsim`, their full",
+        "tables in `8k/` and `131k/` (`sweep.csv`, `recommended.json`). Predictions of the model as",
+        "it stands (PyTorch FSDP2 + DTensor TP + pipelining + ring attention, torchao Float8, the",
         "p5.48xlarge figures in shardsim/data/topologies/p5.48xlarge.yaml with their sources); no row",
         "here was measured. MFU is against the BF16 dense peak (989 TFLOP/s), as torchtitan reports it.",
+        "The seconds are wall time on a 2-core machine with the sweep niced beside other work.",
         "",
     ]
-    for name, (title, args) in SPACES.items():
-        df, took, notes = run(name, args, ns.workers)
-        cmd = " ".join(["shardsim sweep", *COMMON, *args])
+    for name, (title, _) in SPACES.items():
+        meta = json.loads((HERE / name / "run.json").read_text())
+        df = pd.read_csv(HERE / name / "sweep.csv")
         fits = int(df["fits"].sum())
-        text += [
-            f"## {title}",
-            "",
-            f"`{cmd}`",
-            "",
-            f"{len(df):,} configurations in the table, {fits:,} fit; {took:.0f} s here.",
-            "",
-        ]
-        text += [f"- {n.removeprefix('shardsim: ')}" for n in notes] + ([""] if notes else [])
+        text += [f"## {title}", "", f"`{meta['command']}`", ""]
+        text += [f"{len(df):,} configurations in the table, {fits:,} fit; {meta['seconds']} s here.", ""]
+        text += [f"- {n.removeprefix('shardsim: ')}" for n in meta["notes"]] + ([""] if meta["notes"] else [])
         text += [*table(df), ""]
     (HERE / "README.md").write_text("\n".join(text))
     print("\n".join(text))
