@@ -284,7 +284,8 @@ def auto_split(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     mb = res.microbatch_size
 
     def seconds(blocks: list[Block]) -> float:
-        return sum(bt.block(b, mb).fwd_s + bt.block(b, mb).bwd_s + bt.recompute_s(b, mb) for b in blocks)
+        costs = [(bt.block(b, mb), bt.recompute_s(b, mb)) for b in blocks]
+        return sum(c.fwd_s + c.bwd_s + again for c, again in costs)
 
     embed, layers, head = pipeline_blocks(w, ends_apart(res))
     counts = balanced_split([seconds([b]) for b in layers], seconds(embed), seconds(head), res.stages)
