@@ -13,8 +13,8 @@ the phase boundary at 3 s; once the sweep's workers or the run's ranks work: 5 a
 `DRAWN` moments hypothesis draws between those edges (derandomized: the same ones every time),
 about half in start-up and half while workers or ranks run; a failure found at any of them is
 shrunk and replayed. Drawn moments are fixed instants like the others, so more of them only
-fill the same strata more densely: 8 (14 trials a command, about a minute each) keep every
-stratum tried several times over. Teardown is the signal's own: every trial
+fill the same strata more densely: 4 (10 trials a command, about 40 s each) keep every
+stratum tried at least twice. Teardown is the signal's own: every trial
 checks that the command ends within the promise while its tree is being torn down."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ LARGE_SWEEP = (
 ).split()
 # steps enough that the run lasts past the last signal (its default 5 take about 5 s here)
 RUN = "run --topology emu-2x2 --no-emulate --nproc 2 --workload tiny-gpt --steps 500".split()
-DRAWN = 8  # moments hypothesis draws, beyond `MOMENTS`
+DRAWN = 4  # moments hypothesis draws, beyond `MOMENTS`
 EXAMPLES = settings(
     max_examples=DRAWN, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
 )
