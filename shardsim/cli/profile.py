@@ -50,6 +50,9 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
             field=name,
         )
     device = _device(ns.device)
+    tp, sp = cfg.strategy.tp, cfg.strategy.sequence_parallel
+    if tp > 1 and device != "cpu":
+        raise ConfigError("a tensor-parallel rank's share is timed on CPU ranks only (pass --device cpu)", field="tp")
     out = check_output_file(ns.out, "out", inputs=config_inputs(ns, cfg))
     batches = list(ns.batch or (cfg.batch_per_device,))
     cluster = make_cluster(cfg.topology, cfg.nodes)
@@ -81,6 +84,7 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
             precision=cfg.precision,
             topologies=[(cluster.instance.name, cluster.nodes)] if links else [],
             ranks=[cluster.world] if sharing else [],
+            tp_layouts=[(tp, sp)] if tp > 1 else [],
         )
     write_json_atomic(out, doc)
     if ns.json:
@@ -97,6 +101,9 @@ def _cmd_profile(ns: argparse.Namespace) -> int:
     if fo := doc.get("fsdp_overhead_s"):
         print(f"FSDP2's own work at {fo['world']} ranks: +{format_seconds(fo['fwd_s'])} a forward, "
               f"+{format_seconds(fo['bwd_s'])} a backward")  # fmt: skip
+    for b, shares in (doc.get("tp_share_by_batch") or {}).items():
+        for key, (f, w) in shares.items():
+            print(f"a tensor-parallel rank ({key}), microbatch {b}: {f:.2f} of the forward, {w:.2f} of the backward")
     for name, lp in doc.get("links", {}).items():
         nic = ""
         if "nic_Bps" in lp:

@@ -32,9 +32,9 @@ def _writers(example: Example) -> list[Example]:
     return [e for e in ALL if writer and e.page == example.page and " ".join(e.argv).startswith(writer)]
 
 
-# the writers' ids, and the folder each wrote into when it ran as its own test (a reader after it
-# in the same process starts from a copy of that folder instead of running its writer again:
-# the profile example measures for a minute)
+# the writers' ids, and the folder each wrote into when it ran in this process (as its own test,
+# or for another test: `written_by`); a reader after it starts from a copy of that folder instead
+# of running its writer again: the profile example measures for a minute)
 WRITERS = {w.id for e in EXAMPLES for w in _writers(e)}
 WRITTEN: dict[str, Path] = {}
 
@@ -67,6 +67,19 @@ def _copy_written(src: Path, dst: Path) -> None:
             shutil.copy2(path, dst / path.name)
 
 
+def written_by(page: str, start: str, tmp_factory: pytest.TempPathFactory) -> Path:
+    """The folder the example of `page` that starts with `start` wrote into, run now unless it
+    already ran in this process (test_validation_real predicts from the profile.md example's
+    profile: one profile measured, not two)."""
+    e = next(e for e in EXAMPLES if e.page == page and " ".join(e.argv).startswith(start))
+    if e.id not in WRITTEN:
+        cwd = user_folder(tmp_factory.mktemp("docs-example"))
+        proc = _run(e, cwd)
+        assert proc.returncode == 0, f"{e.id}: exit {proc.returncode}: {proc.stderr[-2000:]}"
+        WRITTEN[e.id] = cwd
+    return WRITTEN[e.id]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
 def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
@@ -80,7 +93,7 @@ def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
         require_emulation()
     cwd = user_folder(tmp_path)
     for e in [*chain, example]:
-        if e is not example and e.id in WRITTEN:  # the writer ran as its own test in this process: its files
+        if e.id in WRITTEN:  # it ran in this process (its own test, or for another's): its files
             _copy_written(WRITTEN[e.id], cwd)
             continue
         proc = _run(e, cwd)
