@@ -17,7 +17,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.simulator.collective import nccl_tests_row, simulate_collective
 from shardsim.simulator.engine import chain_bound, simulate
 from shardsim.simulator.network.alltoall import Exchange, pxn
-from shardsim.simulator.network.collectives import GroupLayout, call_alone_s
+from shardsim.simulator.network.collectives import GroupLayout, all_to_all_v_s, call_alone_s
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan, RankClass
 from shardsim.specs.hardware.topology import make_cluster
@@ -125,6 +125,9 @@ def test_uneven_bytes_are_slower_than_even(topology, nodes, factor, size, backen
     uneven = call_alone_s(g, "all_to_all", layout, size, "auto", backend, exchange=Exchange.busiest(n, factor))
     worse = call_alone_s(g, "all_to_all", layout, size, "auto", backend, exchange=Exchange.busiest(n, factor + 0.5))
     assert even < uneven <= worse * (1 + 1e-12)
+    counts = Exchange.busiest(n, factor).matrix() * size
+    assert all_to_all_v_s(g, layout, counts, backend) == pytest.approx(uneven, rel=1e-9)
+    assert all_to_all_v_s(g, layout, np.full((n, n), size / n), backend) == pytest.approx(even, rel=1e-9)
 
 
 def test_gloo_sends_pairwise_at_the_links_rate() -> None:

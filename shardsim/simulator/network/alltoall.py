@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -60,6 +61,13 @@ class Exchange:
     of a layout."""
 
     shares: tuple[tuple[float, ...], ...]
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash(self.shares)
+
+    def __hash__(self) -> int:  # once per exchange: the engine looks its ops' phases up by it
+        return self._hash
 
     @property
     def n(self) -> int:

@@ -527,6 +527,13 @@ def call_alone_s(
     return sum(phase_time(g, ph, nbytes) for ph in plan(g, op, layout, used, backend, nbytes, exchange))
 
 
+def all_to_all_v_s(g: LinkGraph, layout: GroupLayout, counts, backend: str = "nccl") -> float:
+    """Seconds of an all-to-all in every group of `layout` whose rank i sends counts[i][j] bytes to
+    rank j, alone on the network (`call_alone_s` of its `Exchange`)."""
+    exchange, nbytes = Exchange.of_bytes(counts)
+    return call_alone_s(g, "all_to_all", layout, nbytes, "auto", backend, exchange=exchange)
+
+
 Steps = tuple[tuple[float, Route], ...]  # a call's phases as (latency, route) for the network
 
 
