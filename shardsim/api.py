@@ -385,7 +385,7 @@ def collective(
     """One collective on a cluster, timed as nccl-tests reports it (`CollectiveResult`: time,
     algbw, busbw, the algorithm used), as `shardsim collective`.
 
-    op: all_reduce, all_gather, reduce_scatter, broadcast or send_recv; size: bytes, or text
+    op: all_reduce, all_gather, reduce_scatter, broadcast, send_recv or all_to_all; size: bytes, or text
     such as ``1GiB`` or ``25MB``; nodes: default 1, or an emulated topology's count; ranks: the
     first N ranks of the cluster (default: all)."""
     from shardsim.config.schema import BACKENDS

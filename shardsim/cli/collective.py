@@ -11,12 +11,12 @@ import sys
 from shardsim.config.flags import add_algo_argument, setting_type
 from shardsim.config.schema import BACKENDS, PROTOCOLS
 from shardsim.core.errors import ConfigError
-from shardsim.core.flagtypes import Count, Size, SizeSweep
+from shardsim.core.flagtypes import Count, Real, Size, SizeSweep
 from shardsim.core.units import COMPACT_UP_TO, parse_size
 from shardsim.simulator.scale import MAX_MESSAGE_BYTES
 from shardsim.specs.bounds import MAX_WORLD
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
 _SWEEP_LINE = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {}"  # nccl-tests' widths
 _COMPARE_LINE = "{:>12}  {:>16}  {:>9}  {:>9}  {:>7}  {:>12}  {:>9}  {:>7}"
 
@@ -24,6 +24,11 @@ _COMPARE_LINE = "{:>12}  {:>16}  {:>9}  {:>9}  {:>7}  {:>12}  {:>9}  {:>7}"
 def _cmd_collective(ns: argparse.Namespace) -> int:
     if ns.plot and not ns.compare:
         raise ConfigError("--plot draws a comparison: give --compare FILE", field="plot")
+    if ns.imbalance != 1.0 and (ns.compare or (ns.op or "all_reduce") != "all_to_all"):
+        what = "--compare's sizes are nccl-tests' even ones" if ns.compare else f"not {ns.op}'s"
+        raise ConfigError(
+            f"--imbalance is an all_to_all's busiest rank's share over the mean; {what}", field="imbalance"
+        )
     if ns.compare:
         return _compare(ns)
     cluster = _cluster(ns, ns.nodes)
@@ -32,15 +37,16 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     from shardsim.core.units import format_bytes, format_seconds
     from shardsim.simulator.collective import simulate_collective
 
-    r = simulate_collective(
-        cluster, ns.op or "all_reduce", ns.size or parse_size("1GiB"), ns.algo, ns.backend, ns.ranks, ns.protocol
-    )
+    op, size = ns.op or "all_reduce", ns.size or parse_size("1GiB")
+    r = simulate_collective(cluster, op, size, ns.algo, ns.backend, ns.ranks, ns.protocol, ns.imbalance)
     if ns.json:  # a bandwidth that is no number (one rank moves nothing, in no time) is null: JSON has no Infinity
         fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo", "protocol", "backend")
         doc = {k: _finite_or_none(getattr(r, k)) for k in fields}
         print(json.dumps(doc, allow_nan=False))
         return 0
     print(f"{r.op} of {format_bytes(r.size_bytes)} over {r.ranks} ranks on {r.cluster} ({_algo(r)}, {r.backend})")
+    if ns.imbalance != 1.0:
+        print(f"  uneven: rank 0 receives {ns.imbalance:g} x the mean, the others the rest evenly")
     print(f"  time   {format_seconds(r.time_s)}")
     print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
     print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
@@ -84,7 +90,9 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
     from shardsim.simulator.collective import nccl_tests_row, sweep_collective
 
     op = ns.op or "all_reduce"
-    results = sweep_collective(cluster, op, ns.sizes, ns.algo, ns.backend, ns.ranks, _progress(ns), ns.protocol)
+    results = sweep_collective(
+        cluster, op, ns.sizes, ns.algo, ns.backend, ns.ranks, _progress(ns), ns.protocol, ns.imbalance
+    )
     rows = [nccl_tests_row(r) for r in results]
     busbw = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
     avg = sum(busbw) / len(busbw) if busbw else None
@@ -105,6 +113,8 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
         f" ({ns.backend}, --algo {ns.algo}, --protocol {ns.protocol})"
     )
     print(f"# calibrated: {ns.calibration}'s fitted figures over the topology's" if ns.calibration else "#")
+    if ns.imbalance != 1.0:
+        print(f"# uneven: rank 0 receives {ns.imbalance:g} x the mean, the others the rest evenly")
     print(_header(_SWEEP_LINE, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo"))
     print(_header(_SWEEP_LINE, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
     for row in rows:
@@ -269,6 +279,14 @@ def register(sub) -> None:
         help="NCCL's protocol, forced as NCCL_PROTO would (auto: what NCCL's tuner picks; default: auto)",
     )
     c.add_argument("--backend", default="nccl", choices=BACKENDS, help="communication library (default: nccl)")
+    c.add_argument(
+        "--imbalance",
+        type=Real(1.0, inclusive=True),
+        default=1.0,
+        metavar="F",
+        help="all_to_all only: rank 0 receives F times the mean bytes, the others the rest evenly (an MoE dispatch"
+        " whose busiest expert rank takes F x the mean tokens), at most the ranks (default: 1, even)",
+    )
     c.add_argument(
         "--ranks",
         type=Count(MAX_WORLD, minimum=2),

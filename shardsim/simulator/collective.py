@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import simpy
 
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.network.alltoall import Exchange
 from shardsim.simulator.network.collectives import BUS_FACTOR, Algo, GroupLayout, PhaseRun, algo_for, check_algo, plan
 from shardsim.simulator.network.fluid import Network
 from shardsim.simulator.network.linkgroups import group_links
@@ -15,7 +16,7 @@ from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.specs.bounds import world_refusal
 from shardsim.specs.hardware.topology import Cluster
 
-OPS = tuple(BUS_FACTOR)  # the collectives timed: all_reduce, all_gather, reduce_scatter, broadcast, send_recv
+OPS = tuple(BUS_FACTOR)  # the collectives timed: all_reduce, all_gather, reduce_scatter, broadcast, send_recv, ...
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,15 @@ class CollectiveResult:
 
 
 def time_collectives(
-    g: LinkGraph, calls: list[tuple[str, GroupLayout, float]], algo: Algo | str, backend: str
+    g: LinkGraph, calls: list[tuple[str, GroupLayout, float]], algo: Algo | str, backend: str, exchange=None
 ) -> list[float]:
-    """Run several collective calls concurrently on one network; each one's finish time."""
+    """Run several collective calls concurrently on one network; each one's finish time (the
+    all-to-alls among them sending as `exchange` says, an `alltoall.Exchange`; even when None)."""
     env = simpy.Environment()
-    phases = [plan(g, op, layout, algo, backend, nbytes) for op, layout, nbytes in calls]
+    phases = [
+        plan(g, op, layout, algo, backend, nbytes, exchange if op == "all_to_all" else None)
+        for op, layout, nbytes in calls
+    ]
     caps, routes = group_links(g.capacity, [ph.route for phs in phases for ph in phs])  # (linkgroups.py)
     net = Network(env, caps)
     finish = [0.0] * len(calls)
@@ -60,9 +65,12 @@ def simulate_collective(
     backend: str = "nccl",
     ranks: int | None = None,
     proto: str = "auto",
+    imbalance: float = 1.0,
 ) -> CollectiveResult:
     """Time `op` over the first `ranks` ranks (default: all) as nccl-tests would report it, with
-    the algorithm and protocol predictions use (`algo_for`), or the ones forced."""
+    the algorithm and protocol predictions use (`algo_for`), or the ones forced. An all-to-all
+    with `imbalance` > 1 sends its busiest rank that many times the mean (`Exchange.busiest`); its
+    bandwidths stay S over the time, so imbalance shows as less of them."""
     too_big = world_refusal(cluster.world)
     if too_big:
         raise ConfigError(too_big, field="nodes")
@@ -75,10 +83,16 @@ def simulate_collective(
         )
     if refusal := cluster.instance.device.backend_refusal(backend):
         raise ConfigError(refusal, field="backend")
-    check_algo(op, algo if algo != "auto" else "ring", backend, proto)
+    check_algo(op, algo if algo != "auto" or op == "all_to_all" else "ring", backend, proto)
+    exchange = None
+    if imbalance != 1.0:
+        if op != "all_to_all":
+            raise ConfigError(f"an imbalance is all_to_all's (its busiest rank's bytes), not {op}'s", field="imbalance")
+        exchange = Exchange.busiest(n, imbalance)
     g = links_for(cluster)
     layout = GroupLayout(0, n, n)
-    used = algo_for(op, algo, layout, cluster.devices_per_node, backend, g, float(size_bytes), proto)
+    dpn = cluster.devices_per_node
+    used = algo_for(op, algo, layout, dpn, backend, g, float(size_bytes), proto, exchange=exchange)
     if algo != "auto" and (used.name, used.proto) != (algo, used.proto if proto == "auto" else proto):
         why = ""
         if algo.startswith("nvls") and not cluster.instance.fabric.nvls:
@@ -89,7 +103,7 @@ def simulate_collective(
         raise ConfigError(
             f"NCCL offers no {forced} for {op} over {n:,} ranks on {cluster.describe()}{why}", field="algo"
         )
-    (t,) = time_collectives(g, [(op, layout, float(size_bytes))], used, backend)
+    (t,) = time_collectives(g, [(op, layout, float(size_bytes))], used, backend, exchange)
     algbw = size_bytes / t / 1e9 if t > 0 else float("inf")
     return CollectiveResult(
         op=op,
@@ -105,7 +119,7 @@ def simulate_collective(
     )
 
 
-PER_RANK_COUNT = ("all_gather", "reduce_scatter")  # nccl-tests prints these counts per rank
+PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all")  # nccl-tests prints these counts per rank (peer)
 REDUCING = ("all_reduce", "reduce_scatter")
 SMALL_BYTES = 1 << 20  # the two bands of a comparison: busbw from 1 MiB up, time below it
 
@@ -136,11 +150,12 @@ def sweep_collective(
     ranks: int | None = None,
     progress=None,
     proto: str = "auto",
+    imbalance: float = 1.0,
 ) -> list[CollectiveResult]:
     """`simulate_collective` at every size, in order; `progress(done, total)` after each."""
     out = []
     for i, size in enumerate(sizes, start=1):
-        out.append(simulate_collective(cluster, op, size, algo, backend, ranks, proto))
+        out.append(simulate_collective(cluster, op, size, algo, backend, ranks, proto, imbalance))
         if progress is not None:
             progress(i, len(sizes))
     return out

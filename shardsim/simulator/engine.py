@@ -161,32 +161,36 @@ class _Run:
         core_link = len(g.capacity)
         cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
         # every call's phases, then the links merged where they always carry the same load
-        phases: dict[tuple, tuple[Phase, ...]] = {}  # per (collective, layout, algorithm): the same for every call
+        # per (collective, layout, algorithm, all-to-all's exchange): the same for every call
+        phases: dict[tuple, tuple[Phase, ...]] = {}
         of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
-        algos: dict[tuple, Algo] = {}  # per (collective, layout, size): what it runs
-        # per (collective, layout object, size): its phases, found without hashing the layout's fields
-        # (the plan's ops hold their layouts, so no id is reused while this runs)
-        seen: dict[tuple[str | None, int, float], tuple[Phase, ...]] = {}
+        algos: dict[tuple, Algo] = {}  # per (collective, layout, size, exchange): what it runs
+        # per (collective, layout object, size, exchange): its phases, found without hashing the layout's
+        # fields (the plan's ops hold their layouts, so no id is reused while this runs)
+        seen: dict[tuple, tuple[Phase, ...]] = {}
         for op in p.ops:
             if op.kind == "comm":
-                phs = seen.get((op.coll, id(op.layout), op.nbytes))
+                ex = op.exchange
+                phs = seen.get((op.coll, id(op.layout), op.nbytes, ex))
                 if phs is None:
-                    call = (op.coll, op.layout, op.nbytes)
+                    call = (op.coll, op.layout, op.nbytes, ex)
                     used = algos.get(call)
                     if used is None:
                         dpn = g.cluster.devices_per_node
-                        used = algos[call] = algo_for(op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics)
-                    key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0)
+                        used = algos[call] = algo_for(
+                            op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics, exchange=ex
+                        )
+                    key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0, ex)
                     phs = phases.get(key)
                     if phs is None:
-                        phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes)
-                    seen[(op.coll, id(op.layout), op.nbytes)] = phs
+                        phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes, ex)
+                    seen[(op.coll, id(op.layout), op.nbytes, ex)] = phs
                 of_op[op.id] = phs
         uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
         own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
         if self.shared and comm_cpu:
-            for (coll, _, _, _), phs in phases.items():
+            for (coll, *_), phs in phases.items():
                 for ph in phs:  # the phase's bytes sent load the cores too
                     own[id(ph)] = (
                         np.append(ph.links, core_link),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from shardsim.simulator.compute import FsdpCpu
+from shardsim.simulator.network.alltoall import Exchange
 from shardsim.simulator.network.collectives import GroupLayout
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class Op:
     nbytes: float = 0.0
     phase: str = ""  # fwd | bwd | sync | opt | p2p
     peer: int | None = None  # the receiving rank class of a point-to-point send
+    exchange: Exchange | None = None  # an all-to-all's per-peer shares (None: even)
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,25 @@ class Plan:
         if not moves(layout, nbytes):
             return None
         return self.add(rc, stream, "comm", name, deps, 0.0, coll, layout, nbytes, phase)
+
+    def all_to_all(
+        self,
+        rc: int,
+        stream: str,
+        layout: GroupLayout,
+        nbytes: float,
+        name: str,
+        deps,
+        phase: str,
+        exchange: Exchange | None = None,
+    ):
+        """Append an all-to-all in every group of `layout` (an MoE dispatch or combine): each rank's
+        send buffer `nbytes` on average, split over its group as `exchange` says (even when None);
+        None when it moves nothing."""
+        op = self.comm(rc, stream, "all_to_all", layout, nbytes, name, deps, phase)
+        if op is not None:
+            self.ops[op].exchange = exchange
+        return op
 
 
 def moves(layout: GroupLayout, nbytes: float) -> bool:

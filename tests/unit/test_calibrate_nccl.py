@@ -84,8 +84,8 @@ def test_compute_figures_are_left_out_of_a_fit_to_collectives_alone() -> None:
     assert "nic_efficiency" not in default_params(True, True)  # it and the size factors scale one rate
 
 
-def _alltoall(tmp_path: Path) -> str:
-    path = tmp_path / "nccl-alltoall.csv"
+def _gather(tmp_path: Path) -> str:
+    path = tmp_path / "nccl-gather.csv"
     path.write_text(Path(P5).read_text())
     return str(path)
 
@@ -97,11 +97,11 @@ def _alltoall(tmp_path: Path) -> str:
         (["calibrate", "--nccl-tests", P5, "--topology", TOPOLOGY], "field 'nodes'"),
         (["calibrate", *ARGS, "--params", "nic_size_factor.abc"], "nic_size_factor.abc"),
         (["calibrate", *ARGS, "--nccl-tests", P5], "given twice"),
-        (["calibrate", "--nccl-tests", "ALLTOALL", "--nodes", "2", "--topology", TOPOLOGY], "not alltoall"),
+        (["calibrate", "--nccl-tests", "GATHER", "--nodes", "2", "--topology", TOPOLOGY], "not gather"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, says) -> None:
-    argv = [_alltoall(tmp_path) if a == "ALLTOALL" else a for a in argv]
+    argv = [_gather(tmp_path) if a == "GATHER" else a for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err

@@ -17,8 +17,10 @@ Algorithms (named choices):
   the same local index (k rings in parallel), intra-node all-gather; for all-gather
   (MiCS) inter-node all-gather of S/k among same-local-index ranks, then intra-node
   all-gather; reduce-scatter is its mirror.
+- p2p (NCCL) and pairwise (gloo): all-to-all, point-to-point sends from every rank to every
+  other of its group at once (module `alltoall`), whatever algorithm the other collectives use.
 Backend semantics: gloo's reduce-scatter is an all-reduce of the whole tensor then a
-local chunk; gloo has ring algorithms only.
+local chunk; gloo has ring algorithms only (and its pairwise all-to-all).
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ import numpy as np
 
 from shardsim.config.schema import ALGOS, PROTOCOLS
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.network import alltoall
+from shardsim.simulator.network.alltoall import Exchange
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph
 from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
+A2A_ALGOS = {"nccl": "p2p", "gloo": "pairwise"}  # what all-to-all runs on each backend (module alltoall)
 
 # nccl-tests doc/PERFORMANCE.md: busbw = algbw × factor(n)
 BUS_FACTOR = {
@@ -46,6 +51,7 @@ BUS_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
+    "all_to_all": lambda n: (n - 1) / n,
 }
 
 
@@ -234,12 +240,22 @@ def algo_for(
     nbytes: float = 0.0,
     proto: str = "auto",
     mics: bool = False,
+    exchange: Exchange | None = None,
 ) -> Algo:
     """What a call really runs. On NCCL, the algorithm and protocol NCCL's tuner picks for the
     call's size, ranks and nodes (`nccl_runs.nccl_call`), among all of them (`auto`) or only the
     one forced, as NCCL_ALGO / NCCL_PROTO would; `auto` takes SageMaker MiCS's hierarchical
     all-gather only for a group that spans nodes under SageMaker's library (`mics`). gloo has
-    rings only; an algorithm that does not apply to the collective falls back to ring."""
+    rings only; an algorithm that does not apply to the collective falls back to ring. All-to-all
+    runs as point-to-point sends whatever `algo` (A2A_ALGOS), on NCCL with the protocol its sends
+    take (`alltoall.protocol`, of `exchange`'s largest send; even when None) unless one is forced."""
+    if op == "all_to_all":
+        if backend != "nccl":
+            return Algo(A2A_ALGOS[backend])
+        if proto not in ("auto", ""):
+            return Algo(A2A_ALGOS[backend], proto)
+        n = layout.groups().shape[1]
+        return Algo(A2A_ALGOS[backend], alltoall.protocol(float(nbytes), alltoall.shares(exchange, n)))
     if backend == "gloo":
         return Algo("ring")
     shape = _shape(layout.groups(), devices_per_node)
@@ -262,6 +278,9 @@ def algo_for(
 def check_algo(op: str, algo: str, backend: str, proto: str = "auto") -> None:
     if op not in OPS:
         raise ConfigError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}", field="op")
+    if op == "all_to_all":
+        _check_all_to_all(algo, backend, proto)
+        return
     if algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {algo!r}; expected one of {', '.join(ALGOS)}", field="algo")
     if backend not in ("nccl", "gloo"):
@@ -278,6 +297,22 @@ def check_algo(op: str, algo: str, backend: str, proto: str = "auto") -> None:
         raise ConfigError(f"NCCL's NVLS-tree algorithm is for all_reduce only, not {op}", field="algo")
     if algo in ("nvls", "nvls_tree") and proto not in ("auto", "", "Simple"):
         raise ConfigError(f"NCCL runs {algo} with the Simple protocol only, not {proto}", field="protocol")
+
+
+def _check_all_to_all(algo: str, backend: str, proto: str) -> None:
+    if backend not in A2A_ALGOS:
+        raise ConfigError(f"unknown backend {backend!r}; expected nccl or gloo", field="backend")
+    runs = A2A_ALGOS[backend]
+    if algo not in ("auto", runs):
+        raise ConfigError(
+            f"all_to_all runs as point-to-point sends to every peer ({runs} on {backend}), not {algo}:"
+            " leave the algorithm auto",
+            field="algo",
+        )
+    if backend == "gloo" and proto not in ("auto", ""):
+        raise ConfigError(f"protocols are NCCL's; gloo has none (got {proto})", field="protocol")
+    if proto not in ("auto", "", "LL", "Simple"):
+        raise ConfigError(f"NCCL's point-to-point sends run LL or Simple, not {proto}", field="protocol")
 
 
 # NVLink SHARP's ports run at this fraction of the rate a ring's edges get (a named choice):
@@ -357,10 +392,17 @@ def _at_nic_rates(g: LinkGraph, ph: Phase, nbytes: float) -> Phase:
     return Phase(ph.links, load, ph.latency_s, ph.sent)
 
 
-def _phases(g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str, nbytes: float) -> tuple[Phase, ...]:
+def _phases(
+    g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str, nbytes: float, exchange: Exchange | None
+) -> tuple[Phase, ...]:
     groups = layout.groups()
     if groups.shape[1] < 2:
         return ()
+    if op == "all_to_all":
+        ph = Phase(*alltoall.placed(g, groups, exchange, backend, algo.proto or "Simple"))
+        if not ph.links.size:
+            return ()
+        return (_at_nic_rates(g, ph, nbytes),) if backend == "nccl" else (ph,)
     if backend == "gloo" and op == "reduce_scatter":
         op = "all_reduce"  # gloo: all-reduce of the whole tensor, then keep one chunk
     if algo.proto and backend == "nccl" and algo.name in NCCL_ALGOS:
@@ -407,14 +449,21 @@ class _PlanCache:
         self.entries: OrderedDict[tuple, tuple[tuple[Phase, ...], int]] = OrderedDict()
 
     def __call__(
-        self, g: LinkGraph, op: str, layout: GroupLayout, algo: Algo, backend: str, nbytes: float
+        self,
+        g: LinkGraph,
+        op: str,
+        layout: GroupLayout,
+        algo: Algo,
+        backend: str,
+        nbytes: float,
+        exchange: Exchange | None = None,
     ) -> tuple[Phase, ...]:
-        key = (g, op, layout, algo, backend, nbytes if algo.proto else 0.0)
+        key = (g, op, layout, algo, backend, nbytes if algo.proto else 0.0, exchange)
         hit = self.entries.get(key)
         if hit is not None:
             self.entries.move_to_end(key)
             return hit[0]
-        phases = _phases(g, op, layout, algo, backend, nbytes)
+        phases = _phases(g, op, layout, algo, backend, nbytes, exchange)
         size = sum(ph.links.nbytes + ph.load.nbytes for ph in phases)
         self.entries[key] = (phases, size)
         self.nbytes += size
@@ -438,13 +487,17 @@ def plan(
     algo: Algo | str = "ring",
     backend: str = "nccl",
     nbytes: float = 0.0,
+    exchange: Exchange | None = None,
 ) -> tuple[Phase, ...]:
     """Per-byte phases of one SPMD collective call over all groups of `layout`: NCCL's path
     (`_nccl_phases`) for an `Algo` with a protocol, whose phases depend on the call's size
-    `nbytes`; the link-latency model otherwise (gloo, hierarchical, a bare algorithm name)."""
+    `nbytes`; the link-latency model otherwise (gloo, hierarchical, a bare algorithm name). An
+    all-to-all's sends are `exchange`'s (even when None; module `alltoall`)."""
     a = algo if isinstance(algo, Algo) else Algo(algo)
     check_algo(op, a.name, backend, a.proto or "auto")
-    return _plan_cached(g, op, layout, a, backend, float(nbytes))
+    if exchange is not None and op != "all_to_all":
+        raise ConfigError(f"per-peer bytes are all_to_all's, not {op}'s", field="exchange")
+    return _plan_cached(g, op, layout, a, backend, float(nbytes), exchange)
 
 
 def phase_time(g: LinkGraph, phase: Phase, nbytes: float) -> float:
@@ -453,15 +506,32 @@ def phase_time(g: LinkGraph, phase: Phase, nbytes: float) -> float:
 
 
 def call_alone_s(
-    g: LinkGraph, op: str, layout: GroupLayout, nbytes: float, algo: str, backend: str, mics: bool = False
+    g: LinkGraph,
+    op: str,
+    layout: GroupLayout,
+    nbytes: float,
+    algo: str,
+    backend: str,
+    mics: bool = False,
+    exchange: Exchange | None = None,
 ) -> float:
     """Seconds of one call of `op` over `layout` alone on the network: what the engine runs for
     it (`algo_for`, `plan`), each phase's latency then its bytes at its bottleneck
-    link. Nothing in a simulation runs it faster (shared links and a host's cores only slow it)."""
+    link. Nothing in a simulation runs it faster (shared links and a host's cores only slow it).
+    An all-to-all sends as `exchange` says (even when None): an uneven one waits for its busiest
+    link."""
     if layout.size < 2 or nbytes <= 0:
         return 0.0
-    used = algo_for(op, algo, layout, g.cluster.devices_per_node, backend, g, nbytes, mics=mics)
-    return sum(phase_time(g, ph, nbytes) for ph in plan(g, op, layout, used, backend, nbytes))
+    dpn = g.cluster.devices_per_node
+    used = algo_for(op, algo, layout, dpn, backend, g, nbytes, mics=mics, exchange=exchange)
+    return sum(phase_time(g, ph, nbytes) for ph in plan(g, op, layout, used, backend, nbytes, exchange))
+
+
+def all_to_all_v_s(g: LinkGraph, layout: GroupLayout, counts, backend: str = "nccl") -> float:
+    """Seconds of an all-to-all in every group of `layout` whose rank i sends counts[i][j] bytes to
+    rank j, alone on the network (`call_alone_s` of its `Exchange`)."""
+    exchange, nbytes = Exchange.of_bytes(counts)
+    return call_alone_s(g, "all_to_all", layout, nbytes, "auto", backend, exchange=exchange)
 
 
 Steps = tuple[tuple[float, Route], ...]  # a call's phases as (latency, route) for the network

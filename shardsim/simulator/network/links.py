@@ -83,6 +83,65 @@ class LinkGraph:
         nz = np.flatnonzero(loads)
         return nz, loads[nz]
 
+    def p2p_loads(
+        self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, pxn: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes each link carries when every src[i] sends nbytes[i] to dst[i] by point-to-point
+        sends on NIC rails (an all-to-all), as `edge_loads` returns them.
+
+        Inside a node as `edge_loads`. Across nodes, GPU l of k uses the NICs of its rail (`rails`):
+        the receiver always takes bytes on its own rail (NCCL receives locally, src/transport/net.cc
+        recvSetup); the sender puts them on its own rail, or with `pxn` on the NIC of the receiver's
+        rail, reached over NVLink through the GPU of that rail (NCCL's PXN, src/graph/search.cc
+        ncclTopoGetNetDev at NCCL_P2P_PXN_LEVEL 2). On PCIe and loopback nodes the bytes also cross
+        the device ports and the host bridge, as in `edge_loads`."""
+        c = self.cluster
+        k = c.devices_per_node
+        src = np.asarray(src, dtype=np.int64).ravel()
+        dst = np.asarray(dst, dtype=np.int64).ravel()
+        b = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), src.shape)
+        keep = (src != dst) & (b > 0)
+        src, dst, b = src[keep], dst[keep], b[keep]
+        sn, dn = src // k, dst // k
+        inter = sn != dn
+        via_device = c.instance.fabric.kind in ("pcie", "loopback")
+        use_port = ~inter | via_device
+        idx = [self._port_tx + src[use_port], self._port_rx + dst[use_port]]
+        byt = [b[use_port], b[use_port]]
+        if self._bridge >= 0:
+            idx += [self._bridge + sn[use_port], self._bridge + dn[use_port & inter]]
+            byt += [b[use_port], b[use_port & inter]]
+        if inter.any():
+            s, d, bi = src[inter], dst[inter], b[inter]
+            first, per = self.rails()
+            nics = c.instance.nic.count
+            rail = d % k if pxn else s % k
+            if pxn:  # the NVLink hop to the GPU next to the NIC of the receiver's rail
+                proxy = s // k * k + self.rail_gpu(d % k)
+                hop = proxy != s
+                idx += [self._port_tx + s[hop], self._port_rx + proxy[hop]]
+                byt += [bi[hop], bi[hop]]
+            share = bi / per
+            for j in range(per):
+                idx += [self._nic_tx + s // k * nics + first[rail] + j, self._nic_rx + d // k * nics + first[d % k] + j]
+                byt += [share, share]
+        loads = np.bincount(np.concatenate(idx), weights=np.concatenate(byt), minlength=self.n_links)
+        nz = np.flatnonzero(loads)
+        return nz, loads[nz]
+
+    def rails(self) -> tuple[np.ndarray, int]:
+        """The first NIC of each local GPU's rail and the NICs a rail has: GPU l of k takes NICs from
+        l·m // k, m / k of them (p5: 4 of 32), or one shared by k / m GPUs where a node has fewer NICs
+        than GPUs (p4d: one of 4 a pair), as the instance's PCIe switches pair them."""
+        k, m = self.cluster.devices_per_node, self.cluster.instance.nic.count
+        return np.arange(k) * m // k, max(m // k, 1)
+
+    def rail_gpu(self, local: np.ndarray) -> np.ndarray:
+        """The local GPU next to the first NIC of each local GPU's rail (itself where it has its own)."""
+        k, m = self.cluster.devices_per_node, self.cluster.instance.nic.count
+        first = np.asarray(local) * m // k
+        return -(-first * k // m)
+
     def port_loads(self, ranks: np.ndarray, tx: float, rx: float) -> tuple[np.ndarray, np.ndarray]:
         """Every rank's fabric port carrying `tx` bytes out and `rx` in (per byte of S): traffic
         through the NVSwitch that is no rank-to-rank edge (NVLink SHARP's reductions, multicast)."""

@@ -27,8 +27,8 @@ A section's table does not name its collective. It is, in this order: the one gi
 name names (``all_reduce_perf.log``, ``nccl-all-reduce-p5.csv``; a file of one section), or the one the table implies
 (redop ``none`` with a root ≥ 0 is broadcast; a count per rank, size / (element size × ranks), is
 all_gather without a reduction and reduce_scatter with one; a whole count with a reduction is
-all_reduce). The table alone cannot tell all_reduce from sendrecv nor all_gather from alltoall:
-name those in the file name or give the collective.
+all_reduce). The table alone cannot tell all_reduce from sendrecv nor all_gather from all_to_all
+(``alltoall_perf`` prints a count per peer): name those in the file name or give the collective.
 
 A file is at most `NCCL_TESTS_BYTES` (refused before it is read) and `NCCL_TESTS_ROWS` result rows
 (refused at the first beyond, before any is predicted).
@@ -56,7 +56,7 @@ COLLECTIVES = (
     "broadcast",
     "reduce",
     "send_recv",
-    "alltoall",
+    "all_to_all",
     "gather",
     "scatter",
     "hypercube",
@@ -67,7 +67,7 @@ _FILE_NAMES = {  # how a file name spells a collective (nccl-tests' binaries, th
     "reduce_scatter": ("reduce_scatter", "reduce-scatter", "reducescatter"),
     "broadcast": ("broadcast",),
     "send_recv": ("sendrecv", "send_recv", "send-recv"),
-    "alltoall": ("alltoall", "all_to_all", "all-to-all"),
+    "all_to_all": ("alltoall", "all_to_all", "all-to-all"),
     "hypercube": ("hypercube",),
     "gather": ("gather",),
     "scatter": ("scatter",),

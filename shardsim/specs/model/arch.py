@@ -36,6 +36,14 @@ class Arch:
     head_size: int = 0  # width of one attention head; 0 → hidden / heads
     qkv_bias: bool = False  # biases on the q, k and v projections alone (Qwen2)
     qk_norm: bool = False  # an RMSNorm over each head's q and k (Qwen3, Gemma 3)
+    # Mixture of experts (a family whose spec has `moe`): the MLP of an MoE layer is a router over
+    # `experts` routed experts, each token sent to `top_k` of them, beside an optional shared expert
+    experts: int = 0  # routed experts of one MoE layer; 0: every layer is dense
+    top_k: int = 0  # routed experts each token goes to
+    expert_ffn: int = 0  # inner size of one routed expert; 0 → ffn
+    shared_ffn: int = 0  # inner size of the shared expert(s), all of them together; 0: none
+    dense_layers: int = 0  # the first layers have a dense MLP of size ffn (DeepSeek's first_k_dense_replace)
+    moe_every: int = 1  # after those, every moe_every-th layer is MoE and the others dense (Llama 4: 2)
 
     @property
     def spec(self) -> ModelSpec:
@@ -44,6 +52,18 @@ class Arch:
     @property
     def traits(self) -> Traits:
         return self.spec.traits
+
+    @property
+    def expert_ffn_size(self) -> int:
+        return self.expert_ffn or self.ffn_size
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` (0-based) has a mixture-of-experts MLP."""
+        return self.experts > 0 and index >= self.dense_layers and (index - self.dense_layers) % self.moe_every == 0
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
 
     @property
     def ffn_size(self) -> int:
@@ -86,13 +106,16 @@ class Arch:
 
 # The layer's attention shape beyond the family's traits: written out only where a model sets them
 ATTENTION_FIELDS = ("head_size", "qkv_bias", "qk_norm")
+MOE_FIELDS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "moe_every")
+_OPTIONAL_FIELDS = (*ATTENTION_FIELDS, *MOE_FIELDS)
 
 
 def arch_dict(a: Arch) -> dict[str, object]:
-    """`a` as a mapping (`describe.arch_from_mapping` reads it back), `ATTENTION_FIELDS` left out at their defaults."""
+    """`a` as a mapping (`describe.arch_from_mapping` reads it back), the attention and MoE fields
+    left out at their defaults."""
     base = Arch(a.family, hidden=1, layers=1)
     out = {f.name: getattr(a, f.name) for f in fields(a)}
-    return {k: v for k, v in out.items() if k not in ATTENTION_FIELDS or v != getattr(base, k)}
+    return {k: v for k, v in out.items() if k not in _OPTIONAL_FIELDS or v != getattr(base, k)}
 
 
 SHAPE_FIELDS = ("seq_len", "hidden", "layers", "heads", "kv_heads", "ffn", "vocab")
@@ -104,12 +127,15 @@ UNUSED_FIELDS = {
     "image": ("seq_len", "vocab"),
     "vector": ("heads", "kv_heads", "seq_len", "vocab", "positions", *_IMAGE_FIELDS, *ATTENTION_FIELDS),
 }
+# beside those: the MoE fields in a family without experts
 
 
 def check_used(family: str, given: Iterable[str], where: str | None, prefix: str = "") -> None:
     """ConfigError naming the first of the `given` fields that a `family` model does not use."""
     spec = SPECS.get(family)
     unused = UNUSED_FIELDS[spec.traits.tokens] if spec else ()
+    if spec and not spec.moe:
+        unused = (*unused, *MOE_FIELDS)
     for name in given:
         if name in unused:
             raise ConfigError(f"not used by the {family} family; leave it out", where=where, field=prefix + name)
@@ -147,7 +173,8 @@ def check_arch(a: Arch, where: str | None = None) -> Arch:
     for name in ("hidden", "layers"):
         if getattr(a, name) < 1:
             raise ConfigError(f"must be >= 1, got {getattr(a, name)}", where=where, field=name)
-    for name in ("heads", "kv_heads", "ffn", "seq_len", "vocab", "image", "patch", "channels", "classes", "head_size"):
+    numbers = ("heads", "kv_heads", "ffn", "seq_len", "vocab", "image", "patch", "channels", "classes", "head_size")
+    for name in (*numbers, "experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers"):
         if getattr(a, name) < 0:
             raise ConfigError(f"must be >= 0, got {getattr(a, name)}", where=where, field=name)
     if a.position_kind not in POSITIONS:
@@ -170,5 +197,20 @@ def check_arch(a: Arch, where: str | None = None) -> Arch:
         raise ConfigError(f"patch {a.patch} does not divide image {a.image}", where=where, field="patch")
     if a.tied_embeddings and t.tokens != "text":
         raise ConfigError(f"a {a.family} model has no token embedding to tie", where=where, field="tied_embeddings")
+    _check_moe(a, where)
     check_shape(a, where)  # before the model is built into blocks
     return a
+
+
+def _check_moe(a: Arch, where: str | None) -> None:
+    """ConfigError naming the first MoE field that is inconsistent."""
+    if not a.spec.moe:
+        return
+    if a.experts < 1:
+        raise ConfigError(f"a {a.family} model needs experts >= 1", where=where, field="experts")
+    if not 1 <= a.top_k <= a.experts:
+        raise ConfigError(f"must be in 1..experts ({a.experts}), got {a.top_k}", where=where, field="top_k")
+    if a.moe_every < 1:
+        raise ConfigError(f"must be >= 1, got {a.moe_every}", where=where, field="moe_every")
+    if a.moe_layers < 1:
+        raise ConfigError(f"leaves no MoE layer among the {a.layers} layers", where=where, field="dense_layers")

@@ -59,6 +59,7 @@ class ModelSpec:
     head: str
     tp_plan: TPPlan | None  # None: tensor parallelism does not apply
     hf_types: Mapping[str, HFMapper] = field(default_factory=dict)
+    moe: bool = False  # its MLPs may be mixtures of experts (the `Arch` MoE fields)
 
     def __post_init__(self) -> None:
         for kind, allowed in ((self.embed, EMBEDS), (self.layer, LAYERS), (self.head, HEADS)):
