@@ -6,6 +6,14 @@ FLOP convention (2 per multiply-add): matmuls in full; attention as the fused ke
 work: the s*s products of QK^T and PV in full for bidirectional attention, half of them for
 causal attention (a causal kernel skips the masked blocks; the diagonal's extra s/2 is not
 counted). The measurement counts the same way, and `mfu` is computed from these FLOPs.
+
+A mixture-of-experts MLP is costed as the natural torch modules hold it: the router an
+``nn.Linear(hidden, experts, bias=False)``; the routed experts stacked weights ``w1``, ``w3``
+[experts, hidden, expert_ffn] and ``w2`` [experts, expert_ffn, hidden], as torchtitan's
+GroupedExperts (each token through top_k of them: its FLOPs the active ones); the shared expert a
+SwiGLU MLP of shared_ffn (gate and up, down), its optional gate an ``nn.Linear(hidden, 1)``.
+Latent attention as Transformers' DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (or
+q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
 """
 
 from __future__ import annotations
