@@ -11,6 +11,7 @@ from shardsim.config.load import load_config
 from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig, fraction_value
 from shardsim.core.errors import ConfigError
 from shardsim.core.flagtypes import Count, CountList, Real, list_items
+from shardsim.specs.bounds import MAX_MOE_FACTOR
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -95,7 +96,10 @@ def fraction(text: str) -> float:
 
 
 # the real-valued settings other than fractions, by name: what their flag reads
-REALS = {"moe_imbalance": Real(1.0, inclusive=True), "moe_capacity": Real(0.0, inclusive=True)}
+REALS = {
+    "moe_imbalance": Real(1.0, MAX_MOE_FACTOR, inclusive=True),
+    "moe_capacity": Real(0.0, MAX_MOE_FACTOR, inclusive=True),
+}
 
 
 def fraction_list(text: str) -> tuple[float, ...]:

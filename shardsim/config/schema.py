@@ -41,7 +41,7 @@ from shardsim.config.strategy import (
     strategy_from_dict,
 )
 from shardsim.core.errors import ConfigError
-from shardsim.specs.bounds import SETTING_BOUNDS
+from shardsim.specs.bounds import MAX_MOE_FACTOR, SETTING_BOUNDS
 from shardsim.specs.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
 from shardsim.specs.parallel_dims import ParallelDims
 from shardsim.specs.schedules import SINGLE
@@ -274,14 +274,14 @@ class RunConfig(Frozen):
         ),
     ] = None
     moe_imbalance: Annotated[
-        Annotated[float, Field(ge=1, allow_inf_nan=False)],
+        Annotated[float, Field(ge=1, le=MAX_MOE_FACTOR, allow_inf_nan=False)],
         Setting(
             "mixture of experts: the busiest expert's tokens over the mean, per MoE layer (1: the router spreads "
             "tokens evenly, stated as ideal; at most experts / top_k)",
         ),
     ] = 1.0
     moe_capacity: Annotated[
-        Annotated[float, Field(ge=0, allow_inf_nan=False)],
+        Annotated[float, Field(ge=0, le=MAX_MOE_FACTOR, allow_inf_nan=False)],
         Setting(
             "mixture of experts: the capacity factor (an expert takes at most this x the mean tokens, the rest "
             "dropped); 0: dropless",

@@ -30,8 +30,8 @@ device's file (`KernelSpec`, `device.kernels` in `topologies/*.yaml`) with its s
   tail). With expert parallelism 1 the load imbalance (the busiest expert's rows over the mean)
   enters only so: the busiest group's rows are imbalance x the mean and the others share the
   rest evenly; in the weight gradient (inner dimension: a group's rows) the busiest group's
-  tiles are the longest and set the tail. A capacity factor caps the busiest group's rows (the
-  rows beyond it dropped). The rate is `GROUPED_GEMM_EFFICIENCY` of a dense GEMM's.
+  tiles are the longest and set the tail. A capacity factor caps every group's rows (the rows
+  beyond it dropped). The rate is `GROUPED_GEMM_EFFICIENCY` of a dense GEMM's.
 """
 
 from __future__ import annotations
@@ -204,14 +204,15 @@ HEAD_BWD_OTHER = 4  # NLL and log-softmax backward, norm backward (2)
 
 def routed_rows(moe: MoELayer, batch: int, imbalance: float = 1.0, capacity: float = 0.0) -> tuple[float, float]:
     """Rows (token copies) the experts of `moe` compute for `batch` samples, and the busiest
-    expert's: imbalance x the mean; with a capacity factor (> 0) the busiest expert's rows beyond
-    capacity x the mean dropped (the other experts taken to stay within it: a named simplification)."""
+    expert's: imbalance x the mean, the other experts sharing the rest evenly; with a capacity
+    factor (> 0) each expert's rows beyond capacity x the mean dropped."""
     rows = batch * moe.routed_rows
     mean = rows / moe.experts
     busiest = imbalance * mean
-    if capacity > 0 and busiest > capacity * mean:
-        rows -= busiest - capacity * mean
-        busiest = capacity * mean
+    if capacity > 0:
+        others = (rows - busiest) / (moe.experts - 1) if moe.experts > 1 else 0.0
+        busiest = min(busiest, capacity * mean)
+        rows = busiest + (moe.experts - 1) * min(others, capacity * mean)
     return rows, busiest
 
 

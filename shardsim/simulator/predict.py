@@ -436,8 +436,9 @@ def _summarize(
 
 
 def moe_breakdown(cm: ComputeModel, res: Resolved, w: Workload) -> dict[str, float]:
-    """An MoE model's layers in parts, per microbatch of one rank (its tensor-parallel shards, all its
-    experts), forward and backward, summed over the model's MoE layers (`ComputeModel.moe_parts`:
+    """An MoE model's layers in parts, per microbatch as one rank runs a layer (its tensor-parallel
+    shards, all its experts), forward and backward, summed over the model's MoE layers (a
+    pipeline's stages together; `ComputeModel.moe_parts`:
     each part alone, without the eager floor); beside them the load they were costed at: the
     busiest expert's token copies per microbatch and layer, the mean's, and the bytes one token
     copy carries to its expert (what an expert-parallel plan dispatches)."""

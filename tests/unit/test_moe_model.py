@@ -130,12 +130,22 @@ def test_inconsistent_latent_attention_and_shared_expert_fields_are_refused_by_n
     assert err.value.field == field and "\n" not in str(err.value)
 
 
-def test_a_qwen_layer_pattern_it_cannot_model_is_refused_by_its_key(tmp_path):
-    text = (HF / "Qwen3-30B-A3B" / "config.json").read_text().replace('"mlp_only_layers": []', '"mlp_only_layers": [3]')
-    (tmp_path / "config.json").write_text(text)
+@pytest.mark.parametrize(
+    ("folder", "old", "new", "key"),
+    [
+        ("Qwen3-30B-A3B", '"mlp_only_layers": []', '"mlp_only_layers": [3]', "mlp_only_layers"),
+        ("Mixtral-8x7B-v0.1", '"num_experts_per_tok": 2', '"num_experts_per_tok": 9', "num_experts_per_tok"),
+        ("DeepSeek-V3", '"qk_rope_head_dim": 64', '"qk_rope_head_dim": 0', "qk_rope_head_dim"),
+        ("DeepSeek-V3", '"n_routed_experts": 256', '"n_routed_experts": 2000000', "n_routed_experts"),
+    ],
+)
+def test_a_config_json_it_cannot_model_is_refused_by_the_files_key(tmp_path, folder, old, new, key):
+    text = (HF / folder / "config.json").read_text()
+    assert old in text
+    (tmp_path / "config.json").write_text(text.replace(old, new))
     with pytest.raises(ConfigError) as err:
         read_hf_config(tmp_path / "config.json")
-    assert err.value.field == "mlp_only_layers"
+    assert err.value.field == key
 
 
 def _cfg(**changes) -> RunConfig:
@@ -154,6 +164,14 @@ def test_a_capacity_factor_drops_the_busiest_experts_excess():
     assert dropless is not None and capped is not None
     assert capped["tokens_per_expert_busiest"] == 1.25 * capped["tokens_per_expert_mean"]
     assert capped["grouped_gemm_s"] < dropless["grouped_gemm_s"]
+
+
+def test_a_capacity_factor_caps_every_expert():
+    moe = from_arch("tiny-moe", PRESETS["tiny-moe"]).layers[1].moe  # 32 tokens x top-2 over 4 experts
+    assert moe is not None
+    assert gk.routed_rows(moe, 1, 2.0) == (64, 32)  # dropless: the busiest 32 rows, the others 32 among 3
+    assert gk.routed_rows(moe, 1, 2.0, 1.25) == (20 + 3 * (32 / 3), 20)  # the busiest capped at 1.25 x 16
+    assert gk.routed_rows(moe, 1, 1.0, 0.5) == (4 * 8, 8)  # under the mean: every expert drops half
 
 
 def test_the_prediction_names_the_moe_parts_and_counts_active_parameters():
