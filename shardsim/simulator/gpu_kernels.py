@@ -302,33 +302,26 @@ def grouped_gemm_time(
     of the large tile and a 128×128 one, each at `GROUPED_GEMM_EFFICIENCY` of `flops_per_s`; at
     least the time to stream its operands and result through HBM."""
     per_sm = flops_per_s * GROUPED_GEMM_EFFICIENCY / spec.sms
-    others = g.groups - 1
-    best = math.inf
-    for tm, tn, eff in (
-        (spec.tile_m, spec.tile_n, 1.0),
-        (spec.tile_n, spec.tile_m, 1.0),
-        (128, 128, SMALL_TILE_EFFICIENCY),
-    ):
-
-        def tile_s(inner: float, tm: int = tm, tn: int = tn, eff: float = eff) -> float:
-            return 2.0 * tm * tn * inner / (per_sm * eff)
-
-        if g.inner_rows:  # each group's n x k output in tiles, its inner dimension its rows
-            tiles = math.ceil(g.n / tm) * math.ceil(g.k / tn)
-            work = tiles * (tile_s(g.busiest) + others * tile_s(g.other_rows))
-            longest = tile_s(g.busiest)
-        else:  # each group's rows in tiles (its last one half empty on average, at least one), k inner
-
-            def row_tiles(m: float, tm: int = tm) -> float:
-                return max(1.0, m / tm + 0.5) if m > 0 else 0.0
-
-            tiles = (row_tiles(g.busiest) + others * row_tiles(g.other_rows)) * math.ceil(g.n / tn)
-            work = tiles * tile_s(g.k)
-            longest = tile_s(g.k)
-        best = min(best, work / spec.sms + longest / 2)
+    shapes = ((spec.tile_m, spec.tile_n, 1.0), (spec.tile_n, spec.tile_m, 1.0), (128, 128, SMALL_TILE_EFFICIENCY))
+    best = min(_grouped_in_tiles(g, tm, tn, per_sm * eff, spec.sms) for tm, tn, eff in shapes)
     # the rows' two operands (inputs and outputs, or the weight gradient's two inputs) and the groups' weights
     mem = (g.rows * (g.n + g.k) + g.groups * g.n * g.k) * esize / mem_bytes_per_s
     return max(best, mem)
+
+
+def _grouped_in_tiles(g: GroupedGemm, tm: int, tn: int, per_sm: float, sms: int) -> float:
+    """Seconds of `g` in tiles of tm × tn outputs, each SM at `per_sm` FLOP/s: all groups' tiles
+    over the SMs, and half the longest tile after (the tail)."""
+    tile_s = 2.0 * tm * tn / per_sm  # a tile's seconds per element of its inner dimension
+    if g.inner_rows:  # each group's n x k output in tiles, its inner dimension its rows
+        work = math.ceil(g.n / tm) * math.ceil(g.k / tn) * tile_s * g.rows
+        return work / sms + tile_s * g.busiest / 2
+
+    def row_tiles(m: float) -> float:  # a group's rows in tiles: its last one half empty on average
+        return max(1.0, m / tm + 0.5) if m > 0 else 0.0
+
+    tiles = (row_tiles(g.busiest) + (g.groups - 1) * row_tiles(g.other_rows)) * math.ceil(g.n / tn)
+    return tiles * tile_s * g.k / sms + tile_s * g.k / 2
 
 
 @lru_cache(maxsize=256)

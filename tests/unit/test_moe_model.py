@@ -181,6 +181,8 @@ def test_the_prediction_names_the_moe_parts_and_counts_active_parameters():
     assert all(p.moe[k] > 0 for k in ("router_s", "permute_s", "grouped_gemm_s"))
     assert p.active_params < p.params and "N_active" in p.mfu_formula
     assert "moe" in p.to_dict() and "moe" not in predict(RunConfig(workload="tiny-gpt", nodes=1)).to_dict()
+    # every rank holds its FSDP shard of every expert (expert parallelism 1): fp32 parameters over 16 ranks
+    assert p.memory["params_gib"] * 2**30 == pytest.approx(p.params * 4 / 16, rel=1e-3)
 
 
 @pytest.mark.parametrize(
