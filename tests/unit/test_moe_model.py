@@ -149,7 +149,9 @@ def test_a_config_json_it_cannot_model_is_refused_by_the_files_key(tmp_path, fol
 
 
 def _cfg(**changes) -> RunConfig:
-    base = dict(workload="mixtral-8x7b", topology="p5.48xlarge", nodes=2, strategy="zero", shape={"layers": 2})
+    base = dict(
+        workload="mixtral-8x7b", topology="p5.48xlarge", nodes=2, strategy="zero", shape={"layers": 2, "seq_len": 4096}
+    )
     return RunConfig(**(base | changes))
 
 
