@@ -99,7 +99,11 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
     published, active = (
         v.get("value") if isinstance(v, dict) else v for v in (info.get("params"), info.get("active_params"))
     )
-    row = summary(w, published=published, source=info.get("source"), published_active=active)
+    active_info = info.get("active_params")
+    active_source = active_info.get("source") if isinstance(active_info, dict) else None
+    row = summary(
+        w, published=published, source=info.get("source"), published_active=active, active_source=active_source
+    )
     if as_json:
         print(json.dumps(row, indent=2))
         return 0

@@ -4,6 +4,7 @@ and what load imbalance and a capacity factor do to a step."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -220,3 +221,13 @@ def test_a_busier_expert_never_makes_a_grouped_gemm_faster(groups, mean, n, k, l
             for b in (min(low, groups), high)
         ]
         assert times[1] >= times[0] * (1 - 1e-12) and math.isfinite(times[1])
+
+
+def test_workloads_says_total_and_active_parameters(capsys):
+    assert main(["workloads", "--json"]) == 0
+    rows = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    mixtral, llama = rows["mixtral-8x7b"], rows["llama-3.1-8b"]
+    assert mixtral["active_params"] < mixtral["params"] and mixtral["published_active_params"] == 12.9e9
+    assert mixtral["active_source"] and "active_params" not in llama
+    assert main(["workloads", str(HF / "Mixtral-8x7B-v0.1" / "config.json")]) == 0
+    assert "12.88 B parameters a token (8 experts of ffn 14336, 2 a token" in capsys.readouterr().out
