@@ -125,7 +125,8 @@ class Arch:
     def label(self) -> str:
         """A short name for a model described inline."""
         kv = f" kv{self.kv}" if self.kv != self.heads else ""
-        return f"{self.family} h{self.hidden} L{self.layers} a{self.heads}{kv} f{self.ffn_size} s{self.tokens}"
+        experts = f" e{self.experts}x{self.expert_ffn_size}k{self.top_k}" if self.experts else ""
+        return f"{self.family} h{self.hidden} L{self.layers} a{self.heads}{kv} f{self.ffn_size}{experts} s{self.tokens}"
 
 
 # The layer's attention shape beyond the family's traits: written out only where a model sets them
