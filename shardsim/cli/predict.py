@@ -74,6 +74,28 @@ def _float8_lines(pred) -> list[tuple[str, str]]:
     ]
 
 
+def _moe_lines(pred) -> list[tuple[str, str]]:
+    """A mixture of experts' lines: its active parameters (what the MFU counts) and its MoE
+    layers' parts per microbatch (router, permutation, grouped GEMMs, shared expert) with the
+    load they were costed at."""
+    if pred.moe is None:
+        return []
+    from shardsim.core.units import format_count
+
+    moe = pred.moe
+    count = [format_count(n).replace(" G", " B") for n in (pred.active_params, pred.params)]
+    active = f"{count[0]} of {count[1]} parameters a token"
+    parts = [("router", "router_s"), ("permute", "permute_s"), ("grouped GEMM", "grouped_gemm_s"),
+             ("shared expert", "shared_expert_s")]  # fmt: skip
+    load = (
+        f"{moe['tokens_per_expert_busiest']:,.0f} tokens on the busiest expert, {moe['tokens_per_expert_mean']:,.0f} "
+        f"on the mean, {moe['bytes_per_token_dispatched']:,.0f} B a token copy"
+    )
+    timed = ", ".join(f"{name} {format_seconds(moe[key])}" for name, key in parts if key in moe)
+    what = f"{moe['moe_layers']:.0f} MoE layers per microbatch, forward + backward"
+    return [("active params", active), ("moe layers", f"{timed + ' (' if timed else '('}{what}); {load}")]
+
+
 def _cmd_predict(ns: argparse.Namespace) -> int:
     from shardsim.simulator.predict import predict, save_trace
     from shardsim.specs.model.load import display_name
@@ -114,6 +136,7 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
             f"{peak}, model FLOPs {pred.mfu_formula}",
         ),
         *_float8_lines(pred),
+        *_moe_lines(pred),
         ("cost", _cost(pred)),
         (
             "memory per rank",

@@ -23,7 +23,14 @@ def _library(as_json: bool) -> int:
     from shardsim.specs.model.library import library
 
     rows = [
-        summary(from_arch(name, m.arch), published=m.published_params, source=m.source) for name, m in library().items()
+        summary(
+            from_arch(name, m.arch),
+            published=m.published_params,
+            source=m.source,
+            published_active=m.published_active,
+            active_source=m.active_source,
+        )
+        for name, m in library().items()
     ]
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -54,6 +61,24 @@ def _library(as_json: bool) -> int:
         )
     out = console()
     show(out, layout(out, g))
+    moe = [r for r in rows if "active_params" in r]
+    if moe:
+        m = Grid(
+            "Mixtures of experts (active: the parameters a token uses)",
+            [Column("model"), Column("experts", figure=True), Column("top-k", figure=True),
+             Column("shared ffn", figure=True), Column("active", figure=True), Column("published", figure=True)],
+        )  # fmt: skip
+        for r in moe:
+            published = _params(r["published_active_params"]) if r["published_active_params"] else ""
+            m.add(
+                r["model"],
+                str(r["experts"]),
+                str(r["top_k"]),
+                str(r["shared_ffn"] or ""),
+                _params(r["active_params"]),
+                published,
+            )
+        show(out, layout(out, m))
     return 0
 
 
@@ -71,14 +96,24 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
         raise ConfigError("expected a Hugging Face config.json or a model .yaml", field="FILE", where=path)
     w = load_workload(path, Shape(seq_len=seq_len))
     info = read_model_file(path)[1] if path.endswith((".yaml", ".yml")) else {}
-    published = info.get("params")
-    published = published.get("value") if isinstance(published, dict) else published
-    row = summary(w, published=published, source=info.get("source"))
+    published, active = (
+        v.get("value") if isinstance(v, dict) else v for v in (info.get("params"), info.get("active_params"))
+    )
+    active_info = info.get("active_params")
+    active_source = active_info.get("source") if isinstance(active_info, dict) else None
+    row = summary(
+        w, published=published, source=info.get("source"), published_active=active, active_source=active_source
+    )
     if as_json:
         print(json.dumps(row, indent=2))
         return 0
     width = output_width()
     print(f"{row['model']} ({row['family']}): {_params(row['params'])} parameters, {row['layers']} layers")
+    if "active_params" in row:
+        experts = f"{row['experts']} experts of ffn {row['expert_ffn']}, {row['top_k']} a token"
+        shared = f", a shared expert of ffn {row['shared_ffn']}" if row["shared_ffn"] else ""
+        text = f"{_params(row['active_params'])} parameters a token ({experts}{shared}; {row['moe_layers']} MoE layers)"
+        print(labelled("active", text, width))
     shape = ", ".join(
         f"{k} {row[k]}" for k in ("hidden", "heads", "kv_heads", "ffn", "vocab", "image", "patch") if k in row
     )
@@ -99,7 +134,8 @@ def _file(path: str, seq_len: int | None, as_json: bool) -> int:
         labelled("FLOP/sample", f"{format_count(row['train_flops_per_sample'])} (training: forward + backward)", width)
     )
     if published:
-        print(labelled("published", f"{_params(published)} parameters", width))
+        also = f", {_params(active)} active" if active else ""
+        print(labelled("published", f"{_params(published)} parameters{also}", width))
     return 0
 
 
@@ -120,7 +156,8 @@ def register(sub) -> None:
     w = sub.add_parser(
         "workloads",
         help="list the model library, or describe a model file",
-        description="List the model library: family, parameters (and the published count), layers (transformer "
+        description="List the model library: family, parameters (and the published count; a mixture of experts "
+        "also its active parameters, those a token uses), layers (transformer "
         "or MLP layers; a pipeline stage holds at least one), the other blocks (embedding, head), training FLOPs "
         "per sample. Each model's shape and sources: shardsim/data/models/*.yaml. With a FILE (a Hugging Face "
         "config.json or a model .yaml), describe that model; a config.json is read at 4,096 tokens per sample "

@@ -26,6 +26,8 @@ def _words(err: dict[str, Any]) -> str:
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"expected an integer, got {value!r}"
     if kind == "greater_than_equal":
+        if isinstance(ctx["ge"], float):  # a real-valued setting's bound
+            return f"expected a number >= {ctx['ge']:g}, got {value!r}"
         return f"expected an integer >= {ctx['ge']}, got {value!r}"
     if kind == "less_than_equal":
         return beyond(value, ctx["le"]) if isinstance(value, int) else f"expected at most {ctx['le']}, got {value!r}"

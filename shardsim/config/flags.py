@@ -10,7 +10,8 @@ from typing import Any
 from shardsim.config.load import load_config
 from shardsim.config.schema import ALGOS, AXES, FIELDS, SETTINGS, FlatSetting, RunConfig, fraction_value
 from shardsim.core.errors import ConfigError
-from shardsim.core.flagtypes import Count, CountList, list_items
+from shardsim.core.flagtypes import Count, CountList, Real, list_items
+from shardsim.specs.bounds import MAX_MOE_FACTOR
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -94,6 +95,13 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
 
 
+# the real-valued settings other than fractions, by name: what their flag reads
+REALS = {
+    "moe_imbalance": Real(1.0, MAX_MOE_FACTOR, inclusive=True),
+    "moe_capacity": Real(0.0, MAX_MOE_FACTOR, inclusive=True),
+}
+
+
 def fraction_list(text: str) -> tuple[float, ...]:
     """``0.15,0.3`` → (0.15, 0.3): numbers in (0, 1], duplicates dropped, order kept."""
     return tuple(dict.fromkeys(fraction(v) for v in list_items(text)))
@@ -139,7 +147,7 @@ def add_config_arguments(
                 s.option, dest=s.name, action=argparse.BooleanOptionalAction, default=None, help=s.help + default
             )
         else:
-            kind = setting_type(s.name) if s.kind is int else fraction if s.kind is float else s.kind
+            kind = setting_type(s.name) if s.kind is int else REALS.get(s.name, fraction) if s.kind is float else s.kind
             if s.aliases:
                 kind = _alias_reader(dict(s.aliases))
             more = {"metavar": m} if (m := choices_metavar(s.choices)) else {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shardsim.config.cp import check_cp
+from shardsim.config.moe import check_moe
 from shardsim.config.schema import Resolved, RunConfig
 from shardsim.config.strategy import MODELS, Strategy
 from shardsim.config.tp import check_tp
@@ -55,6 +56,7 @@ def resolve(
             where=where,
             field="pp",
         )
+    check_moe(cfg.moe_imbalance, cfg.moe_capacity, arch, where)
     tp = s.tp
     tp_inner = ParallelDims(tp=tp, mesh_order=s.mesh_order).tp_inner
     if tp > 1:

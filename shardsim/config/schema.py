@@ -41,7 +41,7 @@ from shardsim.config.strategy import (
     strategy_from_dict,
 )
 from shardsim.core.errors import ConfigError
-from shardsim.specs.bounds import SETTING_BOUNDS
+from shardsim.specs.bounds import MAX_MOE_FACTOR, SETTING_BOUNDS
 from shardsim.specs.model.arch import SHAPE_FIELDS, Arch, Shape, arch_dict
 from shardsim.specs.parallel_dims import ParallelDims
 from shardsim.specs.schedules import SINGLE
@@ -273,6 +273,21 @@ class RunConfig(Frozen):
             axis_help="masked-LM fractions (default: the file's, else every token)",
         ),
     ] = None
+    moe_imbalance: Annotated[
+        Annotated[float, Field(ge=1, le=MAX_MOE_FACTOR, allow_inf_nan=False)],
+        Setting(
+            "mixture of experts: the busiest expert's tokens over the mean, per MoE layer (1: the router spreads "
+            "tokens evenly, stated as ideal; at most experts / top_k)",
+        ),
+    ] = 1.0
+    moe_capacity: Annotated[
+        Annotated[float, Field(ge=0, le=MAX_MOE_FACTOR, allow_inf_nan=False)],
+        Setting(
+            "mixture of experts: the capacity factor (an expert takes at most this x the mean tokens, the rest "
+            "dropped); 0: dropless",
+            default_text="0 (dropless)",
+        ),
+    ] = 0.0
     profile: Annotated[str | None, Setting("measured profile file (shardsim profile)")] = None
     # a calibration file (shardsim calibrate): fitted figures over the topology's
     calibration: Annotated[
@@ -351,8 +366,9 @@ class RunConfig(Frozen):
 
     @model_serializer(mode="wrap")
     def _drop_unset_part_of_node(self, handler: Any) -> dict[str, Any]:
-        """gpus_per_node only where given, float8 and float8_all_gather only where on: a whole
-        node's configuration without Float8 reads as before they existed."""
+        """gpus_per_node only where given, float8 and float8_all_gather only where on, the MoE
+        settings only where set: a whole node's configuration without Float8 or experts reads as
+        before they existed."""
         d = handler(self)
         if d.get("gpus_per_node", 0) is None:
             del d["gpus_per_node"]
@@ -360,6 +376,9 @@ class RunConfig(Frozen):
             del d["float8"]
         if d.get("float8_all_gather") is False:
             del d["float8_all_gather"]
+        for name, off in (("moe_imbalance", 1.0), ("moe_capacity", 0.0)):  # a mixture of experts' only
+            if d.get(name) == off:
+                del d[name]
         return d
 
     @field_serializer("workload")

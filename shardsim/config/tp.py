@@ -58,6 +58,14 @@ def check_tp(
         )
     if arch.ffn_size % tp:
         raise ConfigError(f"tp {tp} does not divide the model's FFN size {arch.ffn_size}", where=where, field="tp")
+    if arch.mla:
+        raise ConfigError("tensor parallelism of latent attention is not modelled", where=where, field="tp")
+    for name, size in (
+        ("expert FFN size", arch.expert_ffn_size if arch.experts else 0),
+        ("shared FFN size", arch.shared_ffn),
+    ):
+        if size % tp:
+            raise ConfigError(f"tp {tp} does not divide the model's {name} {size}", where=where, field="tp")
     if sequence_parallel and arch.tokens % tp:
         raise ConfigError(
             f"sequence parallelism splits the {arch.tokens} tokens of a sample over tp {tp} ranks: it does not divide",

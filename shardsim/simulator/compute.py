@@ -83,6 +83,10 @@ class ComputeModel:
     float8: str = "none"  # Float8 training of the layers' linears: none | tensorwise | rowwise (`simulator.float8`)
     float8_all_gather: bool = False  # FSDP2's float8 all-gather: the weights arrive cast (`simulator.float8`)
     cp: int = 1  # context-parallel degree: `arch` is one rank's share of the sequence (`cp_workload`)
+    # mixture of experts (`gpu_kernels.GroupedGemm`): the busiest expert's tokens over the mean, and
+    # the capacity factor (0: dropless)
+    moe_imbalance: float = 1.0
+    moe_capacity: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -168,7 +172,7 @@ class ComputeModel:
     def _kernels(self, b: Block, batch: int) -> gk.BlockKernels | None:
         if self.device.kind != "gpu" or self.device.kernels is None or self.arch is None:
             return None
-        return gk.block_kernels(self.arch, b, batch, self.tp)
+        return gk.block_kernels(self.arch, b, batch, self.tp, self.moe_imbalance, self.moe_capacity)
 
     def _from_kernels(self, k: gk.BlockKernels, mem: float, layer: bool = False, kind: str = "") -> BlockCost:
         """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound
@@ -186,6 +190,8 @@ class ComputeModel:
         else:
             fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
             bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
+        fwd_k += [gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.grouped]
+        bwd_k += [gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.bwd_grouped]
         if k.attention is not None and self.attention == "math":
             # in fp32 (`attention_impl`): its GEMMs at the fp32 rate (TF32's under tf32), fp32 scores
             fp = "tf32" if self.precision == "tf32" else "fp32"
@@ -215,6 +221,31 @@ class ComputeModel:
         bwd = gk.pass_time(bwd_k, BWD_MEM_FACTOR * mem_bytes, k.bwd_other_kernels + eb, spec, bw) * slowest
         floor = spec.kernel_floor_us * 1e-6
         return BlockCost(fwd, bwd, min(fwd, max(mem, k.fwd_other_kernels * floor)))
+
+    def moe_parts(self, b: Block, batch: int) -> dict[str, float]:
+        """Seconds of an MoE layer's parts (forward + backward) for `batch` samples, each alone
+        (without the eager floor or the pass's other kernels): the router (its GEMM, softmax and
+        top-k), the permutation and un-permutation of the tokens, the routed experts' grouped
+        GEMMs and the shared expert's GEMMs; empty for another block or without kernel figures."""
+        k = self._kernels(b, batch) if b.moe is not None else None
+        spec = self.device.kernels
+        if k is None or k.moe is None or spec is None:
+            return {}
+        esize, bw = DTYPE_BYTES[self.precision], self.mem_bytes_per_s
+        rate = self.flops_per_s * spec.gemm_training_fraction
+
+        def gemms(gs: tuple[gk.Gemm, ...]) -> float:
+            with_bwd = gk.BlockKernels(gs, None, 0, 0).bwd_gemms
+            return sum(gk.gemm_time(g, spec, rate, bw, esize) for g in (*gs, *with_bwd))
+
+        mem = 1 + BWD_MEM_FACTOR  # the memory-bound kernels' backward touches their tensors again
+        grouped = (*k.grouped, *k.bwd_grouped)
+        return {
+            "router_s": gemms((k.moe.router,)) + mem * k.moe.router_elems * esize / bw,
+            "permute_s": mem * k.moe.permute_elems * esize / bw,
+            "grouped_gemm_s": sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in grouped),
+            "shared_expert_s": gemms(k.moe.shared),
+        }
 
     def float8_kernels(self, k: gk.BlockKernels, rate: float) -> tuple[list[float], list[float]]:
         """A layer's GEMMs and Float8 scaling kernels in seconds (forward, backward), its converted

@@ -9,8 +9,9 @@ QK^T in backward not counted). Per token of a causal text model that is
     6·N + 6·L·d·S    (bidirectional: 6·N + 12·L·d·S)
 
 N the parameters that multiply (every matrix, the LM head's included, the embedding lookups
-not), L layers, d the hidden size, S the sequence length: the forward's attention is 2·S·d per
-token and layer for QK^T and PV, halved for a causal model (the masked half is not computed).
+not; of a mixture of experts the active ones: of its routed experts the top_k a token goes to),
+L layers, d the hidden size, S the sequence length: the forward's attention is 2·S·d per token
+and layer for QK^T and PV, halved for a causal model (the masked half is not computed).
 The peak it is divided by is the dense peak (`peak_tflops`, no sparsity) of the tensor cores
 at the precision they run (`mfu_peak`): bf16's, fp16's or tf32's; for fp32 on a device with 16-bit
 tensor cores theirs (bf16's, else fp16's), since fp32 matmuls leave them idle and fp32's own,
@@ -69,7 +70,10 @@ def mfu_formula(w: Workload) -> str:
     if sequence_length(w) is None:
         return "3 x forward per sample"
     assert w.arch is not None
-    return f"{MFU_FORMULA[w.arch.traits.causal]} per token"
+    formula = MFU_FORMULA[w.arch.traits.causal]
+    if w.moe:  # N the parameters a token uses (its top_k routed experts, not all of them)
+        formula = formula.replace("N", "N_active", 1)
+    return f"{formula} per token"
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,10 @@ def check_float8(cfg: RunConfig, device: DeviceSpec, arch: Arch | None, profiled
         raise ConfigError(
             "float8 is predicted from the GPU's kernel figures; a measured profile has no FP8 GEMMs", field="float8"
         )
+    if arch.spec.moe:
+        raise ConfigError(
+            f"float8 of a {arch.family} model (grouped expert GEMMs, latent attention) is not modelled", field="float8"
+        )
 
 
 def float8_rate(device: DeviceSpec) -> float:

@@ -23,6 +23,15 @@ device's file (`KernelSpec`, `device.kernels` in `topologies/*.yaml`) with its s
   the expected slowest of N is 1 + cv · E[max of N standard normals] (Blom's approximation).
 - Eager floor: a kernel costs at least `kernel_floor_us` (launch and dispatch on the host):
   time of a pass = Σ max(kernel, floor). It decides small microbatches.
+- Mixture of experts (`GroupedGemm`): the routed experts' GEMMs are grouped GEMMs
+  (torch._grouped_mm, CUTLASS's persistent grouped kernel), one group an expert, its rows the
+  token copies routed to it. All groups' tiles share the SMs; a group's last tile is on average
+  half empty; the kernel ends, on average, half of its longest tile after the mean SM (the
+  tail). With expert parallelism 1 the load imbalance (the busiest expert's rows over the mean)
+  enters only so: the busiest group's rows are imbalance x the mean and the others share the
+  rest evenly; in the weight gradient (inner dimension: a group's rows) the busiest group's
+  tiles are the longest and set the tail. A capacity factor caps every group's rows (the rows
+  beyond it dropped). The rate is `GROUPED_GEMM_EFFICIENCY` of a dense GEMM's.
 """
 
 from __future__ import annotations
@@ -33,13 +42,19 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from shardsim.specs.hardware.topology import KernelSpec
-from shardsim.specs.model.blocks import kv_heads_per_rank, layer_param_tensors
-from shardsim.specs.model.workload import Arch, Block
+from shardsim.specs.model.blocks import kv_heads_per_rank
+from shardsim.specs.model.workload import Arch, Block, MoELayer
 
 SPLIT_K_MIN = 256  # split-K keeps at least this many inner elements per split (assumption, named)
 SMALL_TILE_EFFICIENCY = 0.9  # a 128×128 tile sustains less than a 256×128 one (less reuse per load; assumption)
 BWD_ATTN_WORK = 2.5  # fused attention backward: 5 matmuls of the forward's 2 (QK^T recomputed)
 ATTN_SMALL_HDIM = 64  # head dimension at or below which `attn_small_hdim_factor` applies
+# A grouped GEMM's rate against a dense GEMM's: pytorch/pytorch PR #156203 timed torch._grouped_mm
+# (CUTLASS sm90) on H200 at 16 groups of 128,000 x 7,168 x 7,168 in bf16: 298.67 ms, 704.6 TFLOP/s;
+# the best measured dense BF16 GEMM on the same tensor cores (H100 SXM, stas00/ml-engineering, the
+# topologies' matmul_efficiency) runs 795 TFLOP/s: 704.6 / 795 = 0.886. Large, even groups: uneven
+# and small groups are costed by their tiles (`grouped_gemm_time`), not by this factor.
+GROUPED_GEMM_EFFICIENCY = 0.886
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,37 @@ class Gemm:
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class GroupedGemm:
+    """One grouped GEMM over `groups` experts, each C[m_e×n] = A[m_e×k] · B_e[k×n], `rows` = Σ m_e
+    (`inner_rows`: a weight gradient, each group's C[n×k] = A_eᵀ · B_e with inner dimension m_e);
+    the busiest group has `busiest` rows, the others share the rest evenly."""
+
+    groups: int
+    rows: float
+    busiest: float
+    n: int
+    k: int
+    inner_rows: bool = False
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.rows * self.n * self.k
+
+    @property
+    def other_rows(self) -> float:
+        """Rows of each group but the busiest."""
+        return (self.rows - self.busiest) / (self.groups - 1) if self.groups > 1 else 0.0
+
+    @property
+    def bwd(self) -> tuple[GroupedGemm, GroupedGemm]:
+        """Its input gradient (rows x k from rows x n) and its weight gradient (n x k per group, inner rows)."""
+        return (
+            GroupedGemm(self.groups, self.rows, self.busiest, self.k, self.n),
+            GroupedGemm(self.groups, self.rows, self.busiest, self.n, self.k, inner_rows=True),
+        )
 
 
 @dataclass(frozen=True)
@@ -82,6 +128,12 @@ class BlockKernels:
     fwd_other_kernels: int
     bwd_other_kernels: int
     input_grad: bool = True  # False: the block's input needs no gradient (the first GEMM's dgrad is skipped)
+    grouped: tuple[GroupedGemm, ...] = ()  # an MoE layer's routed experts (w1, w3, w2)
+    moe: MoEKernels | None = None  # an MoE layer's other kernels, by part
+
+    @property
+    def bwd_grouped(self) -> tuple[GroupedGemm, ...]:
+        return tuple(b for g in self.grouped for b in g.bwd)
 
     @property
     def bwd_gemms(self) -> tuple[Gemm, ...]:
@@ -94,6 +146,18 @@ class BlockKernels:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class MoEKernels:
+    """An MoE layer's work beside its grouped GEMMs, per microbatch, by part: the router's GEMM
+    and the shared expert's GEMMs (each among `BlockKernels.fwd_gemms` too), and the memory-bound
+    elements of routing (softmax, top-k) and of permuting and un-permuting the tokens."""
+
+    router: Gemm
+    shared: tuple[Gemm, ...]
+    router_elems: float
+    permute_elems: float
+
+
 # Kernels other than GEMMs and attention that the runtime's modules launch per pass in eager
 # mode (counted from runtime/models/transformer.py; named here, they set the floor's weight).
 # Transformer layer forward: LN1, head transpose copy, residual add, LN2, GELU, residual add.
@@ -102,12 +166,32 @@ class BlockKernels:
 # the attention's pre/post-processing (2), and one gradient accumulation per parameter tensor.
 LAYER_FWD_OTHER = 6
 LAYER_BWD_FIXED = 6 + 1 + 1 + 2 + 2
+# An MoE MLP's kernels beyond a dense one's, each pass (assumption, named; counted from torchtitan's
+# MoE: softmax, top-k, the weights' normalization, the tokens' sort by expert, the counts per
+# expert, the permuting gather, the routing weights' multiply, the un-permuting scatter-add), and
+# the shared expert's add and its gate's sigmoid and multiply.
+MOE_OTHER = 8
+MOE_SHARED_OTHER = 1
+MOE_GATE_OTHER = 2
+# Latent attention's kernels beyond grouped-query attention's, each pass (assumption, named): the
+# two latent norms, rotary on q and k's rotated parts, q and k concatenated.
+MLA_OTHER = 6
 
 
-def layer_bwd_other(arch: Arch) -> int:
+def layer_bwd_other(arch: Arch, b: Block) -> int:
     """Kernels other than GEMMs and attention in one transformer layer's backward."""
     linears = 4 + (1 if arch.traits.mlp == "swiglu" else 0)
-    return LAYER_BWD_FIXED + (linears if arch.traits.bias else 0) + layer_param_tensors(arch)
+    return LAYER_BWD_FIXED + (linears if arch.traits.bias else 0) + b.param_tensors + _extra_other(arch, b)
+
+
+def _extra_other(arch: Arch, b: Block) -> int:
+    """An MoE or latent-attention layer's kernels beyond a dense layer's (each pass)."""
+    extra = MLA_OTHER if arch.mla else 0
+    if b.moe is not None:
+        extra += (
+            MOE_OTHER + (MOE_SHARED_OTHER if b.moe.shared_ffn else 0) + (MOE_GATE_OTHER if b.moe.shared_gate else 0)
+        )
+    return extra
 
 
 MLP_FWD_OTHER = 2  # GELU, residual add
@@ -118,7 +202,37 @@ HEAD_FWD_OTHER = 3  # final norm, log-softmax, NLL (cross-entropy over the vocab
 HEAD_BWD_OTHER = 4  # NLL and log-softmax backward, norm backward (2)
 
 
-def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels | None:
+def routed_rows(moe: MoELayer, batch: int, imbalance: float = 1.0, capacity: float = 0.0) -> tuple[float, float]:
+    """Rows (token copies) the experts of `moe` compute for `batch` samples, and the busiest
+    expert's: imbalance x the mean, the other experts sharing the rest evenly; with a capacity
+    factor (> 0) each expert's rows beyond capacity x the mean dropped."""
+    rows = batch * moe.routed_rows
+    mean = rows / moe.experts
+    busiest = imbalance * mean
+    if capacity > 0:
+        others = (rows - busiest) / (moe.experts - 1) if moe.experts > 1 else 0.0
+        busiest = min(busiest, capacity * mean)
+        rows = busiest + (moe.experts - 1) * min(others, capacity * mean)
+    return rows, busiest
+
+
+def _attention_gemms(arch: Arch, t: int, tp: int) -> tuple[Gemm, ...]:
+    """A layer's attention projections for `t` tokens on one of `tp` ranks: fused q/k/v and the
+    output projection, or latent attention's (`blocks._latent_attention`)."""
+    h = arch.hidden
+    if arch.mla:
+        heads, qr, kvr, dqk, dv = arch.heads, arch.q_lora_rank, arch.kv_lora_rank, arch.qk_head_dim, arch.v_head_dim
+        q = (Gemm(t, qr, h), Gemm(t, heads * dqk, qr)) if qr else (Gemm(t, heads * dqk, h),)
+        kv = (Gemm(t, kvr + arch.rope_head_size, h), Gemm(t, heads * (arch.head_dim + dv), kvr))
+        return (*q, *kv, Gemm(t, h, heads * dv))
+    kvd = kv_heads_per_rank(arch, tp) * arch.head_dim if tp > 1 else arch.kv_dim
+    hq = arch.q_dim // tp
+    return Gemm(t, hq + 2 * kvd, h), Gemm(t, h, hq)
+
+
+def block_kernels(
+    arch: Arch, b: Block, batch: int, tp: int = 1, imbalance: float = 1.0, capacity: float = 0.0
+) -> BlockKernels | None:
     """The kernels of block `b` of a model of `arch` for a microbatch of `batch` samples, as one
     of `tp` tensor-parallel ranks runs them (its shards of the GEMMs: q/k/v and the MLP's first
     matrices by columns, the output projections by rows, attention by heads, the LM head by
@@ -131,14 +245,16 @@ def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels
         gemms = (Gemm(batch, f, h), Gemm(batch, h, f))
         return BlockKernels(gemms, None, MLP_FWD_OTHER, MLP_BWD_OTHER, input_grad=b.name != "block0")
     if b.kind == "layer":
-        kvd = kv_heads_per_rank(arch, tp) * arch.head_dim if tp > 1 else arch.kv_dim
-        hq = arch.q_dim // tp
-        qkv = Gemm(t, hq + 2 * kvd, h)
+        # latent attention's heads as heads of the mean of its q/k and v widths (the same FLOPs)
+        hd = (arch.qk_head_dim + arch.v_head_dim) // 2 if arch.mla else arch.head_dim
+        attn = Attention(batch * arch.heads // tp, arch.tokens, hd, causal=arch.traits.causal)
+        other = (LAYER_FWD_OTHER + _extra_other(arch, b), layer_bwd_other(arch, b))
+        if b.moe is not None:
+            return _moe_kernels(arch, b.moe, _attention_gemms(arch, t, tp), attn, other, batch, imbalance, capacity)
         gated = arch.traits.mlp == "swiglu"  # gate and up projections: one GEMM of twice the width
         up = Gemm(t, 2 * f if gated else f, h)
-        gemms = (qkv, Gemm(t, h, hq), up, Gemm(t, h, f))
-        attn = Attention(batch * arch.heads // tp, arch.tokens, arch.head_dim, causal=arch.traits.causal)
-        return BlockKernels(gemms, attn, LAYER_FWD_OTHER, layer_bwd_other(arch))
+        gemms = (*_attention_gemms(arch, t, tp), up, Gemm(t, h, f))
+        return BlockKernels(gemms, attn, *other)
     if b.kind == "embed":
         if arch.spec.embed == "patches":
             patch_in = arch.channels * arch.patch * arch.patch
@@ -151,6 +267,61 @@ def block_kernels(arch: Arch, b: Block, batch: int, tp: int = 1) -> BlockKernels
         t = batch * (b.tokens or arch.tokens)  # a masked-LM head: its masked positions
         return BlockKernels((Gemm(t, -(-arch.vocab // tp), h),), None, HEAD_FWD_OTHER, HEAD_BWD_OTHER)
     return None
+
+
+def _moe_kernels(
+    arch: Arch,
+    moe: MoELayer,
+    attention: tuple[Gemm, ...],
+    attn: Attention,
+    other: tuple[int, int],
+    batch: int,
+    imbalance: float,
+    capacity: float,
+) -> BlockKernels:
+    """An MoE layer's kernels: attention's, the router's GEMM, the shared expert's (gate and up as
+    one GEMM, down; its gate's hidden -> 1 projection) and the routed experts' grouped GEMMs (w1,
+    w3, w2 as torchtitan's GroupedExperts runs them)."""
+    h, t, fe, sf = moe.hidden, batch * arch.tokens, moe.expert_ffn, moe.shared_ffn
+    router = Gemm(t, moe.experts, h)
+    shared = (Gemm(t, 2 * sf, h), Gemm(t, h, sf)) if sf else ()
+    if moe.shared_gate:
+        shared = (*shared, Gemm(t, 1, h))
+    rows, busiest = routed_rows(moe, batch, imbalance, capacity)
+    up = GroupedGemm(moe.experts, rows, busiest, fe, h)
+    grouped = (up, up, GroupedGemm(moe.experts, rows, busiest, h, fe))
+    s, k, r = batch * arch.tokens, moe.top_k, rows
+    parts = MoEKernels(router, shared, 3 * s * moe.experts + 4 * s * k, 2 * r * h + 3 * r * h + 2 * s * h)
+    return BlockKernels((*attention, router, *shared), attn, *other, grouped=grouped, moe=parts)
+
+
+def grouped_gemm_time(
+    g: GroupedGemm, spec: KernelSpec, flops_per_s: float, mem_bytes_per_s: float, esize: int
+) -> float:
+    """Seconds of a grouped GEMM (`GroupedGemm`; the model in the module's docstring): the better
+    of the large tile and a 128×128 one, each at `GROUPED_GEMM_EFFICIENCY` of `flops_per_s`; at
+    least the time to stream its operands and result through HBM."""
+    per_sm = flops_per_s * GROUPED_GEMM_EFFICIENCY / spec.sms
+    shapes = ((spec.tile_m, spec.tile_n, 1.0), (spec.tile_n, spec.tile_m, 1.0), (128, 128, SMALL_TILE_EFFICIENCY))
+    best = min(_grouped_in_tiles(g, tm, tn, per_sm * eff, spec.sms) for tm, tn, eff in shapes)
+    # the rows' two operands (inputs and outputs, or the weight gradient's two inputs) and the groups' weights
+    mem = (g.rows * (g.n + g.k) + g.groups * g.n * g.k) * esize / mem_bytes_per_s
+    return max(best, mem)
+
+
+def _grouped_in_tiles(g: GroupedGemm, tm: int, tn: int, per_sm: float, sms: int) -> float:
+    """Seconds of `g` in tiles of tm × tn outputs, each SM at `per_sm` FLOP/s: all groups' tiles
+    over the SMs, and half the longest tile after (the tail)."""
+    tile_s = 2.0 * tm * tn / per_sm  # a tile's seconds per element of its inner dimension
+    if g.inner_rows:  # each group's n x k output in tiles, its inner dimension its rows
+        work = math.ceil(g.n / tm) * math.ceil(g.k / tn) * tile_s * g.rows
+        return work / sms + tile_s * g.busiest / 2
+
+    def row_tiles(m: float) -> float:  # a group's rows in tiles: its last one half empty on average
+        return max(1.0, m / tm + 0.5) if m > 0 else 0.0
+
+    tiles = (row_tiles(g.busiest) + (g.groups - 1) * row_tiles(g.other_rows)) * math.ceil(g.n / tn)
+    return tiles * tile_s * g.k / sms + tile_s * g.k / 2
 
 
 @lru_cache(maxsize=256)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
@@ -49,6 +50,7 @@ from shardsim.specs.model.workload import Block, Workload
 from shardsim.specs.stage_split import AUTO, balanced_split
 
 FLOAT8_KEYS = ("float8", "peak_tflops_fp8", "mfu_fp8_peak")  # a Float8 prediction's keys
+MOE_KEYS = ("active_params", "moe")  # a mixture-of-experts prediction's keys
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,10 @@ class StepPrediction:
     float8: str | None = None
     peak_tflops_fp8: float | None = None
     mfu_fp8_peak: float | None = None
+    # a mixture of experts: the parameters a token uses (what the MFU's model FLOPs count), and its
+    # MoE layers' parts (`moe_breakdown`); absent from the JSON for a model without experts
+    active_params: int | None = None
+    moe: dict[str, float] | None = None
     spans: list[Span] = field(default_factory=list, repr=False, compare=False)
     class_labels: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -113,7 +119,7 @@ class StepPrediction:
         d = asdict(self)
         d.pop("spans")
         d.pop("class_labels")
-        for k in FLOAT8_KEYS:
+        for k in (*FLOAT8_KEYS, *MOE_KEYS):
             if d[k] is None:
                 del d[k]
         return d
@@ -269,6 +275,8 @@ def prepare(
         float8=cfg.float8,
         float8_all_gather=cfg.float8_all_gather,
         cp=res.cp,
+        moe_imbalance=cfg.moe_imbalance,
+        moe_capacity=cfg.moe_capacity,
     )
     if cfg.strategy.spec.is_pipeline and cfg.strategy.layers_per_stage == AUTO:
         cfg, res = auto_split(cfg, res, ranks_w, cm)
@@ -416,11 +424,38 @@ def _summarize(
         float8=None if fp8_peak is None else cfg.float8,
         peak_tflops_fp8=fp8_peak,
         mfu_fp8_peak=None if fp8_peak is None else tflops / fp8_peak,
+        active_params=w.active_params if w.moe else None,
+        moe=moe_breakdown(cm, res, rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp))
+        if w.moe
+        else None,
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
         if plan is not None
         else [],
     )
+
+
+def moe_breakdown(cm: ComputeModel, res: Resolved, w: Workload) -> dict[str, float]:
+    """An MoE model's layers in parts, per microbatch as one rank runs a layer (its tensor-parallel
+    shards, all its experts), forward and backward, summed over the model's MoE layers (a
+    pipeline's stages together; `ComputeModel.moe_parts`:
+    each part alone, without the eager floor); beside them the load they were costed at: the
+    busiest expert's token copies per microbatch and layer, the mean's, and the bytes one token
+    copy carries to its expert (what an expert-parallel plan dispatches)."""
+    out: dict[str, float] = {}
+    moe_blocks = [b for b in w.blocks if b.moe is not None]
+    for b in moe_blocks:
+        for name, seconds in cm.moe_parts(b, res.microbatch_size).items():
+            out[name] = out.get(name, 0.0) + seconds
+    first = moe_blocks[0].moe
+    assert first is not None
+    out["moe_layers"] = len(moe_blocks)
+    out["tokens_per_expert_mean"] = first.mean_rows * res.microbatch_size
+    out["tokens_per_expert_busiest"] = (
+        min(cm.moe_imbalance, cm.moe_capacity or math.inf) * out["tokens_per_expert_mean"]
+    )
+    out["bytes_per_token_dispatched"] = first.dispatch_elems_per_token * DTYPE_BYTES[cm.precision]
+    return out
 
 
 def save_trace(pred: StepPrediction, path: str | Path) -> None:

@@ -60,6 +60,14 @@ SETTING_BOUNDS = {
 }
 # a model's shape fields beyond the settings, and what bounds them
 SHAPE_BOUNDS = {"channels": MAX_WIDTH, "classes": MAX_VOCAB, "tokens": MAX_SEQ_LEN}
+# a mixture of experts' load figures: the imbalance is at most experts / top_k and a capacity factor
+# beyond that drops nothing, so both are bounded as the experts are
+MAX_MOE_FACTOR = MAX_WIDTH
+# a mixture of experts' and latent attention's widths and counts, bounded as the widths are
+MOE_BOUNDS = {
+    name: MAX_WIDTH
+    for name in ("experts", "expert_ffn", "shared_ffn", "kv_lora_rank", "q_lora_rank", "rope_head_size", "v_head_size")
+}
 
 
 def beyond(value: int, maximum: int) -> str:
@@ -106,6 +114,9 @@ def check_shape(a: ModelShape, where: str | None = None) -> None:
     for name in ("channels", "classes"):
         if getattr(a, name) > SHAPE_BOUNDS[name]:
             raise ConfigError(beyond(getattr(a, name), SHAPE_BOUNDS[name]), where=where, field=name)
+    for name, maximum in MOE_BOUNDS.items():
+        if getattr(a, name, 0) > maximum:
+            raise ConfigError(beyond(getattr(a, name), maximum), where=where, field=name)
     if a.spec.embed == "patches" and a.patch >= 1 and a.tokens > SHAPE_BOUNDS["tokens"]:
         why = f"{a.tokens:,} tokens per image (patches of {a.patch} in {a.image}) is beyond the simulator's bound "
         raise ConfigError(why + f"of {SHAPE_BOUNDS['tokens']:,}", where=where, field="image")

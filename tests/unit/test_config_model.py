@@ -189,8 +189,9 @@ def test_every_setting_has_a_flag_or_is_a_file_key_and_the_sweep_lists_come_from
             shape=Shape(seq_len=512, layers=4),
         ),  # fmt: skip
         RunConfig(workload=Arch("gpt", hidden=64, layers=2, heads=2, seq_len=32, vocab=128), strategy=Strategy("ddp")),
+        RunConfig(workload="mixtral-8x7b", moe_imbalance=1.5, moe_capacity=1.25),
     ],
-    ids=["defaults", "pipeline", "zero2d", "inline-model"],
+    ids=["defaults", "pipeline", "zero2d", "inline-model", "moe"],
 )
 def test_json_round_trip(tmp_path, cfg):
     d = cfg.to_dict()
@@ -200,8 +201,8 @@ def test_json_round_trip(tmp_path, cfg):
     again = load_config_json(path)
     assert again.to_dict() == d and again.strategy == cfg.strategy
     assert d["checkpointing"] in ("none", "full", "selective")
-    # given only where set (a whole node's configuration, a run without Float8, reads as before them)
-    unset = {"gpus_per_node", "float8", "float8_all_gather"}
+    # given only where set (a whole node's configuration, a run without Float8 or experts, reads as before them)
+    unset = {"gpus_per_node", "float8", "float8_all_gather", "moe_imbalance", "moe_capacity"}
     assert {s.name for s in SETTINGS} - set(STRATEGY_FIELDS) - {"strategy", *Shape.__dataclass_fields__} - unset <= set(
         d
     )

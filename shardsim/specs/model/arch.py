@@ -44,6 +44,15 @@ class Arch:
     shared_ffn: int = 0  # inner size of the shared expert(s), all of them together; 0: none
     dense_layers: int = 0  # the first layers have a dense MLP of size ffn (DeepSeek's first_k_dense_replace)
     moe_every: int = 1  # after those, every moe_every-th layer is MoE and the others dense (Llama 4: 2)
+    shared_gate: bool = False  # the shared expert's output scaled by sigmoid(Linear(hidden, 1)) (Qwen2-MoE)
+    # Multi-head latent attention (DeepSeek-V2/V3; a family whose spec has `moe`): keys and values
+    # projected through a latent of `kv_lora_rank` (queries through one of `q_lora_rank`, 0: a
+    # direct projection), each head's query and key `head_size` wide plus `rope_head_size` rotated
+    # dimensions (the key's rotated part shared by all heads), its value `v_head_size` wide
+    kv_lora_rank: int = 0  # 0: ordinary attention
+    q_lora_rank: int = 0
+    rope_head_size: int = 0
+    v_head_size: int = 0
 
     @property
     def spec(self) -> ModelSpec:
@@ -64,6 +73,21 @@ class Arch:
     @property
     def moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention (`kv_lora_rank`)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query and key: `head_dim`, plus the rotated part under MLA."""
+        return self.head_dim + self.rope_head_size
+
+    @property
+    def v_head_dim(self) -> int:
+        """Width of one head's value (and of its attention output)."""
+        return self.v_head_size or self.head_dim
 
     @property
     def ffn_size(self) -> int:
@@ -101,12 +125,14 @@ class Arch:
     def label(self) -> str:
         """A short name for a model described inline."""
         kv = f" kv{self.kv}" if self.kv != self.heads else ""
-        return f"{self.family} h{self.hidden} L{self.layers} a{self.heads}{kv} f{self.ffn_size} s{self.tokens}"
+        experts = f" e{self.experts}x{self.expert_ffn_size}k{self.top_k}" if self.experts else ""
+        return f"{self.family} h{self.hidden} L{self.layers} a{self.heads}{kv} f{self.ffn_size}{experts} s{self.tokens}"
 
 
 # The layer's attention shape beyond the family's traits: written out only where a model sets them
 ATTENTION_FIELDS = ("head_size", "qkv_bias", "qk_norm")
-MOE_FIELDS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "moe_every")
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "rope_head_size", "v_head_size")
+MOE_FIELDS = ("experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", "moe_every", "shared_gate", *MLA_FIELDS)
 _OPTIONAL_FIELDS = (*ATTENTION_FIELDS, *MOE_FIELDS)
 
 
@@ -174,7 +200,7 @@ def check_arch(a: Arch, where: str | None = None) -> Arch:
         if getattr(a, name) < 1:
             raise ConfigError(f"must be >= 1, got {getattr(a, name)}", where=where, field=name)
     numbers = ("heads", "kv_heads", "ffn", "seq_len", "vocab", "image", "patch", "channels", "classes", "head_size")
-    for name in (*numbers, "experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers"):
+    for name in (*numbers, "experts", "top_k", "expert_ffn", "shared_ffn", "dense_layers", *MLA_FIELDS):
         if getattr(a, name) < 0:
             raise ConfigError(f"must be >= 0, got {getattr(a, name)}", where=where, field=name)
     if a.position_kind not in POSITIONS:
@@ -214,3 +240,29 @@ def _check_moe(a: Arch, where: str | None) -> None:
         raise ConfigError(f"must be >= 1, got {a.moe_every}", where=where, field="moe_every")
     if a.moe_layers < 1:
         raise ConfigError(f"leaves no MoE layer among the {a.layers} layers", where=where, field="dense_layers")
+    if a.shared_gate and not a.shared_ffn:
+        raise ConfigError("gates a shared expert: set shared_ffn", where=where, field="shared_gate")
+    _check_mla(a, where)
+
+
+def _check_mla(a: Arch, where: str | None) -> None:
+    """ConfigError naming the first multi-head latent attention field that is inconsistent."""
+    if not a.mla:
+        for name in MLA_FIELDS[1:]:
+            if getattr(a, name):
+                raise ConfigError("applies to latent attention: set kv_lora_rank", where=where, field=name)
+        return
+    for name in ("rope_head_size", "v_head_size"):
+        if getattr(a, name) < 1:
+            raise ConfigError(f"latent attention needs {name} >= 1", where=where, field=name)
+    if a.rope_head_size % 2:
+        raise ConfigError(
+            f"rotary dimensions come in pairs, got {a.rope_head_size}", where=where, field="rope_head_size"
+        )
+    if a.kv != a.heads:
+        raise ConfigError(
+            "latent attention has a key and a value per head: leave kv_heads out", where=where, field="kv_heads"
+        )
+    if a.qk_norm or a.qkv_bias:
+        field = "qk_norm" if a.qk_norm else "qkv_bias"
+        raise ConfigError("not modelled with latent attention", where=where, field=field)

@@ -6,13 +6,23 @@ FLOP convention (2 per multiply-add): matmuls in full; attention as the fused ke
 work: the s*s products of QK^T and PV in full for bidirectional attention, half of them for
 causal attention (a causal kernel skips the masked blocks; the diagonal's extra s/2 is not
 counted). The measurement counts the same way, and `mfu` is computed from these FLOPs.
+
+A mixture-of-experts MLP is costed as the natural torch modules hold it: the router an
+``nn.Linear(hidden, experts, bias=False)``; the routed experts stacked weights ``w1``, ``w3``
+[experts, hidden, expert_ffn] and ``w2`` [experts, expert_ffn, hidden], as torchtitan's
+GroupedExperts (each token through top_k of them: its FLOPs the active ones); the shared expert a
+SwiGLU MLP of shared_ffn (gate and up, down), its optional gate an ``nn.Linear(hidden, 1)``.
+Latent attention as Transformers' DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (or
+q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from shardsim.core.errors import ConfigError
 from shardsim.specs.model.arch import Arch
-from shardsim.specs.model.workload import Block, Workload
+from shardsim.specs.model.workload import Block, MoELayer, Workload
 
 
 def _norm_saved(a: Arch) -> int:
@@ -31,18 +41,13 @@ def norm_tensors(a: Arch) -> int:
     return 2 if a.traits.norm == "layernorm" else 1
 
 
-def layer_param_tensors(a: Arch) -> int:
-    """Parameter tensors of one transformer layer: the Linear weights (fused QKV, projection, MLP
-    matrices: a third for SwiGLU's gate), their biases where the family has them (or the fused
-    QKV's alone: `qkv_bias`), the two norms, and the q and k norms' weights (`qk_norm`)."""
-    linears = 4 + (1 if a.traits.mlp == "swiglu" else 0)
-    qkv_bias = 1 if a.qkv_bias and not a.traits.bias else 0
-    return linears * (2 if a.traits.bias else 1) + qkv_bias + 2 * norm_tensors(a) + (2 if a.qk_norm else 0)
-
-
 def attention_flops(a: Arch) -> float:
-    """Forward FLOPs of QK^T and PV per sample, as the fused kernel does the work."""
-    full = 4.0 * a.tokens * a.tokens * a.q_dim
+    """Forward FLOPs of QK^T and PV per sample, as the fused kernel does the work (latent
+    attention: its queries and keys `qk_head_dim` wide, its values `v_head_dim`)."""
+    if a.mla:
+        full = 2.0 * a.tokens * a.tokens * a.heads * (a.qk_head_dim + a.v_head_dim)
+    else:
+        full = 4.0 * a.tokens * a.tokens * a.q_dim
     return full / 2 if a.traits.causal else full
 
 
@@ -59,28 +64,132 @@ def _dtensor(params: int, plain: int, tp: int) -> int:
     return params - plain if tp > 1 else 0
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One part of a transformer layer (its attention, its MLP) per sample on one rank: the
+    weights its matmuls multiply per token, its parameters, its forward memory-bound elements,
+    what it saves for backward (and of that, what matmuls wrote), its parameter tensors and
+    the largest, the parameters left plain under tensor parallelism, those a token does not use."""
+
+    weights: int
+    params: int
+    mem: int
+    act: int
+    act_mm: int
+    tensors: int
+    largest: int
+    plain: int = 0
+    inactive: int = 0
+
+
+def _attention(a: Arch, tp: int) -> _Part:
+    """Grouped-query attention on one of `tp` ranks (its heads): the fused q/k/v projection (its
+    biases with `qkv_bias` or the family's), the output projection, rotary embeddings and q/k
+    norms; what it saves: the fused qkv output (v is a view of it), the rotated q and k (rotary),
+    attention out and its log-sum-exp per head and token, the q/k norms' inputs and statistics."""
+    h, s, hd = a.hidden, a.tokens, a.head_dim
+    kvd = kv_heads_per_rank(a, tp) * hd if tp > 1 else a.kv_dim
+    hq = a.q_dim // tp  # this rank's query width (heads / tp)
+    qkv = hq + 2 * kvd  # fused q, k, v projection width
+    qk_norm = 2 * hd if a.qk_norm else 0  # the q and k norms' weights, replicated
+    weights = h * qkv + hq * h
+    params = weights + qk_norm + (qkv + h if a.traits.bias else qkv if a.qkv_bias else 0)
+    rope = a.position_kind == "rope"
+    mem = (10 * s * (hq + kvd) if rope else 0) + (2 * s * (hq + kvd) if qk_norm else 0)
+    act = s * (qkv + hq + a.heads // tp) + (s * (hq + kvd) if rope else 0)
+    if qk_norm:  # per head and token its normalized input and rstd (and, unrotated, its output attention saves)
+        act += s * (hq + kvd) + s * (hq + kvd) // hd + (0 if rope else s * (hq + kvd))
+    act_mm = s * (qkv + hq + a.heads // tp)
+    tensors = 2 * (2 if a.traits.bias else 1) + (1 if a.qkv_bias and not a.traits.bias else 0) + (2 if qk_norm else 0)
+    return _Part(weights, params, mem, act, act_mm, tensors, h * qkv, plain=qk_norm)
+
+
+def _latent_attention(a: Arch) -> _Part:
+    """Multi-head latent attention as DeepSeek-V3's modelling code runs it (Transformers'
+    modeling_deepseek_v3.py): queries through q_a (hidden -> q_lora_rank), its RMSNorm and q_b
+    (-> heads x (head_size + rope_head_size)), or one projection without a query latent; keys and
+    values through kv_a (hidden -> kv_lora_rank + rope_head_size: the latent and the shared
+    rotated key), its RMSNorm and kv_b (-> heads x (head_size + v_head_size)); q and k concatenated
+    from their unrotated and rotated parts, attention, and o (heads x v_head_size -> hidden).
+    Saved: each latent norm's input, output and statistics (kv_a's whole output), kv_b's output
+    (v is a view of it), the concatenated q and k, attention out and its log-sum-exp."""
+    h, s, heads = a.hidden, a.tokens, a.heads
+    qr, kvr, dr, dqk, dv = a.q_lora_rank, a.kv_lora_rank, a.rope_head_size, a.qk_head_dim, a.v_head_dim
+    q_mats = (h * qr, qr * heads * dqk) if qr else (h * heads * dqk,)
+    mats = (*q_mats, h * (kvr + dr), kvr * heads * (a.head_dim + dv), heads * dv * h)
+    weights = sum(mats)
+    params = weights + qr + kvr  # the latent norms' weights
+    # the latent norms (read + write), rotary on the rotated q and k parts, q and k concatenated (read + write)
+    mem = s * (2 * (qr + kvr) + 10 * (heads * dr + dr) + 4 * heads * dqk)
+    q_norm = 3 * qr + 1 if qr else 0
+    kv_b_out = heads * (a.head_dim + dv)
+    act = s * (q_norm + 3 * kvr + dr + 1 + kv_b_out + 2 * heads * dqk + heads * dv + heads)
+    act_mm = s * (qr + kvr + dr + kv_b_out + heads * dqk + heads * dv + heads)
+    tensors = len(mats) + (2 if qr else 1)
+    return _Part(weights, params, mem, act, act_mm, tensors, max(mats))
+
+
+def _dense_mlp(a: Arch, tp: int) -> _Part:
+    """The MLP (GELU: fc1, fc2; SwiGLU: gate, up, down; biases where the family has them) on one
+    of `tp` ranks; it saves GELU's fc1 out and GELU out, or SwiGLU's gate out, up out, SiLU out
+    and the product."""
+    h, s, f = a.hidden, a.tokens, a.ffn_size // tp
+    swiglu = a.traits.mlp == "swiglu"
+    mats = 3 if swiglu else 2
+    params = mats * h * f + ((mats - 1) * f + h if a.traits.bias else 0)
+    act = s * (4 * f if swiglu else 2 * f)
+    act_mm = s * (2 * f if swiglu else f)
+    tensors = mats * (2 if a.traits.bias else 1)
+    return _Part(mats * h * f, params, s * (5 * f if swiglu else 2 * f), act, act_mm, tensors, h * f)
+
+
+def _moe_mlp(a: Arch, tp: int) -> tuple[_Part, MoELayer]:
+    """A mixture-of-experts MLP on one of `tp` ranks (each expert's inner size a tp-th), every
+    expert held (expert parallelism 1). The router's matmul, its softmax and top-k; the tokens
+    permuted into expert order (a gather of tokens x top_k rows); the routed experts' SwiGLU as
+    grouped GEMMs over those rows (the FLOPs are the active ones: top_k experts a token); the
+    outputs scaled by their routing weights and scattered back (un-permuted) and summed per
+    token; the shared expert a dense SwiGLU MLP beside (its output gated by a sigmoid of a
+    hidden -> 1 projection with `shared_gate`). Saved: the router's probabilities, the top-k
+    weights and indices, the permuted tokens (the grouped GEMMs' input), the routed SwiGLU's
+    four tensors per row, the experts' output (what the weighting saves), the shared expert's."""
+    h, s, k, e = a.hidden, a.tokens, a.top_k, a.experts
+    fe, sf = a.expert_ffn_size // tp, a.shared_ffn // tp
+    moe = MoELayer(e, k, h, fe, sf, s, a.shared_gate)
+    rows = moe.routed_rows
+    gate = h if a.shared_gate else 0
+    weights = h * e + k * moe.expert_params + 3 * h * sf + gate
+    params = h * e + e * moe.expert_params + 3 * h * sf + gate
+    # router softmax (read + write) and top-k (read, write values and indices), the weights normalized
+    router = 3 * s * e + 4 * s * k
+    permute, unpermute = 2 * rows * h, 3 * rows * h + 2 * s * h  # gather; weight, scatter-add into the output
+    shared = (5 * s * sf + 3 * s * h if sf else 0) + (3 * s * h + 2 * s if gate else 0)
+    mem = router + permute + 5 * rows * fe + unpermute + shared
+    act = s * (e + 2 * k) + rows * (2 * h + 4 * fe) + 4 * s * sf + (s * (h + 1) if gate else 0)
+    act_mm = s * e + rows * (2 * fe + h) + 2 * s * sf + (s if gate else 0)
+    tensors = 1 + 3 + (3 if sf else 0) + (1 if gate else 0)
+    part = _Part(weights, params, mem, act, act_mm, tensors, e * h * fe, inactive=(e - k) * moe.expert_params)
+    return part, moe
+
+
 def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     """A pre-norm transformer layer of any family (see `Traits`), as one of `tp` tensor-parallel
     ranks runs it (Megatron's split: q/k/v and the MLP's first matrices by columns, attention's
     output projection and the MLP's last matrix by rows, attention by heads); with sequence
     parallelism (`sp`) the norms and residual adds on a tp-th of the tokens, the column-parallel
     matrices' inputs gathered whole (what they save for backward). Norms and the row-parallel
-    matrices' biases are replicated."""
-    t = a.traits
-    h, f, s, hd = a.hidden, a.ffn_size // tp, a.tokens, a.head_dim
-    kvd = kv_heads_per_rank(a, tp) * hd if tp > 1 else a.kv_dim
-    hq = a.q_dim // tp  # this rank's query width (heads / tp)
+    matrices' biases are replicated. Its attention is grouped-query or latent (`Arch.mla`), its
+    MLP dense or a mixture of experts (`Arch.is_moe_layer`)."""
+    h, s = a.hidden, a.tokens
     sn = s // tp if sp else s  # tokens the norms and residuals see
-    swiglu = t.mlp == "swiglu"
-    mlp_mats = 3 if swiglu else 2
-    qkv = hq + 2 * kvd  # fused q, k, v projection width
-    qk_norm = 2 * hd if a.qk_norm else 0  # the q and k norms' weights, replicated
-    params = h * qkv + hq * h + mlp_mats * h * f + 2 * norm_params(a) + qk_norm
-    if t.bias:
-        params += qkv + h + (mlp_mats - 1) * f + h
-    elif a.qkv_bias:
-        params += qkv
-    matmul = 2.0 * s * (h * qkv + hq * h + mlp_mats * h * f)
+    att = _latent_attention(a) if a.mla else _attention(a, tp)
+    moe = None
+    if a.is_moe_layer(index):
+        mlp, moe = _moe_mlp(a, tp)
+    else:
+        mlp = _dense_mlp(a, tp)
+    params = att.params + mlp.params + 2 * norm_params(a)
+    matmul = 2.0 * s * (att.weights + mlp.weights)
     attn = attention_flops(a) / tp
     fwd = matmul + attn
     # Backward: 2x the forward for the matmuls (input + weight gradients); 2.5x for attention,
@@ -88,33 +197,24 @@ def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
     # FlopCounterMode's formula for the flash/efficient/cudnn SDPA backward).
     bwd = 2 * matmul + 2.5 * attn
     # Memory-bound forward traffic (assumption, named): 2 norms (read+write s*h each), 2 residual
-    # adds (read 2, write 1), the activation (GELU: read+write s*f; SwiGLU: SiLU read+write s*f
-    # and the product read 2 write 1), rotary embeddings (about 10 reads and writes per rotated
-    # element of q and k), attention softmax fused in SDPA.
-    mem = sn * (2 * 2 * h + 2 * 3 * h) + s * (5 * f if swiglu else 2 * f)
-    rope = a.position_kind == "rope"
-    if rope:
-        mem += 10 * s * (hq + kvd)
-    if qk_norm:
-        mem += 2 * s * (hq + kvd)
+    # adds (read 2, write 1), the MLP's (the activation: GELU read+write s*f; SwiGLU SiLU read+write
+    # s*f and the product read 2 write 1; an MoE MLP's routing, permutation and combination),
+    # attention's (rotary embeddings: about 10 reads and writes per rotated element of q and k;
+    # q/k norms), attention softmax fused in SDPA.
+    mem = sn * (2 * 2 * h + 2 * 3 * h) + mlp.mem + att.mem
     # Saved for backward (flash/efficient SDPA keeps no s*s matrix): per norm its input, output
     # and per-token statistics (with sequence parallelism a tp-th of them, and the column-parallel
-    # matrix's gathered input beside); the fused qkv output (v is a view of it); the rotated q
-    # and k (rotary); attention out and its log-sum-exp per head and token; the MLP: GELU's fc1
-    # out and GELU out, or SwiGLU's gate out, up out, SiLU out and the product.
-    stats = _norm_saved(a)
-    mlp_saved = 4 * f if swiglu else 2 * f
-    norms = 2 * (sn * (2 * h + stats) + (s * h if sp else 0))
-    act = norms + s * (qkv + hq + a.heads // tp + mlp_saved) + (s * (hq + kvd) if rope else 0)
-    if qk_norm:  # per head and token its normalized input and rstd (and, unrotated, its output attention saves)
-        act += s * (hq + kvd) + s * (hq + kvd) // hd + (0 if rope else s * (hq + kvd))
+    # matrix's gathered input beside); then the attention's and the MLP's own.
+    norms = 2 * (sn * (2 * h + _norm_saved(a)) + (s * h if sp else 0))
+    act = norms + att.act + mlp.act
     # Of those, the outputs of matmuls and of the attention kernel (op-level selective
     # checkpointing keeps these): qkv, attention out and log-sum-exp, fc1 (gate and up).
-    act_mm = s * (qkv + hq + a.heads // tp + (2 * f if swiglu else f))
+    act_mm = att.act_mm + mlp.act_mm
+    norms_plain = 0 if sp else 2 * norm_params(a)
     return Block(
         f"layer{index}", params, fwd, bwd, mem, act, sn * h, sn * h, act_matmul_elems=act_mm,
-        param_tensors=layer_param_tensors(a), largest_tensor=max(h * qkv, h * f),
-        dtensor_params=_dtensor(params, (0 if sp else 2 * norm_params(a)) + qk_norm, tp),
+        param_tensors=att.tensors + mlp.tensors + 2 * norm_tensors(a), largest_tensor=max(att.largest, mlp.largest),
+        dtensor_params=_dtensor(params, norms_plain + att.plain, tp), inactive_params=mlp.inactive, moe=moe,
     )  # fmt: skip
 
 

@@ -17,8 +17,9 @@ from shardsim.specs.model.workload import Workload
 
 ARCH_FIELDS = tuple(f.name for f in fields(Arch))
 # Keys a model file may hold besides the shape: its name, where its shape comes from, and its
-# published parameter count ({value, source}).
-INFO_KEYS = ("name", "source", "params", "description")
+# published parameter counts ({value, source}): all of them, and (a mixture of experts) those a
+# token uses.
+INFO_KEYS = ("name", "source", "params", "active_params", "description")
 
 
 def arch_from_mapping(data: Mapping[str, Any], where: str | None, prefix: str = "") -> Arch:
@@ -26,8 +27,9 @@ def arch_from_mapping(data: Mapping[str, Any], where: str | None, prefix: str = 
     that is neither a field nor an `INFO_KEYS` one is refused, and so is a field the family does not
     use given a value other than its default (as `Arch` written out whole holds)."""
     f = Fields(dict(data), where or "", prefix).closed((*ARCH_FIELDS, *INFO_KEYS))
-    if f.has("params"):
-        f.number("params")  # the published count: a figure, finite, as every figure is
+    for name in ("params", "active_params"):
+        if f.has(name):
+            f.number(name)  # the published count: a figure, finite, as every figure is
     family = f.text("family", choices=FAMILIES)
     base = Arch(family, hidden=1, layers=1)
     check_used(family, (k for k in ARCH_FIELDS[1:] if f.has(k) and f.raw(k) != getattr(base, k)), where, prefix)
@@ -56,10 +58,21 @@ def read_model_file(path: str | Path) -> tuple[Arch, dict[str, Any]]:
     return arch_from_mapping(data, str(path)), {k: data[k] for k in INFO_KEYS if k in data}
 
 
-def summary(w: Workload, *, published: float | None = None, source: str | None = None) -> dict[str, Any]:
-    """What `shardsim workloads` says of a workload: its shape and counts, per sample (JSON-ready)."""
+def summary(
+    w: Workload,
+    *,
+    published: float | None = None,
+    source: str | None = None,
+    published_active: float | None = None,
+    active_source: str | None = None,
+) -> dict[str, Any]:
+    """What `shardsim workloads` says of a workload: its shape and counts, per sample (JSON-ready);
+    a mixture of experts also its active parameters (those a token uses), its experts and their
+    published active count."""
     a = w.arch
     out: dict[str, Any] = {"model": w.name, "family": a.family if a else None, "params": w.params}
+    if w.moe:
+        out["active_params"] = w.active_params
     out["layers"] = len(w.layers) if w.layers else len(w.blocks)
     out["other_blocks"] = [{"embed": "embedding", "head": "head"}[b.kind] for b in w.blocks if b.kind != "layer"]
     if a is not None:
@@ -71,4 +84,7 @@ def summary(w: Workload, *, published: float | None = None, source: str | None =
         out |= shape | {"positions": a.position_kind}
     out |= {"tokens_per_sample": w.tokens_per_sample, "train_flops_per_sample": w.train_flops}
     out |= {"published_params": published, "source": source}
+    if a is not None and a.spec.moe:
+        out |= {"experts": a.experts, "top_k": a.top_k, "expert_ffn": a.expert_ffn_size, "shared_ffn": a.shared_ffn}
+        out |= {"moe_layers": a.moe_layers, "published_active_params": published_active, "active_source": active_source}
     return out

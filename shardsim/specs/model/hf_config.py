@@ -36,6 +36,16 @@ HF_KEYS = {
     "vocab": ("vocab_size",),
     "seq_len": ("max_position_embeddings", "n_positions", "max_seq_len"),
     "patch": ("patch_size",),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "top_k": ("num_experts_per_tok",),
+    "expert_ffn": ("moe_intermediate_size",),
+    "shared_ffn": ("shared_expert_intermediate_size", "n_shared_experts"),
+    "dense_layers": ("first_k_dense_replace", "mlp_only_layers", "decoder_sparse_step"),
+    "moe_every": ("moe_layer_freq", "decoder_sparse_step"),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "q_lora_rank": ("q_lora_rank",),
+    "rope_head_size": ("qk_rope_head_dim",),
+    "v_head_size": ("v_head_dim",),
 }
 
 

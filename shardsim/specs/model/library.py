@@ -21,6 +21,8 @@ class LibraryModel:
     source: str
     published_params: float | None  # None: not a published model
     params_source: str | None
+    published_active: float | None = None  # a mixture of experts: the parameters a token uses, as published
+    active_source: str | None = None
 
 
 @cache
@@ -31,7 +33,10 @@ def library() -> dict[str, LibraryModel]:
         arch, info = read_model_file(path)
         f = Fields(info, str(path))
         published = f.number("params", required=False) if f.has("params") else None
-        out[path.stem] = LibraryModel(path.stem, arch, f.text("source"), published, f.source("params"))
+        active = f.number("active_params", required=False) if f.has("active_params") else None
+        out[path.stem] = LibraryModel(
+            path.stem, arch, f.text("source"), published, f.source("params"), active, f.source("active_params")
+        )
     return out
 
 

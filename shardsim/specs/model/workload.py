@@ -14,6 +14,44 @@ from shardsim.specs.model.arch import Arch
 
 
 @dataclass(frozen=True)
+class MoELayer:
+    """The mixture-of-experts MLP of a layer as one rank holds it (all experts: expert parallelism
+    of 1), per sample: what its kernels and an expert-parallel plan need, expert by expert."""
+
+    experts: int
+    top_k: int
+    hidden: int
+    expert_ffn: int  # one routed expert's inner size on this rank (a tp-th with tensor parallelism)
+    shared_ffn: int  # the shared expert's inner size on this rank; 0: none
+    tokens: int  # tokens per sample the router sees
+    shared_gate: bool = False
+
+    @property
+    def routed_rows(self) -> int:
+        """Token copies per sample sent to experts (tokens x top_k): the grouped GEMMs' rows."""
+        return self.tokens * self.top_k
+
+    @property
+    def mean_rows(self) -> float:
+        """Rows one expert receives per sample when the router spreads them evenly."""
+        return self.routed_rows / self.experts
+
+    def busiest_rows(self, imbalance: float) -> float:
+        """Rows per sample of the busiest expert: `imbalance` (its tokens over the mean) x the mean."""
+        return imbalance * self.mean_rows
+
+    @property
+    def dispatch_elems_per_token(self) -> int:
+        """Elements one routed copy of a token carries to its expert (and back): the hidden size."""
+        return self.hidden
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert on this rank (w1, w3: hidden x expert_ffn; w2 back)."""
+        return 3 * self.hidden * self.expert_ffn
+
+
+@dataclass(frozen=True)
 class Block:
     """One unit of the model. All figures are per sample (one sequence / image)."""
 
@@ -40,6 +78,15 @@ class Block:
     # replicated parameters; the rest stay plain tensors): under TP + DDP their gradients are
     # ready only at the end of backward (`strategies.ddp.grad_ready_bytes`); 0 without TP
     dtensor_params: int = 0
+    # of `params`, those a token does not use: the routed experts it is not sent to (an MoE layer's
+    # experts - top_k of them); 0 for a dense block
+    inactive_params: int = 0
+    moe: MoELayer | None = None  # the block's mixture-of-experts MLP, if it has one
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (all of them but the routed experts it is not sent to)."""
+        return self.params - self.inactive_params
 
 
 @dataclass(frozen=True)
@@ -61,6 +108,16 @@ class Workload:
     @property
     def params(self) -> int:
         return sum(b.params for b in self.blocks)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: `params` less the routed experts it is not sent to."""
+        return sum(b.active_params for b in self.blocks)
+
+    @property
+    def moe(self) -> bool:
+        """Whether any block holds a mixture of experts."""
+        return any(b.moe is not None for b in self.blocks)
 
     @property
     def layers(self) -> tuple[Block, ...]:
