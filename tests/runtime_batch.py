@@ -117,12 +117,13 @@ def _run_case(case: dict, rank: int, world: int, device, timeout: timedelta) -> 
     from shardsim.runtime.emulation.readings import lab_observers
     from shardsim.runtime.records import write_run
     from shardsim.runtime.testing import SaveParams
-    from shardsim.runtime.trainer import CpuTimes, PeakMemory, Trainer
+    from shardsim.runtime.trainer import CpuTimes, ExpertTokens, PeakMemory, Trainer
 
     ns = train.build_parser().parse_args(case["argv"])
     cfg = train.rank_config(ns)
     trainer = Trainer.build(cfg, rank, world, device, "gloo", timeout, ns.data_batches)
-    observers = [PeakMemory(device), CpuTimes(ns.warmup), *lab_observers(device, ns.warmup, ns.steps)]
+    observers = [PeakMemory(device), CpuTimes(ns.warmup), ExpertTokens(ns.warmup)]
+    observers += lab_observers(device, ns.warmup, ns.steps)
     if case["trace"]:
         observers.append(TraceCollectives(case["trace"], rank, ns.warmup))
     if case["params"]:
