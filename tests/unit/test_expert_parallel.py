@@ -42,6 +42,13 @@ def test_the_runtime_refuses_tensor_parallel_moe_layers(capsys) -> None:
     assert err.count("\n") == 1 and "field 'tp'" in err and "MoE layers are not tensor parallel" in err, err
 
 
+def test_the_runtime_refuses_op_level_selective_checkpointing_of_expert_parallel_layers(capsys) -> None:
+    flags = ["--nproc", "2", "--ep", "2", "--checkpointing", "selective", "--selective-ac-option", "op"]
+    assert main([*RUN, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "field 'selective_ac_option'" in err and "every-k" in err, err
+
+
 def test_a_prediction_is_refused_until_it_is_planned(capsys) -> None:
     assert main(["predict", "--workload", "tiny-moe", "--topology", "emu-2x2", "--ep", "2"]) == 2
     err = capsys.readouterr().err
