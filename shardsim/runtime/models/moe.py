@@ -104,7 +104,7 @@ class ExpertParallel:
         recv = received.sum(1).tolist()
         got = all_to_all_single_autograd(rows, recv, send, self.group)
         # rank-major (source rank, local expert) blocks → expert-major, and back after the experts
-        order = _expert_major(received)
+        order = _expert_major(received.cpu()).to(got.device)
         out = experts(got[order], received.sum(0).tolist())
         back = out[torch.argsort(order)]
         return all_to_all_single_autograd(back, send, recv, self.group)
