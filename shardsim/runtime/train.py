@@ -280,6 +280,9 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
         if r.lab.host_steal_cores is not None:
             host += f"; the hypervisor took {r.lab.host_steal_cores:.2f} cores' worth of the steps' time"
         lines.append(host)
+    if r.expert_imbalance:
+        busiest = ", ".join(f"{v:.2f}" for v in r.expert_imbalance)
+        lines.append(f"  experts     busiest over mean {busiest} (each MoE layer)")
     if path:
         lines.append(f"  written     {path}")
     return "\n".join(lines)

@@ -87,3 +87,12 @@ def test_rank_major_blocks_reorder_expert_major() -> None:
     assert _expert_major(counts).tolist() == [0, 1, 2, 3, 4, 5]
     counts = torch.tensor([[2, 1], [1, 0]])  # r0e0 x2, r0e1, r1e0 → e0: r0 r0 r1, e1: r0
     assert _expert_major(counts).tolist() == [0, 1, 3, 2]
+
+
+def test_a_runs_summary_says_each_moe_layers_imbalance() -> None:
+    from shardsim.runtime.train import _summary_text
+    from tests.helpers import run_record
+
+    assert "experts" not in _summary_text(run_record(), None)
+    text = _summary_text(run_record(expert_imbalance=[1.104, 1.25]), None)
+    assert "  experts     busiest over mean 1.10, 1.25 (each MoE layer)" in text
