@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -49,11 +50,17 @@ class CaseResult:
 
 
 def run_batch(
-    tmp_path: Path, world: int, cases: dict[str, list[str]], *, save_params: bool = True, trace: bool = False
+    tmp_path: Path,
+    world: int,
+    cases: dict[str, list[str]],
+    *,
+    save_params: bool = True,
+    trace: bool | Collection[str] = False,
 ) -> dict[str, CaseResult]:
     """Run every case (``shardsim run`` flags: configuration, --steps etc.; never --nproc) in one
     torchrun launch of `world` ranks on this machine (``--standalone``: a free rendezvous port
-    of its own); {case name: CaseResult}."""
+    of its own); {case name: CaseResult}. `trace`: every case's collectives traced, or those of
+    the cases named."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     folders = {name: tmp_path / name for name in cases}
     spec = {
@@ -62,7 +69,7 @@ def run_batch(
                 "name": name,
                 "argv": [*RUN_FLAGS, *argv, "--out", str(folders[name] / "out")],
                 "params": str(folders[name] / "params") if save_params else None,
-                "trace": str(folders[name] / "trace") if trace else None,
+                "trace": str(folders[name] / "trace") if trace is True or (trace and name in trace) else None,
                 "result": str(folders[name] / "record.json"),
                 "error": str(folders[name] / "error.txt"),
             }
@@ -117,12 +124,13 @@ def _run_case(case: dict, rank: int, world: int, device, timeout: timedelta) -> 
     from shardsim.runtime.emulation.readings import lab_observers
     from shardsim.runtime.records import write_run
     from shardsim.runtime.testing import SaveParams
-    from shardsim.runtime.trainer import CpuTimes, PeakMemory, Trainer
+    from shardsim.runtime.trainer import CpuTimes, ExpertTokens, PeakMemory, Trainer
 
     ns = train.build_parser().parse_args(case["argv"])
     cfg = train.rank_config(ns)
     trainer = Trainer.build(cfg, rank, world, device, "gloo", timeout, ns.data_batches)
-    observers = [PeakMemory(device), CpuTimes(ns.warmup), *lab_observers(device, ns.warmup, ns.steps)]
+    observers = [PeakMemory(device), CpuTimes(ns.warmup), ExpertTokens(ns.warmup)]
+    observers += lab_observers(device, ns.warmup, ns.steps)
     if case["trace"]:
         observers.append(TraceCollectives(case["trace"], rank, ns.warmup))
     if case["params"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shardsim.config.cp import check_cp
+from shardsim.config.ep import check_ep
 from shardsim.config.moe import check_moe
 from shardsim.config.schema import Resolved, RunConfig
 from shardsim.config.strategy import MODELS, Strategy
@@ -36,9 +37,11 @@ def resolve(
     Returns the normalized config (zero's degree = the data-parallel world; SMP's degree = it →
     zero) and the derived sizes. Raises ConfigError with one clear line when something does not
     fit. Tensor parallelism (tp > 1) needs the model's `arch` (heads, FFN) and is checked against
-    `devices_per_node` when given (`config.tp`), context parallelism likewise (`config.cp`). The
-    mesh is `Resolved.dims`: pp × dp_replicate × dp_shard × cp × tp in `mesh_order`; the
-    data-parallel kinds see world / (pp × tp × cp) ranks, which split the batch.
+    `devices_per_node` when given (`config.tp`), context parallelism likewise (`config.cp`), expert
+    parallelism against the model's experts and the shard degree (`config.ep`). The mesh is
+    `Resolved.dims`: pp × dp_replicate × dp_shard × cp × ep × tp in `mesh_order`; the
+    data-parallel kinds see world / (pp × tp × cp) ranks, which split the batch (the ep ranks
+    among them: dp_shard is the degree / ep).
     """
     s = cfg.strategy
     where = cfg.source
@@ -88,6 +91,9 @@ def resolve(
     # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
     node_ranks = devices_per_node // (tp * cp) if devices_per_node and devices_per_node % (tp * cp) == 0 else None
     shard = spec.shard(s, dp_world, where, node_ranks)
+    ep = s.ep
+    if ep > 1:
+        check_ep(ep=ep, shard=shard, arch=arch, where=where)
     if pp > 1 and tied_embeddings and cp > 1:
         why = f"{TIED_PIPELINE} is planned with cp 1 only (not its embedding gradients' sum with context parallelism)"
         raise ConfigError(why, where=where, field="cp")
@@ -119,7 +125,7 @@ def resolve(
         )
     mbs = per_replica // m if spec.is_pipeline else cfg.batch_per_device
     dims = ParallelDims(
-        pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard, cp=cp, tp=tp, mesh_order=s.mesh_order
+        pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard // ep, cp=cp, ep=ep, tp=tp, mesh_order=s.mesh_order
     )
     v = strategy.stages_per_rank
     if spec.is_pipeline and pp * v > n_layers:

@@ -470,10 +470,13 @@ class Resolved:
     dp_shard = _from_dims("dp_shard", "Data-parallel ranks a parameter is sharded over (the batch split among them).")
     cp = _from_dims("cp", "Context-parallel degree: the ranks of a group share their samples and split the sequence.")
 
+    ep = _from_dims("ep", "Expert-parallel degree: a group's ranks split their MoE layers' experts (and the batch).")
+
     @property
     def shard(self) -> int:
-        """Ranks a parameter is sharded over (1 = replicated): dp_shard × cp (torchtitan's dp_shard_cp)."""
-        return self.dims.dp_shard * self.dims.cp
+        """Ranks a parameter is sharded over (1 = replicated): dp_shard × cp (torchtitan's dp_shard_cp),
+        × ep (the experts: over dp_shard × cp alone)."""
+        return self.dims.dp_shard * self.dims.cp * self.dims.ep
 
     replicas = _from_dims("dp_replicate", "Data-parallel replicas of each model piece (per stage for pipeline).")
     pp = _from_dims("pp", "Pipeline stages.")

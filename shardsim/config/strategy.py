@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, Field, TypeAdapter, model_serializer
 from pydantic import ValidationError as _ValidationError
 
 from shardsim.config.cp import check_cp_kind
+from shardsim.config.ep import check_ep_kind
 from shardsim.config.errors import config_error
 from shardsim.config.frozen import Frozen
 from shardsim.config.setting import Setting, bounded
@@ -141,6 +142,15 @@ CpRotateField = Annotated[
         "one all-gather before the rounds, or a ring exchange each round"
     ),
 ]
+EpDegree = Annotated[
+    int,
+    bounded("ep"),
+    Setting(
+        "expert-parallel degree (a model with experts): each MoE layer's experts sharded over groups of ep "
+        "data-parallel ranks, tokens sent to them and back by all-to-all; the rest sharded with FSDP2 over all "
+        "of them, the experts over the data-parallel ranks left after EP (zero, zero2d)"
+    ),
+]
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
@@ -151,12 +161,14 @@ KIND_HELP = Setting(
 TP_FIELDS = ("tp", "sequence_parallel", "async_tp", "mesh_order", "tp_across_nodes")
 CP_FIELDS = ("cp", "cp_rotate")
 CP_DEFAULTS = {"cp": 1, "cp_rotate": "allgather"}  # PyTorch's default rotate method
+EP_FIELDS = ("ep",)
 
 
 class StrategyBase(Frozen):
     """What every kind's model answers, whatever fields it carries; tensor parallelism, which
     composes with every kind (the mesh: pp × dp × tp, `mesh_order`), and context parallelism
-    (`config.cp`: with the kinds that shard with FSDP2 and pipelines)."""
+    (`config.cp`: with the kinds that shard with FSDP2 and pipelines), and expert parallelism
+    (`config.ep`: with the kinds that shard with FSDP2)."""
 
     tp: TpDegree = 1
     sequence_parallel: SequenceParallel = False
@@ -165,15 +177,18 @@ class StrategyBase(Frozen):
     tp_across_nodes: TpAcrossNodes = False
     cp: CpDegree = 1
     cp_rotate: CpRotateField = "allgather"
+    ep: EpDegree = 1
 
     @model_serializer(mode="wrap")
     def _kind_first(self, handler: Any) -> dict[str, Any]:
         """The kind and its own fields first, tensor parallelism's after them, then context
-        parallelism's where cp > 1 (a configuration without it reads as it did before it)."""
+        parallelism's where cp > 1 and expert parallelism's where ep > 1 (a configuration without
+        them reads as it did before them)."""
         d = handler(self)
         tp = {k: d.pop(k) for k in TP_FIELDS if k in d}
         cp = {k: d.pop(k) for k in CP_FIELDS if k in d}
-        return d | tp | (cp if cp.get("cp", 1) > 1 else {})
+        ep = {k: d.pop(k) for k in EP_FIELDS if k in d}
+        return d | tp | (cp if cp.get("cp", 1) > 1 else {}) | (ep if ep.get("ep", 1) > 1 else {})
 
     @property
     def spec(self) -> StrategySpec:
@@ -184,7 +199,7 @@ class StrategyBase(Frozen):
     def mesh(self) -> ParallelDims:
         """The mesh dimensions this strategy sets by itself (pp, tp, the order); the data-parallel
         sizes, which take the world, are `resolve`'s (`Resolved.dims`)."""
-        return ParallelDims(pp=self.pp, cp=self.cp, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
+        return ParallelDims(pp=self.pp, cp=self.cp, ep=self.ep, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
 
     def label(self) -> str:
         """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
@@ -295,6 +310,7 @@ STRATEGY_FIELDS = (
     "reshard_after_forward",
     *TP_FIELDS,
     *CP_FIELDS,
+    *EP_FIELDS,
 )
 assert set(STRATEGY_FIELDS) == {f for m in MODELS.values() for f in m.model_fields if f != "kind"}
 
@@ -319,6 +335,7 @@ class _FlatStrategy:
     tp_across_nodes: Any = False
     cp: Any = 1
     cp_rotate: Any = "allgather"
+    ep: Any = 1
 
 
 def check_flat(s: _FlatStrategy, where: str | None) -> None:
@@ -345,6 +362,7 @@ def check_flat(s: _FlatStrategy, where: str | None) -> None:
         why = "asyncTP overlaps sequence parallelism's all-gathers and reduce-scatters; set sequence_parallel"
         raise ConfigError(why, where=where, field="async_tp")
     check_cp_kind(s.cp, s.cp_rotate, spec, where)
+    check_ep_kind(s.ep, s, spec, where)
     if s.reshard_after_forward is False and not spec.fsdp:
         fsdp = " and ".join(k for k, v in KINDS.items() if v.fsdp)
         why = f"reshard_after_forward false (ZeRO-2) applies to {fsdp}, not {s.kind}"

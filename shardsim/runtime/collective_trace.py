@@ -44,10 +44,10 @@ TRACE_ENV = "SHARDSIM_TRACE_COLLECTIVES"  # DIR: each rank of a real run writes 
 
 @dataclass(frozen=True, order=True)
 class TracedCollective:
-    kind: str  # all_gather | reduce_scatter | all_reduce
-    numel: int  # the whole array as nccl-tests counts it (gather output, scatter input)
+    kind: str  # all_gather | reduce_scatter | all_reduce | all_to_all
+    numel: int  # the whole array as nccl-tests counts it (gather output, scatter input; all-to-all: what is sent)
     group_size: int
-    itemsize: int = field(default=0, compare=False)  # bytes per element (not saved in rank traces)
+    itemsize: int = field(default=0, compare=False)  # bytes per element
     group: str = field(default="", compare=False)  # the mesh dimension(s) of the group where known ("tp", ...)
     ranks: tuple[int, ...] = field(default=(), compare=False)  # the group's global ranks (not saved)
     phase: str = field(default="", compare=False)  # "forward" | "backward" (autograd's, or labelled by `phase`)
@@ -112,7 +112,9 @@ def _functional_recorder(calls: list[TracedCollective], names: dict[str, str]):
             if kind is not None:
                 group = next(a for a in (*args, *kwargs.values()) if isinstance(a, str) and a not in _REDUCE_OPS)
                 size, name, ranks = _group_info(group, names)
-                big = max((args[0], out), key=lambda t: t.numel())  # gather output, scatter input
+                # gather output, scatter input; an all-to-all's input: what this rank sends (uneven splits
+                # make its output differ), the whole array nccl-tests counts where the splits are even
+                big = args[0] if kind == "all_to_all" else max((args[0], out), key=lambda t: t.numel())
                 calls.append(TracedCollective(kind, int(big.numel()), size, big.element_size(), name, ranks, _phase()))
             return out
 
@@ -165,9 +167,10 @@ def record_collectives(group_names: dict[str, str] | None = None) -> Iterator[li
 
 
 def save_rank_trace(folder: str, rank: int, steps: list[list[TracedCollective]]) -> None:
-    """Write one rank's collectives, one list per measured step, to ``folder/rank<r>.json``."""
+    """Write one rank's collectives, one list per measured step, to ``folder/rank<r>.json``: [kind,
+    numel, group size, bytes per element] each."""
     os.makedirs(folder, exist_ok=True)
-    data = {"rank": rank, "steps": [[[c.kind, c.numel, c.group_size] for c in step] for step in steps]}
+    data = {"rank": rank, "steps": [[[c.kind, c.numel, c.group_size, c.itemsize] for c in step] for step in steps]}
     atomic_write(Path(folder, f"rank{rank}.json"), json.dumps(data))
 
 
@@ -198,7 +201,7 @@ class TraceCollectives(Observer):
 def load_rank_trace(folder: str | Path, rank: int) -> list[list[TracedCollective]]:
     """The collectives `save_rank_trace` wrote for `rank`, per measured step."""
     data = json.loads(Path(folder, f"rank{rank}.json").read_text())
-    return [[TracedCollective(k, int(n), int(g)) for k, n, g in step] for step in data["steps"]]
+    return [[TracedCollective(k, int(n), int(g), int(b)) for k, n, g, b in step] for step in data["steps"]]
 
 
 def trace_fsdp_step(

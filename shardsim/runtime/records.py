@@ -107,6 +107,11 @@ class RunRecord:
     memory_allocated_by_rank_gib: list[float]
     memory_measure: str  # cuda_max_memory_allocated | cpu_peak_rss: what memory_allocated_gib is
     backend: str  # what ran (gloo on CPU whatever the configuration asks)
+    # a model with experts: the tokens routed to each expert, [measured step][MoE layer][expert], all
+    # ranks summed, and each MoE layer's busiest expert's tokens over the mean (the measured steps');
+    # None for a model without experts and in records written before them
+    expert_tokens: list[list[list[int]]] | None = None
+    expert_imbalance: list[float] | None = None
     losses: list[float]  # the global loss of every step, warm-up included
     loss_first: float
     loss_last: float

@@ -16,13 +16,15 @@ What runs where:
   cost); refused with tensor parallelism and pipelines (the simulator models both).
 - float8: refused (the runtime does not convert linears with torchao; the simulator predicts it).
 - context parallelism (cp > 1): refused; PyTorch's ring attention has no CPU path.
+- op-level selective checkpointing with expert parallelism (ep > 1): refused (torch 2.13's
+  selective checkpointing meets the experts' FSDP2 unit's calls in recomputation only).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shardsim.config import RunConfig
+from shardsim.config import SAC_OP, RunConfig
 from shardsim.core.errors import ConfigError
 
 
@@ -54,6 +56,12 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
             "efficient or cuDNN kernels only (experiments/readings/context-parallel-on-cpu.md); the simulator models it"
         )
         raise ConfigError(why, field="cp")
+    if cfg.strategy.ep > 1 and cfg.checkpointing == "selective" and cfg.selective_ac_option == SAC_OP:
+        why = (
+            "op-level selective checkpointing of expert-parallel layers fails in torch 2.13 (the recomputation meets "
+            "calls of the experts' own FSDP2 unit the forward did not make): use full or every-k checkpointing"
+        )
+        raise ConfigError(why, field="selective_ac_option")
     if cfg.mlm_fraction is not None and (cfg.strategy.tp > 1 or cfg.strategy.spec.is_pipeline):
         why = "the runtime's masked-LM head runs without tensor parallelism or pipelines (the simulator models both)"
         raise ConfigError(why, field="mlm_fraction")

@@ -38,7 +38,7 @@ from shardsim.runtime import processes
 from shardsim.runtime.launch import CONFIG_FILE
 from shardsim.runtime.processes import launcher
 from shardsim.runtime.records import RunRecord, step_time_stats, write_run
-from shardsim.runtime.trainer import CpuTimes, Measured, Observer, PeakMemory, Trainer
+from shardsim.runtime.trainer import CpuTimes, ExpertTokens, Measured, Observer, PeakMemory, Trainer
 from shardsim.simulator.results import KEY_FIELDS, result_key
 from shardsim.specs.hardware.topology import make_cluster
 from shardsim.specs.model.load import spec_name
@@ -195,6 +195,7 @@ def run(ns: argparse.Namespace, status) -> int:
             StatusSteps(status),
             PeakMemory(device),
             CpuTimes(ns.warmup),
+            ExpertTokens(ns.warmup),
             *lab_observers(device, ns.warmup, ns.steps),  # the emulated CPU lab's readings: CPU only
             *testing.observers(rank, ns.warmup),  # none unless a test's environment asks
         ]
@@ -279,6 +280,9 @@ def _summary_text(r: RunRecord, path: str | None) -> str:
         if r.lab.host_steal_cores is not None:
             host += f"; the hypervisor took {r.lab.host_steal_cores:.2f} cores' worth of the steps' time"
         lines.append(host)
+    if r.expert_imbalance:
+        busiest = ", ".join(f"{v:.2f}" for v in r.expert_imbalance)
+        lines.append(f"  experts     busiest over mean {busiest} (each MoE layer)")
     if path:
         lines.append(f"  written     {path}")
     return "\n".join(lines)

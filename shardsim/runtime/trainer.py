@@ -409,3 +409,49 @@ class CpuTimes(Observer):
             "step_cpu_times_s": measured,
             "step_cpu_times_by_rank_s": trainer.every_rank(measured, len(measured)).cpu().tolist(),
         }
+
+
+class ExpertTokens(Observer):
+    """The tokens each expert of every MoE layer was routed in each measured step (every rank's
+    micro-batches summed: `models.moe.MoE.tokens_per_expert`), and each layer's imbalance over the
+    measured steps: its busiest expert's tokens over the mean. Nothing for a model without experts."""
+
+    def __init__(self, warmup: int):
+        self.warmup = warmup
+        self.steps: list[dict[int, list[int]]] = []  # per measured step: {layer index: tokens per expert}
+        self.layers: list = []
+
+    def begin(self, trainer: Trainer) -> None:
+        from shardsim.runtime.models.moe import moe_layers
+
+        self.layers = moe_layers(trainer.job.model)
+
+    def before_step(self, i: int) -> None:
+        for m in self.layers:
+            m.tokens_per_expert.zero_()
+
+    def step_ended(self, i: int) -> None:
+        if i >= self.warmup:
+            self.steps.append({m.layer: m.tokens_per_expert.tolist() for m in self.layers})
+
+    def after_steps(self, trainer: Trainer) -> dict[str, Any]:
+        import torch
+        import torch.distributed as dist
+
+        from shardsim.specs.model.load import resolve_arch
+
+        arch = resolve_arch(trainer.cfg.workload, trainer.cfg.shape)[1]
+        if arch is None or not arch.experts:
+            return {}
+        moe = [i for i in range(arch.layers) if arch.is_moe_layer(i)]  # every rank's, whatever its stage holds
+        counts = torch.zeros(len(self.steps), len(moe), arch.experts, dtype=torch.float64, device=trainer.device)
+        for s, held in enumerate(self.steps):
+            for layer, tokens in held.items():
+                counts[s, moe.index(layer)] = torch.tensor(tokens, dtype=torch.float64)
+        dist.all_reduce(counts)
+        total = counts.sum(0)
+        imbalance = total.max(1).values / total.mean(1)
+        return {
+            "expert_tokens": [[[int(v) for v in layer] for layer in step] for step in counts.cpu().tolist()],
+            "expert_imbalance": [float(v) for v in imbalance.cpu()],
+        }

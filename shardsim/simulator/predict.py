@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
+from shardsim.config.ep import check_predicted
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
@@ -248,6 +249,7 @@ def prepare(
         devices_per_node=cluster.devices_per_node,
     )
     check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
+    check_predicted(cfg.strategy.ep)
     if refusal := cluster.instance.device.backend_refusal(cfg.backend):
         raise ConfigError(refusal, field="backend")
     if profile is None and cfg.profile:

@@ -44,6 +44,7 @@ SETTING_BOUNDS = {
         Bound("pp", MAX_WORLD),
         Bound("tp", MAX_WORLD),
         Bound("cp", MAX_WORLD),
+        Bound("ep", MAX_WORLD),
         Bound("microbatches", MAX_MICROBATCHES),
         Bound("stages_per_rank", MAX_LAYERS),
         Bound("batch_per_device", MAX_BATCH),

@@ -22,6 +22,7 @@ from shardsim.config import (
     Strategy,
     resolve,
 )
+from shardsim.config.ep import check_predicted
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.config.strategy import CP_DEFAULTS
 from shardsim.core.errors import ConfigError
@@ -605,6 +606,7 @@ def enumerate_configs(
     if base.strategy.layers_per_stage not in (None, AUTO):
         why = "a sweep splits its pipelines evenly or by auto; a list of counts fits one stage count (predict it)"
         raise ConfigError(why, field="layers_per_stage")
+    check_predicted(base.strategy.ep)  # a sweep spans no ep yet: its rows would leave the base's out
     reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from shardsim.config import load_config
+from shardsim.runtime.collective_trace import load_rank_trace
 from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.testing import SAVE_PARAMS_ENV, load_saved
 from tests.reference import reference_run
@@ -139,7 +140,12 @@ EQUAL = {
         2,
         "--workload tiny-gpt --strategy zero1 --optimizer-impl per-parameter --checkpointing none",
     ),
+    # expert parallelism: the experts over the EP ranks, FSDP2 over the ranks left after EP
+    "zero-ep2": (2, "--workload tiny-moe --strategy zero --ep 2 --no-checkpointing"),
+    "zero-ep2-accum2": (4, "--workload tiny-moe --strategy zero --ep 2 --grad-accum 2"),  # recomputed in backward
+    "zero2d-d2-ep2": (4, "--workload tiny-moe --strategy zero2d --degree 2 --ep 2 --no-checkpointing"),
 }
+EP_TRACED = "zero-ep2"  # its collectives traced (`test_expert_parallel_all_to_alls_are_the_configurations`)
 BF16_REDUCED = "--workload tiny-gpt --strategy zero --precision bf16"
 LOW_PRECISION = {
     "zero-bf16": "--workload tiny-gpt --strategy zero --precision bf16",  # FSDP2 MixedPrecisionPolicy
@@ -176,7 +182,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    return Batches(tmp_path_factory.mktemp("strategies"), CASES)
+    return Batches(tmp_path_factory.mktemp("strategies"), CASES, trace={EP_TRACED})
 
 
 @pytest.mark.parametrize("case", list(EQUAL))
@@ -263,3 +269,36 @@ def test_tied_embedding_pipeline_equals_reference(batches, case):
     for name, want in ref["grads"].items():
         torch.testing.assert_close(got["grads"][name], want, rtol=1e-4, atol=grad_atol, msg=name)
     assert rec["losses"] == pytest.approx(ref["losses"], rel=1e-5)
+
+
+def test_expert_parallel_all_to_alls_are_the_configurations(batches):
+    """tiny-moe (3 MoE layers of 4 experts, top-2; 4 samples of 32 tokens a rank, hidden 64, fp32)
+    under ep 2 on 2 ranks, no recomputation: per MoE layer and step each rank issues one exchange of
+    its per-expert token counts (4 int64) and four of token rows (dispatch and combine in forward,
+    their reverses in backward). A rank sends all its routed rows, 4 x 32 x 2 of 64 floats, in the
+    dispatch and in the combine's reverse; what it sends in the other two is what its experts
+    received, which the routing decides: over both ranks, again all the rows. The run records the
+    tokens each expert got, every step's summing to the routed rows of both ranks."""
+    world, args = EQUAL[EP_TRACED]
+    result = batches[EP_TRACED]
+    rec = result.ok()
+    layers, experts, routed = 3, 4, 4 * 32 * 2
+    rows = routed * 64
+    sent = []
+    for rank in range(world):
+        for step in load_rank_trace(result.folder / "trace", rank):
+            a2a = [c for c in step if c.kind == "all_to_all"]
+            assert all(c.group_size == 2 for c in a2a)
+            counts = [c for c in a2a if c.itemsize == 8]
+            assert [c.numel for c in counts] == [experts] * layers  # 32 bytes each
+            data = [c for c in a2a if c.itemsize == 4]
+            assert len(data) == 4 * layers
+            assert sum(c.numel == rows for c in data) >= 2 * layers  # dispatch and combine's reverse: 32,768 bytes
+            sent.append(sum(c.numel for c in data))
+    steps = len(sent) // world
+    assert [sum(sent[s::steps]) for s in range(steps)] == [4 * layers * world * rows] * steps
+    assert len(rec["expert_tokens"]) == STEPS
+    for step in rec["expert_tokens"]:
+        assert [sum(layer) for layer in step] == [world * routed] * layers
+    totals = torch.tensor(rec["expert_tokens"], dtype=torch.float64).sum(0)
+    assert rec["expert_imbalance"] == pytest.approx((totals.max(1).values / totals.mean(1)).tolist())

@@ -125,9 +125,9 @@ def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
               "vocab": 128, "tp": 2, "sequence_parallel": True, "async_tp": True, "mesh_order": "pp,tp,dp",
               "tp_across_nodes": True, "optimizer": "sgd", "attention": "math", "compile": True,
               "mlm_fraction": 0.25, "gpus_per_node": 1}  # fmt: skip
-    # a zero2d's have no value of their own (a pipeline's travel below)
+    # a zero2d's have no value of their own (a pipeline's travel below, and ep, which needs experts and tp 1)
     pipeline = {"pp", "microbatches", "schedule", "stages_per_rank", "layers_per_stage"}
-    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - set(values)
+    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - {"ep"} - set(values)
     assert not missing, f"add a non-default value for {missing}"
     cfg = load_config(None, values)
     write_config(tmp_path, cfg)
@@ -141,6 +141,9 @@ def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
                                "schedule": "zbv", "stages_per_rank": 2, "layers_per_stage": "1,1,1,1"})  # fmt: skip
     write_config(tmp_path, piped)
     assert rank_config(build_parser().parse_args([])).to_dict() == piped.to_dict()
+    experts = load_config(None, {"workload": "tiny-moe", "strategy": "zero", "ep": 2})
+    write_config(tmp_path, experts)
+    assert rank_config(build_parser().parse_args([])).strategy.ep == 2
 
 
 def test_global_batch_is_the_ranks_slices_concatenated():

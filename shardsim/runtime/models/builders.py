@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardsim.runtime.models.checks import check_runtime_tp
+from shardsim.runtime.models.moe import build_moe
 from shardsim.runtime.models.transformer import ShardsimModel, build_mlp, build_text, build_vit
 from shardsim.specs.model.arch import Arch
 
@@ -16,7 +17,7 @@ BUILDERS: dict[str, Callable[[Arch, int], ShardsimModel]] = {
     "bert": build_text,
     "vit": build_vit,
     "mlp": build_mlp,
-    "moe": build_text,  # the MoE MLP is not built yet: its layers are built dense
+    "moe": build_moe,
 }
 
 

@@ -14,7 +14,8 @@ ASYNC_TP_REFUSED = (
 
 def check_runtime_tp(arch: Arch | None, tp: int, async_tp: bool = False) -> None:
     """ConfigError (one line) for what the runtime refuses of a tensor-parallel configuration
-    `resolve` accepts: asyncTP; fewer key/value heads than tp (GQA replicating a key/value head
+    `resolve` accepts: asyncTP; a model with experts (its MoE layers have no tensor-parallel plan
+    in the runtime); fewer key/value heads than tp (GQA replicating a key/value head
     over several TP ranks is modelled by the simulator only); q/k norms (their weights' gradients
     would differ by rank, each rank norming its own heads)."""
     if async_tp:
@@ -25,6 +26,9 @@ def check_runtime_tp(arch: Arch | None, tp: int, async_tp: bool = False) -> None
             "key/value heads over tensor-parallel ranks (the simulator models it)",
             field="tp",
         )
+    if arch is not None and tp > 1 and arch.experts:
+        why = "the runtime's MoE layers are not tensor parallel (their experts shard with ep); run them with tp 1"
+        raise ConfigError(why, field="tp")
     if arch is not None and tp > 1 and arch.qk_norm:
         raise ConfigError(
             "q/k norms under tensor parallelism are modelled by the simulator only: the runtime does not "

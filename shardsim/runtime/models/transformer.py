@@ -118,17 +118,18 @@ class SwiGLU(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Pre-norm transformer layer: x + attn(norm1(x)), then x + mlp(norm2(x))."""
+    """Pre-norm transformer layer: x + attn(norm1(x)), then x + mlp(norm2(x)); `mlp` in place of
+    the family's dense MLP where given (a mixture of experts)."""
 
-    def __init__(self, a: Arch, qkv_groups: int = 1):
+    def __init__(self, a: Arch, qkv_groups: int = 1, mlp: nn.Module | None = None):
         super().__init__()
         t = a.traits
         self.tp_plan = a.spec.tp_plan  # the module names tensor parallelism splits
         self.ln1 = norm(t.norm, a.hidden)
         self.attn = Attention(a, qkv_groups)
         self.ln2 = norm(t.norm, a.hidden)
-        mlp = SwiGLU if t.mlp == "swiglu" else GeluMLP
-        self.mlp = mlp(a.hidden, a.ffn_size, t.bias)
+        dense = SwiGLU if t.mlp == "swiglu" else GeluMLP
+        self.mlp = mlp if mlp is not None else dense(a.hidden, a.ffn_size, t.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -255,9 +256,11 @@ class _MLPHead(nn.Module):
         return self.out(x)
 
 
-def build_text(a: Arch, qkv_groups: int = 1) -> ShardsimModel:
-    """A text model: token embedding (learned positions where it has them), transformer layers, LM head."""
-    blocks = [TransformerLayer(a, qkv_groups) for _ in range(a.layers)]
+def build_text(a: Arch, qkv_groups: int = 1, mlps: list[nn.Module | None] | None = None) -> ShardsimModel:
+    """A text model: token embedding (learned positions where it has them), transformer layers, LM
+    head; `mlps[i]` (where not None) in place of layer i's dense MLP."""
+    mlps = mlps or [None] * a.layers
+    blocks = [TransformerLayer(a, qkv_groups, mlp) for mlp in mlps]
     embed = TokenEmbed(a.vocab, a.seq_len, a.hidden, a.position_kind == "learned")
     head = LMHead(a.hidden, a.vocab, a.traits.norm)
     if a.tied_embeddings:

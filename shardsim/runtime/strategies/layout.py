@@ -10,7 +10,11 @@ sharded over groups of d). With tensor parallelism (tp > 1) "tp" is innermost (m
 pp,dp,tp: a group's ranks consecutive) or right after "pp" (pp,tp,dp). FSDP shards over the
 mesh's data-parallel dimensions (1-D "dp_shard" where there is one replica); DDP runs over
 "dp_replicate". `Layout.replica` is the rank's index in the data-parallel dimensions: the ranks
-of a tensor-parallel group share it, and so their samples.
+of a tensor-parallel group share it, and so their samples. With expert parallelism (ep > 1) the
+mesh has "dp_shard" and "ep" (innermost of the data-parallel dimensions: an EP group's ranks
+consecutive, torchtitan's dp_shard_in_ep); the experts shard over "dp_shard" (and replicate over
+"dp_replicate"), the rest of the model over a mesh of its own whose "dp_shard_ep" is the two
+together; each EP rank has a sample slice of its own.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class Layout:
     stage: int  # pipeline stage of this rank (0 without pipeline)
     replica: int  # index of this rank's data-parallel slice (its chunk of the global batch)
     tp_mesh: object | None = None  # the 1-D "tp" submesh (tensor parallelism), else None
+    ep_mesh: object | None = None  # the 1-D "ep" submesh (expert parallelism), else None
+    expert_fsdp_mesh: object | None = None  # the (sub)mesh FSDP shards the experts over under EP
 
     @property
     def tp_rank(self) -> int:
@@ -49,6 +55,7 @@ def _gloo_options(timeout: timedelta):
     return opts
 
 
+EP_SHARD = "dp_shard_ep"  # "dp_shard" x "ep": the ranks FSDP2 shards the rest of the model over under EP
 MeshOf = Callable[[tuple[int, ...], tuple[str, ...]], object]  # (shape, dim names) → DeviceMesh
 
 
@@ -60,22 +67,26 @@ def dims_layout(keep: tuple[str, ...]) -> LayoutOf:
 
     def layout(mesh: MeshOf, res: Resolved, rank: int) -> Layout:
         dims = res.dims
-        shape, names = dims.mesh(*keep)
+        shape, names = dims.mesh(*keep, *(("dp_shard", "ep") if dims.ep > 1 else ()))
         coords = dims.coords(rank)
-        replica = coords["dp_replicate"] * dims.dp_shard + coords["dp_shard"]
+        replica = (coords["dp_replicate"] * dims.dp_shard + coords["dp_shard"]) * dims.ep + coords["ep"]
         if names == ("dp_replicate",):
             return Layout(None, None, None, None, 0, replica)  # plain DDP over the world group
         m = mesh(shape, names)
-        fsdp_mesh = None
+        fsdp_mesh = expert_mesh = ep_mesh = None
         if "dp_shard" in names:
             data = tuple(n for n in names if n in DATA and (dims.size(n) > 1 or n == "dp_shard"))
             fsdp_mesh = m if data == names else m[data if len(data) > 1 else data[0]]  # type: ignore[index]
+        if dims.ep > 1:
+            expert_mesh, ep_mesh = fsdp_mesh, m["ep"]  # type: ignore[index]
+            dense = tuple(n for n in data if n != "dp_shard")
+            fsdp_mesh = mesh((*(dims.size(n) for n in dense), dims.dp_shard * dims.ep), (*dense, EP_SHARD))
         replicated = "dp_replicate" in names and "dp_shard" not in names
         ddp = replicated and (dims.dp_replicate > 1 or "tp" in names)
         dp_group = m.get_group("dp_replicate") if ddp else None  # type: ignore[attr-defined]
         pp_group = m.get_group("pp") if "pp" in names else None  # type: ignore[attr-defined]
         tp_mesh = m["tp"] if "tp" in names else None  # type: ignore[index]
-        return Layout(m, fsdp_mesh, dp_group, pp_group, coords["pp"], replica, tp_mesh)
+        return Layout(m, fsdp_mesh, dp_group, pp_group, coords["pp"], replica, tp_mesh, ep_mesh, expert_mesh)
 
     return layout
 
