@@ -285,7 +285,7 @@ def register(sub) -> None:
         default=1.0,
         metavar="F",
         help="all_to_all only: rank 0 receives F times the mean bytes, the others the rest evenly (an MoE dispatch"
-        " whose busiest expert rank takes F x the mean tokens), at most the ranks (default: 1, even)",
+        " whose busiest expert rank takes F x the mean tokens), at most the ranks (default: 1.0, even)",
     )
     c.add_argument(
         "--ranks",

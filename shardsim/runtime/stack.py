@@ -15,6 +15,8 @@ What runs where:
   spaced, the same every step: a named simplification; BERT draws them at random, at the same
   cost); refused with tensor parallelism and pipelines (the simulator models both).
 - float8: refused (the runtime does not convert linears with torchao; the simulator predicts it).
+- moe_imbalance and moe_capacity: refused (the simulator's what-ifs; the runtime's MoE layers are
+  dropless and a run records the imbalance it had, `expert_tokens`).
 - context parallelism (cp > 1): refused; PyTorch's ring attention has no CPU path.
 - op-level selective checkpointing with expert parallelism (ep > 1): refused (torch 2.13's
   selective checkpointing meets the experts' FSDP2 unit's calls in recomputation only).
@@ -50,6 +52,12 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
     if cfg.float8 != "none":
         why = "the runtime trains without Float8 linears (torchao is not applied); the simulator predicts float8"
         raise ConfigError(why, field="float8")
+    if cfg.moe_imbalance != 1.0:
+        why = "a run measures its own imbalance (its record's expert_tokens); moe_imbalance is the simulator's what-if"
+        raise ConfigError(why, field="moe_imbalance")
+    if cfg.moe_capacity:
+        why = "the runtime's MoE layers are dropless (no capacity factor); the simulator models moe_capacity"
+        raise ConfigError(why, field="moe_capacity")
     if cfg.strategy.cp > 1:
         why = (
             "the runtime does not apply context parallelism: PyTorch's ring attention dispatches CUDA's flash, "

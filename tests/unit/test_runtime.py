@@ -110,9 +110,10 @@ def test_config_travels_to_the_workers_unchanged(tmp_path, monkeypatch):
 
 # Settings the ranks do not read: the simulator's inputs (a profile, a calibration). Every other
 # setting must reach the workers, or they run its default.
-# library: the prediction's, not the run's; context parallelism and Float8: the runtime refuses
-# them (`runtime.stack`)
-NOT_FOR_RANKS = {"profile", "calibration", "library", "cp", "cp_rotate", "float8", "float8_all_gather"}
+# library: the prediction's, not the run's; context parallelism, Float8 and the MoE what-ifs: the
+# runtime refuses them (`runtime.stack`)
+NOT_FOR_RANKS = {"profile", "calibration", "library", "cp", "cp_rotate", "float8", "float8_all_gather",
+                 "moe_imbalance", "moe_capacity"}  # fmt: skip
 
 
 def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):

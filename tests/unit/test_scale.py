@@ -142,7 +142,7 @@ def test_the_plan_cache_keeps_its_arrays_within_its_budget() -> None:
     layouts = [GroupLayout(0, 512, d) for d in (2, 4, 8, 16, 32, 64, 128, 256, 512)]
     for lay in layouts:
         phases = cache(g, "all_gather", lay, Algo("ring", "Simple"), "nccl", 1e6)
-        fresh = collectives._phases(g, "all_gather", lay, Algo("ring", "Simple"), "nccl", 1e6)
+        fresh = collectives._phases(g, "all_gather", lay, Algo("ring", "Simple"), "nccl", 1e6, None)
         assert [(p.links.tolist(), p.load.tolist()) for p in phases] == [
             (p.links.tolist(), p.load.tolist()) for p in fresh
         ]

@@ -150,6 +150,8 @@ def test_runtime_refuses_what_pytorch_lacks():
     assert refused(RunConfig(optimizer="adafactor", optimizer_impl="fused"), gpu=True) == "optimizer_impl"
     assert refused(RunConfig(optimizer="adafactor"), sharded=True) == "optimizer"
     assert refused(RunConfig(attention="efficient")) == "attention"  # CPU: no memory-efficient kernel
+    assert refused(RunConfig(workload="tiny-moe", moe_imbalance=2.0)) == "moe_imbalance"  # the run measures its own
+    assert refused(RunConfig(workload="tiny-moe", moe_capacity=1.25)) == "moe_capacity"  # its MoE layers are dropless
     check_runtime_stack(RunConfig(attention="efficient"), True, False)
     check_runtime_stack(RunConfig(optimizer="adafactor", strategy="ddp"), False, False)
 

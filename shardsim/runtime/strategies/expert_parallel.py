@@ -1,5 +1,5 @@
 """Expert parallelism as torchtitan applies it (torchtitan/distributed/expert_parallel.py,
-parallelize for llama4 / deepseek_v3): each MoE layer's stacked expert weights become DTensors
+parallelize for Llama 4 and DeepSeek-V3): each MoE layer's stacked expert weights become DTensors
 sharded on the expert dimension over the "ep" mesh (a rank runs its experts / ep of them), its
 tokens dispatched and combined by all-to-all (`models.moe.ExpertParallel`); FSDP2 then shards the
 experts over the data-parallel ranks left after EP (`shard_experts`), the rest of the model over

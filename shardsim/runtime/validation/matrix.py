@@ -27,6 +27,8 @@ _STRATEGY_KEYS = (
     "pp",
     "microbatches",
     "schedule",
+    "stages_per_rank",
+    "layers_per_stage",
     "tp",
     "sequence_parallel",
     "mesh_order",

@@ -106,7 +106,7 @@ def _attention(a: Arch, tp: int) -> _Part:
 
 def _latent_attention(a: Arch) -> _Part:
     """Multi-head latent attention as DeepSeek-V3's modelling code runs it (Transformers'
-    modeling_deepseek_v3.py): queries through q_a (hidden -> q_lora_rank), its RMSNorm and q_b
+    DeepSeek-V3's modelling code): queries through q_a (hidden -> q_lora_rank), its RMSNorm and q_b
     (-> heads x (head_size + rope_head_size)), or one projection without a query latent; keys and
     values through kv_a (hidden -> kv_lora_rank + rope_head_size: the latent and the shared
     rotated key), its RMSNorm and kv_b (-> heads x (head_size + v_head_size)); q and k concatenated
