@@ -1,4 +1,5 @@
-"""The analytic preset workloads equal what torch measures on the runtime's own modules (meta device)."""
+"""The analytic preset workloads equal what torch measures on the runtime's own modules (meta device; the
+moe family on the CPU, where its routing runs)."""
 
 from __future__ import annotations
 
