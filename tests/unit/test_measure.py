@@ -1,9 +1,11 @@
-"""The analytic preset workloads equal what torch measures on the runtime's own modules (meta device)."""
+"""The analytic preset workloads equal what torch measures on the runtime's own modules (meta device; the
+moe family on the CPU, where its routing runs)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -49,19 +51,37 @@ SMALL = {
         tied_embeddings=True,
     ),  # fmt: skip
 }
-ARCHS = {**SMALL, **{n: PRESETS[n] for n in ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")}}
+# The moe family: tiny-moe (its first layer dense), with a shared expert and every other layer MoE,
+# and with a gated shared expert (Qwen2-MoE's).
+MOE = {
+    "tiny-moe": PRESETS["tiny-moe"],
+    "moe-shared-every2": replace(PRESETS["tiny-moe"], shared_ffn=32, dense_layers=0, moe_every=2),
+    "moe-shared-gate": replace(PRESETS["tiny-moe"], shared_ffn=32, shared_gate=True),
+}
+ARCHS = {
+    **SMALL,
+    **{n: PRESETS[n] for n in ("tiny-gpt", "tiny-vit", "tiny-mlp", "small-gpt", "vit-630m", "gpt2-xl")},
+    **MOE,
+}
 CHECKED = tuple(ARCHS)
 FLOPS_TOL = 0.01
 ACT_TOL = 0.15
 
 
-@cache
-def measured(name: str) -> Workload:
-    arch = ARCHS[name]
-    with torch.device("meta"):
+def _measure(arch: Arch, name: str, seed: int = 0) -> Workload:
+    """The runtime's model of `arch` measured on the meta device; an MoE model on the CPU (its
+    routing, how many rows each expert gets, depends on the data, which the meta device does not
+    hold), where the CPU's attention kernel is counted as the GPU's (`measure.CAUSAL_FORMULAS`)."""
+    torch.manual_seed(seed)
+    with torch.device("cpu" if arch.experts else "meta"):
         model = build_model(arch)
         inputs, targets = model.sample_batch(2)
     return measure_module(model, name, inputs, targets=targets)
+
+
+@cache
+def measured(name: str) -> Workload:
+    return _measure(ARCHS[name], name)
 
 
 def _close(measured_value: float, analytic: float, tol: float) -> bool:
@@ -88,6 +108,36 @@ def test_analytic_equals_measured_block_by_block(name: str) -> None:
         assert m.in_elems == a.in_elems, where
         assert m.out_elems == a.out_elems, where
     assert got.params == ana.params
+
+
+def test_an_moe_layers_figures_do_not_depend_on_its_routing() -> None:
+    """Every token goes to top_k experts however the router spreads them: two initializations
+    that load the experts differently measure the same (the analytic figures assume it)."""
+    loads = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = build_model(PRESETS["tiny-moe"])
+        x, _ = model.sample_batch(2)
+        with torch.no_grad():
+            model(x)  # what the measurement runs, block by block
+        loads.append(model.blocks[1].mlp.tokens_per_expert.tolist())
+    assert loads[0] != loads[1] and sum(loads[0]) == sum(loads[1])
+    assert _measure(PRESETS["tiny-moe"], "tiny-moe", seed=1).blocks == measured("tiny-moe").blocks
+
+
+def test_a_model_measured_on_the_cpu_counts_its_attention_as_on_the_meta_device() -> None:
+    """The CPU runs SDPA through its own flash kernel: counted with the fused kernel's formulas,
+    a dense model measures the same there as on the meta device (saved elements within a few
+    scalars: the GPU kernel's random seed and offset)."""
+    arch = ARCHS["llama-tied"]
+    with torch.device("cpu"):
+        model = build_model(arch)
+        inputs, targets = model.sample_batch(2)
+    cpu = measure_module(model, "llama-tied", inputs, targets=targets)
+    for c, m in zip(cpu.blocks, measured("llama-tied").blocks, strict=True):
+        assert (c.fwd_flops, c.bwd_flops) == (m.fwd_flops, m.bwd_flops), c.name
+        assert c.act_elems == pytest.approx(m.act_elems, abs=2), c.name
+        assert c.act_matmul_elems == pytest.approx(m.act_matmul_elems, abs=2), c.name
 
 
 def test_first_block_without_embedding_computes_no_input_gradient() -> None:

@@ -91,10 +91,11 @@ def test_tiny_moe_layer_against_a_hand_count():
     assert moe.bwd_flops == 2 * 2 * 32 * (attention + router + 2 * expert) + 2.5 * causal_attention
     # model FLOPs count the active parameters: the MoE layer computes less than the dense one
     assert moe.fwd_flops < dense.fwd_flops
-    # saved for backward beyond the attention's and the norms': router probabilities, top-k weights
-    # and indices; the permuted tokens and the experts' output (64 rows x hidden each); SwiGLU's four
+    # saved for backward beyond the attention's and the norms': router probabilities, top-k indices;
+    # per row its sort position, token index and gate value; the permuted tokens and the experts'
+    # output (64 rows x hidden each); SwiGLU's four
     rows = 32 * 2
-    moe_saved = 32 * (4 + 2 * 2) + rows * 2 * 64 + rows * 4 * 64
+    moe_saved = 32 * 4 + 4 * rows + rows * 2 * 64 + rows * 4 * 64
     dense_saved = 32 * 4 * 256
     assert moe.act_elems - dense.act_elems == moe_saved - dense_saved
     assert moe.moe.mean_rows == 16 and moe.moe.busiest_rows(2.0) == 32

@@ -32,7 +32,8 @@ def naive(moe: MoE, x: torch.Tensor) -> torch.Tensor:
         for gate, i in zip(top, ids.tolist(), strict=True):
             out[t] += gate * ((F.silu(x[t] @ e.w1[i]) * (x[t] @ e.w3[i])) @ e.w2[i])
         if moe.shared is not None:
-            out[t] += moe.shared(x[t])
+            gate = torch.sigmoid(moe.shared_gate(x[t])) if moe.shared_gate is not None else 1.0
+            out[t] += gate * moe.shared(x[t])
     return out
 
 
@@ -41,12 +42,15 @@ def naive(moe: MoE, x: torch.Tensor) -> torch.Tensor:
     experts=st.integers(1, 6),
     top_k=st.integers(1, 3),
     shared=st.sampled_from([0, 24]),
+    gated=st.booleans(),
     tokens=st.integers(1, 8),
 )
-def test_the_moe_layer_equals_a_loop_over_tokens_and_their_experts(experts, top_k, shared, tokens) -> None:
+def test_the_moe_layer_equals_a_loop_over_tokens_and_their_experts(experts, top_k, shared, gated, tokens) -> None:
     assume(top_k <= experts)
+    assume(shared or not gated)
     torch.manual_seed(experts * 100 + tokens)
-    moe = MoE(16, experts, top_k, 8, shared)
+    moe = MoE(16, experts, top_k, 8, shared, shared_gate=gated)
+    assert (moe.shared_gate is not None) == gated
     x = torch.randn(1, tokens, 16)
     torch.testing.assert_close(moe(x)[0], naive(moe, x[0]), rtol=1e-5, atol=1e-6)
     assert int(moe.tokens_per_expert.sum()) == tokens * top_k
@@ -54,15 +58,20 @@ def test_the_moe_layer_equals_a_loop_over_tokens_and_their_experts(experts, top_
 
 def test_its_parameters_are_those_the_specs_count() -> None:
     """tiny-moe (4 layers, the first dense) and a variant with a shared expert and every other
-    layer MoE: llama's count of the same shape, each MoE layer's dense MLP replaced by the router
-    (hidden x experts), the experts (3 x hidden x expert_ffn each) and the shared expert (3 x hidden
-    x shared_ffn)."""
-    for a in (TINY, replace(TINY, shared_ffn=32, dense_layers=0, moe_every=2)):
+    layer MoE, and one with a gated shared expert: llama's count of the same shape, each MoE layer's
+    dense MLP replaced by the router (hidden x experts), the experts (3 x hidden x expert_ffn each),
+    the shared expert (3 x hidden x shared_ffn) and its gate (hidden)."""
+    for a in (
+        TINY,
+        replace(TINY, shared_ffn=32, dense_layers=0, moe_every=2),
+        replace(TINY, shared_ffn=32, shared_gate=True),
+    ):
         with torch.device("meta"):
             model = build_model(a)
         dense = from_arch("dense", Arch("llama", **{k: getattr(a, k) for k in ("hidden", "layers", "heads", "ffn",
                                                                              "seq_len", "vocab")})).params  # fmt: skip
         per_moe = a.hidden * a.experts + 3 * a.experts * a.hidden * a.expert_ffn_size + 3 * a.hidden * a.shared_ffn
+        per_moe += a.hidden if a.shared_gate else 0  # the shared expert's gate: Linear(hidden, 1, bias=False)
         want = dense + a.moe_layers * (per_moe - 3 * a.hidden * a.ffn_size)
         assert sum(p.numel() for p in model.parameters()) == want
         kinds = [type(b.mlp) for b in model.blocks]

@@ -1,5 +1,6 @@
-"""The runtime's models of every family train on the CPU, and grouped-query attention through
-``enable_gqa`` equals attention over repeated key/value heads."""
+"""The runtime's models of every family train on the CPU, a rotary model runs under FSDP2's bf16
+mixed precision, and grouped-query attention through ``enable_gqa`` equals attention over repeated
+key/value heads."""
 
 from __future__ import annotations
 
@@ -34,6 +35,35 @@ def test_every_family_trains_on_the_cpu(name: str) -> None:
     assert losses[-1] < losses[0]
     if FAMILIES[name].tied_embeddings:
         assert model.head.out.weight is model.embed.tok.weight
+
+
+@pytest.mark.parametrize("workload", [FAMILIES["llama"], "tiny-moe"], ids=["llama", "tiny-moe"])
+def test_a_rotary_model_runs_in_bf16_under_fsdp2s_mixed_precision(workload) -> None:
+    """FSDP2's MixedPrecisionPolicy casts the parameters to bf16 and leaves the buffers (the float32
+    rotary tables) as they are: the rotated q and k come back in bf16 beside v, and a forward and
+    backward on one rank of the fake process group give the fp32 loss to bf16's precision."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from shardsim.runtime.strategies.fsdp import apply_fsdp
+
+    model = build(workload, seed=0)
+    x, y = model.sample_batch(2, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fp32 = model.loss(model(x), y).item()
+    dist.init_process_group("fake", rank=0, world_size=1, store=FakeStore())
+    try:
+        apply_fsdp(model, init_device_mesh("cpu", (1,)), mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+        out = model(x)
+        assert out.dtype == torch.bfloat16
+        loss = model.loss(out, y)
+        loss.backward()
+    finally:
+        dist.destroy_process_group()
+    assert loss.item() == pytest.approx(fp32, rel=2e-2)
+    assert all(p.grad is not None and torch.isfinite(p.grad.full_tensor()).all() for p in model.parameters())
 
 
 def test_shape_flags_reach_the_runtime() -> None:

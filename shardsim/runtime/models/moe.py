@@ -4,7 +4,10 @@
 token (the gate values are those softmax scores, not renormalized over the k), the routed tokens
 sorted by expert, each expert's SwiGLU on its rows (stacked weights ``w1``, ``w3``:
 [experts, hidden, expert_ffn], ``w2``: [experts, expert_ffn, hidden]), the outputs scaled by their
-gate values and summed back per token, beside an optional shared expert (a SwiGLU of `shared_ffn`).
+gate values and summed back per token by ``scatter_add`` over the expanded token index (what
+torchtitan's `LocalTokenDispatcher.combine` does; ``index_add`` would save the weighted rows for its
+backward besides), beside an optional shared expert (a SwiGLU of `shared_ffn`; with `shared_gate`
+scaled by ``sigmoid(Linear(hidden, 1, bias=False))`` as Transformers' Qwen2MoeSparseMoeBlock).
 Dropless: every token reaches its k experts, however uneven the load.
 
 Simplifications, named: the experts run as a loop over experts (exact in fp32 on CPU; torchtitan
@@ -127,13 +130,23 @@ class MoE(nn.Module):
     forward passes since it was last cleared (a recomputation under activation checkpointing not
     counted again)."""
 
-    def __init__(self, hidden: int, experts: int, top_k: int, expert_ffn: int, shared_ffn: int, layer: int = 0):
+    def __init__(
+        self,
+        hidden: int,
+        experts: int,
+        top_k: int,
+        expert_ffn: int,
+        shared_ffn: int,
+        layer: int = 0,
+        shared_gate: bool = False,
+    ):
         super().__init__()
         self.layer = layer  # the index of the transformer layer it is the MLP of
         self.experts_n = experts
         self.router = Router(hidden, experts, top_k)
         self.experts = GroupedExperts(hidden, expert_ffn, experts)
         self.shared = SwiGLU(hidden, shared_ffn, False) if shared_ffn else None
+        self.shared_gate = nn.Linear(hidden, 1, bias=False) if shared_ffn and shared_gate else None
         self.register_buffer("tokens_per_expert", torch.zeros(experts, dtype=torch.long), persistent=False)
         self.parallel: ExpertParallel | None = None
 
@@ -150,9 +163,12 @@ class MoE(nn.Module):
         else:
             out = self.parallel(self.experts, rows, r.counts)
         out = (out.float() * r.gate.unsqueeze(-1)).to(x.dtype)
-        y = torch.zeros_like(x).index_add(0, r.token, out)
+        y = torch.zeros_like(x).scatter_add(0, r.token.unsqueeze(-1).expand_as(out), out)
         if self.shared is not None:
-            y = y + self.shared(x)
+            shared = self.shared(x)
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(x)) * shared
+            y = y + shared
         return y.reshape(shape)
 
 
@@ -161,7 +177,9 @@ def build_moe(a: Arch, qkv_groups: int = 1):
     from shardsim.runtime.models.transformer import build_text
 
     mlps: list[nn.Module | None] = [
-        MoE(a.hidden, a.experts, a.top_k, a.expert_ffn_size, a.shared_ffn, i) if a.is_moe_layer(i) else None
+        MoE(a.hidden, a.experts, a.top_k, a.expert_ffn_size, a.shared_ffn, i, a.shared_gate)
+        if a.is_moe_layer(i)
+        else None
         for i in range(a.layers)
     ]
     return build_text(a, qkv_groups, mlps)

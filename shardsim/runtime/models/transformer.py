@@ -34,9 +34,13 @@ def norm(kind: str, hidden: int) -> nn.Module:
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding of x (batch, heads, seq, head_dim), rotate-half form."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    """Rotary position embedding of x (batch, heads, seq, head_dim), rotate-half form, computed in
+    float32 and returned in x's dtype, as torchtitan's CosSinRoPE.apply_rotary_emb: the tables are
+    float32 buffers, which FSDP2's MixedPrecisionPolicy leaves uncast while q, k and v arrive in
+    its param_dtype (in fp32 the casts are no-ops)."""
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return (xf * cos + torch.cat((-x2, x1), dim=-1) * sin).type_as(x)
 
 
 def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -96,8 +96,9 @@ def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
 
 
 def _causal_half(packet: Any, is_causal_at: int) -> Callable[..., int]:
-    """FlopCounterMode's formula for `packet`, halved when the call is causal: a causal kernel
-    skips the masked blocks, half the s*s product (the diagonal's extra s/2 is not counted)."""
+    """FlopCounterMode's formula for `packet` (an op whose leading arguments are its q, k, v, or
+    grad_out, q, k, v), halved when the call is causal: a causal kernel skips the masked blocks,
+    half the s*s product (the diagonal's extra s/2 is not counted)."""
     full = flop_registry[packet]
 
     def count(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
@@ -109,7 +110,11 @@ def _causal_half(packet: Any, is_causal_at: int) -> Callable[..., int]:
     return count
 
 
-# Where each fused attention op takes `is_causal` (its position among the op's arguments).
+# Where each fused attention op takes `is_causal` (its position among the op's arguments). The
+# CPU's flash kernel (what SDPA runs for a model measured on the CPU, where the GPU's fused ops do
+# not exist) takes q, k, v as the GPU's flash kernel does and saves the same: it is counted with
+# that kernel's formulas, so that a model measured on the CPU counts its attention as on the meta device.
+_FLASH, _FLASH_BWD = _aten._scaled_dot_product_flash_attention, _aten._scaled_dot_product_flash_attention_backward
 CAUSAL_FORMULAS = {
     _aten._scaled_dot_product_flash_attention: _causal_half(_aten._scaled_dot_product_flash_attention, 4),
     _aten._scaled_dot_product_efficient_attention: _causal_half(_aten._scaled_dot_product_efficient_attention, 6),
@@ -119,6 +124,8 @@ CAUSAL_FORMULAS = {
     _aten._scaled_dot_product_efficient_attention_backward: _causal_half(
         _aten._scaled_dot_product_efficient_attention_backward, 11
     ),
+    _aten._scaled_dot_product_flash_attention_for_cpu: _causal_half(_FLASH, 4),
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: _causal_half(_FLASH_BWD, 7),
 }
 
 
@@ -169,7 +176,7 @@ class _MemTraffic(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func in flop_registry or func.overloadpacket in flop_registry:
+        if func in flop_registry or func.overloadpacket in flop_registry or func.overloadpacket in CAUSAL_FORMULAS:
             self._keep.extend(_tensors(out))
             self.matmul_storages.update(_storage_key(t) for t in self._keep[-len(_tensors(out)) :])
             return out

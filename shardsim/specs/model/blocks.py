@@ -150,9 +150,15 @@ def _moe_mlp(a: Arch, tp: int) -> tuple[_Part, MoELayer]:
     grouped GEMMs over those rows (the FLOPs are the active ones: top_k experts a token); the
     outputs scaled by their routing weights and scattered back (un-permuted) and summed per
     token; the shared expert a dense SwiGLU MLP beside (its output gated by a sigmoid of a
-    hidden -> 1 projection with `shared_gate`). Saved: the router's probabilities, the top-k
-    weights and indices, the permuted tokens (the grouped GEMMs' input), the routed SwiGLU's
-    four tensors per row, the experts' output (what the weighting saves), the shared expert's."""
+    hidden -> 1 projection with `shared_gate`). Saved, as torchtitan's MoE saves them
+    (models/common/moe.py, token_dispatcher.py): the router's probabilities, the top-k indices, the
+    sort order into expert order and each row's token index (integers), the sorted gate values, the
+    permuted tokens (the grouped GEMMs' input), the routed SwiGLU's four tensors per row, the
+    experts' output (what the weighting saves; the combining scatter-add saves only its index),
+    the shared expert's four, and with the gate its sigmoid and the shared expert's output. Of
+    those, matmuls wrote the experts' gate and up outputs and the shared expert's (and, gated, its
+    output): the router's logits are not saved (its softmax saves its output) and the experts'
+    output the weighting saves is a copy (torchtitan casts the grouped GEMM's output to float32)."""
     h, s, k, e = a.hidden, a.tokens, a.top_k, a.experts
     fe, sf = a.expert_ffn_size // tp, a.shared_ffn // tp
     moe = MoELayer(e, k, h, fe, sf, s, a.shared_gate)
@@ -165,8 +171,8 @@ def _moe_mlp(a: Arch, tp: int) -> tuple[_Part, MoELayer]:
     permute, unpermute = 2 * rows * h, 3 * rows * h + 2 * s * h  # gather; weight, scatter-add into the output
     shared = (5 * s * sf + 3 * s * h if sf else 0) + (3 * s * h + 2 * s if gate else 0)
     mem = router + permute + 5 * rows * fe + unpermute + shared
-    act = s * (e + 2 * k) + rows * (2 * h + 4 * fe) + 4 * s * sf + (s * (h + 1) if gate else 0)
-    act_mm = s * e + rows * (2 * fe + h) + 2 * s * sf + (s if gate else 0)
+    act = s * (e + 4 * k) + rows * (2 * h + 4 * fe) + 4 * s * sf + (s * (h + 1) if gate else 0)
+    act_mm = rows * 2 * fe + 2 * s * sf + (s * h if gate else 0)
     tensors = 1 + 3 + (3 if sf else 0) + (1 if gate else 0)
     part = _Part(weights, params, mem, act, act_mm, tensors, e * h * fe, inactive=(e - k) * moe.expert_params)
     return part, moe
