@@ -16,7 +16,7 @@ from shardsim.core.errors import ConfigError
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.strategies.base import StrategySpec
 
-NOT_PREDICTED = "expert parallelism (ep > 1) is not predicted yet; `shardsim run` runs it"
+NOT_PREDICTED = "a sweep of a base with expert parallelism (ep > 1) is not predicted yet; `shardsim predict` is"
 
 
 def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> None:
@@ -39,7 +39,7 @@ def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> 
 
 
 def check_predicted(ep: int) -> None:
-    """Refuse (ConfigError naming `ep`) a prediction of expert parallelism: its plan is not built yet."""
+    """Refuse (ConfigError naming `ep`) a sweep whose base has expert parallelism: it spans no ep yet."""
     if ep > 1:
         raise ConfigError(NOT_PREDICTED, field="ep")
 

@@ -1,0 +1,107 @@
+"""Expert parallelism in the simulator's plan: its all-to-alls against the runtime's, its groups,
+and what the degree, the fabric and the imbalance do to a step and to memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardsim.cli import main
+from shardsim.config import RunConfig
+from shardsim.config.load import load_config
+from shardsim.simulator.network.collectives import GroupLayout
+from shardsim.simulator.predict import predict, prepare
+from shardsim.simulator.strategies.expert_parallel import ep_groups
+from shardsim.specs.parallel_dims import ParallelDims
+
+
+def _tiny(**keys):
+    base = {"topology": "emu-2x2", "nodes": 1, "workload": "tiny-moe", "strategy": "zero", "ep": 2}
+    return load_config(None, base | {"checkpointing": "none", "backend": "gloo"} | keys)
+
+
+def test_the_plans_all_to_alls_are_the_runtimes():
+    """tiny-moe (3 MoE layers of 4 experts, top-2; 4 samples of 32 tokens, hidden 64, fp32), zero ep 2
+    on 2 ranks: per rank and step 3 exchanges of the 4 int64 counts and 12 of rows (dispatch and
+    combine in forward, their reverses in backward), over both ranks 4 x 3 x 2 x 16,384 floats:
+    what the runtime's trace records (tests/integration/test_runtime_strategies.py)."""
+    p = prepare(_tiny()).plan()
+    a2a = [o for o in p.ops if o.coll == "all_to_all"]
+    assert all(o.layout is not None and o.layout.size == 2 for o in a2a)
+    counts = [o for o in a2a if o.nbytes == 4 * 8]
+    rows = [o for o in a2a if o.nbytes != 4 * 8]
+    assert len(counts) == 3 and len(rows) == 12
+    world = p.classes[0].count
+    assert world == 2 and sum(o.nbytes for o in rows) * world == 4 * 3 * 2 * 16_384 * 4
+
+
+def test_recomputation_repeats_the_forwards_all_to_alls():
+    plain = prepare(_tiny()).plan()
+    again = prepare(_tiny(checkpointing="full")).plan()
+    count = [sum(o.coll == "all_to_all" for o in p.ops) for p in (plain, again)]
+    assert count == [15, 15 + 9]
+
+
+@pytest.mark.parametrize(("r", "d", "e"), [(1, 2, 2), (2, 2, 2), (1, 1, 4), (2, 4, 1)])
+def test_the_groups_are_the_meshes(r, d, e):
+    dims = ParallelDims(dp_replicate=r, dp_shard=d, ep=e)
+    g = ep_groups(dims)
+
+    def same(layout: GroupLayout | None, *names: str) -> bool:
+        want = sorted(map(sorted, dims.groups(*names)))
+        return layout is not None and sorted(map(sorted, layout.groups().tolist())) == want
+
+    assert same(g.ep, "ep") and same(g.experts, "dp_shard") and same(g.dense, "dp_shard", "ep")
+    assert (g.replica is None) == (r == 1) and (r == 1 or same(g.replica, "dp_replicate"))
+
+
+def _mixtral(**changes) -> RunConfig:
+    base = dict(
+        workload="mixtral-8x7b", topology="p5.48xlarge", nodes=1, strategy="zero", shape={"layers": 2, "seq_len": 4096}
+    )
+    return RunConfig(**(base | changes))
+
+
+def test_imbalance_raises_the_step_monotonically():
+    steps = [predict(_mixtral(ep=8, moe_imbalance=i)).step_time_s for i in (1.0, 1.5, 2.0, 4.0)]
+    assert steps == sorted(steps) and steps[-1] > steps[0]
+
+
+def test_memory_falls_with_ep():
+    mem = [predict(_mixtral(ep=e)).memory_required_gib for e in (1, 2, 4, 8)]
+    assert mem == sorted(mem, reverse=True) and mem[-1] < mem[0]
+
+
+def test_ep_across_nodes_is_slower_than_inside_one():
+    """qwen3-30b-a3b (128 experts) on 2 x p5: ep 16 spans the nodes (EFA), ep 8 stays on NVSwitch."""
+    cfg = dict(workload="qwen3-30b-a3b", nodes=2, shape={"layers": 2, "seq_len": 4096})
+    inside, across = (predict(_mixtral(**cfg, ep=e)).moe for e in (8, 16))
+    assert inside is not None and across is not None
+    assert across["all_to_all_s"] > 1.5 * inside["all_to_all_s"]
+
+
+def test_a_dense_prediction_has_no_all_to_all():
+    assert "all_to_all" not in predict(_mixtral(shape={"layers": 2, "seq_len": 4096}, ep=1)).collectives
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--ep", "2", "--strategy", "ddp"], "ddp does not shard with FSDP2"),
+        (["--ep", "3"], "ep 3 does not divide the model's 4 experts"),
+        (["--ep", "2", "--strategy", "pipeline", "--pp", "2"], "pipeline stages is not built yet"),
+    ],
+)
+def test_predict_refuses_the_rest_in_one_line(flags, says, capsys):
+    base = ["predict", "--workload", "tiny-moe", "--topology", "emu-2x2", "--backend", "gloo"]
+    assert main([*base, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "field 'ep'" in err and says in err, err
+
+
+def test_predict_prints_the_moe_layers_all_to_alls(capsys):
+    flags = ["--workload", "tiny-moe", "--topology", "emu-2x2", "--backend", "gloo", "--ep", "2", "--json"]
+    assert main(["predict", *flags]) == 0
+    moe = json.loads(capsys.readouterr().out)["moe"]
+    assert moe["ep"] == 2 and moe["all_to_all_s"] > 0 and 0 <= moe["all_to_all_exposed_s"] <= moe["all_to_all_s"]
