@@ -72,6 +72,7 @@ def _build(ns: argparse.Namespace):
         tp_degrees=ns.tp,
         sequence_parallel=ns.sequence_parallel,
         cp=ns.cp,
+        ep=ns.ep,
         checkpointing=spanned["checkpointing"],
         selective_ac_options=spanned["selective_ac_option"],
         reduce_dtypes=spanned["reduce_dtype"],

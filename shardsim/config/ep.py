@@ -16,8 +16,6 @@ from shardsim.core.errors import ConfigError
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.strategies.base import StrategySpec
 
-NOT_PREDICTED = "a sweep of a base with expert parallelism (ep > 1) is not predicted yet; `shardsim predict` is"
-
 
 def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> None:
     """Refuse (ConfigError naming `ep`) expert parallelism on a kind it does not compose with (yet):
@@ -36,12 +34,6 @@ def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> 
     else:
         return
     raise ConfigError(why, where=where, field="ep")
-
-
-def check_predicted(ep: int) -> None:
-    """Refuse (ConfigError naming `ep`) a sweep whose base has expert parallelism: it spans no ep yet."""
-    if ep > 1:
-        raise ConfigError(NOT_PREDICTED, field="ep")
 
 
 def check_ep(*, ep: int, shard: int, arch: Arch | None, where: str | None) -> None:

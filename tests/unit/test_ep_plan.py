@@ -14,6 +14,7 @@ from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.predict import predict, prepare
 from shardsim.simulator.strategies.expert_parallel import ep_groups
 from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 
 def _tiny(**keys):
@@ -105,3 +106,17 @@ def test_predict_prints_the_moe_layers_all_to_alls(capsys):
     assert main(["predict", *flags]) == 0
     moe = json.loads(capsys.readouterr().out)["moe"]
     assert moe["ep"] == 2 and moe["all_to_all_s"] > 0 and 0 <= moe["all_to_all_exposed_s"] <= moe["all_to_all_s"]
+
+
+def test_a_sweep_spans_ep_with_the_kinds_it_composes_with():
+    base = _tiny(nodes=2, ep=1)
+    space = SweepSpace(strategies=("ddp", "zero", "zero2d"), ep=(1, 2, 4), tp_degrees=(1,))
+    found = {c.label: c for c in enumerate_configs(base, space).candidates}
+    labels = set(found)
+    assert {"zero ep=2", "zero ep=4", "zero2d d=2 ep=2"} <= labels and "ddp" in labels
+    assert not any("ep=" in label for label in labels if label.startswith("ddp"))
+    assert "zero2d d=2 ep=4" not in labels  # ep divides the shard degree
+    assert {c.label for c in enumerate_configs(base, SweepSpace(strategies=("zero",), tp_degrees=(1,))).candidates} == {
+        "zero"
+    }
+    assert predict(found["zero ep=2"].cfg).moe["ep"] == 2  # type: ignore[index]
