@@ -69,7 +69,8 @@ class SweepSpace:
     reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
       its compression hook; sharded rows: None is the precision).
     optimizer_impls: the optimizer's foreach | fused | per-parameter.
-    precisions, optimizers, attentions, compile, mlm_fractions, float8: the training stack's
+    precisions, optimizers, attentions, compile, mlm_fractions, float8, moe_imbalances (a mixture of
+      experts' load imbalance, a what-if: `RunConfig.moe_imbalance`): the training stack's
       settings (`STACK_AXES`); a precision the cluster's device lacks drops its rows, and so does
       Float8 on a device without FP8 tensor cores.
     float8_all_gather: with `float8` listed, its tensorwise rows all-gather in float8 (FSDP2's
@@ -119,6 +120,7 @@ class SweepSpace:
     float8: tuple[str, ...] | None = None
     float8_all_gather: bool = False
     mlm_fractions: tuple[float, ...] | None = None
+    moe_imbalances: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
     cp: tuple[int, ...] | None = None
@@ -342,6 +344,7 @@ STACK_AXES = (
     ("compile", "compile"),
     ("mlm_fractions", "mlm_fraction"),
     ("float8", "float8"),
+    ("moe_imbalances", "moe_imbalance"),
 )
 
 
@@ -416,6 +419,8 @@ def stack_suffix(cfg: RunConfig, base: RunConfig) -> list[str]:
         parts.append(f"float8 {cfg.float8}")
     if cfg.float8_all_gather and not base.float8_all_gather:
         parts.append("float8 all-gather")
+    if cfg.moe_imbalance != base.moe_imbalance:
+        parts.append(f"imbalance {cfg.moe_imbalance:g}")
     return parts
 
 

@@ -120,3 +120,23 @@ def test_a_sweep_spans_ep_with_the_kinds_it_composes_with():
         "zero"
     }
     assert predict(found["zero ep=2"].cfg).moe["ep"] == 2  # type: ignore[index]
+
+
+def test_imbalance_raises_an_expert_parallel_step_on_the_roofline_too():
+    """On CPUs (no kernel figures) a block costs the mean load; with EP the busiest rank's experts set the pace."""
+    steps = [predict(_tiny(moe_imbalance=i)).step_time_s for i in (1.0, 1.5, 2.0)]
+    assert steps[0] < steps[1] < steps[2]
+
+
+def test_a_sweep_spans_the_imbalance_as_a_what_if():
+    space = SweepSpace(strategies=("zero",), ep=(2,), tp_degrees=(1,), moe_imbalances=(1.0, 2.0))
+    labels = [c.label for c in enumerate_configs(_tiny(), space).candidates]
+    assert labels == ["zero ep=2", "zero ep=2, imbalance 2"]
+
+
+@pytest.mark.parametrize("given", ["1,0.5", "1,1e30", "1,nan"])
+def test_a_sweeps_imbalances_are_bounded_in_one_line(given, capsys):
+    with pytest.raises(SystemExit) as out:
+        main(["sweep", "--workload", "tiny-moe", "--moe-imbalance", given])
+    err = capsys.readouterr().err
+    assert out.value.code == 2 and err.count("\n") == 1 and "--moe-imbalance" in err, err

@@ -81,6 +81,23 @@ def local_expert_params(b: Block, ep: int) -> float:
     return 0.0 if b.moe is None else b.moe.experts // ep * b.moe.expert_params
 
 
+@dataclass(frozen=True)
+class MoEParts:
+    """Seconds of an MoE layer's experts and un-permute within its block's cost, each pass; the
+    experts' op runs `busiest` times theirs (the busiest EP rank's load where the block's cost is
+    the mean rank's: the roofline)."""
+
+    experts_fwd: float = 0.0
+    unpermute_fwd: float = 0.0
+    experts_bwd: float = 0.0
+    unpermute_bwd: float = 0.0
+    busiest: float = 1.0
+
+    def scaled(self, k: float) -> MoEParts:
+        """The forward's parts at `k` times (a recomputation of that share of the forward)."""
+        return replace(self, experts_fwd=k * self.experts_fwd, unpermute_fwd=k * self.unpermute_fwd)
+
+
 @dataclass
 class ExpertParallel:
     """Each MoE layer's pass with its all-to-alls and its experts' FSDP2 unit (`Plan.ep`)."""
@@ -100,67 +117,70 @@ class ExpertParallel:
         rows, _ = gk.routed_rows(b.moe, mb, cm.moe_imbalance, cm.moe_capacity)
         return Exchange.busiest(self.ep, f), rows * b.moe.hidden * DTYPE_BYTES[self.cfg.precision]
 
-    def parts(self, b: Block, mb: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        """((experts, un-permute) forward, the same backward) seconds of MoE layer `b`: its grouped
-        GEMMs from their kernels at the device's training rate (the pass's straggler factor
-        included), its un-permute the memory-bound share `gpu_kernels` counts for it; without
-        kernel figures (the roofline), the experts' share of the layer's FLOPs and no un-permute."""
+    def parts(self, b: Block, mb: int) -> MoEParts:
+        """The seconds of MoE layer `b`'s parts on the busiest EP rank: its grouped GEMMs from their
+        kernels at the device's training rate (the pass's straggler factor included; the block's
+        cost counts them so, `ComputeModel.ep`), its un-permute the memory-bound share
+        `gpu_kernels` counts for it; without kernel figures (the roofline, which costs a block at
+        the mean load), the experts' share of the layer's FLOPs, the busiest rank's `rank_factor`
+        times that, and no un-permute."""
         cm = self.times.cm
         c = self.times.block(b, mb)
         spec = cm.device.kernels
         k = cm._kernels(b, mb)
         if k is None or k.moe is None or spec is None:
-            k = gk.block_kernels(cm.arch, b, mb, cm.tp, cm.moe_imbalance, cm.moe_capacity, self.ep) if cm.arch else None
-            if k is None:
-                return (0.0, 0.0), (0.0, 0.0)
-            fwd = sum(g.flops for g in k.grouped) / max(b.fwd_flops * mb, 1.0)
-            bwd = sum(g.flops for g in k.bwd_grouped) / max(b.bwd_flops * mb, 1.0)
-            return (c.fwd_s * min(fwd, 1.0), 0.0), (c.bwd_s * min(bwd, 1.0), 0.0)
+            k = gk.block_kernels(cm.arch, b, mb, cm.tp) if cm.arch else None
+            if k is None or b.moe is None:
+                return MoEParts()
+            fwd = min(1.0, sum(g.flops for g in k.grouped) / max(b.fwd_flops * mb, 1.0)) * c.fwd_s
+            bwd = min(1.0, sum(g.flops for g in k.bwd_grouped) / max(b.bwd_flops * mb, 1.0)) * c.bwd_s
+            f = rank_factor(b.moe, mb, cm.moe_imbalance, cm.moe_capacity, self.ep)
+            return MoEParts(fwd, 0.0, bwd, 0.0, f)
         esize, bw = DTYPE_BYTES[cm.precision], cm.mem_bytes_per_s
         rate = cm.flops_per_s * spec.gemm_training_fraction
         slowest = gk.slowest_of(cm.sync_ranks, spec.rank_time_cv)
-        ef = slowest * sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.grouped)
-        eb = slowest * sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.bwd_grouped)
+        ef = min(c.fwd_s, slowest * sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.grouped))
+        eb = min(c.bwd_s, slowest * sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.bwd_grouped))
         rows, h, s = k.grouped[0].rows, b.moe.hidden, mb * b.moe.tokens  # type: ignore[union-attr]
         un = (3 * rows * h + 2 * s * h) * esize / bw  # weight, scatter-add (`blocks._moe_mlp`)
-        return (min(ef, c.fwd_s), min(un, c.fwd_s - ef)), (min(eb, c.bwd_s), min(BWD_MEM_FACTOR * un, c.bwd_s - eb))
+        return MoEParts(ef, min(un, c.fwd_s - ef), eb, min(BWD_MEM_FACTOR * un, c.bwd_s - eb))
 
     def run(self, p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str, b: Block, mb: int) -> int:
         """The ops of MoE layer `b`'s pass `phase` of `dur` seconds (backward: with its
         recomputation and FSDP2's copy-in); the last op's id."""
         assert b.moe is not None
-        (ef, uf), (eb, ub) = self.parts(b, mb)
+        m = self.parts(b, mb)
         if phase == "fwd":
-            return self._forward(p, rc, name, deps, dur, b, mb, ef, uf, "fwd")
+            return self._forward(p, rc, name, deps, dur, b, mb, m, "fwd")
         again = self.times.recompute_s(b, mb)
         start: list[Dep] = deps
         if again > 0:
-            scale = again / self.times.block(b, mb).fwd_s
-            start = [self._forward(p, rc, f"{name} (recompute)", start, again, b, mb, ef * scale, uf * scale, "bwd")]
+            redo = m.scaled(again / self.times.block(b, mb).fwd_s)
+            start = [self._forward(p, rc, f"{name} (recompute)", start, again, b, mb, redo, "bwd")]
         ex, nbytes = self._exchange(b, mb)
-        if ub > 0:
-            start = [compute_op(p, rc, f"{name} un-permute", start, ub, "bwd")]
+        if m.unpermute_bwd > 0:
+            start = [compute_op(p, rc, f"{name} un-permute", start, m.unpermute_bwd, "bwd")]
         back = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A combine' {name}", start, "bwd", ex)
         ag = self._gather(p, rc, b, start, f"{name}'", "bwd") if self.cfg.strategy.reshard_after_forward else None
-        prev = compute_op(p, rc, f"{name} experts", [back, ag, *start], eb, "bwd")
+        prev = compute_op(p, rc, f"{name} experts", [back, ag, *start], m.experts_bwd * m.busiest, "bwd")
         self._reduce(p, rc, b, prev, name)
         disp = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A dispatch' {name}", [prev], "bwd", ex.transposed())
-        return compute_op(p, rc, name, [disp, prev], dur - again - eb - ub, "bwd")
+        return compute_op(p, rc, name, [disp, prev], dur - again - m.experts_bwd - m.unpermute_bwd, "bwd")
 
     def _forward(
-        self, p: Plan, rc: int, name: str, deps: list[Dep], dur: float, b: Block, mb: int, ef: float, uf: float, ph: str
+        self, p: Plan, rc: int, name: str, deps: list[Dep], dur: float, b: Block, mb: int, m: MoEParts, ph: str
     ) -> int:
-        """A forward of MoE layer `b` (`ph`: "bwd" for a recomputation): pre, counts, dispatch,
-        the experts (after their all-gather), combine, un-permute."""
+        """A forward of MoE layer `b` of `dur` seconds, parts `m` (`ph`: "bwd" for a recomputation):
+        pre, counts, dispatch, the experts (after their all-gather), combine, un-permute."""
         assert b.moe is not None
         ex, nbytes = self._exchange(b, mb)
-        pre = compute_op(p, rc, name, deps, dur - ef - uf, ph)
+        pre = compute_op(p, rc, name, deps, dur - m.experts_fwd - m.unpermute_fwd, ph)
         counts = p.all_to_all(rc, "a2a", self.groups.ep, b.moe.experts * COUNT_BYTES, f"A2A counts {name}", [pre], ph)
         disp = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A dispatch {name}", [counts, pre], ph, ex)
         ag = self._gather(p, rc, b, [counts, pre], name, ph) if ph == "fwd" else None
-        prev = compute_op(p, rc, f"{name} experts", [disp, ag, pre], ef, ph)
+        prev = compute_op(p, rc, f"{name} experts", [disp, ag, pre], m.experts_fwd * m.busiest, ph)
         comb = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A combine {name}", [prev], ph, ex.transposed())
-        return compute_op(p, rc, f"{name} un-permute", [comb, prev], uf, ph)
+        return compute_op(p, rc, f"{name} un-permute", [comb, prev], m.unpermute_fwd, ph)
 
     def _gather(self, p: Plan, rc: int, b: Block, deps: list[Dep], name: str, phase: str) -> Dep:
         """The experts' FSDP2 all-gather over their shard group and its copy-out: what their compute waits for."""
