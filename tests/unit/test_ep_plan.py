@@ -13,6 +13,7 @@ from shardsim.config.load import load_config
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.predict import predict, prepare
 from shardsim.simulator.strategies.expert_parallel import ep_groups
+from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.specs.parallel_dims import ParallelDims
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
@@ -140,3 +141,23 @@ def test_a_sweeps_imbalances_are_bounded_in_one_line(given, capsys):
         main(["sweep", "--workload", "tiny-moe", "--moe-imbalance", given])
     err = capsys.readouterr().err
     assert out.value.code == 2 and err.count("\n") == 1 and "--moe-imbalance" in err, err
+
+
+def test_the_dispatch_sends_the_busiest_rank_its_share():
+    """tiny-moe at imbalance 2: the busiest expert takes 2/4 of the rows, the others 1/6 each, so the
+    EP rank holding it and one other receives 2/3 of all rows: every rank sends it 2/3 of its own."""
+    p = prepare(_tiny(moe_imbalance=2.0, checkpointing="full")).plan()
+    ops = [o for o in p.ops if o.coll == "all_to_all" and o.nbytes > 32]
+    assert len(ops) == 3 * 6 and len({o.nbytes for o in ops}) == 1  # forward, recomputation, backward: 2 each
+    for o in ops:
+        assert o.exchange is not None
+        shares = o.exchange.matrix()
+        to_experts = "dispatch " in o.name or "combine'" in o.name  # the dispatch, and the combine's reverse
+        sent = shares if to_experts else shares.T
+        assert sent[:, 0] == pytest.approx([2 / 3, 2 / 3]) and sent.sum(axis=1) == pytest.approx([1, 1])
+
+
+def test_the_plans_size_is_within_its_estimate():
+    cfg = _tiny(checkpointing="full", grad_accum=2)
+    p = prepare(cfg).plan()
+    assert len(p.ops) <= PLANNERS["zero"].ops_estimate(cfg.strategy, 2, 3)
