@@ -161,3 +161,15 @@ def test_the_plans_size_is_within_its_estimate():
     cfg = _tiny(checkpointing="full", grad_accum=2)
     p = prepare(cfg).plan()
     assert len(p.ops) <= PLANNERS["zero"].ops_estimate(cfg.strategy, 2, 3)
+
+
+def test_the_shared_expert_runs_while_the_combine_is_in_flight():
+    """deepseek-v3 (a shared expert; its first 3 layers dense) on one p5: torchtitan's MoE.forward runs
+    the shared expert after the routed experts, before it waits for their combine."""
+    cfg = load_config(None, {"workload": "deepseek-v3", "topology": "p5.48xlarge", "nodes": 1, "ep": 8})
+    cfg = cfg.replace(shape=cfg.shape.__class__(layers=4, seq_len=4096))
+    p = prepare(cfg).plan()
+    shared = next(o for o in p.ops if o.name.endswith("shared expert"))
+    combine = next(o for o in p.ops if o.name.startswith("A2A combine F"))
+    after = next(o for o in p.ops if shared.id in o.deps and combine.id in o.deps)
+    assert combine.id not in shared.deps and shared.duration > 0 and after.name.endswith("un-permute")

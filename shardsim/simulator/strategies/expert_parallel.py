@@ -21,9 +21,12 @@ over the experts' shard group (and all-reduce across replicas on the last micro-
 dispatch's reverse, the rest of the layer. A checkpointed layer runs its forward again first,
 its all-to-alls included (the runtime re-runs the counts exchange too).
 Uneven shares: the busiest EP rank receives `rank_factor` times the mean rank's rows
-(`Exchange.busiest`), and sends them back in the combine. The shared expert does not overlap
-the dispatch: the all-to-alls are functional collectives the compute stream waits on, and
-torchtitan runs the shared expert after the routed experts; the plan keeps it in the first op.
+(`Exchange.busiest`), and sends them back in the combine. The shared expert overlaps the
+combine, not the dispatch, in forward: torchtitan's MoE.forward (torchtitan/models/moe/moe.py)
+runs it after the routed experts, before their output (the combine's, a functional collective
+waited for where it is used) is scored and scattered back; the compute stream waits for the
+dispatch before the experts. In backward the plan overlaps nothing with the all-to-alls (an
+assumption: autograd's order of the two branches is not modelled).
 """
 
 from __future__ import annotations
@@ -89,13 +92,16 @@ class MoEParts:
 
     experts_fwd: float = 0.0
     unpermute_fwd: float = 0.0
+    shared_fwd: float = 0.0  # the shared expert's forward, run while the combine is in flight
     experts_bwd: float = 0.0
     unpermute_bwd: float = 0.0
     busiest: float = 1.0
 
     def scaled(self, k: float) -> MoEParts:
         """The forward's parts at `k` times (a recomputation of that share of the forward)."""
-        return replace(self, experts_fwd=k * self.experts_fwd, unpermute_fwd=k * self.unpermute_fwd)
+        return replace(
+            self, experts_fwd=k * self.experts_fwd, unpermute_fwd=k * self.unpermute_fwd, shared_fwd=k * self.shared_fwd
+        )
 
 
 @dataclass
@@ -132,18 +138,21 @@ class ExpertParallel:
             k = gk.block_kernels(cm.arch, b, mb, cm.tp) if cm.arch else None
             if k is None or b.moe is None:
                 return MoEParts()
-            fwd = min(1.0, sum(g.flops for g in k.grouped) / max(b.fwd_flops * mb, 1.0)) * c.fwd_s
+            share = 1.0 / max(b.fwd_flops * mb, 1.0)
+            fwd = min(1.0, sum(g.flops for g in k.grouped) * share) * c.fwd_s
+            shared = min(1.0 - fwd / c.fwd_s, sum(g.flops for g in k.moe.shared) * share) * c.fwd_s if k.moe else 0.0
             bwd = min(1.0, sum(g.flops for g in k.bwd_grouped) / max(b.bwd_flops * mb, 1.0)) * c.bwd_s
             f = rank_factor(b.moe, mb, cm.moe_imbalance, cm.moe_capacity, self.ep)
-            return MoEParts(fwd, 0.0, bwd, 0.0, f)
+            return MoEParts(fwd, 0.0, shared, bwd, 0.0, f)
         esize, bw = DTYPE_BYTES[cm.precision], cm.mem_bytes_per_s
         rate = cm.flops_per_s * spec.gemm_training_fraction
         slowest = gk.slowest_of(cm.sync_ranks, spec.rank_time_cv)
         ef = min(c.fwd_s, slowest * sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.grouped))
         eb = min(c.bwd_s, slowest * sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.bwd_grouped))
         rows, h, s = k.grouped[0].rows, b.moe.hidden, mb * b.moe.tokens  # type: ignore[union-attr]
-        un = (3 * rows * h + 2 * s * h) * esize / bw  # weight, scatter-add (`blocks._moe_mlp`)
-        return MoEParts(ef, min(un, c.fwd_s - ef), eb, min(BWD_MEM_FACTOR * un, c.bwd_s - eb))
+        un = min(c.fwd_s - ef, (3 * rows * h + 2 * s * h) * esize / bw)  # weight, scatter-add (`blocks._moe_mlp`)
+        sf = min(c.fwd_s - ef - un, slowest * sum(gk.gemm_time(g, spec, rate, bw, esize) for g in k.moe.shared))
+        return MoEParts(ef, un, sf, eb, min(BWD_MEM_FACTOR * un, c.bwd_s - eb))
 
     def run(self, p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str, b: Block, mb: int) -> int:
         """The ops of MoE layer `b`'s pass `phase` of `dur` seconds (backward: with its
@@ -174,12 +183,14 @@ class ExpertParallel:
         pre, counts, dispatch, the experts (after their all-gather), combine, un-permute."""
         assert b.moe is not None
         ex, nbytes = self._exchange(b, mb)
-        pre = compute_op(p, rc, name, deps, dur - m.experts_fwd - m.unpermute_fwd, ph)
+        pre = compute_op(p, rc, name, deps, dur - m.experts_fwd - m.unpermute_fwd - m.shared_fwd, ph)
         counts = p.all_to_all(rc, "a2a", self.groups.ep, b.moe.experts * COUNT_BYTES, f"A2A counts {name}", [pre], ph)
         disp = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A dispatch {name}", [counts, pre], ph, ex)
         ag = self._gather(p, rc, b, [counts, pre], name, ph) if ph == "fwd" else None
         prev = compute_op(p, rc, f"{name} experts", [disp, ag, pre], m.experts_fwd * m.busiest, ph)
         comb = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A combine {name}", [prev], ph, ex.transposed())
+        if m.shared_fwd > 0:  # torchtitan's MoE.forward: the shared expert before the combine's output is used
+            prev = compute_op(p, rc, f"{name} shared expert", [prev], m.shared_fwd, ph)
         return compute_op(p, rc, f"{name} un-permute", [comb, prev], m.unpermute_fwd, ph)
 
     def _gather(self, p: Plan, rc: int, b: Block, deps: list[Dep], name: str, phase: str) -> Dep:
