@@ -77,7 +77,7 @@ def _float8_lines(pred) -> list[tuple[str, str]]:
 def _moe_lines(pred) -> list[tuple[str, str]]:
     """A mixture of experts' lines: its active parameters (what the MFU counts) and its MoE
     layers' parts per microbatch (router, permutation, grouped GEMMs, shared expert) with the
-    load they were costed at."""
+    load they were costed at; with expert parallelism its all-to-alls and the busiest EP rank's load."""
     if pred.moe is None:
         return []
     from shardsim.core.units import format_count
@@ -93,7 +93,12 @@ def _moe_lines(pred) -> list[tuple[str, str]]:
     )
     timed = ", ".join(f"{name} {format_seconds(moe[key])}" for name, key in parts if key in moe)
     what = f"{moe['moe_layers']:.0f} MoE layers per microbatch, forward + backward"
-    return [("active params", active), ("moe layers", f"{timed + ' (' if timed else '('}{what}); {load}")]
+    lines = [("active params", active), ("moe layers", f"{timed + ' (' if timed else '('}{what}); {load}")]
+    if "ep" in moe:
+        a2a, exposed = format_seconds(moe["all_to_all_s"]), format_seconds(moe["all_to_all_exposed_s"])
+        ranks = f"the busiest of {moe['ep']:.0f} EP ranks gets {moe['ep_rank_imbalance']:.2f} x the mean's rows"
+        lines.append(("expert parallel", f"all-to-all {a2a} per microbatch, {exposed} of it exposed; {ranks}"))
+    return lines
 
 
 def _cmd_predict(ns: argparse.Namespace) -> int:

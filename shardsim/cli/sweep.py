@@ -72,6 +72,7 @@ def _build(ns: argparse.Namespace):
         tp_degrees=ns.tp,
         sequence_parallel=ns.sequence_parallel,
         cp=ns.cp,
+        ep=ns.ep,
         checkpointing=spanned["checkpointing"],
         selective_ac_options=spanned["selective_ac_option"],
         reduce_dtypes=spanned["reduce_dtype"],
@@ -83,6 +84,7 @@ def _build(ns: argparse.Namespace):
         float8=spanned["float8"],
         float8_all_gather=bool(float8_list and ns.float8_all_gather),
         mlm_fractions=spanned["mlm_fraction"],
+        moe_imbalances=spanned["moe_imbalance"],
         # one batch is the base's, unless a global batch or a search would override it: then it is held to
         batch_sizes=ns.batch_per_device if ns.global_batch or ns.max_batch else _several(ns.batch_per_device),
         grad_accums=_several(ns.grad_accum),

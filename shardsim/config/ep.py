@@ -16,8 +16,6 @@ from shardsim.core.errors import ConfigError
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.strategies.base import StrategySpec
 
-NOT_PREDICTED = "expert parallelism (ep > 1) is not predicted yet; `shardsim run` runs it"
-
 
 def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> None:
     """Refuse (ConfigError naming `ep`) expert parallelism on a kind it does not compose with (yet):
@@ -36,12 +34,6 @@ def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> 
     else:
         return
     raise ConfigError(why, where=where, field="ep")
-
-
-def check_predicted(ep: int) -> None:
-    """Refuse (ConfigError naming `ep`) a prediction of expert parallelism: its plan is not built yet."""
-    if ep > 1:
-        raise ConfigError(NOT_PREDICTED, field="ep")
 
 
 def check_ep(*, ep: int, shard: int, arch: Arch | None, where: str | None) -> None:

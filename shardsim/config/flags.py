@@ -109,6 +109,9 @@ def fraction_list(text: str) -> tuple[float, ...]:
 
 def list_type(s: FlatSetting) -> Callable[[str], tuple[Any, ...]]:
     """The parser of a comma-separated list of `s`'s values."""
+    if s.kind is float and s.name in REALS:
+        real = REALS[s.name]
+        return lambda text: tuple(dict.fromkeys(real(v) for v in list_items(text)))
     if s.kind is float:
         return fraction_list
     if s.kind is int:

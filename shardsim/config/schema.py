@@ -278,6 +278,8 @@ class RunConfig(Frozen):
         Setting(
             "mixture of experts: the busiest expert's tokens over the mean, per MoE layer (1: the router spreads "
             "tokens evenly, stated as ideal; at most experts / top_k)",
+            axis="moe_imbalances",
+            axis_help="mixture of experts: imbalances to try, a what-if axis (default: the configuration's, 1.0)",
         ),
     ] = 1.0
     moe_capacity: Annotated[
@@ -596,6 +598,10 @@ def axis_values(s: FlatSetting, values: Any) -> tuple[Any, ...]:
             v = sac_option(v, s.axis)
         elif s.kind is bool and not isinstance(v, bool):
             raise ConfigError(f"expected true or false, got {v!r}", field=s.axis)
+        elif s.name == "moe_imbalance":
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 1 <= v <= MAX_MOE_FACTOR:
+                raise ConfigError(f"expected numbers from 1 to {MAX_MOE_FACTOR:g}, got {v!r}", field=s.axis)
+            v = float(v)
         elif s.kind is float:
             v = fraction_value(v, s.axis)
         elif s.kind is int:

@@ -148,7 +148,9 @@ EpDegree = Annotated[
     Setting(
         "expert-parallel degree (a model with experts): each MoE layer's experts sharded over groups of ep "
         "data-parallel ranks, tokens sent to them and back by all-to-all; the rest sharded with FSDP2 over all "
-        "of them, the experts over the data-parallel ranks left after EP (zero, zero2d)"
+        "of them, the experts over the data-parallel ranks left after EP (zero, zero2d)",
+        axis="ep",
+        axis_help="expert-parallel degrees (default 1), each with the zero and zero2d rows it divides",
     ),
 ]
 KIND_HELP = Setting(

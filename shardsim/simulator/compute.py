@@ -87,6 +87,7 @@ class ComputeModel:
     # the capacity factor (0: dropless)
     moe_imbalance: float = 1.0
     moe_capacity: float = 0.0
+    ep: int = 1  # expert-parallel degree: an MoE layer's grouped GEMMs are the busiest EP rank's
 
     def __post_init__(self) -> None:
         if not self.device.supports(self.precision):
@@ -172,7 +173,7 @@ class ComputeModel:
     def _kernels(self, b: Block, batch: int) -> gk.BlockKernels | None:
         if self.device.kind != "gpu" or self.device.kernels is None or self.arch is None:
             return None
-        return gk.block_kernels(self.arch, b, batch, self.tp, self.moe_imbalance, self.moe_capacity)
+        return gk.block_kernels(self.arch, b, batch, self.tp, self.moe_imbalance, self.moe_capacity, self.ep)
 
     def _from_kernels(self, k: gk.BlockKernels, mem: float, layer: bool = False, kind: str = "") -> BlockCost:
         """A block's cost from its kernels (`simulator.gpu_kernels`); `mem` is its memory-bound

@@ -202,18 +202,23 @@ HEAD_FWD_OTHER = 3  # final norm, log-softmax, NLL (cross-entropy over the vocab
 HEAD_BWD_OTHER = 4  # NLL and log-softmax backward, norm backward (2)
 
 
-def routed_rows(moe: MoELayer, batch: int, imbalance: float = 1.0, capacity: float = 0.0) -> tuple[float, float]:
-    """Rows (token copies) the experts of `moe` compute for `batch` samples, and the busiest
-    expert's: imbalance x the mean, the other experts sharing the rest evenly; with a capacity
-    factor (> 0) each expert's rows beyond capacity x the mean dropped."""
-    rows = batch * moe.routed_rows
+def routed_rows(
+    moe: MoELayer, batch: int, imbalance: float = 1.0, capacity: float = 0.0, ep: int = 1
+) -> tuple[float, float]:
+    """Rows (token copies) the experts of `moe` held by the busiest of `ep` expert-parallel ranks
+    compute when each rank routes `batch` samples, and their busiest expert's: the group's rows
+    spread over all experts, the busiest expert imbalance x the mean, the others sharing the rest
+    evenly, the busiest rank the one holding the busiest expert and experts / ep - 1 others; with a
+    capacity factor (> 0) each expert's rows beyond capacity x the mean dropped."""
+    rows = ep * batch * moe.routed_rows
     mean = rows / moe.experts
     busiest = imbalance * mean
+    others = (rows - busiest) / (moe.experts - 1) if moe.experts > 1 else 0.0
     if capacity > 0:
-        others = (rows - busiest) / (moe.experts - 1) if moe.experts > 1 else 0.0
         busiest = min(busiest, capacity * mean)
-        rows = busiest + (moe.experts - 1) * min(others, capacity * mean)
-    return rows, busiest
+        others = min(others, capacity * mean)
+        rows = busiest + (moe.experts - 1) * others
+    return rows - (moe.experts - moe.experts // ep) * others, busiest
 
 
 def _attention_gemms(arch: Arch, t: int, tp: int) -> tuple[Gemm, ...]:
@@ -231,14 +236,15 @@ def _attention_gemms(arch: Arch, t: int, tp: int) -> tuple[Gemm, ...]:
 
 
 def block_kernels(
-    arch: Arch, b: Block, batch: int, tp: int = 1, imbalance: float = 1.0, capacity: float = 0.0
+    arch: Arch, b: Block, batch: int, tp: int = 1, imbalance: float = 1.0, capacity: float = 0.0, ep: int = 1
 ) -> BlockKernels | None:
     """The kernels of block `b` of a model of `arch` for a microbatch of `batch` samples, as one
     of `tp` tensor-parallel ranks runs them (its shards of the GEMMs: q/k/v and the MLP's first
     matrices by columns, the output projections by rows, attention by heads, the LM head by
     vocabulary columns; `blocks.from_arch`), or None for a block this function does not know.
     Written from the architecture so that a family with other projections (grouped KV heads,
-    gated MLPs) adds its GEMMs here."""
+    gated MLPs) adds its GEMMs here. With expert parallelism (`ep` > 1) an MoE layer's grouped
+    GEMMs are the busiest EP rank's: its experts / ep experts over the rows all ranks sent them."""
     h, f = arch.hidden, arch.ffn_size // tp
     t = batch * arch.tokens
     if b.kind == "layer" and not arch.spec.transformer:
@@ -250,7 +256,8 @@ def block_kernels(
         attn = Attention(batch * arch.heads // tp, arch.tokens, hd, causal=arch.traits.causal)
         other = (LAYER_FWD_OTHER + _extra_other(arch, b), layer_bwd_other(arch, b))
         if b.moe is not None:
-            return _moe_kernels(arch, b.moe, _attention_gemms(arch, t, tp), attn, other, batch, imbalance, capacity)
+            gemms = _attention_gemms(arch, t, tp)
+            return _moe_kernels(arch, b.moe, gemms, attn, other, batch, imbalance, capacity, ep)
         gated = arch.traits.mlp == "swiglu"  # gate and up projections: one GEMM of twice the width
         up = Gemm(t, 2 * f if gated else f, h)
         gemms = (*_attention_gemms(arch, t, tp), up, Gemm(t, h, f))
@@ -278,6 +285,7 @@ def _moe_kernels(
     batch: int,
     imbalance: float,
     capacity: float,
+    ep: int = 1,
 ) -> BlockKernels:
     """An MoE layer's kernels: attention's, the router's GEMM, the shared expert's (gate and up as
     one GEMM, down; its gate's hidden -> 1 projection) and the routed experts' grouped GEMMs (w1,
@@ -287,9 +295,10 @@ def _moe_kernels(
     shared = (Gemm(t, 2 * sf, h), Gemm(t, h, sf)) if sf else ()
     if moe.shared_gate:
         shared = (*shared, Gemm(t, 1, h))
-    rows, busiest = routed_rows(moe, batch, imbalance, capacity)
-    up = GroupedGemm(moe.experts, rows, busiest, fe, h)
-    grouped = (up, up, GroupedGemm(moe.experts, rows, busiest, h, fe))
+    rows, busiest = routed_rows(moe, batch, imbalance, capacity, ep)
+    local = moe.experts // ep
+    up = GroupedGemm(local, rows, busiest, fe, h)
+    grouped = (up, up, GroupedGemm(local, rows, busiest, h, fe))
     s, k, r = batch * arch.tokens, moe.top_k, rows
     parts = MoEKernels(router, shared, 3 * s * moe.experts + 4 * s * k, 2 * r * h + 3 * r * h + 2 * s * h)
     return BlockKernels((*attention, router, *shared), attn, *other, grouped=grouped, moe=parts)

@@ -85,6 +85,7 @@ class Plan:
     fsdp: FsdpCpu = field(default_factory=FsdpCpu)  # FSDP2's own work per unit parameter
     tp: BlockCollectives | None = None  # each block's tensor-parallel collectives (none without)
     cp: LayerAttention | None = None  # each layer's ring attention (none without context parallelism)
+    ep: LayerAttention | None = None  # each MoE layer's all-to-alls and experts (none without expert parallelism)
     _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def add(

@@ -10,7 +10,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
-from shardsim.config.ep import check_predicted
 from shardsim.core.errors import ConfigError
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
@@ -39,6 +38,7 @@ from shardsim.simulator.plan import Plan
 from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
 from shardsim.simulator.scale import check_scale
 from shardsim.simulator.strategies.build import build_plan
+from shardsim.simulator.strategies.expert_parallel import ep_classes, rank_factor
 from shardsim.simulator.strategies.steps import BlockTimes, ends_apart, pipeline_blocks, rank_classes, stage_blocks
 from shardsim.simulator.strategies.virtual_pipeline import rank_held_activations
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
@@ -249,7 +249,6 @@ def prepare(
         devices_per_node=cluster.devices_per_node,
     )
     check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
-    check_predicted(cfg.strategy.ep)
     if refusal := cluster.instance.device.backend_refusal(cfg.backend):
         raise ConfigError(refusal, field="backend")
     if profile is None and cfg.profile:
@@ -279,6 +278,7 @@ def prepare(
         cp=res.cp,
         moe_imbalance=cfg.moe_imbalance,
         moe_capacity=cfg.moe_capacity,
+        ep=res.ep,
     )
     if cfg.strategy.spec.is_pipeline and cfg.strategy.layers_per_stage == AUTO:
         cfg, res = auto_split(cfg, res, ranks_w, cm)
@@ -346,10 +346,16 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
         saved = {s: kept for s, (kept, _) in enumerate(parts)}
         rebuilt = max(r for _, r in parts)  # one recomputation at a time on a rank
         held = [rank_held_activations(res, r, saved) + rebuilt for r in range(res.pp)]
+    buffers = 0.0
+    if res.ep > 1:  # the experts' units and activations of the busiest EP rank, its dispatch buffers
+        classes, buffers = ep_classes(classes, res.ep, cfg.moe_imbalance, cfg.moe_capacity)
     mems = [
         rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s])
         for s, (rc, blocks) in enumerate(classes)
     ]
+    if buffers:
+        extra = buffers * res.microbatch_size * DTYPE_BYTES[cfg.precision] / 2**30
+        mems = [replace(m, activations_gib=m.activations_gib + extra) for m in mems]
     return max(mems, key=lambda m: m.required_gib)
 
 
@@ -427,14 +433,36 @@ def _summarize(
         peak_tflops_fp8=fp8_peak,
         mfu_fp8_peak=None if fp8_peak is None else tflops / fp8_peak,
         active_params=w.active_params if w.moe else None,
-        moe=moe_breakdown(cm, res, rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp))
-        if w.moe
-        else None,
+        moe=_moe_summary(cfg, res, w, cm, plan, spans) if w.moe else None,
         spans=spans,
         class_labels=[f"{c.label} (ranks {c.first_rank}-{c.first_rank + c.count - 1})" for c in plan.classes]
         if plan is not None
         else [],
     )
+
+
+def _moe_summary(cfg, res: Resolved, w: Workload, cm: ComputeModel, plan: Plan | None, spans) -> dict[str, float]:
+    """`moe_breakdown` of the rank's workload; with expert parallelism its degree, the busiest EP
+    rank's rows over the mean rank's, and the all-to-alls' seconds per microbatch on the critical
+    rank class (summed over the step's MoE layers, forward, backward and recomputation) and the
+    part of them no compute hides (`all_to_all_exposed_s`; NaN when not simulated)."""
+    out = moe_breakdown(cm, res, rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp))
+    if res.ep == 1:
+        return out
+    first = next(b.moe for b in w.blocks if b.moe is not None)
+    out["ep"] = res.ep
+    out["ep_rank_imbalance"] = rank_factor(first, 1, cm.moe_imbalance, cm.moe_capacity, res.ep)
+    a2a, exposed = float("nan"), float("nan")
+    if plan is not None:
+        ends = {s.rank_class: s.end for s in spans}
+        rc = max(ends, key=lambda c: ends[c])
+        mine = [s for s in spans if s.rank_class == rc]
+        busy = union([(s.start, s.end) for s in mine if s.kind != "comm"])
+        comm = union([(s.start, s.end) for s in mine if s.kind == "comm" and plan.ops[s.op].coll == "all_to_all"])
+        a2a = float(length(comm)) / cfg.grad_accum
+        exposed = float(length(subtract(comm, busy))) / cfg.grad_accum
+    out["all_to_all_s"], out["all_to_all_exposed_s"] = a2a, exposed
+    return out
 
 
 def moe_breakdown(cm: ComputeModel, res: Resolved, w: Workload) -> dict[str, float]:

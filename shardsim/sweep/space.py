@@ -22,7 +22,6 @@ from shardsim.config import (
     Strategy,
     resolve,
 )
-from shardsim.config.ep import check_predicted
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.config.strategy import CP_DEFAULTS
 from shardsim.core.errors import ConfigError
@@ -70,7 +69,8 @@ class SweepSpace:
     reduce_dtypes: gradient reduction dtypes (DDP rows: None and fp32 are its fp32, fp16 / bf16
       its compression hook; sharded rows: None is the precision).
     optimizer_impls: the optimizer's foreach | fused | per-parameter.
-    precisions, optimizers, attentions, compile, mlm_fractions, float8: the training stack's
+    precisions, optimizers, attentions, compile, mlm_fractions, float8, moe_imbalances (a mixture of
+      experts' load imbalance, a what-if: `RunConfig.moe_imbalance`): the training stack's
       settings (`STACK_AXES`); a precision the cluster's device lacks drops its rows, and so does
       Float8 on a device without FP8 tensor cores.
     float8_all_gather: with `float8` listed, its tensorwise rows all-gather in float8 (FSDP2's
@@ -82,6 +82,9 @@ class SweepSpace:
       sample's tokens, false where it does not.
     cp: context-parallel degrees; default the base's (1): each with every tp, for the kinds
       context parallelism composes with (`config.cp`: zero, zero2d, pipeline), the base's rotate method.
+    ep: expert-parallel degrees; default the base's (1): each above 1 with the kinds expert
+      parallelism composes with (`config.ep`: zero, zero2d), where it divides the shard degree and
+      the model's experts (resolve drops the rest).
 
     The batch (`batch_pairs`), None = the base configuration's:
     batch_sizes: micro-batches per device to try; grad_accums: accumulation steps to try (each
@@ -117,9 +120,11 @@ class SweepSpace:
     float8: tuple[str, ...] | None = None
     float8_all_gather: bool = False
     mlm_fractions: tuple[float, ...] | None = None
+    moe_imbalances: tuple[float, ...] | None = None
     tp_degrees: tuple[int, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
     cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
     batch_sizes: tuple[int, ...] | None = None
     grad_accums: tuple[int, ...] | None = None
     max_batch: int | None = None
@@ -339,6 +344,7 @@ STACK_AXES = (
     ("compile", "compile"),
     ("mlm_fractions", "mlm_fraction"),
     ("float8", "float8"),
+    ("moe_imbalances", "moe_imbalance"),
 )
 
 
@@ -413,6 +419,8 @@ def stack_suffix(cfg: RunConfig, base: RunConfig) -> list[str]:
         parts.append(f"float8 {cfg.float8}")
     if cfg.float8_all_gather and not base.float8_all_gather:
         parts.append("float8 all-gather")
+    if cfg.moe_imbalance != base.moe_imbalance:
+        parts.append(f"imbalance {cfg.moe_imbalance:g}")
     return parts
 
 
@@ -550,7 +558,11 @@ def _layout_strategies(
             for strat in _strategies_for(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard):
                 if lay.dims.cp > 1 and not (strat.spec.fsdp or strat.spec.is_pipeline):
                     continue  # context parallelism shards with FSDP2 (`config.cp`)
-                yield strat.replace(**extra, **(split if strat.spec.is_pipeline else {})), batch, ga
+                for ep in space.ep or (base.strategy.ep,):
+                    if ep > 1 and (not strat.spec.fsdp or strat.spec.is_pipeline or lay.dims.tp * lay.dims.cp > 1):
+                        continue  # expert parallelism: FSDP2's ranks, without tp or cp (`config.ep.check_ep_kind`)
+                    split_ = split if strat.spec.is_pipeline else {}
+                    yield strat.replace(**extra, **split_, **({"ep": ep} if ep > 1 else {})), batch, ga
 
 
 def with_batch(cfg: RunConfig, batch: int, space: SweepSpace, world: int) -> RunConfig:
@@ -606,16 +618,19 @@ def enumerate_configs(
     if base.strategy.layers_per_stage not in (None, AUTO):
         why = "a sweep splits its pipelines evenly or by auto; a list of counts fits one stage count (predict it)"
         raise ConfigError(why, field="layers_per_stage")
-    check_predicted(base.strategy.ep)  # a sweep spans no ep yet: its rows would leave the base's out
     reshard = space.reshard_after_forward or (base.strategy.reshard_after_forward,)
     variants = _settings_variants(base, space) if space.spans_settings else [{}]
     clusters = [_cluster_base(base, space, topology, nodes, w.arch) for topology, nodes in _clusters(base, space)]
-    requested = len(variants) * sum(
-        strategies_count(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard)
-        for _, cluster, cfg0, why, layouts in clusters
-        if not why
-        for lay in layouts
-        for batch, _ in batch_pairs(base, space, cluster.world, lay.group)
+    requested = (
+        len(variants)
+        * len(space.ep or (1,))
+        * sum(
+            strategies_count(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard)
+            for _, cluster, cfg0, why, layouts in clusters
+            if not why
+            for lay in layouts
+            for batch, _ in batch_pairs(base, space, cluster.world, lay.group)
+        )
     )
     if requested > MAX_SWEEP_SPACE:
         raise ConfigError(

@@ -49,14 +49,6 @@ def test_the_runtime_refuses_op_level_selective_checkpointing_of_expert_parallel
     assert err.count("\n") == 1 and "field 'selective_ac_option'" in err and "every-k" in err, err
 
 
-@pytest.mark.parametrize("command", ["predict", "sweep"])
-def test_a_prediction_is_refused_until_it_is_planned(command, tmp_path, capsys) -> None:
-    flags = ["--workload", "tiny-moe", "--topology", "emu-2x2", "--backend", "gloo", "--ep", "2"]
-    assert main([command, *flags, *(["--out", str(tmp_path)] if command == "sweep" else [])]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not predicted yet" in err, err
-
-
 def test_without_it_a_configuration_reads_as_before() -> None:
     assert "ep" not in Strategy("zero").model_dump()  # unchanged files and cache keys
     s = Strategy("zero2d", degree=4, ep=2)

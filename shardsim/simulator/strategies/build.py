@@ -8,6 +8,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.context_parallel import ContextParallel, context_parallel
+from shardsim.simulator.strategies.expert_parallel import ExpertParallel, ep_groups
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import BlockTimes
@@ -58,6 +59,8 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     p.tp = plan_tensor_parallel(cfg, res, w, ckpt)
     p.cp = plan_context_parallel(cfg, res, w, cm, ckpt)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
+    if res.ep > 1:
+        p.ep = ExpertParallel(ep_groups(res.dims), cm, cfg, res.ep)  # type: ignore[arg-type]
     with paused_gc():
         PLANNERS[cfg.strategy.kind].plan(p, cm, cfg, res, w)
     return p

@@ -34,6 +34,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.float8 import amax_all_reduce
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
+from shardsim.simulator.strategies.expert_parallel import ExpertParallel, dense_part, with_experts
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import (
     ROOT,
@@ -269,11 +270,16 @@ def fsdp_reduce_grad(
 def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
     """Strategies zero and zero2d: every rank runs the whole model, sharded over groups of
     `res.shard` ranks; with several groups (ZeRO-2D) each gradient shard is all-reduced across
-    the replica groups. Either as ZeRO-3 or, without resharding after forward, ZeRO-2."""
+    the replica groups. Either as ZeRO-3 or, without resharding after forward, ZeRO-2. With expert
+    parallelism (`Plan.ep`) the experts are units of their own (`expert_parallel`)."""
     embed, layers, head = split_blocks(w)
     m = stage_mesh(res)
     replica = m.groups("dp_replicate") if res.replicas > 1 else None
+    shard, backward = m.groups("dp_shard"), fsdp_backward
+    if isinstance(p.ep, ExpertParallel):  # the blocks' units without their experts, over dp_shard x ep
+        layers = [dense_part(b) for b in layers]
+        shard, replica, backward = p.ep.groups.dense, p.ep.groups.replica, with_experts(p.ep, fsdp_backward)
     residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
-    piece = FsdpPiece(embed, layers, head, m.groups("dp_shard"), replica, residency)
+    piece = FsdpPiece(embed, layers, head, shard, replica, residency)
     step = amax_all_reduce(w.arch, len(layers), optimizer_step) if cfg.float8_all_gather else None
-    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward, step)
+    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, backward, step)

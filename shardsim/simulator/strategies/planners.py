@@ -115,8 +115,9 @@ class FsdpPlanner:
         return local_params
 
     def ops_estimate(self, s: Strategy, grad_accum: int, n_layers: int) -> int:
-        # a unit a micro-step: all-gather, copy-out, forward, again in backward, reduce-scatter, all-reduce
-        return 8 * grad_accum * (n_layers + 2) + 4
+        # a unit a micro-step: all-gather, copy-out, forward, again in backward, reduce-scatter, all-reduce;
+        # with expert parallelism a layer's all-to-alls and its experts' unit (`expert_parallel`), at most 24 more
+        return 8 * grad_accum * (n_layers + 2) + 4 + (24 * grad_accum * n_layers if s.ep > 1 else 0)
 
     def sharded(self, res: Resolved) -> bool:
         return True

@@ -147,10 +147,12 @@ def compute_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: 
 
 def block_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: str, b: Block, mb: int, tag: str) -> Dep:
     """The compute op of block `b`'s pass `phase` (a layer's ops with context parallelism,
-    `Plan.cp`), and its tensor-parallel collectives where the plan has them (`Plan.tp`): what the
-    next op waits for."""
+    `Plan.cp`; an MoE layer's with expert parallelism, `Plan.ep`), and its tensor-parallel
+    collectives where the plan has them (`Plan.tp`): what the next op waits for."""
     if p.cp is not None and b.kind == "layer":
         op = p.cp.run(p, rc, name, deps, dur, phase, b, mb)
+    elif p.ep is not None and b.moe is not None:
+        op = p.ep.run(p, rc, name, deps, dur, phase, b, mb)
     else:
         op = compute_op(p, rc, name, deps, dur, phase)
     return op if p.tp is None else p.tp.after(p, rc, b, mb, phase, op, deps, tag)
@@ -159,9 +161,9 @@ def block_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: st
 def blocks_through(
     p: Plan, rc: int, name: str, after: Dep, blocks: list[Block], durations: list[float], phase: str, mb: int, tag: str
 ) -> Dep:
-    """Blocks that run back to back: one op (`run_through`), or, with tensor or context
+    """Blocks that run back to back: one op (`run_through`), or, with tensor, context or expert
     parallelism, each block's op and its collectives."""
-    if p.tp is None and p.cp is None:
+    if p.tp is None and p.cp is None and p.ep is None:
         return run_through(p, rc, name, after, durations, phase)
     prev = after
     for b, dur in zip(blocks, durations, strict=True):
