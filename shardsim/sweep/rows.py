@@ -105,6 +105,7 @@ def row_of(c: Candidate, p: StepPrediction) -> dict[str, Any]:
         "compile": c.cfg.compile,
         "float8": c.cfg.float8,
         "mlm_fraction": c.cfg.mlm_fraction,
+        "moe_imbalance": c.cfg.moe_imbalance,
         "step_time_s": p.step_time_s,
         "samples_per_s": p.samples_per_s,
         "compute_s": bd["compute_s"],
