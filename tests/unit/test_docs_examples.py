@@ -140,6 +140,10 @@ def test_the_readme_installs_torch_one_way():
     )
     test_command = text.split("<!-- test-command -->")[1].split("```")[1]
     assert installs[0] in test_command
+    # installed without byte-compiling (pip's is serial), then compiled on every core: where
+    # PYTHONDONTWRITEBYTECODE is set (CI's runner sets it) a process that finds no .pyc compiles
+    # torch again, about 2 CPU-s each of the suite's hundreds of processes
+    assert "--no-compile" not in installs[0] or "compileall -q -j 0" in test_command
 
 
 def test_ci_checks_the_committed_results_by_regenerating_them():
