@@ -137,3 +137,13 @@ def test_every_pass_once_and_backward_after_forward() -> None:
                         assert f < seen[(s, "I", i)] < seen[(s, "W", i)] and (s, "B", i) not in seen
                     else:
                         assert f < seen[(s, "B", i)]
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="a known bug: the engine deadlocks on this ZBV plan with gloo")
+def test_zbv_over_four_gloo_ranks_is_predicted():
+    from shardsim.config import load_config
+    from shardsim.simulator.predict import predict
+
+    flags = {"topology": "emu-2x2", "workload": "small-gpt", "backend": "gloo", "strategy": "pipeline", "pp": 4,
+             "microbatches": 8, "schedule": "zbv", "stages_per_rank": 2}  # fmt: skip
+    assert predict(load_config(None, flags)).step_time_s > 0
