@@ -21,14 +21,15 @@ dense). Named simplifications, each small against the experts' parameters and FL
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from shardsim.core.errors import ConfigError
+from shardsim.specs.model.families import llama
 from shardsim.specs.model.families.llama import llama_fields
-from shardsim.specs.model.families.plans import SWIGLU_PLAN
 from shardsim.specs.model.hf_keys import HFKeys
-from shardsim.specs.model.spec import HFMapper, ModelSpec, Traits
+from shardsim.specs.model.spec import HFMapper
 
 
 def _mixtral(k: HFKeys) -> dict[str, Any]:
@@ -119,13 +120,5 @@ HF_TYPES: dict[str, HFMapper] = {
     "deepseek_v3": _deepseek_v3,
 }
 
-SPEC = ModelSpec(
-    name="moe",
-    traits=Traits("rmsnorm", False, "swiglu", "rope", True, "text"),
-    embed="tokens",
-    layer="transformer",
-    head="lm",
-    tp_plan=SWIGLU_PLAN,
-    hf_types=HF_TYPES,
-    moe=True,
-)
+# llama's layers, traits and tensor-parallel plan, with mixture-of-experts MLPs
+SPEC = replace(llama.SPEC, name="moe", hf_types=HF_TYPES, moe=True)
