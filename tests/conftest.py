@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.root_only import emulation_host  # noqa: F401  (the fixture behind `needs_root`)
+from tests.runtime_batch import SessionBatches
 
 INTEGRATION = Path(__file__).parent / "integration"
 RUNTIME_DIR = pytest.StashKey[str]()  # an xdist worker's own runtime folder
@@ -71,3 +72,10 @@ def _own_result_cache(
 ) -> None:
     name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
     monkeypatch.setenv("SHARDSIM_CACHE_DIR", os.fspath(tmp_path_factory.getbasetemp() / "result-cache" / name))
+
+
+# The runtime's reference configurations of every module collected: one torchrun launch per
+# world size for the session (`tests.runtime_batch`; a module registers its cases at import).
+@pytest.fixture(scope="session")
+def runtime_batches(tmp_path_factory: pytest.TempPathFactory) -> SessionBatches:
+    return SessionBatches(tmp_path_factory.mktemp("runtime"))

@@ -8,6 +8,15 @@ back under its own name, so a test asserts on its configuration alone. ::
     results = run_batch(tmp_path, world=2, cases={"ddp": ["--workload", "tiny-gpt", ...]})
     results["ddp"].record, results["ddp"].folder   # folder: out/, params/, trace/ of that case
 
+A test module registers its cases when it is imported (`register`); the session's
+`SessionBatches` (the ``runtime_batches`` fixture of tests/conftest.py) launches every
+registered case of a world size, of every module collected, the first time a test asks for
+one of them: one launch per world size for the whole session. ::
+
+    register("strategies", CASES, trace={"zero-ep2"})             # at import
+    batches = runtime_batches.module("strategies")                 # a module's view
+    batches["zero-ep2"].record
+
 A rank that fails writes its error under the case's name and ends the launch (torchrun stops
 the others): that case reports the error, the cases after it that they did not run.
 
@@ -21,7 +30,7 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -49,18 +58,23 @@ class CaseResult:
         return self.record
 
 
+def _chosen(option: bool | Collection[str], name: str) -> bool:
+    """`option` for case `name`: every case's (True), none's (False), or the cases named."""
+    return option is True or (bool(option) and not isinstance(option, bool) and name in option)
+
+
 def run_batch(
     tmp_path: Path,
     world: int,
     cases: dict[str, list[str]],
     *,
-    save_params: bool = True,
+    save_params: bool | Collection[str] = True,
     trace: bool | Collection[str] = False,
 ) -> dict[str, CaseResult]:
     """Run every case (``shardsim run`` flags: configuration, --steps etc.; never --nproc) in one
     torchrun launch of `world` ranks on this machine (``--standalone``: a free rendezvous port
-    of its own); {case name: CaseResult}. `trace`: every case's collectives traced, or those of
-    the cases named."""
+    of its own); {case name: CaseResult}. `save_params`, `trace`: every case's parameters saved
+    (collectives traced), or those of the cases named."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     folders = {name: tmp_path / name for name in cases}
     spec = {
@@ -68,8 +82,8 @@ def run_batch(
             {
                 "name": name,
                 "argv": [*RUN_FLAGS, *argv, "--out", str(folders[name] / "out")],
-                "params": str(folders[name] / "params") if save_params else None,
-                "trace": str(folders[name] / "trace") if trace is True or (trace and name in trace) else None,
+                "params": str(folders[name] / "params") if _chosen(save_params, name) else None,
+                "trace": str(folders[name] / "trace") if _chosen(trace, name) else None,
                 "result": str(folders[name] / "record.json"),
                 "error": str(folders[name] / "error.txt"),
             }
@@ -100,20 +114,83 @@ def run_batch(
     return out
 
 
-class Batches:
-    """A module's cases {name: (world, flags)}, launched one batch per world size when a test
-    first asks for a case of that size (a module-scoped fixture holds one): ``batches[name]``."""
+Cases = dict[str, tuple[int, list[str]]]  # {name: (world, `shardsim run` flags)}
 
-    def __init__(self, folder: Path, cases: dict[str, tuple[int, list[str]]], **options):
-        self.folder, self.cases, self.options = folder, cases, options
-        self.results: dict[str, CaseResult] = {}
+
+@dataclass
+class _Module:
+    """A test module's cases; `cases` may be a function of the module's folder (for a case that
+    reads a file the module writes there)."""
+
+    cases: Cases | Callable[[Path], Cases]
+    save_params: bool | Collection[str]
+    trace: bool | Collection[str]
+
+
+_MODULES: dict[str, _Module] = {}
+SEP = "."  # between a module's name and its case's in a launch
+
+
+def register(
+    module: str,
+    cases: Cases | Callable[[Path], Cases],
+    *,
+    save_params: bool | Collection[str] = True,
+    trace: bool | Collection[str] = False,
+) -> None:
+    """A test module's cases, launched with every other registered module's of their world size."""
+    _MODULES[module] = _Module(cases, save_params, trace)
+
+
+class ModuleBatches:
+    """A module's view of the session's launches: ``batches[name]`` is its case's result."""
+
+    def __init__(self, session: SessionBatches, module: str):
+        self.session, self.module = session, module
+        self.folder = session.folder / module  # what the module's cases read (files it writes)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        entry = _MODULES[module]
+        self.cases: Cases = entry.cases(self.folder) if callable(entry.cases) else entry.cases
 
     def __getitem__(self, name: str) -> CaseResult:
-        if name not in self.results:
-            world = self.cases[name][0]
-            same = {n: argv for n, (w, argv) in self.cases.items() if w == world}
-            self.results.update(run_batch(self.folder / f"world{world}", world, same, **self.options))
-        return self.results[name]
+        return self.session.result(self.module, name)
+
+
+class SessionBatches:
+    """Every registered case, launched one batch per world size (all modules' cases of that size)
+    when a test first asks for one of them."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.views: dict[str, ModuleBatches] = {}
+        self.results: dict[str, CaseResult] = {}
+
+    def module(self, module: str) -> ModuleBatches:
+        if module not in self.views:
+            self.views[module] = ModuleBatches(self, module)
+        return self.views[module]
+
+    def result(self, module: str, name: str) -> CaseResult:
+        key = f"{module}{SEP}{name}"
+        if key not in self.results:
+            self.launch(self.module(module).cases[name][0])
+        return self.results[key]
+
+    def launch(self, world: int) -> None:
+        """Every registered module's cases of `world` ranks that have not run, in one launch."""
+        cases: dict[str, list[str]] = {}
+        params: set[str] = set()
+        traced: set[str] = set()
+        for module, entry in _MODULES.items():
+            for name, (w, argv) in self.module(module).cases.items():
+                key = f"{module}{SEP}{name}"
+                if w != world or key in self.results:
+                    continue
+                cases[key] = argv
+                params |= {key} if _chosen(entry.save_params, name) else set()
+                traced |= {key} if _chosen(entry.trace, name) else set()
+        launched = self.folder / f"world{world}-{len(self.results)}"
+        self.results.update(run_batch(launched, world, cases, save_params=params, trace=traced))
 
 
 def _run_case(case: dict, rank: int, world: int, device, timeout: timedelta) -> None:

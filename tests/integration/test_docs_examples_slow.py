@@ -14,6 +14,7 @@ import pytest
 
 from tests.root_only import require_emulation
 from tests.unit.test_docs_examples import ALL, Example, user_folder
+from tests.written import WRITTEN
 
 SHARDSIM = str(Path(sys.executable).parent / "shardsim")
 LIMIT_S = 600
@@ -32,11 +33,10 @@ def _writers(example: Example) -> list[Example]:
     return [e for e in ALL if writer and e.page == example.page and " ".join(e.argv).startswith(writer)]
 
 
-# the writers' ids, and the folder each wrote into when it ran in this process (as its own test,
-# or for another test: `written_by`); a reader after it starts from a copy of that folder instead
-# of running its writer again: the profile example measures for a minute)
+# the writers' ids; the folder each wrote into when it ran in this process (as its own test, or
+# for another test: `written_by`) is in `tests.written.WRITTEN`: a reader after it starts from a
+# copy of that folder instead of running its writer again (the profile example measures for a minute)
 WRITERS = {w.id for e in EXAMPLES for w in _writers(e)}
-WRITTEN: dict[str, Path] = {}
 
 
 def _emulates(e: Example) -> bool:

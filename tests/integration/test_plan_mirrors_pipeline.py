@@ -9,16 +9,13 @@ program order, with the plan's ops of its stage."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from shardsim.runtime.collective_trace import TRACE_ENV, load_rank_trace
+from shardsim.runtime.collective_trace import load_rank_trace
 from shardsim.specs.model.library import PRESETS
-from tests.integration.test_runtime_strategies import shardsim_run
-from tests.runtime_batch import Batches
+from tests.runtime_batch import ModuleBatches, SessionBatches, register
 from tests.unit.test_plan_mirrors_fsdp import assert_equal_up_to_padding, plan_collectives
-from tests.unit.test_plan_pipeline import PP, SHARD, WORLD, pipeline_args, planned
+from tests.unit.test_plan_pipeline import PP, SHARD, pipeline_args, planned
 
 TRACED = {  # id: (world, schedule, microbatches, accum)
     "gpipe": (4, "gpipe", 4, 1),
@@ -32,30 +29,30 @@ def run_flags(opts: dict) -> list[str]:
     return [*(f"--{k.replace('_', '-')}={v}" for k, v in opts.items() if k != "checkpointing"), "--no-checkpointing"]
 
 
-@pytest.fixture(scope="module")
-def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    """The traced runs of 4 ranks in one torchrun launch (`tests.runtime_batch`); the 8-rank one
-    launches ``shardsim run`` alone."""
-    cases = {
+register(
+    "traced",
+    {
         name: (world, run_flags(pipeline_args(schedule, accum, microbatches)))
         for name, (world, schedule, microbatches, accum) in TRACED.items()
-        if world == WORLD
-    }
-    return Batches(tmp_path_factory.mktemp("traced"), cases, save_params=False, trace=True)
+    },
+    save_params=False,
+    trace=True,
+)
+
+
+@pytest.fixture(scope="module")
+def batches(runtime_batches: SessionBatches) -> ModuleBatches:
+    """The traced runs, in the session's launches of 4 and 8 ranks (`tests.runtime_batch`)."""
+    return runtime_batches.module("traced")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(TRACED))
-def test_sharded_pipeline_plan_equals_real_run(tmp_path: Path, batches: Batches, case: str) -> None:
+def test_sharded_pipeline_plan_equals_real_run(batches: ModuleBatches, case: str) -> None:
     world, schedule, microbatches, accum = TRACED[case]
     opts = pipeline_args(schedule, accum, microbatches)
-    if case in batches.cases:
-        trace_dir = batches[case].folder / "trace"
-        batches[case].ok()
-    else:
-        trace_dir = tmp_path / "trace"
-        proc, _ = shardsim_run(tmp_path, [*run_flags(opts), "--nproc", str(world)], env={TRACE_ENV: str(trace_dir)})
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    trace_dir = batches[case].folder / "trace"
+    batches[case].ok()
     plan, precision = planned(opts, world)
     row = 2 * PRESETS["tiny-gpt"].hidden
     for stage in range(PP):  # stage 0: embedding + 2 blocks; stage 1: 2 blocks + head

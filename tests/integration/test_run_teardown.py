@@ -2,7 +2,7 @@
 
 The launcher's verdict, with a stand-in for torchrun whose rank 1 aborts after or before it
 reports; a process ended without finalizing its interpreter keeps its output. The README's CPU
-example runs 12 times, three at a time (each run is the others' load), with every rank's gloo
+example runs 6 times, three at a time (each run is the others' load), with every rank's gloo
 threads at the lowest priority (nice 19, from a ``sitecustomize`` on the ranks' ``PYTHONPATH``):
 such a thread is often preempted while it lets go of the last collective's buffers, which is
 when a rank finalizing its interpreter used to abort ("terminate called without an active
@@ -29,7 +29,7 @@ from shardsim.runtime import launch as launcher
 from shardsim.runtime.records import CSV_NAME, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = 12
+RUNS = 6
 AT_ONCE = 3
 README_CPU_RUN = ["run", "--topology", "emu-2x2", "--no-emulate", "--nproc", "2", "--workload", "tiny-gpt"]
 ONE_STEP = ["--steps", "1", "--warmup", "0"]  # the abort came after the result: one step shows it

@@ -8,10 +8,12 @@ its own configuration's record and saved tensors."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.test_runtime_strategies import check_against_reference, check_equals_reference
-from tests.runtime_batch import Batches
+from tests.runtime_batch import Cases, ModuleBatches, SessionBatches, register
 
 TINY_BERT = "family: bert\nhidden: 64\nlayers: 2\nheads: 4\nseq_len: 32\nvocab: 256\n"
 
@@ -25,14 +27,21 @@ SETTINGS = {
 MLM = ["--strategy", "zero", "--mlm-fraction", "0.25"]  # after --workload tiny-bert.yaml
 
 
-@pytest.fixture(scope="module")
-def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    """Every configuration but the compiled one: one torchrun launch of 2 ranks (`tests.runtime_batch`)."""
-    folder = tmp_path_factory.mktemp("stack")
+def _cases(folder: Path) -> Cases:
+    """Every configuration but the compiled one (the masked LM's model a file in `folder`)."""
     model = folder / "tiny-bert.yaml"
     model.write_text(TINY_BERT)
     cases = {name: (2, args.split()) for name, args in SETTINGS.items()}
-    return Batches(folder, {**cases, "masked-lm": (2, ["--workload", str(model), *MLM])})
+    return {**cases, "masked-lm": (2, ["--workload", str(model), *MLM])}
+
+
+register("stack", _cases)
+
+
+@pytest.fixture(scope="module")
+def batches(runtime_batches: SessionBatches) -> ModuleBatches:
+    """The session's launch of 2 ranks runs them (`tests.runtime_batch`)."""
+    return runtime_batches.module("stack")
 
 
 @pytest.mark.parametrize("case", list(SETTINGS))

@@ -25,7 +25,7 @@ from shardsim.runtime.collective_trace import load_rank_trace
 from shardsim.runtime.records import CSV_NAME
 from shardsim.runtime.testing import SAVE_PARAMS_ENV, load_saved
 from tests.reference import reference_run
-from tests.runtime_batch import Batches
+from tests.runtime_batch import ModuleBatches, SessionBatches, register
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 2, 1
@@ -169,20 +169,25 @@ def tied_flags(args: str) -> list[str]:
     return ["--workload", TIED_GPT, "--strategy", "pipeline", *args.split()]
 
 
-# every configuration of this module that fits the machine (2 and 4 ranks): one launch per world
-# size runs them all in turn (`tests.runtime_batch`), each test checks its own configuration
+# every configuration of this module: the session's one launch per world size runs them all in
+# turn with the other modules' (`tests.runtime_batch`), each test checks its own configuration
+REPLICAS = "pp2-x-zero2d-d2-replicas-accum2"  # 8 ranks
 CASES = {
     **{name: (world, args.split()) for name, (world, args) in EQUAL.items()},
     "zero-bf16-reduce-bf16": (2, [*BF16_REDUCED.split(), "--reduce-dtype", "bf16"]),
     **{name: (2, args.split()) for name, args in LOW_PRECISION.items()},
     **{name: (world, tied_flags(args)) for name, (world, args) in TIED.items()},
     **({"hf-vit": (4, HF_VIT.split())} if importlib.util.find_spec("transformers") else {}),
+    REPLICAS: (8, "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --grad-accum 2".split()),
 }
 
 
+register("strategies", CASES, trace={EP_TRACED})
+
+
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    return Batches(tmp_path_factory.mktemp("strategies"), CASES, trace={EP_TRACED})
+def batches(runtime_batches: SessionBatches) -> ModuleBatches:
+    return runtime_batches.module("strategies")
 
 
 @pytest.mark.parametrize("case", list(EQUAL))
@@ -218,11 +223,12 @@ def test_bf16_reduction_differs_from_the_fp32_reduced_reference(batches):
 
 
 @pytest.mark.slow
-def test_pipeline_x_zero2d_with_replicas_equals_reference(tmp_path):
+def test_pipeline_x_zero2d_with_replicas_equals_reference(batches):
     """pp=2 stages of 4 ranks each sharded in groups of 2: mesh ("pp", "dp_replicate", "dp_shard")
     = (2, 2, 2); the replica all-reduce only at the accumulation boundary."""
-    args = "--workload tiny-gpt --strategy pipeline --pp 2 --degree 2 --microbatches 2 --grad-accum 2"
-    check_equals_reference(tmp_path, 8, args.split())
+    world, args = CASES[REPLICAS]
+    result = batches[REPLICAS]
+    check_against_reference(result.ok(), result.folder / "params", world, args)
 
 
 @pytest.mark.slow

@@ -15,9 +15,9 @@ the head, and after 3 steps parameters move by up to 1.5e-4 and the next gradien
 step by the initial-gradient test. A wrong shard, a missing reduction or a mis-scaled gradient
 moves results by O(1).
 
-Launches: the configurations run in one torchrun launch per world size (2, 4 and 8 ranks)
-(`tests.runtime_batch`), the initial-gradient cases in one spawn of 2 ranks; each test asserts
-its own case's result."""
+Launches: the configurations run in the session's one torchrun launch per world size (2, 4 and 8
+ranks, with the other modules' cases: `tests.runtime_batch`), the initial-gradient cases in one
+spawn of 2 ranks; each test asserts its own case's result."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from shardsim.runtime.processes import exit_now
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.library import PRESETS
 from tests.integration.test_runtime_strategies import check_against_reference
-from tests.runtime_batch import Batches
+from tests.runtime_batch import ModuleBatches, SessionBatches, register
 
 GQA = "{family: llama, hidden: 64, layers: 2, heads: 4, kv_heads: 2, ffn: 128, vocab: 256, seq_len: 32}"
 TIED = "{family: gpt, hidden: 64, layers: 2, heads: 4, ffn: 128, vocab: 256, seq_len: 32, tied_embeddings: true}"
@@ -87,9 +87,9 @@ def key_biases(arch: Arch, tp: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory: pytest.TempPathFactory) -> Batches:
-    """Every configuration: one torchrun launch per world size (`tests.runtime_batch`)."""
-    return Batches(tmp_path_factory.mktemp("tensor-parallel"), {**CASES, **{n: (8, a) for n, a in SLOW.items()}})
+def batches(runtime_batches: SessionBatches) -> ModuleBatches:
+    """Every configuration: the session's one torchrun launch per world size (`tests.runtime_batch`)."""
+    return runtime_batches.module("tensor-parallel")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -115,6 +115,9 @@ SLOW = {  # 8 ranks
     "gpt-tp2-x-pp2-x-zero2": ["--workload", "tiny-gpt", "--strategy", "pipeline", "--pp", "2", "--degree", "2",
                               "--microbatches", "2", "--tp", "2"],
 }  # fmt: skip
+
+
+register("tensor-parallel", {**CASES, **{n: (8, a) for n, a in SLOW.items()}})
 
 
 @pytest.mark.slow
