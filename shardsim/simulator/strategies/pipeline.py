@@ -236,7 +236,10 @@ def isend_op(
     (gloo/transport/tcp/pair.cc, `Pair::send`: `localPendingSend_`), and pipelining issues each
     isend on its own (its `_batch_p2p` does not coalesce sends), so a send held by one peer does
     not hold a later one to another (a V-shaped schedule's rank sends activations, and
-    gradients, to both its neighbours). Eager (NCCL) sends run in order per direction."""
+    gradients, to both its neighbours). Eager (NCCL) sends run in order per direction: an
+    approximation (pipelining's uncoalesced isends to different peers can run on separate NCCL
+    streams), which costs an eager send at most the transfers queued before it, never a wait
+    for a receiver."""
     if not rendezvous:
         op = _send(p, s, stream, lay, nbytes, f"send {what}", after, peer)
         return Isend(None, op, op)
