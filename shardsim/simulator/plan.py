@@ -7,7 +7,8 @@ call in every group at once, so the network sees the whole world's traffic.
 Streams: with overlap (`Plan.overlap`, see `strategies.build.overlaps`) each class has a compute
 stream and one stream per communication kind, ops on one stream run in order; without overlap
 everything runs on one stream except `ASYNC_STREAMS` (a pipeline's isends: asynchronous on gloo
-too).
+too). An op given a `lane` runs in order with the ops of its stream in the same lane only (gloo's
+sends to one peer: `strategies.pipeline.isend_op`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class Plan:
     tp: BlockCollectives | None = None  # each block's tensor-parallel collectives (none without)
     cp: LayerAttention | None = None  # each layer's ring attention (none without context parallelism)
     ep: LayerAttention | None = None  # each MoE layer's all-to-alls and experts (none without expert parallelism)
-    _last_on_stream: dict[tuple[int, str], int] = field(default_factory=dict)
+    _last_on_stream: dict[tuple, int] = field(default_factory=dict)
 
     def add(
         self,
@@ -100,11 +101,13 @@ class Plan:
         layout: GroupLayout | None = None,
         nbytes: float = 0.0,
         phase: str = "",
+        lane: int | None = None,
     ) -> int:
-        """Append an op of rank class `rc` (its other fields as `Op`'s); returns its id."""
+        """Append an op of rank class `rc` (its other fields as `Op`'s); returns its id. It waits
+        for the op added before it on its stream, in its `lane` when given."""
         if not self.overlap and stream not in ASYNC_STREAMS:
             stream = "main"
-        key = (rc, stream)
+        key: tuple = (rc, stream) if lane is None else (rc, stream, lane)
         d = _ids(deps)
         prev = self._last_on_stream.get(key)
         if prev is not None:
@@ -119,11 +122,23 @@ class Plan:
         self._last_on_stream[key] = op_id
         return op_id
 
-    def comm(self, rc: int, stream: str, coll: str, layout: GroupLayout, nbytes: float, name: str, deps, phase: str):
-        """Append a collective (or send) of `nbytes` over `layout`; None when it moves nothing."""
+    def comm(
+        self,
+        rc: int,
+        stream: str,
+        coll: str,
+        layout: GroupLayout,
+        nbytes: float,
+        name: str,
+        deps,
+        phase: str,
+        lane: int | None = None,
+    ):
+        """Append a collective (or send) of `nbytes` over `layout` (in `lane` of its stream, as
+        `add`); None when it moves nothing."""
         if not moves(layout, nbytes):
             return None
-        return self.add(rc, stream, "comm", name, deps, 0.0, coll, layout, nbytes, phase)
+        return self.add(rc, stream, "comm", name, deps, 0.0, coll, layout, nbytes, phase, lane)
 
     def all_to_all(
         self,

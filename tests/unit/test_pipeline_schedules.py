@@ -139,9 +139,6 @@ def test_every_pass_once_and_backward_after_forward() -> None:
                         assert f < seen[(s, "B", i)]
 
 
-@pytest.mark.xfail(
-    strict=True, raises=RuntimeError, reason="a known bug: the engine deadlocks on this ZBV plan with gloo"
-)
 def test_zbv_over_four_gloo_ranks_is_predicted():
     from shardsim.config import load_config
     from shardsim.simulator.predict import predict

@@ -230,22 +230,40 @@ def isend_op(
     """The isend of `what` from rank class `s` to `peer` once op `after` is done. With a
     rendezvous backend, a zero-length "post" op comes first (the recv's posting is added to its
     dependencies when the receiver's schedule gets there), and the sender's wait ends at the
-    rendezvous when the message fits the sockets' buffers."""
+    rendezvous when the message fits the sockets' buffers. Such sends run in order per peer
+    only (their stream's lane): gloo's TCP transport holds a send whose recv is not posted yet
+    in the pending sends of the pair (one connection per peer) it goes to
+    (gloo/transport/tcp/pair.cc, `Pair::send`: `localPendingSend_`), and pipelining issues each
+    isend on its own (its `_batch_p2p` does not coalesce sends), so a send held by one peer does
+    not hold a later one to another (a V-shaped schedule's rank sends activations, and
+    gradients, to both its neighbours). Eager (NCCL) sends run in order per direction: an
+    approximation (pipelining's uncoalesced isends to different peers can run on separate NCCL
+    streams), which costs an eager send at most the transfers queued before it, never a wait
+    for a receiver."""
     if not rendezvous:
         op = _send(p, s, stream, lay, nbytes, f"send {what}", after, peer)
         return Isend(None, op, op)
     if not moves(lay, nbytes):
         return NO_SEND  # no op to post either
-    post = p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p")
-    op = _send(p, s, stream, lay, nbytes, f"send {what}", post, peer)
+    post = p.add(s, f"{stream}_post", "compute", f"post {what}", [after], duration=0.0, phase="p2p", lane=peer)
+    op = _send(p, s, stream, lay, nbytes, f"send {what}", post, peer, lane=peer)
     return Isend(post, post if nbytes <= BUFFERED_SEND_BYTES else op, op)
 
 
 def _send(
-    p: Plan, rc: int, stream: str, lay: GroupLayout, nbytes: float, name: str, after: Dep, peer: int
+    p: Plan,
+    rc: int,
+    stream: str,
+    lay: GroupLayout,
+    nbytes: float,
+    name: str,
+    after: Dep,
+    peer: int,
+    lane: int | None = None,
 ) -> int | None:
-    """A point-to-point isend to rank class `peer` (None when there is nothing to send)."""
-    op = p.comm(rc, stream, "send_recv", lay, nbytes, name, [after], "p2p")
+    """A point-to-point isend to rank class `peer` (None when there is nothing to send), in
+    order with the earlier ones on `stream` (in `lane`, when given)."""
+    op = p.comm(rc, stream, "send_recv", lay, nbytes, name, [after], "p2p", lane)
     if op is not None:
         p.ops[op].peer = peer
     return op

@@ -6,7 +6,8 @@ in `specs.schedules.rank_order`, as `_PipelineScheduleRuntime` does:
 - sends are waited for only at the end of the schedule step (its `send_ops`), a receive right
   before the pass that needs it (`fwd_recv_ops` / `bwd_recv_ops`); with a rendezvous backend
   the bytes move once the receiving rank has posted its recv, taken here as once its previous
-  pass is done (the posting of `_add_send_recv` can be earlier: an approximation);
+  pass is done (the posting of `_add_send_recv` can be earlier: an approximation), and a rank's
+  sends wait in order per peer (`pipeline.isend_op`: a V-shaped rank sends to both neighbours);
 - zero-bubble schedules split a backward into I (BACKWARD_INPUT) and W (BACKWARD_WEIGHT),
   costed apart (`weight_grad_share`); W runs no tensor-parallel collective;
 - each stage's gradients as the single-stage pipeline handles them (`pipeline`): a DDP stage
