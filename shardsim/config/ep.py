@@ -36,6 +36,7 @@ def check_ep_kind(ep: object, s: Any, spec: StrategySpec, where: str | None) -> 
         )
     elif s.tp != 1 or s.cp != 1:
         why = f"expert parallelism with {'tensor' if s.tp != 1 else 'context'} parallelism is not built yet"
+        why += " (torchtitan takes the EP ranks from dp_shard x cp x tp, its routed experts not tensor-parallel)"
     else:
         return
     raise ConfigError(why, where=where, field="ep")

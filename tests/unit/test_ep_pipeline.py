@@ -12,6 +12,7 @@ from shardsim.config import RunConfig
 from shardsim.config.load import load_config
 from shardsim.simulator.predict import predict, prepare
 from shardsim.simulator.strategies.planners import PLANNERS
+from shardsim.simulator.strategies.steps import stage_blocks
 from shardsim.sweep.space import SweepSpace, enumerate_configs
 
 # tiny-moe: 4 layers, the first dense; over 2 stages, stage 0 holds layers 0-1 (one MoE layer), stage 1 layers 2-3 (two)
@@ -101,3 +102,20 @@ def test_a_sweep_spans_ep_with_sharded_stages_and_whole_backward_schedules():
     with_ep = {label for label in labels if "ep=2" in label}
     assert with_ep and all("d=2" in label and "zbv" not in label for label in with_ep), labels
     assert any("zbv" in label for label in labels)
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_a_stages_memory_holds_its_shard_and_its_units_with_experts_over_ep(ep):
+    """degree 4 over a stage's 4 ranks, fp32: a rank's fp32 parameters are its stage's over 4 (the
+    dense part over dp_shard x ep, the experts over dp_shard: the same share), and what it holds
+    unsharded from its first backward (pipelining's set_reshard_after_backward(False)) is every unit
+    of its stage, an MoE layer's with experts / ep experts, parameters and gradients (4 + 4 bytes)."""
+    s = prepare(_tiny(degree=4, ep=ep))
+    expected = set()
+    for embed, layers, head in stage_blocks(s.res, s.ranks_workload):
+        blocks = [*embed, *layers, *head]
+        held = sum(b.params - (b.moe.experts - b.moe.experts // ep) * b.moe.expert_params if b.moe else b.params
+                   for b in blocks)  # fmt: skip
+        expected.add((round(sum(b.params for b in blocks) / 4 * 4), round(held * 8)))
+    got = (round(s.memory.params_gib * 2**30), round(s.memory.gathered_gib * 2**30))
+    assert got in expected, (got, expected)
