@@ -8,7 +8,8 @@ gives fails there, not in a unit test of its own.
 
 Compared: experiments/seed/*.prediction.json and *.trace.json (from `shardsim predict` of each
 *.yaml there); per study under experiments/sweeps/, sweep.csv, sweep.parquet,
-recommended.json and summary.md; and experiments/validation/gpu/compare-*.json and .md (from
+recommended.json and summary.md; per scripted study (`SCRIPTED`: experiments/NAME/study.py
+--out DIR), its table.json and README.md; and experiments/validation/gpu/compare-*.json and .md (from
 compare.py of the profile-*.json beside them, on the topology and precision each names); and
 the README's example of what `shardsim predict` prints at 80 columns.
 Plots (PNG/SVG) are not compared: they are drawn from the same tables, and a matplotlib
@@ -44,6 +45,8 @@ SEED = ROOT / "experiments" / "seed"
 SWEEPS = ROOT / "experiments" / "sweeps"
 GPU = ROOT / "experiments" / "validation" / "gpu"
 COMPARED = ("sweep.csv", "sweep.parquet", "recommended.json", "summary.md")
+SCRIPTED = ("mixtral-8x7b", "deepseek-v3")  # experiments/NAME/study.py --out DIR writes table.json and README.md
+SCRIPTED_FILES = ("table.json", "README.md")
 RTOL = 1e-12
 DERIVED = ("memory_allocated_gib", "memory_reserved_gib")  # not in a sweep.csv written before the result key
 
@@ -175,6 +178,17 @@ def check_sweeps(scratch: Path, studies: list[str]) -> list[str]:
     ]
 
 
+def check_scripted(scratch: Path) -> list[str]:
+    """Each scripted study (`SCRIPTED`) run into the scratch folder, against its committed files."""
+    diffs = []
+    for name in SCRIPTED:
+        here = ROOT / "experiments" / name
+        subprocess.run([sys.executable, str(here / "study.py"), "--out", str(scratch / name)],
+                       check=True, capture_output=True, cwd=ROOT)  # fmt: skip
+        diffs += [d for f in SCRIPTED_FILES for d in compare_file(scratch / name / f, here / f)]
+    return diffs
+
+
 def check_gpu(scratch: Path) -> list[str]:
     """compare.py of each committed GPU comparison's profile, against the committed table and figures."""
     diffs = []
@@ -209,6 +223,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, default=None, help="regenerate into this folder and keep it")
     p.add_argument("--no-seed", action="store_true", help="skip the seed predictions")
     p.add_argument("--no-gpu", action="store_true", help="skip the GPU comparisons")
+    p.add_argument("--no-scripted", action="store_true", help="skip the scripted studies (`SCRIPTED`)")
     ns = p.parse_args()
     committed = (d.name for d in SWEEPS.iterdir() if (d / "sweep.csv").exists())  # not a study's script alone
     studies = ns.studies.split(",") if ns.studies else sorted(committed)
@@ -216,6 +231,7 @@ def main() -> int:
         scratch = ns.keep or Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)
         diffs = ([] if ns.no_seed else check_seed(scratch)) + check_sweeps(scratch, studies)
+        diffs += [] if ns.no_scripted else check_scripted(scratch)
         diffs += [] if ns.no_gpu else check_gpu(scratch)
         diffs += check_readme()
     for d in diffs:
@@ -223,7 +239,11 @@ def main() -> int:
     n_seed = 0 if ns.no_seed else len(list(SEED.glob("*.yaml")))
     n_gpu = 0 if ns.no_gpu else len(list(GPU.glob("compare-*.json")))
     verdict = f"{len(diffs)} differences" if diffs else "identical"
-    print(f"{n_seed} seed predictions, {len(studies)} sweeps, {n_gpu} GPU comparisons, the README: {verdict}")
+    n_scripted = 0 if ns.no_scripted else len(SCRIPTED)
+    print(
+        f"{n_seed} seed predictions, {len(studies)} sweeps, {n_scripted} scripted studies, {n_gpu} GPU comparisons, "
+        f"the README: {verdict}"
+    )
     return 1 if diffs else 0
 
 

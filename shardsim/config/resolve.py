@@ -93,7 +93,7 @@ def resolve(
     shard = spec.shard(s, dp_world, where, node_ranks)
     ep = s.ep
     if ep > 1:
-        check_ep(ep=ep, shard=shard, arch=arch, where=where)
+        check_ep(ep=ep, shard=shard, arch=arch, where=where, pipeline=spec.is_pipeline)
     if pp > 1 and tied_embeddings and cp > 1:
         why = f"{TIED_PIPELINE} is planned with cp 1 only (not its embedding gradients' sum with context parallelism)"
         raise ConfigError(why, where=where, field="cp")

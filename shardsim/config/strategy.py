@@ -148,9 +148,11 @@ EpDegree = Annotated[
     Setting(
         "expert-parallel degree (a model with experts): each MoE layer's experts sharded over groups of ep "
         "data-parallel ranks, tokens sent to them and back by all-to-all; the rest sharded with FSDP2 over all "
-        "of them, the experts over the data-parallel ranks left after EP (zero, zero2d)",
+        "of them, the experts over the data-parallel ranks left after EP (zero, zero2d, a pipeline's sharded "
+        "stages)",
         axis="ep",
-        axis_help="expert-parallel degrees (default 1), each with the zero and zero2d rows it divides",
+        axis_help="expert-parallel degrees (default 1), each with the zero, zero2d and sharded-stage pipeline "
+        "rows it divides",
     ),
 ]
 KIND_HELP = Setting(

@@ -18,6 +18,8 @@ What runs where:
 - moe_imbalance and moe_capacity: refused (the simulator's what-ifs; the runtime's MoE layers are
   dropless and a run records the imbalance it had, `expert_tokens`).
 - context parallelism (cp > 1): refused; PyTorch's ring attention has no CPU path.
+- expert parallelism in a pipeline's stages: refused (the simulator predicts it; the runtime's pipeline
+  builds its stages without the experts' EP mesh).
 - op-level selective checkpointing with expert parallelism (ep > 1): refused (torch 2.13's
   selective checkpointing meets the experts' FSDP2 unit's calls in recomputation only).
 """
@@ -64,6 +66,10 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
             "efficient or cuDNN kernels only (experiments/readings/context-parallel-on-cpu.md); the simulator models it"
         )
         raise ConfigError(why, field="cp")
+    if cfg.strategy.ep > 1 and cfg.strategy.spec.is_pipeline:
+        why = "the runtime runs expert parallelism with zero and zero2d, not in a pipeline's stages (the simulator "
+        why += "models it)"
+        raise ConfigError(why, field="ep")
     if cfg.strategy.ep > 1 and cfg.checkpointing == "selective" and cfg.selective_ac_option == SAC_OP:
         why = (
             "op-level selective checkpointing of expert-parallel layers fails in torch 2.13 (the recomputation meets "

@@ -32,6 +32,7 @@ from shardsim.specs.hardware.topology import Cluster, InstanceType, make_cluster
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.workload import Workload
 from shardsim.specs.parallel_dims import ParallelDims
+from shardsim.specs.schedules import ZERO_BUBBLE
 from shardsim.specs.stage_split import AUTO
 from shardsim.sweep.faces import DEFAULT_SWEEP, FACES, Face, divisors
 
@@ -83,8 +84,9 @@ class SweepSpace:
     cp: context-parallel degrees; default the base's (1): each with every tp, for the kinds
       context parallelism composes with (`config.cp`: zero, zero2d, pipeline), the base's rotate method.
     ep: expert-parallel degrees; default the base's (1): each above 1 with the kinds expert
-      parallelism composes with (`config.ep`: zero, zero2d), where it divides the shard degree and
-      the model's experts (resolve drops the rest).
+      parallelism composes with (`config.ep`: zero, zero2d, pipelines of sharded stages under a
+      schedule without a split backward), where it divides the shard degree and the model's
+      experts (resolve drops the rest).
 
     The batch (`batch_pairs`), None = the base configuration's:
     batch_sizes: micro-batches per device to try; grad_accums: accumulation steps to try (each
@@ -559,10 +561,18 @@ def _layout_strategies(
                 if lay.dims.cp > 1 and not (strat.spec.fsdp or strat.spec.is_pipeline):
                     continue  # context parallelism shards with FSDP2 (`config.cp`)
                 for ep in space.ep or (base.strategy.ep,):
-                    if ep > 1 and (not strat.spec.fsdp or strat.spec.is_pipeline or lay.dims.tp * lay.dims.cp > 1):
+                    if ep > 1 and (not _ep_composes(strat) or lay.dims.tp * lay.dims.cp > 1):
                         continue  # expert parallelism: FSDP2's ranks, without tp or cp (`config.ep.check_ep_kind`)
                     split_ = split if strat.spec.is_pipeline else {}
                     yield strat.replace(**extra, **split_, **({"ep": ep} if ep > 1 else {})), batch, ga
+
+
+def _ep_composes(strat: Strategy) -> bool:
+    """Whether expert parallelism composes with `strat` (`config.ep`): FSDP2's kinds, and pipelines
+    of sharded stages whose schedule runs whole backward passes."""
+    if strat.spec.is_pipeline:
+        return (strat.degree or 1) > 1 and strat.schedule not in ZERO_BUBBLE
+    return strat.spec.fsdp
 
 
 def with_batch(cfg: RunConfig, batch: int, space: SweepSpace, world: int) -> RunConfig:

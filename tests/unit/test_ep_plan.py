@@ -87,12 +87,16 @@ def test_a_dense_prediction_has_no_all_to_all():
     assert "all_to_all" not in predict(_mixtral(shape={"layers": 2, "seq_len": 4096}, ep=1)).collectives
 
 
+PIPE = ["--ep", "2", "--strategy", "pipeline", "--pp", "2"]
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
         (["--ep", "2", "--strategy", "ddp"], "ddp does not shard with FSDP2"),
         (["--ep", "3"], "ep 3 does not divide the model's 4 experts"),
-        (["--ep", "2", "--strategy", "pipeline", "--pp", "2"], "pipeline stages is not built yet"),
+        (PIPE, "degree 1 (DDP stages) has none"),
+        ([*PIPE, "--degree", "2", "--schedule", "zbv", "--stages-per-rank", "2"], "zbv schedule (a split backward)"),
     ],
 )
 def test_predict_refuses_the_rest_in_one_line(flags, says, capsys):

@@ -60,7 +60,8 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
     p.cp = plan_context_parallel(cfg, res, w, cm, ckpt)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     if res.ep > 1:
-        p.ep = ExpertParallel(ep_groups(res.dims), cm, cfg, res.ep)  # type: ignore[arg-type]
+        groups = [ep_groups(res.dims, r) for r in range(res.pp)]  # a rank class per pipeline rank
+        p.ep = ExpertParallel(groups, cm, cfg, res.ep)  # type: ignore[arg-type]
     with paused_gc():
         PLANNERS[cfg.strategy.kind].plan(p, cm, cfg, res, w)
     return p

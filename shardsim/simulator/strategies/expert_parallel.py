@@ -1,10 +1,15 @@
 """Expert parallelism in the plan, as the runtime runs it (torchtitan's: `runtime.strategies.
-expert_parallel`, `runtime.models.moe.ExpertParallel`), composed with FSDP2 (zero, zero2d).
+expert_parallel`, `runtime.models.moe.ExpertParallel`), composed with FSDP2 (zero, zero2d) and
+with a pipeline of FSDP2-sharded stages (torchtitan's ParallelDims: pp outermost, EP inside each
+stage's data-parallel ranks).
 
-The mesh (`ParallelDims`, ep innermost of the data-parallel dimensions): an EP group is `ep`
-consecutive ranks; FSDP2 shards the rest of the model over dp_shard x ep consecutive ranks and
-the experts, a unit of their own per MoE layer, over the dp_shard ranks `ep` apart (the
-data-parallel ranks left after EP); the replicas (zero2d) across them.
+The mesh (`ParallelDims`, ep innermost of the data-parallel dimensions) of each stage (the world
+without pipeline): an EP group is `ep` consecutive ranks; FSDP2 shards the rest of the model over
+dp_shard x ep consecutive ranks and the experts, a unit of their own per MoE layer, over the
+dp_shard ranks `ep` apart (the data-parallel ranks left after EP: torchtitan's efsdp); the
+replicas (zero2d, or a pipeline's replicated stages) across them. The experts' unit follows its
+piece's `Residency` as the layer's own unit does: a pipeline's stage gathers it where it gathers
+the layer, and reduce-scatters its gradient once per schedule step (`reduce_grad`).
 
 An MoE layer's forward on one rank, per microbatch:
 - the layer up to its experts (attention, router, permute, the shared expert) as one op;
@@ -31,8 +36,8 @@ assumption: autograd's order of the two branches is not modelled).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from shardsim.config import RunConfig
 from shardsim.simulator import gpu_kernels as gk
@@ -41,6 +46,9 @@ from shardsim.simulator.network.alltoall import Exchange
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.steps import BlockTimes, compute_op
+
+if TYPE_CHECKING:
+    from shardsim.simulator.strategies.fsdp import Residency
 from shardsim.specs.model.workload import Block, MoELayer
 from shardsim.specs.parallel_dims import ParallelDims
 
@@ -49,20 +57,27 @@ COUNT_BYTES = 8  # an int64 token count per expert (the counts exchange)
 
 @dataclass(frozen=True)
 class EpGroups:
-    """The groups of an expert-parallel FSDP2 mesh (tp, cp and pp of 1)."""
+    """The groups of an expert-parallel FSDP2 mesh of one pipeline stage (tp and cp of 1)."""
 
     ep: GroupLayout  # each EP group: `ep` consecutive ranks
     dense: GroupLayout  # FSDP2's shard groups of all but the experts: dp_shard x ep consecutive ranks
     experts: GroupLayout  # FSDP2's shard groups of the experts: dp_shard ranks, `ep` apart
-    replica: GroupLayout | None  # the replica groups (zero2d), for both
+    replica: GroupLayout | None  # the replica groups (zero2d, replicated stages), for both
 
 
-def ep_groups(dims: ParallelDims) -> EpGroups:
-    """The groups of `dims` (see the module's docstring; `ParallelDims.groups` lays out the same)."""
-    assert dims.tp == dims.cp == dims.pp == 1, "expert parallelism composes with FSDP2 alone here"
-    w, ep, d, r = dims.world, dims.ep, dims.dp_shard, dims.dp_replicate
-    replica = GroupLayout(0, w, r, strided=True) if r > 1 else None
-    return EpGroups(GroupLayout(0, w, ep), GroupLayout(0, w, d * ep), GroupLayout(0, w, d, inner=ep, outer=r), replica)
+def ep_groups(dims: ParallelDims, stage: int = 0) -> EpGroups:
+    """The groups of pipeline stage `stage` of `dims` (the world without pipeline; see the module's
+    docstring; `ParallelDims.groups` lays out the same)."""
+    assert dims.tp == dims.cp == 1, "expert parallelism composes with FSDP2 and pipelines here"
+    n, ep, d, r = dims.world // dims.pp, dims.ep, dims.dp_shard, dims.dp_replicate
+    a = stage * n
+    replica = GroupLayout(a, n, r, strided=True) if r > 1 else None
+    return EpGroups(GroupLayout(a, n, ep), GroupLayout(a, n, d * ep), GroupLayout(a, n, d, inner=ep, outer=r), replica)
+
+
+def experts_unit(b: Block) -> str:
+    """The name of MoE layer `b`'s experts' FSDP2 unit (in its piece's `Residency`)."""
+    return f"{b.name} experts"
 
 
 def rank_factor(moe: MoELayer, batch: int, imbalance: float, capacity: float, ep: int) -> float:
@@ -106,14 +121,31 @@ class MoEParts:
 
 @dataclass
 class ExpertParallel:
-    """Each MoE layer's pass with its all-to-alls and its experts' FSDP2 unit (`Plan.ep`)."""
+    """Each MoE layer's pass with its all-to-alls and its experts' FSDP2 unit (`Plan.ep`). A
+    piece's pass (`fsdp`) sets `enter` first: the residency of its units and whether its backward
+    reduces gradients."""
 
-    groups: EpGroups
+    stage_groups: list[EpGroups]  # the groups of each rank class (a pipeline rank's stage; one without)
     times: BlockTimes
     cfg: RunConfig
     ep: int
     sync: bool = True  # this micro-step all-reduces gradient shards across replicas
+    reduce: bool = True  # this backward reduce-scatters the experts' gradients (a pipeline's: at the step's end)
+    residency: Residency | None = None  # the units of the piece whose pass runs now
     syncs: list[int | None] = field(default_factory=list)  # the experts' gradient collectives so far
+
+    def enter(self, residency: Residency, reduce: bool = True, sync: bool = True) -> None:
+        """The pass of a piece whose units are in `residency` starts: its backward reduces the
+        experts' gradients (`reduce`), all-reducing them across replicas (`sync`)."""
+        self.residency, self.reduce, self.sync, self.syncs = residency, reduce, sync, []
+
+    def groups(self, rc: int) -> EpGroups:
+        """The groups of rank class `rc`."""
+        return self.stage_groups[rc]
+
+    def _unshard(self, b: Block) -> bool:
+        """FSDP2's unshard of `b`'s experts: True when it all-gathers (always, outside a piece's pass)."""
+        return self.residency is None or self.residency.unshard(experts_unit(b))
 
     def _exchange(self, b: Block, mb: int) -> tuple[Exchange, float]:
         """The dispatch's exchange and a rank's mean send buffer in bytes."""
@@ -169,11 +201,13 @@ class ExpertParallel:
         ex, nbytes = self._exchange(b, mb)
         if m.unpermute_bwd > 0:
             start = [compute_op(p, rc, f"{name} un-permute", start, m.unpermute_bwd, "bwd")]
-        back = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A combine' {name}", start, "bwd", ex)
-        ag = self._gather(p, rc, b, start, f"{name}'", "bwd") if self.cfg.strategy.reshard_after_forward else None
+        g = self.groups(rc)
+        back = p.all_to_all(rc, "a2a", g.ep, nbytes, f"A2A combine' {name}", start, "bwd", ex)
+        ag = self._gather(p, rc, b, start, f"{name}'", "bwd") if self._unshard(b) else None
         prev = compute_op(p, rc, f"{name} experts", [back, ag, *start], m.experts_bwd * m.busiest, "bwd")
-        self._reduce(p, rc, b, prev, name)
-        disp = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A dispatch' {name}", [prev], "bwd", ex.transposed())
+        if self.reduce:
+            self._reduce(p, rc, b, prev, name)
+        disp = p.all_to_all(rc, "a2a", g.ep, nbytes, f"A2A dispatch' {name}", [prev], "bwd", ex.transposed())
         return compute_op(p, rc, name, [disp, prev], dur - again - m.experts_bwd - m.unpermute_bwd, "bwd")
 
     def _forward(
@@ -183,12 +217,15 @@ class ExpertParallel:
         pre, counts, dispatch, the experts (after their all-gather), combine, un-permute."""
         assert b.moe is not None
         ex, nbytes = self._exchange(b, mb)
+        g = self.groups(rc)
         pre = compute_op(p, rc, name, deps, dur - m.experts_fwd - m.unpermute_fwd - m.shared_fwd, ph)
-        counts = p.all_to_all(rc, "a2a", self.groups.ep, b.moe.experts * COUNT_BYTES, f"A2A counts {name}", [pre], ph)
-        disp = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A dispatch {name}", [counts, pre], ph, ex)
-        ag = self._gather(p, rc, b, [counts, pre], name, ph) if ph == "fwd" else None
+        counts = p.all_to_all(rc, "a2a", g.ep, b.moe.experts * COUNT_BYTES, f"A2A counts {name}", [pre], ph)
+        disp = p.all_to_all(rc, "a2a", g.ep, nbytes, f"A2A dispatch {name}", [counts, pre], ph, ex)
+        ag = self._gather(p, rc, b, [counts, pre], name, ph) if ph == "fwd" and self._unshard(b) else None
+        if ph == "fwd" and self.residency is not None:
+            self.residency.post_forward(experts_unit(b))
         prev = compute_op(p, rc, f"{name} experts", [disp, ag, pre], m.experts_fwd * m.busiest, ph)
-        comb = p.all_to_all(rc, "a2a", self.groups.ep, nbytes, f"A2A combine {name}", [prev], ph, ex.transposed())
+        comb = p.all_to_all(rc, "a2a", g.ep, nbytes, f"A2A combine {name}", [prev], ph, ex.transposed())
         if m.shared_fwd > 0:  # torchtitan's MoE.forward: the shared expert before the combine's output is used
             prev = compute_op(p, rc, f"{name} shared expert", [prev], m.shared_fwd, ph)
         return compute_op(p, rc, f"{name} un-permute", [comb, prev], m.unpermute_fwd, ph)
@@ -197,33 +234,39 @@ class ExpertParallel:
         """The experts' FSDP2 all-gather over their shard group and its copy-out: what their compute waits for."""
         params = local_expert_params(b, self.ep)
         nbytes = params * DTYPE_BYTES[self.cfg.precision]
-        ag = p.comm(rc, "ag", "all_gather", self.groups.experts, nbytes, f"AG experts {name}", deps, phase)
+        ag = p.comm(rc, "ag", "all_gather", self.groups(rc).experts, nbytes, f"AG experts {name}", deps, phase)
         out = p.fsdp.gather_s_per_param * params
         return compute_op(p, rc, f"copy-out experts {name}", [ag, deps[-1]], out, phase) if out > 0 else ag
 
     def _reduce(self, p: Plan, rc: int, b: Block, after: int, name: str) -> None:
         """The experts' gradient reduce-scatter (after its copy-in) and, on a syncing micro-step,
         the shard's all-reduce across replicas."""
-        params, gbytes = local_expert_params(b, self.ep), DTYPE_BYTES[self.cfg.grad_dtype]
-        copy = p.fsdp.reduce_s_per_param * params
+        copy = p.fsdp.reduce_s_per_param * local_expert_params(b, self.ep)
         after = compute_op(p, rc, f"copy-in experts {name}", [after], copy, "bwd") if copy > 0 else after
-        g = self.groups
+        self.syncs += self._reduce_scatter(p, rc, b, after, name, self.sync, [after])
+
+    def _reduce_scatter(
+        self, p: Plan, rc: int, b: Block, after: Dep, name: str, sync: bool, ar_deps: list[Dep]
+    ) -> list[int | None]:
+        """The experts' gradient reduce-scatter over their shard group after op `after`, and with
+        `sync` the shard's all-reduce across replicas after it and `ar_deps`."""
+        params, gbytes = local_expert_params(b, self.ep), DTYPE_BYTES[self.cfg.grad_dtype]
+        g = self.groups(rc)
         rs = p.comm(rc, "rs", "reduce_scatter", g.experts, params * gbytes, f"RS experts {name}", [after], "sync")
-        self.syncs.append(rs)
-        if self.sync and g.replica is not None:
+        out = [rs]
+        if sync and g.replica is not None:
             nb = params * gbytes / g.experts.size
-            self.syncs.append(p.comm(rc, "ar", "all_reduce", g.replica, nb, f"AR experts {name}", [rs, after], "sync"))
+            out.append(p.comm(rc, "ar", "all_reduce", g.replica, nb, f"AR experts {name}", [rs, *ar_deps], "sync"))
+        return out
 
-
-def with_experts(ep: ExpertParallel, backward: Callable[..., tuple[Dep, list[int | None]]]):
-    """`backward` (`fsdp.fsdp_backward`) that also returns its micro-step's gradient collectives of the experts."""
-
-    def run(p, rc, cm, cfg, mb, pc, after, sync, tag, reduce=True):
-        ep.sync, ep.syncs = sync, []
-        prev, syncs = backward(p, rc, cm, cfg, mb, pc, after, sync, tag, reduce)
-        return prev, syncs + ep.syncs
-
-    return run
+    def reduce_grad(self, p: Plan, rc: int, b: Block, after: Dep, sync: bool, tag: str) -> tuple[Dep, list[int | None]]:
+        """perform_reduce_grad's turn of MoE layer `b`'s experts (after op `after`): copy-in, their
+        gradient reduce-scatter and, with `sync`, the all-reduce across replicas. Returns (what the
+        next unit's copy-in waits for, the gradient collectives)."""
+        copy = p.fsdp.reduce_s_per_param * local_expert_params(b, self.ep)
+        if copy > 0:
+            after = compute_op(p, rc, f"copy-in experts {b.name}{tag}", [after], copy, "sync")
+        return after, self._reduce_scatter(p, rc, b, after, f"{b.name}{tag}", sync, [])
 
 
 def ep_units(units: tuple[tuple[str, float], ...], blocks: list[Block], ep: int) -> tuple[tuple[str, float], ...]:

@@ -34,7 +34,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.float8 import amax_all_reduce
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan
-from shardsim.simulator.strategies.expert_parallel import ExpertParallel, dense_part, with_experts
+from shardsim.simulator.strategies.expert_parallel import ExpertParallel, dense_part
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.steps import (
     ROOT,
@@ -140,6 +140,8 @@ def fsdp_forward(
     Returns the last compute op."""
     pbytes = DTYPE_BYTES[cfg.precision]  # MixedPrecisionPolicy.param_dtype
     sh, res = pc.shard, pc.residency
+    if isinstance(p.ep, ExpertParallel):
+        p.ep.enter(res)
     if ROOT in res.unsharded and all(b.name in res.unsharded for b in pc.layers):
         for b in pc.layers:  # nothing to gather: nothing waits between the blocks (see run_through)
             res.post_forward(b.name)
@@ -201,6 +203,9 @@ def fsdp_backward(
     Returns (last compute op, gradient collective ops)."""
     pbytes, gbytes = DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
     sh, rep = pc.shard, pc.replica
+    ep = p.ep if isinstance(p.ep, ExpertParallel) else None
+    if ep is not None:  # the experts' units of MoE layers (`expert_parallel`)
+        ep.enter(pc.residency, reduce, sync)
     prev = after
     for b in pc.head:
         prev = block_op(p, rc, f"B {b.name}{tag}", [prev], cm.block(b, mb).bwd_s, "bwd", b, mb, tag)
@@ -240,7 +245,7 @@ def fsdp_backward(
             nb = pc.root_params * gbytes / sh.size
             syncs.append(p.comm(rc, "ar", "all_reduce", rep, nb, f"AR root{tag}", [rs, prev], "sync"))
     pc.residency.post_backward()
-    return prev, syncs
+    return prev, syncs + (ep.syncs if ep is not None else [])
 
 
 def fsdp_reduce_grad(
@@ -249,12 +254,14 @@ def fsdp_reduce_grad(
     """PipelineStage.perform_reduce_grad: post_backward of every FSDP2 unit in FSDPState
     order (root, then the blocks): reduce-scatter of its accumulated unsharded gradient,
     with `sync` the all-reduce of the shard across replicas; then every unit reshards.
-    Returns the gradient collective ops."""
+    Returns the gradient collective ops. With expert parallelism each MoE layer's experts' unit
+    follows its layer's (`ExpertParallel.reduce_grad`)."""
     gbytes = DTYPE_BYTES[cfg.grad_dtype]
     sh, rep = pc.shard, pc.replica
+    ep = p.ep if isinstance(p.ep, ExpertParallel) else None
     syncs: list[int | None] = []
-    units = [(ROOT, pc.root_params)] + [(b.name, b.params) for b in pc.layers]
-    for name, params in units:
+    units = [(ROOT, pc.root_params, None)] + [(b.name, b.params, b) for b in pc.layers]
+    for name, params, b in units:
         if params <= 0:
             continue
         after = _fsdp_work(p, rc, f"copy-in {name}{tag}", [after], p.fsdp.reduce_s_per_param * params, "sync")
@@ -263,6 +270,9 @@ def fsdp_reduce_grad(
         if sync and rep is not None and rs is not None:
             shard_bytes = params * gbytes / sh.size
             syncs.append(p.comm(rc, "ar", "all_reduce", rep, shard_bytes, f"AR {name}{tag}", [rs], "sync"))
+        if ep is not None and b is not None and b.moe is not None:
+            after, more = ep.reduce_grad(p, rc, b, after, sync, tag)
+            syncs += more
     pc.residency.reshard_all()
     return syncs
 
@@ -275,11 +285,11 @@ def zero_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workl
     embed, layers, head = split_blocks(w)
     m = stage_mesh(res)
     replica = m.groups("dp_replicate") if res.replicas > 1 else None
-    shard, backward = m.groups("dp_shard"), fsdp_backward
+    shard = m.groups("dp_shard")
     if isinstance(p.ep, ExpertParallel):  # the blocks' units without their experts, over dp_shard x ep
         layers = [dense_part(b) for b in layers]
-        shard, replica, backward = p.ep.groups.dense, p.ep.groups.replica, with_experts(p.ep, fsdp_backward)
+        shard, replica = p.ep.groups(0).dense, p.ep.groups(0).replica
     residency = Residency(reshard_after_forward=cfg.strategy.reshard_after_forward)
     piece = FsdpPiece(embed, layers, head, shard, replica, residency)
     step = amax_all_reduce(w.arch, len(layers), optimizer_step) if cfg.float8_all_gather else None
-    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, backward, step)
+    data_parallel_plan(p, cm, cfg, res, w, piece, fsdp_forward, fsdp_backward, step)

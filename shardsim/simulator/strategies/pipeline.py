@@ -23,6 +23,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _ids, _join, moves
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, ddp_backward, ddp_forward
+from shardsim.simulator.strategies.expert_parallel import dense_part, ep_groups
 from shardsim.simulator.strategies.fsdp import FsdpPiece, Residency, fsdp_backward, fsdp_forward, fsdp_reduce_grad
 from shardsim.simulator.strategies.mesh import StageMesh, pipeline_ends, stage_mesh
 from shardsim.simulator.strategies.steps import (
@@ -89,15 +90,22 @@ def gradient_send(m: StageMesh, blocks: list[Block], mb: int, ebytes: int) -> tu
 def stage_pieces(res: Resolved, w: Workload) -> list[Piece]:
     """One piece per stage (pp x stages_per_rank of them), on its rank's mesh. A sharded stage
     (FSDP2 over its replicas) keeps units unsharded after backward (pipelining's
-    set_reshard_after_backward(False))."""
+    set_reshard_after_backward(False)); with expert parallelism its layers' units hold all but
+    their experts, sharded over dp_shard x ep (`expert_parallel`)."""
     d = res.shard
     pieces: list[Piece] = []
     for s, blocks in enumerate(stage_blocks(res, w)):
-        m = stage_mesh(res, stage_rank(res.schedule, res.pp, s))
+        r = stage_rank(res.schedule, res.pp, s)
+        m = stage_mesh(res, r)
         if d > 1:
             replica = m.groups("dp_replicate") if res.replicas > 1 else None
             residency = Residency(reshard_after_backward=False)
-            pc: Piece = FsdpPiece(*blocks, m.groups("dp_shard"), replica, residency)
+            shard = m.groups("dp_shard")
+            if res.ep > 1:
+                g = ep_groups(res.dims, r)
+                shard, replica = g.dense, g.replica
+                blocks = (blocks[0], [dense_part(b) for b in blocks[1]], blocks[2])
+            pc: Piece = FsdpPiece(*blocks, shard, replica, residency)
         else:
             pc = Piece(*blocks, None, m.groups(*DATA) if m.dp > 1 else None)
         pieces.append(pc)

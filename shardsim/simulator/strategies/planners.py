@@ -153,6 +153,8 @@ class PipelinePlanner:
         per_microbatch = 4 * units + 6 * v if sharded else 6 * v  # a sharded stage runs each block's ops
         if s.schedule in ZERO_BUBBLE:  # the backward's W pass besides its I
             per_microbatch += units if sharded else v
+        if s.ep > 1:  # an MoE layer's all-to-alls and its experts' unit (`expert_parallel`), at most 24 more
+            per_microbatch += 24 * units
         return grad_accum * s.pp * (s.microbatches * per_microbatch + 4 * units) + s.pp
 
     def sharded(self, res: Resolved) -> bool:
