@@ -55,15 +55,16 @@ def tp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
 def cp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """The ops context parallelism adds to a step's plan: each block's pass its own op, and each
     layer's pass its attention rounds and their collectives (`strategies.context_parallel`: cp
-    rounds and a last op a pass; the K/V rotation, one all-gather or cp - 1 ring passes, a pass
-    and again where full checkpointing recomputes the forward; cp gradient passes in backward),
-    in every microbatch."""
+    rounds and a last op a pass, the forward's after its all-gather one op; the K/V rotation,
+    one all-gather or cp - 1 ring passes, a pass and again where full checkpointing recomputes
+    the forward; cp gradient passes in backward), in every microbatch."""
     s = cfg.strategy
     if s.cp == 1:
         return 0
     rotation = 1 if s.cp_rotate == "allgather" else s.cp - 1
     recompute = rotation if cfg.checkpointing == "full" else 0
-    per_layer = 2 * (s.cp + 1) + 2 * rotation + s.cp + recompute
+    fwd_rounds = min(s.cp, 2) if s.cp_rotate == "allgather" else s.cp
+    per_layer = (fwd_rounds + 1) + (s.cp + 1) + 2 * rotation + s.cp + recompute
     passes = cfg.grad_accum * (s.microbatches if s.spec.is_pipeline else 1)
     return passes * ((n_layers + 2) * 2 + n_layers * per_layer)
 
@@ -104,11 +105,17 @@ def plan_refusal(cfg: RunConfig, n_layers: int) -> PlanRefusal | None:
     )
 
 
-def check_scale(cfg: RunConfig, world: int, n_layers: int) -> None:
-    """Raise ConfigError (one line naming the bound) when `cfg` on `world` devices is beyond the simulator."""
+def check_world(world: int) -> None:
+    """Raise ConfigError (one line naming the bound) when a cluster of `world` devices is beyond the simulator."""
     why = world_refusal(world)
     if why:
         raise ConfigError(why, field="nodes")
+
+
+def check_plan(cfg: RunConfig, n_layers: int) -> None:
+    """Raise ConfigError (one line naming the bound) when the step's plan of `cfg` is beyond the
+    simulator. Checked before a plan is built, not before memory: a step that does not fit is
+    never planned (`predict`'s `prune_unfit`, a sweep's rows), so no bound keeps it out."""
     too_big = plan_refusal(cfg, n_layers)
     if too_big:
         raise ConfigError(too_big.message, field=too_big.field)
