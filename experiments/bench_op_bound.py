@@ -3,9 +3,10 @@
 For each space (llama-3.1-70b on 16 x p5.48xlarge at 8,192 tokens; llama-3.1-405b on
 64 x p5.48xlarge at 8,192 tokens and, with cp, at 131,072 tokens; pp up to 16, up to 64
 microbatches, every pipeline schedule with up to 4 stages per rank): how many configurations a
-sweep keeps and drops (by kind of reason), the largest op estimate among them with the bound
-lifted, and the wall time, CPU time (which a loaded machine does not stretch) and peak RSS of
-predicting the `--worst` largest, in a fresh process each.
+sweep keeps (how many of them fit, to be simulated; the others are rows of their memory) and
+drops (by kind of reason), the largest op estimate of the space with the bound lifted and of
+those that fit, and the wall time, CPU time (which a loaded machine does not stretch) and peak
+RSS of predicting the `--worst` largest that fit, in a fresh process each.
 Run: nice -n 19 python experiments/bench_op_bound.py [--worst 2] [--spaces 70b,405b-8k,405b-131k]
 """
 
@@ -20,7 +21,7 @@ from shardsim.config import load_config
 from shardsim.simulator import scale
 from shardsim.simulator.scale import MAX_PLAN_OPS, plan_ops_estimate
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.sweep.space import SweepSpace, enumerate_configs
+from shardsim.sweep.space import SweepSpace, enumerate_configs, unfit
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv")
 SPACES = {  # name: (workload, nodes, seq_len, extra axes)
@@ -71,10 +72,12 @@ def main() -> None:
             every = enumerate_configs(base, sp, w)
         finally:
             scale.MAX_PLAN_OPS = bound
-        est = sorted(((plan_ops_estimate(c.cfg, n), c.index, c) for c in every.candidates), key=lambda x: -x[0])
+        largest = max(plan_ops_estimate(c.cfg, n) for c in every.candidates)
+        fit = [c for c in kept.candidates if not unfit(c.cfg, c.cluster, w)]
+        est = sorted(((plan_ops_estimate(c.cfg, n), c.index, c) for c in fit), key=lambda x: -x[0])
         print(
-            f"{name}: {len(kept.candidates):,} predicted, dropped {dict(kept.dropped_kinds)}; "
-            f"largest estimate {est[0][0]:,} ops"
+            f"{name}: {len(kept.candidates):,} predicted ({len(fit):,} fit), dropped {dict(kept.dropped_kinds)}; "
+            f"largest estimate {largest:,} ops, of those that fit {est[0][0] if est else 0:,}"
         )
         for ops, _, c in est[: args.worst]:
             out = subprocess.run(

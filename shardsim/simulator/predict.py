@@ -36,7 +36,7 @@ from shardsim.simulator.memory import (
 from shardsim.simulator.network.links import links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.results import KEY_FIELDS, StrategyKey, result_key
-from shardsim.simulator.scale import check_scale
+from shardsim.simulator.scale import check_plan, check_world
 from shardsim.simulator.strategies.build import build_plan
 from shardsim.simulator.strategies.expert_parallel import ep_classes, rank_factor
 from shardsim.simulator.strategies.steps import BlockTimes, ends_apart, pipeline_blocks, rank_classes, stage_blocks
@@ -215,7 +215,9 @@ class Prepared:
         return _summarize(self.cfg, self.res, self.workload, self.cluster, self.compute, self.memory, None, [])
 
     def plan(self) -> Plan:
-        """The step's plan (`build_plan`)."""
+        """The step's plan (`build_plan`); ConfigError in one line, before any of it is built, when
+        it is beyond the simulator's op bound (`scale.check_plan`)."""
+        check_plan(self.cfg, len(self.workload.layers) or len(self.workload.blocks))
         return build_plan(self.cfg, self.res, self.ranks_workload, self.compute)
 
     def simulated(self, plan: Plan, algo: str = "auto") -> StepPrediction:
@@ -248,7 +250,7 @@ def prepare(
         arch=w.arch,
         devices_per_node=cluster.devices_per_node,
     )
-    check_scale(cfg, cluster.world, n_layers)  # beyond the simulator's bounds: one line, before any work
+    check_world(cluster.world)  # beyond the simulator's bounds: one line, before any work
     if refusal := cluster.instance.device.backend_refusal(cfg.backend):
         raise ConfigError(refusal, field="backend")
     if profile is None and cfg.profile:

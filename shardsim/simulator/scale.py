@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 # ops of one step's plan, as `plan_ops_estimate` counts them: every layout of llama-3.1-70b on
 # 16 x p5.48xlarge and of llama-3.1-405b on 64 x p5.48xlarge at 8,192 tokens (pp up to 16, 64
 # microbatches, 4 stages per rank; at most 191,376) is within it; the largest predict in about
-# 2 s and 150 MiB on a 2-core machine (experiments/readings/op-bound.md)
+# 2 s and 150 MiB on a 2-core machine. Those beyond it at 131,072 tokens with cp up to 16 do not
+# fit in memory, so a sweep keeps them as rows of their memory (experiments/readings/op-bound.md)
 MAX_PLAN_OPS = 200_000
 MAX_MESSAGE_BYTES = 2**40  # one collective's message (1 TiB: the fp32 gradients of a 270 B model)
 MAX_SWEEP_SPACE = 50_000  # configurations a sweep's requested space holds, valid or not, before any is checked
@@ -55,15 +56,16 @@ def tp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
 def cp_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """The ops context parallelism adds to a step's plan: each block's pass its own op, and each
     layer's pass its attention rounds and their collectives (`strategies.context_parallel`: cp
-    rounds and a last op a pass; the K/V rotation, one all-gather or cp - 1 ring passes, a pass
-    and again where full checkpointing recomputes the forward; cp gradient passes in backward),
-    in every microbatch."""
+    rounds and a last op a pass, the forward's after its all-gather one op; the K/V rotation,
+    one all-gather or cp - 1 ring passes, a pass and again where full checkpointing recomputes
+    the forward; cp gradient passes in backward), in every microbatch."""
     s = cfg.strategy
     if s.cp == 1:
         return 0
     rotation = 1 if s.cp_rotate == "allgather" else s.cp - 1
     recompute = rotation if cfg.checkpointing == "full" else 0
-    per_layer = 2 * (s.cp + 1) + 2 * rotation + s.cp + recompute
+    fwd_rounds = min(s.cp, 2) if s.cp_rotate == "allgather" else s.cp
+    per_layer = (fwd_rounds + 1) + (s.cp + 1) + 2 * rotation + s.cp + recompute
     passes = cfg.grad_accum * (s.microbatches if s.spec.is_pipeline else 1)
     return passes * ((n_layers + 2) * 2 + n_layers * per_layer)
 
@@ -104,11 +106,17 @@ def plan_refusal(cfg: RunConfig, n_layers: int) -> PlanRefusal | None:
     )
 
 
-def check_scale(cfg: RunConfig, world: int, n_layers: int) -> None:
-    """Raise ConfigError (one line naming the bound) when `cfg` on `world` devices is beyond the simulator."""
+def check_world(world: int) -> None:
+    """Raise ConfigError (one line naming the bound) when a cluster of `world` devices is beyond the simulator."""
     why = world_refusal(world)
     if why:
         raise ConfigError(why, field="nodes")
+
+
+def check_plan(cfg: RunConfig, n_layers: int) -> None:
+    """Raise ConfigError (one line naming the bound) when the step's plan of `cfg` is beyond the
+    simulator. Checked before a plan is built, not before memory: a step that does not fit is
+    never planned (`predict`'s `prune_unfit`, a sweep's rows), so no bound keeps it out."""
     too_big = plan_refusal(cfg, n_layers)
     if too_big:
         raise ConfigError(too_big.message, field=too_big.field)

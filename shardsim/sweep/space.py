@@ -231,12 +231,25 @@ SETUP_COST = 1600  # cost units (~ plan ops) of a prediction's set-up: block tim
 WORLD_COST = 0.5  # cost units per device: planning the collectives over the cluster's links (cached per layout)
 
 
-def _cost_estimate(cfg: RunConfig, n_layers: int, world: int) -> float:
+def _cost_estimate(cfg: RunConfig, n_layers: int, world: int, simulated: bool = True) -> float:
     """Relative cost of one prediction, for load balancing and the estimate of the time left
-    only: the plan's ops (`scale.plan_ops_estimate`), a set-up, and the cluster's links. Fitted
-    to the timings of sweeps of 32 to 4,096 devices: the time left they give is within a
-    quarter or so of the real one from a tenth of the way on."""
-    return float(plan_ops_estimate(cfg, n_layers) + SETUP_COST + WORLD_COST * world)
+    only: the plan's ops (`scale.plan_ops_estimate`; none where it is not `simulated`), a set-up,
+    and the cluster's links. Fitted to the timings of sweeps of 32 to 4,096 devices: the time
+    left they give is within a quarter or so of the real one from a tenth of the way on."""
+    ops = plan_ops_estimate(cfg, n_layers) if simulated else 0
+    return float(ops + SETUP_COST + WORLD_COST * world)
+
+
+def unfit(cfg: RunConfig, cluster: Cluster, w: Workload) -> bool:
+    """Does `cfg` (normalized by resolve) not fit in memory on `cluster`, as its row will say? A
+    sweep's row of a step that does not fit is its memory alone, never simulated, so the op
+    bound does not drop it (False where its checks refuse it: the bound drops it as before)."""
+    from shardsim.simulator.predict import prepare
+
+    try:
+        return not prepare(cfg, workload=w, cluster=cluster).fits
+    except ConfigError:
+        return False
 
 
 def _clusters(base: RunConfig, space: SweepSpace) -> list[tuple[str | InstanceType, int | None]]:
@@ -680,10 +693,6 @@ def enumerate_configs(
                 except ConfigError as exc:
                     here[INVALID_LAYOUT, exc.message] += 1
                     continue
-                too_big = plan_refusal(cfg, n_layers)
-                if too_big:
-                    here[OVER_OP_BOUND, too_big.message] += 1
-                    continue
                 key = (cluster.instance.name, cluster.instance.path, cluster.nodes, cfg.strategy)
                 key += (cfg.batch_per_device, cfg.grad_accum)
                 if settings:
@@ -691,9 +700,13 @@ def enumerate_configs(
                 if key in seen:
                     continue
                 seen.add(key)
+                too_big = plan_refusal(cfg, n_layers)
+                if too_big and not unfit(cfg, cluster, w):  # one that does not fit is never planned: kept
+                    here[OVER_OP_BOUND, too_big.message] += 1
+                    continue
                 label = cfg.strategy.label() + (settings_suffix(cfg, res.shard, base) if settings else "")
                 label += batch_suffix(cfg, base, space)
-                cost = _cost_estimate(cfg, n_layers, cluster.world)
+                cost = _cost_estimate(cfg, n_layers, cluster.world, simulated=not too_big)
                 out.candidates.append(Candidate(len(out.candidates), cfg, cluster, cost, label))
         if len(out.candidates) == before:  # the whole cluster is out: one line with the reasons
             reasons = "; ".join(f"{why} ({n} configuration{'s' if n > 1 else ''})" for (_, why), n in here.items())

@@ -17,7 +17,9 @@ the last rank to the first is left out of the links' load, a named simplificatio
 beside the others, in the other direction of the links it shares).
 
 Placement (a named simplification): a layer's pass is one op of its work other than attention,
-then one op per round of attention (equal rounds: `cp_workload`); the collectives are issued
+then one op per round of attention (equal rounds: `cp_workload`; consecutive rounds between
+which no collective is issued or awaited, the forward's after the all-gather, are one op of
+their summed seconds: the same clock, with fewer ops to simulate); the collectives are issued
 after the first op and overlap the rounds as PyTorch's do (a round waits for the K/V it uses).
 In the layer the projection of q/k/v comes before attention and the rest after; here all of it
 before, which leaves the critical path as it is (nothing else runs on the compute stream). A
@@ -85,6 +87,7 @@ class ContextParallel:
     calls: tuple[tuple[RingCall, ...], tuple[RingCall, ...]]
     attention: Callable[[int], tuple[float, float]]  # a layer's (forward, backward) attention seconds at a batch
     recomputed: frozenset[str] = frozenset()
+    fuse: bool = True  # consecutive rounds that wait for nothing but each other as one op (exact)
     _layouts: dict[int, GroupLayout] = field(default_factory=dict)
     _attention_s: dict[int, tuple[float, float]] = field(default_factory=dict)
 
@@ -120,12 +123,18 @@ class ContextParallel:
         issued_after: dict[int, list[int]] = {}
         if phase == "bwd" and b.name in self.recomputed:  # the recomputed forward's rotation, again
             issued_before[-1] = issue(fwd_calls, rest, " (recompute)")
-        prev = rest
+        prev, first = rest, 0
+        dur_r = attn / self.cp
         for r in range(self.cp):
             issued_before[r] = issue(tuple(before[r]), prev)
             wait = [*issued_before.get(r - 1, []), *issued_after.get(r - 2, [])]
-            dur_r = attn / self.cp
-            prev = p.add(rc, "compute", "compute", f"{name} attn {r}", [prev, *wait], duration=dur_r, phase=phase)
+            if self.fuse and r > 0 and not (wait or issued_before[r] or issued_after[r - 1]):
+                op = p.ops[prev]  # nothing issued or awaited between the rounds: one op, the same clock
+                op.duration += dur_r
+                op.name = f"{name} attn {first}-{r}"
+            else:
+                prev = p.add(rc, "compute", "compute", f"{name} attn {r}", [prev, *wait], duration=dur_r, phase=phase)
+                first = r
             issued_after[r] = issue(tuple(after[r]), prev)
         left = [op for r in (self.cp - 2, self.cp - 1) for op in issued_after.get(r, [])]
         if not left:
