@@ -33,6 +33,8 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -178,15 +180,12 @@ def check_sweeps(scratch: Path, studies: list[str]) -> list[str]:
     ]
 
 
-def check_scripted(scratch: Path) -> list[str]:
-    """Each scripted study (`SCRIPTED`) run into the scratch folder, against its committed files."""
-    diffs = []
-    for name in SCRIPTED:
-        here = ROOT / "experiments" / name
-        subprocess.run([sys.executable, str(here / "study.py"), "--out", str(scratch / name)],
-                       check=True, capture_output=True, cwd=ROOT)  # fmt: skip
-        diffs += [d for f in SCRIPTED_FILES for d in compare_file(scratch / name / f, here / f)]
-    return diffs
+def check_scripted(scratch: Path, name: str) -> list[str]:
+    """A scripted study (`SCRIPTED`) run into the scratch folder, against its committed files."""
+    here = ROOT / "experiments" / name
+    subprocess.run([sys.executable, str(here / "study.py"), "--out", str(scratch / name)],
+                   check=True, capture_output=True, cwd=ROOT)  # fmt: skip
+    return [d for f in SCRIPTED_FILES for d in compare_file(scratch / name / f, here / f)]
 
 
 def check_gpu(scratch: Path) -> list[str]:
@@ -230,10 +229,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = ns.keep or Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)
-        diffs = ([] if ns.no_seed else check_seed(scratch)) + check_sweeps(scratch, studies)
-        diffs += [] if ns.no_scripted else check_scripted(scratch)
-        diffs += [] if ns.no_gpu else check_gpu(scratch)
-        diffs += check_readme()
+        checks = [
+            *([] if ns.no_scripted else [partial(check_scripted, scratch, name) for name in SCRIPTED]),
+            partial(check_sweeps, scratch, studies),
+            *([] if ns.no_seed else [partial(check_seed, scratch)]),
+            *([] if ns.no_gpu else [partial(check_gpu, scratch)]),
+            check_readme,
+        ]  # each runs its own processes: on every core at once, the longest first
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            diffs = [d for found in pool.map(lambda check: check(), checks) for d in found]
     for d in diffs:
         print(d)
     n_seed = 0 if ns.no_seed else len(list(SEED.glob("*.yaml")))
