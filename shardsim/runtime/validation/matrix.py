@@ -33,6 +33,7 @@ _STRATEGY_KEYS = (
     "sequence_parallel",
     "mesh_order",
     "tp_across_nodes",
+    "ep",
 )
 
 

@@ -93,6 +93,8 @@ class _Validation:
         steal = row.host_steal_share if math.isfinite(row.host_steal_share) else None
         slowed = self.profile.slowed(row.host_slowdown, among_ranks=among, steal_share=steal)
         cfg = self.configs[i] if self.calibration is None else self.configs[i].replace(calibration=self.calibration)
+        if math.isfinite(row.moe_imbalance):  # the routing its runs had, not the configuration's ideal
+            cfg = cfg.replace(moe_imbalance=row.moe_imbalance)
         rescore(row, predict(cfg, profile=slowed))
 
     def rescore_all(self) -> None:

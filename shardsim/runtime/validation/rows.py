@@ -56,6 +56,10 @@ class Row:
     run_ids: list[str] = field(default_factory=list)  # every attempt's run; run_id is the last
     step_steal_share: list[float] = field(default_factory=list)  # per step of every attempt, as step_times_s
     step_probe_s: list[float] = field(default_factory=list)  # the probe before each step (mean over ranks)
+    # a model with experts: what its runs' routing was, the busiest expert's tokens over the mean
+    # (the records' `expert_imbalance`, the mean over MoE layers and attempts); its prediction
+    # assumes it (`moe_imbalance`). NaN for a dense model.
+    moe_imbalance: float = math.nan
 
     @property
     def key(self) -> tuple[str, str]:
@@ -85,6 +89,9 @@ def add_attempt(row: Row, run: RunRecord) -> None:
     row.run_ids.append(row.run_id)
     mem, had = run.memory_allocated_gib, row.measured_memory_allocated_gib
     row.measured_memory_allocated_gib = mem if math.isnan(had) else max(had, mem)
+    if run.expert_imbalance:
+        this, before = statistics.fmean(run.expert_imbalance), row.moe_imbalance
+        row.moe_imbalance = this if math.isnan(before) else before + (this - before) / row.attempts
     row.status = "ok"
 
 
