@@ -60,7 +60,7 @@ class CaseResult:
 
 def _chosen(option: bool | Collection[str], name: str) -> bool:
     """`option` for case `name`: every case's (True), none's (False), or the cases named."""
-    return option is True or (bool(option) and not isinstance(option, bool) and name in option)
+    return option if isinstance(option, bool) else name in option
 
 
 def run_batch(
@@ -187,8 +187,10 @@ class SessionBatches:
                 if w != world or key in self.results:
                     continue
                 cases[key] = argv
-                params |= {key} if _chosen(entry.save_params, name) else set()
-                traced |= {key} if _chosen(entry.trace, name) else set()
+                if _chosen(entry.save_params, name):
+                    params.add(key)
+                if _chosen(entry.trace, name):
+                    traced.add(key)
         launched = self.folder / f"world{world}-{len(self.results)}"
         self.results.update(run_batch(launched, world, cases, save_params=params, trace=traced))
 

@@ -238,12 +238,16 @@ class ExpertParallel:
         out = p.fsdp.gather_s_per_param * params
         return compute_op(p, rc, f"copy-out experts {name}", [ag, deps[-1]], out, phase) if out > 0 else ag
 
-    def _reduce(self, p: Plan, rc: int, b: Block, after: int, name: str) -> None:
+    def _reduce(self, p: Plan, rc: int, b: Block, after: Dep, name: str) -> None:
         """The experts' gradient reduce-scatter (after its copy-in) and, on a syncing micro-step,
         the shard's all-reduce across replicas."""
-        copy = p.fsdp.reduce_s_per_param * local_expert_params(b, self.ep)
-        after = compute_op(p, rc, f"copy-in experts {name}", [after], copy, "bwd") if copy > 0 else after
+        after = self._copy_in(p, rc, b, after, name, "bwd")
         self.syncs += self._reduce_scatter(p, rc, b, after, name, self.sync, [after])
+
+    def _copy_in(self, p: Plan, rc: int, b: Block, after: Dep, name: str, phase: str) -> Dep:
+        """FSDP2's copy-in of `b`'s experts' gradients after op `after` (`after` itself when it costs nothing)."""
+        copy = p.fsdp.reduce_s_per_param * local_expert_params(b, self.ep)
+        return compute_op(p, rc, f"copy-in experts {name}", [after], copy, phase) if copy > 0 else after
 
     def _reduce_scatter(
         self, p: Plan, rc: int, b: Block, after: Dep, name: str, sync: bool, ar_deps: list[Dep]
@@ -263,9 +267,7 @@ class ExpertParallel:
         """perform_reduce_grad's turn of MoE layer `b`'s experts (after op `after`): copy-in, their
         gradient reduce-scatter and, with `sync`, the all-reduce across replicas. Returns (what the
         next unit's copy-in waits for, the gradient collectives)."""
-        copy = p.fsdp.reduce_s_per_param * local_expert_params(b, self.ep)
-        if copy > 0:
-            after = compute_op(p, rc, f"copy-in experts {b.name}{tag}", [after], copy, "sync")
+        after = self._copy_in(p, rc, b, after, f"{b.name}{tag}", "sync")
         return after, self._reduce_scatter(p, rc, b, after, f"{b.name}{tag}", sync, [])
 
 
