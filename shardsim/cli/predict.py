@@ -102,10 +102,12 @@ def _moe_lines(pred) -> list[tuple[str, str]]:
 
 
 def _cmd_predict(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.attention_impl import warn_slower_rates
     from shardsim.simulator.predict import predict, save_trace
     from shardsim.specs.model.load import display_name
 
     cfg = config_from_args(ns)
+    warn_slower_rates([(cfg.attention, cfg.precision)])
     if ns.trace:
         check_output_file(ns.trace, "trace", inputs=config_inputs(ns, cfg))
     pred = predict(cfg, algo=ns.algo)

@@ -177,6 +177,7 @@ def _report_dropped(result) -> None:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
+    from shardsim.simulator.attention_impl import warn_slower_rates
     from shardsim.sweep.output import sweep_folder
 
     if ns.address is not None and ns.executor != "ray":
@@ -188,6 +189,8 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
 
         require_ray()  # one line naming the extra, before any work
     base, space = _build(ns)
+    precisions = space.precisions or (base.precision,)
+    warn_slower_rates((a, p) for a in space.attentions or (base.attention,) for p in precisions)
     if base.calibration:
         from shardsim.simulator.calibration.apply import load_calibration
 

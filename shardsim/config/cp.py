@@ -70,8 +70,9 @@ def check_cp(
             "it does not divide"
         )
         raise ConfigError(why, where=where, field="sequence_parallel")
-    if attention == "math":
-        why = "PyTorch's ring attention runs the flash, efficient or cuDNN kernels, not math (unfused) attention"
+    if attention in ("math", "eager"):
+        why = f"PyTorch's ring attention runs the flash, efficient or cuDNN kernels, not {attention} (unfused) "
+        why += "attention"
         raise ConfigError(why, where=where, field="attention")
     if profiled:
         why = "a profile measures blocks over whole sequences; context parallelism's share of them is not measured"

@@ -1,6 +1,6 @@
-"""The warning line of a pasted key that shardsim accepts and does not model (a DeepSpeed,
-SageMaker or launcher key; a config.json's keys its family does not read): one line on stderr,
-naming the file, the key and why.
+"""Warning lines on stderr: a pasted key that shardsim accepts and does not model (a DeepSpeed,
+SageMaker or launcher key; a config.json's keys its family does not read), one line naming the
+file, the key and why; or a setting that runs slower than it suggests (`warn`).
 
 Said at once, or, inside `held` (a command), once each when the command is done: a command
 that refuses its input prints its one line alone."""
@@ -18,7 +18,11 @@ _held: list[str] | None = None  # the notes of the command under way (`held`), N
 
 def not_modelled(where: str, key: str, why: str) -> None:
     """Say on stderr that `key` of `where` is accepted and not modelled, and why."""
-    line = f"{where}: {key} accepted, not modelled: {why}"
+    warn(f"{where}: {key} accepted, not modelled: {why}")
+
+
+def warn(line: str) -> None:
+    """Say `line` on stderr as a warning (held, and said once, inside `held`)."""
     if _held is None:
         log.warning("%s", line)
     else:

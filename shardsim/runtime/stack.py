@@ -5,7 +5,8 @@ What runs where:
 - attention: flash is PyTorch's own choice, unrestricted (today's behaviour: on CUDA the flash
   kernel for fp16 / bf16, the memory-efficient one for fp32; on CPU its flash-for-CPU kernel);
   efficient is ``sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)`` (CUDA only: refused on CPU); math
-  is ``sdpa_kernel(SDPBackend.MATH)`` (CUDA and CPU).
+  is ``sdpa_kernel(SDPBackend.MATH)`` (CUDA and CPU); eager is no SDPA call: the layers'
+  `eager_attention`, Hugging Face's eager attention (CUDA and CPU).
 - tf32: on CUDA ``torch.backends.cuda.matmul.allow_tf32`` and cuDNN's (as
   ``set_float32_matmul_precision("high")``); storage stays fp32. On CPU it runs as fp32 (no
   TF32 there), with a note in the run's notes.
@@ -90,7 +91,7 @@ def apply_model_settings(model: Any, cfg: RunConfig) -> Any:
     backends = sdpa_backends(cfg.attention)
     for m in model.modules():
         if isinstance(m, Attention):
-            m.backends = backends
+            m.backends, m.eager = backends, cfg.attention == "eager"
     if cfg.mlm_fraction is not None:
         arch = getattr(model, "arch", None)
         check_mlm(arch, cfg.mlm_fraction)
@@ -100,8 +101,8 @@ def apply_model_settings(model: Any, cfg: RunConfig) -> Any:
 
 
 def sdpa_backends(attention: str) -> list | None:
-    """The SDPBackends `attention` restricts SDPA to (None: PyTorch's own choice)."""
-    if attention == "flash":
+    """The SDPBackends `attention` restricts SDPA to (None: PyTorch's own choice, or eager's no SDPA)."""
+    if attention in ("flash", "eager"):
         return None
     from torch.nn.attention import SDPBackend
 

@@ -25,10 +25,31 @@ costs them; `flash` is the fused model of `gpu_kernels` (the default, unchanged)
   ones; what saved_tensors_hooks count for a gpt or bert layer under MATH against the default
   kernel on CPU (torch 2.13), exactly, in fp32 and bf16 (a test checks it). Grouped-query
   attention's key/value expansion (a copy) is not counted (named).
+- eager (no SDPA: Hugging Face Transformers' ``eager_attention_forward``, the runtime's
+  `eager_attention`): QK^T and PV as two batched GEMMs in the training precision at the kernel
+  model's GEMM rate for it (the tensor cores' in fp16 / bf16, TF32's under tf32: plain matmuls,
+  which allow_tf32 governs), over the whole S x S as math's (`math_gemms`, `math_flops`). The
+  score tensor's elementwise kernels, each its own pass over b x h x S x S at the achieved HBM
+  bandwidth, bytes per element from the dtypes they read and write (`eager_fwd_kernels`,
+  `eager_bwd_kernels`; e the precision's bytes): forward the scale's multiply (e + e), the causal
+  mask's add (e + e; the S x S mask, shared over the batch and heads, not counted), the softmax
+  in fp32 (``softmax(dtype=float32)``; PyTorch's SoftMax.cpp: for fp16 on CUDA one
+  half-to-float kernel, e + 4; for bf16 a cast to fp32, e + 4, then the fp32 softmax, 4 + 4;
+  fp32 4 + 4) and the cast back (4 + e, none in fp32); backward the cast's (e + 4), the
+  softmax's backward (read dP and P in fp32, write dS: 4 + 4 + e for fp16's half-to-float
+  kernel, 4 + 4 + 4 then the cast's backward 4 + e for bf16) and the scale's (e + e). No
+  dropout: the families have no attention dropout. Saved for backward beyond the fused kernels
+  (`eager_saved_extra_bytes`): the fp32 softmax output and, in fp16 / bf16, its cast (the PV
+  matmul's input), less the log-sum-exp: what saved_tensors_hooks count on a layer (a test).
+  Megatron's fused scale-mask-softmax (one kernel, e + e forward, 3e backward) and BERT's
+  half-precision softmax move fewer bytes: Transformers' eager is what is costed (named).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from shardsim.core.notes import warn
 from shardsim.simulator.gpu_kernels import Attention, Gemm
 
 EFFICIENT_RATE = 0.53  # memory-efficient SDPA's throughput over flash's (see above)
@@ -65,7 +86,38 @@ def math_flops(a: Attention) -> tuple[float, float]:
     return full, 2 * full
 
 
-SCORE_BYTES = 4  # the math path's scores and copies: fp32
+SCORE_BYTES = 4  # the math path's scores and copies: fp32; eager's softmax output
+
+
+def _esize(precision: str) -> int:
+    """Bytes of an element stored in `precision` (tf32 stores fp32)."""
+    return SCORE_BYTES if precision in ("fp32", "tf32") else 2
+
+
+def eager_fwd_kernels(causal: bool, precision: str) -> tuple[int, ...]:
+    """Bytes per score element of each of eager's forward elementwise kernels in `precision`, in
+    order: the scale's multiply, the causal mask's add, the fp32 softmax (bf16: its cast to fp32
+    first), the cast back (see above)."""
+    e, f = _esize(precision), SCORE_BYTES
+    softmax = {"fp16": (e + f,), "bf16": (e + f, 2 * f)}.get(precision, (2 * f,))
+    return (2 * e, *((2 * e,) if causal else ()), *softmax, *((f + e,) if e < f else ()))
+
+
+def eager_bwd_kernels(precision: str) -> tuple[int, ...]:
+    """Bytes per score element of each of eager's backward elementwise kernels in `precision`, in
+    order: the cast's backward, the softmax's backward (dP and P read in fp32, dS written; bf16:
+    then dS's cast) and the scale's."""
+    e, f = _esize(precision), SCORE_BYTES
+    softmax = {"fp16": (2 * f + e,), "bf16": (3 * f, f + e)}.get(precision, (3 * f,))
+    return (*((e + f,) if e < f else ()), *softmax, 2 * e)
+
+
+def eager_saved_extra_bytes(heads: int, seq: int, esize: int) -> float:
+    """Bytes per sample eager saves beyond the fused kernels: the fp32 softmax output (heads x S
+    x S) less the fp32 log-sum-exp (heads x S), and with inputs of `esize` < 4 bytes its cast
+    (PV's input)."""
+    half = esize * float(heads) * seq * seq if esize < SCORE_BYTES else 0.0
+    return SCORE_BYTES * float(heads) * seq * (seq - 1) + half
 
 
 def saved_extra_bytes(heads: int, seq: int, qkv_width: int, esize: int) -> float:
@@ -74,3 +126,30 @@ def saved_extra_bytes(heads: int, seq: int, qkv_width: int, esize: int) -> float
     q, k, v (`qkv_width` per token) in place of theirs."""
     p = SCORE_BYTES * float(heads) * seq * (seq - 1)
     return p + max(0, SCORE_BYTES - esize) * seq * qkv_width
+
+
+def slower_rate_warning(attention: str, precision: str) -> str | None:
+    """The line to warn with where `attention` runs slower than `precision` suggests, else None:
+    the fused kernels under tf32 compute in fp32 at fp32's rate (``allow_tf32`` governs matmuls,
+    not SDPA's kernels: `compute.ComputeModel._attention_scale`); math upcasts fp16 / bf16 inputs
+    to fp32 (see above). In fp32 every choice runs at the rate fp32 suggests."""
+    if attention in ("flash", "efficient") and precision == "tf32":
+        return (
+            f"attention {attention} under tf32 runs at the fp32 rate, not TF32's: PyTorch's fused SDPA kernels "
+            "compute fp32 inputs in fp32 whatever allow_tf32 says (eager's matmuls run on the TF32 tensor cores; "
+            "bf16 runs the fused kernels on them)"
+        )
+    if attention == "math" and precision in ("fp16", "bf16"):
+        return (
+            f"attention math under {precision} runs in fp32: PyTorch's math SDPA upcasts {precision} inputs (its "
+            f"GEMMs at the fp32 rate, the scores in fp32); eager runs them in {precision}"
+        )
+    return None
+
+
+def warn_slower_rates(choices: Iterable[tuple[str, str]]) -> None:
+    """Warn on stderr, once each, for the (attention, precision) pairs that run slower than
+    their precision suggests (`slower_rate_warning`)."""
+    for attention, precision in dict.fromkeys(choices):
+        if (line := slower_rate_warning(attention, precision)) is not None:
+            warn(line)

@@ -78,7 +78,7 @@ class ComputeModel:
     tp: int = 1  # tensor-parallel degree: the blocks' kernels are one rank's shards of them
     sequence_parallel: bool = False
     optimizer_kind: str = "adam"  # `simulator.optimizers` (the `optimizer` setting)
-    attention: str = "flash"  # flash | efficient | math (`simulator.attention_impl`)
+    attention: str = "flash"  # flash | efficient | math | eager (`simulator.attention_impl`)
     compile: bool = False  # torch.compile of the layers (`simulator.fusion`)
     float8: str = "none"  # Float8 training of the layers' linears: none | tensorwise | rowwise (`simulator.float8`)
     float8_all_gather: bool = False  # FSDP2's float8 all-gather: the weights arrive cast (`simulator.float8`)
@@ -125,15 +125,24 @@ class ComputeModel:
         fwd = b.fwd_flops * batch / self.flops_per_s + mem
         bwd = b.bwd_flops * batch / self.flops_per_s + BWD_MEM_FACTOR * mem
         attn = self._attention(b, batch)
-        if self.attention == "math" and attn is not None:
+        if self.attention in ("math", "eager") and attn is not None:
             # the roofline's unfused attention: the work beyond the fused kernels' (full S x S;
-            # backward 4 GEMMs against their 2.5) and the score tensor's traffic
+            # backward 4 GEMMs against their 2.5) and the score tensor's traffic (the roofline
+            # keeps the precision's matmul rate for math's too: CPUs have fp32 only)
             ff, bf = ai.math_flops(attn)
-            fm, bm = ai.math_mem_elems(attn)
-            sb = ai.SCORE_BYTES  # (the roofline keeps the precision's matmul rate for them: CPUs have fp32 only)
-            fwd += (ff - attn.fwd_flops) / self.flops_per_s + fm * sb / self.mem_bytes_per_s
-            bwd += (bf - gk.BWD_ATTN_WORK * attn.fwd_flops) / self.flops_per_s + bm * sb / self.mem_bytes_per_s
+            fm, bm = self._score_bytes(attn)
+            fwd += (ff - attn.fwd_flops) / self.flops_per_s + fm / self.mem_bytes_per_s
+            bwd += (bf - gk.BWD_ATTN_WORK * attn.fwd_flops) / self.flops_per_s + bm / self.mem_bytes_per_s
         return BlockCost(fwd, bwd, mem)
+
+    def _score_bytes(self, a: gk.Attention) -> tuple[float, float]:
+        """Bytes the unfused attention's memory-bound kernels move over the score tensor (forward,
+        backward): math's fp32 passes, or eager's kernels in the training precision."""
+        if self.attention == "math":
+            fm, bm = ai.math_mem_elems(a)
+            return fm * ai.SCORE_BYTES, bm * ai.SCORE_BYTES
+        e = ai.score_elems(a)
+        return e * sum(ai.eager_fwd_kernels(a.causal, self.precision)), e * sum(ai.eager_bwd_kernels(self.precision))
 
     def _layer(self, b: Block) -> bool:
         """Whether `b` is a transformer layer of a described model (what compile and the attention choice change)."""
@@ -209,6 +218,15 @@ class ComputeModel:
             if k.attention.causal:
                 fwd_k.append(ai.CAUSAL_MASK_PASSES * e)
             bwd_k.append(ai.SCORE_BWD_PASSES * e)
+        elif k.attention is not None and self.attention == "eager":
+            # in the training precision (`attention_impl`): its GEMMs at the layer's GEMM rate, the
+            # score tensor's elementwise kernels each its own at the bytes it reads and writes
+            fg, bg = ai.math_gemms(k.attention)
+            fwd_k += [gk.gemm_time(g, spec, rate, bw, esize) for g in fg]
+            bwd_k += [gk.gemm_time(g, spec, rate, bw, esize) for g in bg]
+            per_byte = ai.score_elems(k.attention) / bw
+            fwd_k += [b * per_byte for b in ai.eager_fwd_kernels(k.attention.causal, self.precision)]
+            bwd_k += [b * per_byte for b in ai.eager_bwd_kernels(self.precision)]
         elif k.attention is not None:
             scale = self._attention_scale(spec)
             fwd_k.append(self._ring_attention_time(spec, k.attention, bwd=False, scale=scale))

@@ -76,15 +76,19 @@ def state_words(optimizer: str, w: Workload) -> float:
 
 def attention_saves(w: Workload, attention: str, esize: int) -> Workload:
     """`w` with what its layers save for backward under the attention implementation, in
-    elements of `esize` bytes: the unfused path's fp32 score tensor and more
-    (`attention_impl.saved_extra_bytes`) on each transformer layer of a described model; the
-    fused kernels' (flash, efficient) as `families` counts them."""
+    elements of `esize` bytes: the unfused paths' score tensors and more
+    (`attention_impl.saved_extra_bytes` for math, `eager_saved_extra_bytes` for eager) on each
+    transformer layer of a described model; the fused kernels' (flash, efficient) as `families`
+    counts them."""
     a = w.arch
-    if attention != "math" or a is None or not a.spec.transformer:
+    if attention not in ("math", "eager") or a is None or not a.spec.transformer:
         return w
     tp = w.tp
-    kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
-    extra = attention_impl.saved_extra_bytes(a.heads // tp, a.tokens, a.q_dim // tp + 2 * kvd, esize) / esize
+    if attention == "eager":
+        extra = attention_impl.eager_saved_extra_bytes(a.heads // tp, a.tokens, esize) / esize
+    else:
+        kvd = kv_heads_per_rank(a, tp) * a.head_dim if tp > 1 else a.kv_dim
+        extra = attention_impl.saved_extra_bytes(a.heads // tp, a.tokens, a.q_dim // tp + 2 * kvd, esize) / esize
     blocks = tuple(replace(b, act_elems=b.act_elems + extra) if b.kind == "layer" else b for b in w.blocks)
     return replace(w, blocks=blocks)
 

@@ -1,8 +1,8 @@
 """The training stack's settings run for real (torchrun, gloo, CPU) and compute what one process
-computes with the same settings (`tests.reference`): the attention kernel (math; flash is the
-default every other test runs; efficient is CUDA-only and refused here), the optimizers torch
-has (AdamW, SGD with momentum, Adafactor), the masked-LM head, torch.compile (slow: Inductor
-compiles each block on the CPU). tf32 runs as fp32 on CPU (no TF32 there): nothing to compare.
+computes with the same settings (`tests.reference`): the attention kernel (math, and eager: no
+SDPA; flash is the default every other test runs; efficient is CUDA-only and refused here), the
+optimizers torch has (AdamW, SGD with momentum, Adafactor), the masked-LM head, torch.compile
+(slow: Inductor compiles each block on the CPU). tf32 runs as fp32 on CPU (no TF32 there): nothing to compare.
 All but the compiled one run in one torchrun launch (`tests.runtime_batch`); each test asserts
 its own configuration's record and saved tensors."""
 
@@ -20,6 +20,7 @@ TINY_BERT = "family: bert\nhidden: 64\nlayers: 2\nheads: 4\nseq_len: 32\nvocab: 
 
 SETTINGS = {
     "ddp-math-attention": "--workload tiny-gpt --strategy ddp --attention math",
+    "ddp-eager-attention": "--workload tiny-gpt --strategy ddp --attention eager",
     "zero-sgd": "--workload tiny-gpt --strategy zero --optimizer sgd",
     "zero-adamw-fused": "--workload tiny-gpt --strategy zero --optimizer adamw --optimizer-impl fused",
     "ddp-adafactor-accum2": "--workload tiny-gpt --strategy ddp --optimizer adafactor --grad-accum 2",

@@ -159,30 +159,32 @@ def test_runtime_refuses_what_pytorch_lacks():
 # -- attention -------------------------------------------------------------------------------
 
 
+def saved_bytes(layer: torch.nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the distinct storages a layer's forward saves for backward (saved_tensors_hooks)."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    return sum(seen.values())
+
+
 def test_math_attention_saves_what_torch_saves():
     """The unfused path's extra saved bytes, counted by saved_tensors_hooks on a layer
     (distinct storages), MATH against PyTorch's default kernel, in fp32 and bf16."""
     from shardsim.runtime.models.transformer import TransformerLayer
     from shardsim.runtime.stack import sdpa_backends
 
-    def saved(layer, x):
-        seen: dict[int, int] = {}
-
-        def pack(t):
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            layer(x)
-        return sum(seen.values())
-
     for family in ("bert", "gpt"):
         for dtype, esize in ((torch.float32, 4), (torch.bfloat16, 2)):
             a = Arch(family, hidden=64, layers=1, heads=4, seq_len=32, vocab=64)
             layer, x = TransformerLayer(a).to(dtype), torch.randn(3, 32, 64, dtype=dtype)
-            fused = saved(layer, x)
+            fused = saved_bytes(layer, x)
             layer.attn.backends = sdpa_backends("math")
-            assert saved(layer, x) - fused == 3 * ai.saved_extra_bytes(4, 32, 3 * 64, esize), (family, dtype)
+            assert saved_bytes(layer, x) - fused == 3 * ai.saved_extra_bytes(4, 32, 3 * 64, esize), (family, dtype)
 
 
 def test_math_attention_memory_is_the_score_tensor():

@@ -7,7 +7,8 @@ and pipelines split) and ``head``; ``forward`` chains them; ``loss`` is cross-en
 One transformer layer serves every family, as its `Traits` say: the norm (LayerNorm, LayerNorm
 without bias, RMSNorm), biases or none (or on q, k and v alone), a GELU or a SwiGLU MLP, learned
 or rotary positions, grouped-query attention through `F.scaled_dot_product_attention`
-(``enable_gqa``), an explicit head width, q/k norms. `runtime.models.builders` assembles a
+(``enable_gqa``) or Hugging Face's eager attention (`eager_attention`), an explicit head width,
+q/k norms. `runtime.models.builders` assembles a
 family's model from these modules.
 Simplifications, named: q, k and v come from one fused projection (its output is what
 attention saves), its rows in ``qkv_groups`` groups [q_g, k_g, v_g] (one per tensor-parallel rank, so
@@ -50,6 +51,23 @@ def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor
     return angles.cos(), angles.sin()
 
 
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Attention of q (batch, heads, seq, head_dim) over k and v without SDPA, as Hugging Face
+    Transformers' ``eager_attention_forward`` runs it: grouped key/value heads repeated to the
+    query heads, the scores' matmul times the scale, an additive causal mask (the dtype's lowest
+    value above the diagonal), the softmax in float32 cast back to q's dtype, the matmul with v
+    (no dropout: the families have none)."""
+    if k.shape[1] != q.shape[1]:
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    if causal:
+        s = q.shape[-2]
+        low = torch.finfo(scores.dtype).min
+        scores = scores + torch.full((s, s), low, dtype=scores.dtype, device=scores.device).triu(1)
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v)
+
+
 class Attention(nn.Module):
     """Self-attention with a fused qkv projection whose rows are `groups` blocks [q_g, k_g, v_g]
     (and an RMSNorm over each head's q and k where the model has them: `Arch.qk_norm`).
@@ -68,6 +86,7 @@ class Attention(nn.Module):
         self.q_norm = nn.RMSNorm(a.head_dim) if a.qk_norm else None
         self.k_norm = nn.RMSNorm(a.head_dim) if a.qk_norm else None
         self.backends: list | None = None  # SDPBackends to restrict SDPA to (`runtime.stack`); None: PyTorch's choice
+        self.eager = False  # `eager_attention` in place of SDPA (`runtime.stack`)
         self.rope = a.position_kind == "rope"
         if self.rope:
             cos, sin = rope_tables(a.tokens, a.head_dim)
@@ -88,7 +107,9 @@ class Attention(nn.Module):
         if self.rope:
             q, k = rotate(q, self.cos[:s], self.sin[:s]), rotate(k, self.cos[:s], self.sin[:s])
         gqa = k.shape[1] != q.shape[1]
-        if self.backends is None:
+        if self.eager:
+            y = eager_attention(q, k, v, self.causal)
+        elif self.backends is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=gqa)
         else:
             from torch.nn.attention import sdpa_kernel
