@@ -50,7 +50,8 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
         )
         raise ConfigError(why, field="optimizer")
     if cfg.attention == "efficient" and not on_gpu:
-        why = "the memory-efficient SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel) or math"
+        why = "the memory-efficient SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel), math or "
+        why += "eager"
         raise ConfigError(why, field="attention")
     if cfg.float8 != "none":
         why = "the runtime trains without Float8 linears (torchao is not applied); the simulator predicts float8"
