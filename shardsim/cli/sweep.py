@@ -177,7 +177,6 @@ def _report_dropped(result) -> None:
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
-    from shardsim.simulator.attention_impl import warn_slower_rates
     from shardsim.sweep.output import sweep_folder
 
     if ns.address is not None and ns.executor != "ray":
@@ -189,8 +188,6 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
 
         require_ray()  # one line naming the extra, before any work
     base, space = _build(ns)
-    precisions = space.precisions or (base.precision,)
-    warn_slower_rates((a, p) for a in space.attentions or (base.attention,) for p in precisions)
     if base.calibration:
         from shardsim.simulator.calibration.apply import load_calibration
 
@@ -217,6 +214,7 @@ def _pruned(ns: argparse.Namespace) -> bool:
 
 def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
     from shardsim.report.tables import print_report
+    from shardsim.simulator.attention_impl import warn_slower_rates
     from shardsim.sweep.output import publish, to_records, write_recommendation, write_tables
     from shardsim.sweep.progress import SweepProgress
     from shardsim.sweep.search import sweep
@@ -240,6 +238,8 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             say = log.info if cache.hits else log.debug
             say("cache: %d hits, %d simulated", cache.hits, cache.simulated)
     _report_dropped(result)
+    if len(result.table):  # the attention choices whose rows run slower than their precision suggests
+        warn_slower_rates(zip(result.table["attention"], result.table["precision"], strict=True))
     if (line := result.pruned_line()) and not ns.json:
         log.info("%s", line)
     df, rec, skipped = result.table, result.recommendation, list(result.skipped)

@@ -187,3 +187,11 @@ def test_sweep_warns_each_slow_pair_once(capsys):
     assert main(args) == 0
     want = sorted(ai.slower_rate_warning(a, p) for a, p in (("flash", "tf32"), ("math", "bf16")))
     assert _attention_lines(capsys.readouterr().err) == want
+
+
+def test_sweep_does_not_warn_for_rows_it_dropped(capsys):
+    """tf32 on a V100 is dropped (no TF32 there): no row runs flash under tf32, no warning."""
+    args = ["sweep", "--workload", "tiny-gpt", "--topology", "p3dn.24xlarge", "--nodes", "1", "--strategy", "ddp",
+            "--tp", "1", "--precisions", "fp32,tf32", "--json"]  # fmt: skip
+    assert main(args) == 0
+    assert _attention_lines(capsys.readouterr().err) == []
