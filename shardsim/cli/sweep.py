@@ -202,6 +202,15 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
         return _sweep(ns, base, space, out)
 
 
+def _attention_choices(table: Any, base: Any) -> list[tuple[str, str]]:
+    """The (attention, precision) pairs of the rows a sweep ran (a column the table leaves out,
+    a setting no row varies: the base's)."""
+    n = len(table)
+    attention = table["attention"] if "attention" in table else [base.attention] * n
+    precision = table["precision"] if "precision" in table else [base.precision] * n
+    return list(zip(attention, precision, strict=True))
+
+
 def _pruned(ns: argparse.Namespace) -> bool:
     """Prune the search? Where the table's leading rows are printed, with --out or not (they, the
     recommendation, the scaling tables and the plotted rows are the exhaustive search's; the files
@@ -238,8 +247,7 @@ def _sweep(ns: argparse.Namespace, base, space, out: Path | None) -> int:
             say = log.info if cache.hits else log.debug
             say("cache: %d hits, %d simulated", cache.hits, cache.simulated)
     _report_dropped(result)
-    if len(result.table):  # the attention choices whose rows run slower than their precision suggests
-        warn_slower_rates(zip(result.table["attention"], result.table["precision"], strict=True))
+    warn_slower_rates(_attention_choices(result.table, base))
     if (line := result.pruned_line()) and not ns.json:
         log.info("%s", line)
     df, rec, skipped = result.table, result.recommendation, list(result.skipped)

@@ -195,3 +195,11 @@ def test_sweep_does_not_warn_for_rows_it_dropped(capsys):
             "--tp", "1", "--precisions", "fp32,tf32", "--json"]  # fmt: skip
     assert main(args) == 0
     assert _attention_lines(capsys.readouterr().err) == []
+
+
+def test_sweep_of_one_setting_warns_from_its_base(capsys):
+    """No listed setting: the table has no attention column, the rows run the base's."""
+    args = ["sweep", "--workload", "tiny-gpt", "--topology", "p4d.24xlarge", "--nodes", "1", "--strategy", "ddp,zero",
+            "--tp", "1", "--precision", "tf32", "--json"]  # fmt: skip
+    assert main(args) == 0
+    assert _attention_lines(capsys.readouterr().err) == [ai.slower_rate_warning("flash", "tf32")]
