@@ -1,5 +1,6 @@
-"""The attention implementations a run may choose (PyTorch's SDPA backends), as the kernel model
-costs them; `flash` is the fused model of `gpu_kernels` (the default, unchanged).
+"""The attention implementations a run may choose (PyTorch's SDPA backends, or eager attention
+without SDPA), as the kernel model costs them; `flash` is the fused model of `gpu_kernels` (the
+default, unchanged); and the warning where a choice runs slower than its precision suggests.
 
 - efficient (SDPBackend.EFFICIENT_ATTENTION: xformers' CUTLASS memory-efficient kernel): the
   fused kernel's work at `EFFICIENT_RATE` of FlashAttention-2's rates. Source (kernel level):
@@ -40,7 +41,10 @@ costs them; `flash` is the fused model of `gpu_kernels` (the default, unchanged)
   kernel, 4 + 4 + 4 then the cast's backward 4 + e for bf16) and the scale's (e + e). No
   dropout: the families have no attention dropout. Saved for backward beyond the fused kernels
   (`eager_saved_extra_bytes`): the fp32 softmax output and, in fp16 / bf16, its cast (the PV
-  matmul's input), less the log-sum-exp: what saved_tensors_hooks count on a layer (a test).
+  matmul's input), less the log-sum-exp: what saved_tensors_hooks count on a gpt or bert layer,
+  exactly (a test). With rotary positions the fused kernel's saved v holds the whole qkv
+  projection's output, which eager's copies of q, k and v release (not counted, named), and
+  grouped-query attention's repeat of k and v is not counted either (as math's).
   Megatron's fused scale-mask-softmax (one kernel, e + e forward, 3e backward) and BERT's
   half-precision softmax move fewer bytes: Transformers' eager is what is costed (named).
 """
