@@ -1,7 +1,7 @@
 """The docs' examples that start ranks, time a model with torch or take more than a fast test
 may (tests/unit/test_docs_examples.py lists them in `INTEGRATION`, with the reason), run as
-written from a folder of the user's. The README's runs and its long sweep:
-tests/integration/test_readme_examples_timed.py."""
+written from a folder of the user's. The README's runs and its long sweep (and a page's example
+that is one of them, word for word): tests/integration/test_readme_examples_timed.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 from tests.root_only import require_emulation
 from tests.unit.test_docs_examples import ALL, Example, user_folder
-from tests.written import WRITTEN
+from tests.unit.test_readme_examples import readme_examples
+from tests.written import RAN, WRITTEN
 
 SHARDSIM = str(Path(sys.executable).parent / "shardsim")
 LIMIT_S = 600
@@ -23,7 +24,10 @@ NEEDS = {
     ("profile.md", "predict --topology emu-2x2"): "profile ",
     ("simulator.md", "collective --topology p5.48xlarge --nodes 2 --calibration"): "calibrate --topology",
 }
-EXAMPLES = [e for e in ALL if e.kind() == "integration" and e.page != "README.md"]
+README_EXAMPLES = readme_examples()
+EXAMPLES = [
+    e for e in ALL if e.kind() == "integration" and e.page != "README.md" and list(e.argv) not in README_EXAMPLES
+]
 
 
 def _writers(example: Example) -> list[Example]:
@@ -53,7 +57,9 @@ def _gpu_only(e: Example) -> bool:
 
 
 def _run(e: Example, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([SHARDSIM, *e.argv], cwd=cwd, capture_output=True, text=True, timeout=LIMIT_S)
+    proc = subprocess.run([SHARDSIM, *e.argv], cwd=cwd, capture_output=True, text=True, timeout=LIMIT_S)
+    RAN[e.id] = proc
+    return proc
 
 
 def _copy_written(src: Path, dst: Path) -> None:
@@ -71,13 +77,26 @@ def written_by(page: str, start: str, tmp_factory: pytest.TempPathFactory) -> Pa
     """The folder the example of `page` that starts with `start` wrote into, run now unless it
     already ran in this process (test_validation_real predicts from the profile.md example's
     profile: one profile measured, not two)."""
-    e = next(e for e in EXAMPLES if e.page == page and " ".join(e.argv).startswith(start))
+    e = _example(page, start)
     if e.id not in WRITTEN:
         cwd = user_folder(tmp_factory.mktemp("docs-example"))
         proc = _run(e, cwd)
         assert proc.returncode == 0, f"{e.id}: exit {proc.returncode}: {proc.stderr[-2000:]}"
         WRITTEN[e.id] = cwd
     return WRITTEN[e.id]
+
+
+def ran(page: str, start: str, tmp_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
+    """How the example of `page` that starts with `start` ended, run now unless it already ran in
+    this process (test_validation_real checks runtime.md's emulated run: one run, not two)."""
+    e = _example(page, start)
+    if e.id not in RAN:
+        _run(e, user_folder(tmp_factory.mktemp("docs-example")))
+    return RAN[e.id]
+
+
+def _example(page: str, start: str) -> Example:
+    return next(e for e in EXAMPLES if e.page == page and " ".join(e.argv).startswith(start))
 
 
 @pytest.mark.slow
@@ -96,7 +115,7 @@ def test_a_slow_docs_example_ends_well(example: Example, tmp_path: Path):
         if e.id in WRITTEN:  # it ran in this process (its own test, or for another's): its files
             _copy_written(WRITTEN[e.id], cwd)
             continue
-        proc = _run(e, cwd)
+        proc = RAN[e.id] if e.id in RAN and e.id not in WRITERS else _run(e, cwd)
         assert proc.returncode == 0, f"{e.id}: exit {proc.returncode}: {proc.stderr[-2000:]}"
         if e.stdout_to:
             (cwd / e.stdout_to).write_text(proc.stdout)

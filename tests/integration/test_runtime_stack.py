@@ -2,9 +2,9 @@
 computes with the same settings (`tests.reference`): the attention kernel (math, and eager: no
 SDPA; flash is the default every other test runs; efficient is CUDA-only and refused here), the
 optimizers torch has (AdamW, SGD with momentum, Adafactor), the masked-LM head, torch.compile
-(slow: Inductor compiles each block on the CPU). tf32 runs as fp32 on CPU (no TF32 there): nothing to compare.
-All but the compiled one run in one torchrun launch (`tests.runtime_batch`); each test asserts
-its own configuration's record and saved tensors."""
+(Inductor compiles each block on the CPU). tf32 runs as fp32 on CPU (no TF32 there): nothing to
+compare. They run in the session's torchrun launch of 2 ranks (`tests.runtime_batch`); each test
+asserts its own configuration's record and saved tensors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_runtime_strategies import check_against_reference, check_equals_reference
+from tests.integration.test_runtime_strategies import check_against_reference
 from tests.runtime_batch import Cases, ModuleBatches, SessionBatches, register
 
 TINY_BERT = "family: bert\nhidden: 64\nlayers: 2\nheads: 4\nseq_len: 32\nvocab: 256\n"
@@ -26,14 +26,15 @@ SETTINGS = {
     "ddp-adafactor-accum2": "--workload tiny-gpt --strategy ddp --optimizer adafactor --grad-accum 2",
 }
 MLM = ["--strategy", "zero", "--mlm-fraction", "0.25"]  # after --workload tiny-bert.yaml
+COMPILED = ["--workload", "tiny-gpt", "--strategy", "zero", "--compile"]
 
 
 def _cases(folder: Path) -> Cases:
-    """Every configuration but the compiled one (the masked LM's model a file in `folder`)."""
+    """Every configuration (the masked LM's model a file in `folder`)."""
     model = folder / "tiny-bert.yaml"
     model.write_text(TINY_BERT)
     cases = {name: (2, args.split()) for name, args in SETTINGS.items()}
-    return {**cases, "masked-lm": (2, ["--workload", str(model), *MLM])}
+    return {**cases, "masked-lm": (2, ["--workload", str(model), *MLM]), "zero-compile": (2, COMPILED)}
 
 
 register("stack", _cases)
@@ -63,7 +64,7 @@ def test_masked_lm_head_equals_reference(batches):
     assert rec["config"]["mlm_fraction"] == 0.25
 
 
-@pytest.mark.slow
-def test_compiled_blocks_equal_reference(tmp_path):
-    rec = check_equals_reference(tmp_path, 2, ["--workload", "tiny-gpt", "--strategy", "zero", "--compile"])
+def test_compiled_blocks_equal_reference(batches):
+    result = batches["zero-compile"]
+    rec = check_against_reference(result.ok(), result.folder / "params", 2, COMPILED)
     assert rec["config"]["compile"] is True

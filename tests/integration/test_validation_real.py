@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_docs_examples_slow import written_by
+from tests.integration.test_docs_examples_slow import ran, written_by
 from tests.root_only import needs_root
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,14 +77,12 @@ def test_small_validation_on_an_emulated_cluster(tmp_path, tmp_path_factory):
 
 @pytest.mark.slow
 @needs_root
-def test_run_brings_the_emulated_cluster_up_and_down(tmp_path):
-    cmd = [sys.executable, "-m", "shardsim.cli", "run", "--topology", "emu-2x2", "--workload", "tiny-gpt",
-           "--strategy", "zero2d", "--degree", "2", "--steps", "2", "--warmup", "1",
-           "--out", str(tmp_path), "--json"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_run_brings_the_emulated_cluster_up_and_down(tmp_path_factory):
+    # runtime.md's example, run once for both tests (test_docs_examples_slow checks it ends well)
+    proc = ran("runtime.md", "run --topology emu-2x2 --workload tiny-gpt --strategy zero2d", tmp_path_factory)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout)
-    assert rec["world"] == 4 and len(rec["step_times_s"]) == 2
+    assert rec["world"] == 4 and len(rec["step_times_s"]) == 5  # `run`'s default --steps
     assert rec["label"] == "zero2d d=2"  # the configuration reached the ranks in the namespaces
     assert "in the emulated cluster emu-2x2" in proc.stderr
     assert _namespaces() == []

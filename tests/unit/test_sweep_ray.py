@@ -45,12 +45,19 @@ def _need_ray() -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_ray_rows_are_the_local_executors_and_only_misses_go_to_ray(tmp_path) -> None:
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_ray_rows_are_the_local_executors_and_no_ray_process_outlives_them(tmp_path) -> None:
+    """On one local Ray instance (each start costs 5-20 s here): the rows are the local pool's,
+    only the cache's misses go to Ray, the pruned search simulates there and answers the same;
+    then every process of the instance (GCS, raylet, its dashboard agent and workers) is gone,
+    reaped: none left as a zombie (where the system's first process reaps none, one whose parent
+    was killed would stay)."""
     _need_ray()
     from shardsim.sweep.ray_executor import RayExecutor
 
     local = sweep(TINY, SPACE, workers=1).table
     wider = replace(SPACE, checkpointing=("full", "none"))
+    before = set(_tree(os.getpid()))
     with RayExecutor(workers=2) as ex:
         with ResultCache(tmp_path) as cache:
             on_ray = sweep(TINY, SPACE, executor=ex, cache=cache).table
@@ -59,9 +66,13 @@ def test_ray_rows_are_the_local_executors_and_only_misses_go_to_ray(tmp_path) ->
         with ResultCache(tmp_path) as cache:
             both = sweep(TINY, wider, executor=ex, cache=cache).table
             assert (cache.hits, cache.simulated) == (len(local), len(both) - len(local))
+        pruned = sweep(TINY, wider, executor=ex, prune=True, keep=3).table  # its simulations on Ray
+        ray_procs = {p: _title(p) for p in _tree(os.getpid()) if p not in before}
+    assert any(t.startswith("ray::") for t in ray_procs.values()), ray_procs
+    time.sleep(0.5)
+    left = {p: t for p, t in ray_procs.items() if Path(f"/proc/{p}").exists()}
+    assert not left, f"Ray processes left (running or defunct): {left}"
     pd.testing.assert_frame_equal(both, sweep(TINY, wider, workers=1).table, check_exact=True)
-    with RayExecutor(workers=2) as ex:  # the pruned search on Ray: its simulations there, the same rows
-        pruned = sweep(TINY, wider, executor=ex, prune=True, keep=3).table
     pd.testing.assert_frame_equal(pruned, sweep(TINY, wider, workers=1, prune=True, keep=3).table, check_exact=True)
 
 
@@ -247,23 +258,3 @@ def test_rays_log_records_are_this_programs_prefixed_lines(capsys) -> None:
     logging.getLogger("ray._private.worker").error("Failed to connect to GCS\nretrying")
     logging.getLogger("ray._private.worker").warning("Started a local Ray instance")  # below errors: not shown
     assert capsys.readouterr().err == "shardsim: ray: Failed to connect to GCS\\nretrying\n"
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
-def test_a_local_ray_sweep_leaves_no_process_not_even_a_defunct_one() -> None:
-    """Every process of the local Ray instance (GCS, raylet, its dashboard agent and workers) is
-    gone after the sweep, reaped: none left as a zombie (where the system's first process reaps
-    none, one whose parent was killed would stay)."""
-    _need_ray()
-    from shardsim.sweep.ray_executor import RayExecutor
-
-    before = set(_tree(os.getpid()))
-    with RayExecutor(workers=1) as ex:
-        sweep(TINY, SweepSpace(strategies=("ddp",)), executor=ex)
-        ray_procs = {p: _title(p) for p in _tree(os.getpid()) if p not in before}
-    assert any(t.startswith("ray::") for t in ray_procs.values()), ray_procs
-    time.sleep(0.5)
-    left = {p: t for p, t in ray_procs.items() if Path(f"/proc/{p}").exists()}
-    assert not left, f"Ray processes left (running or defunct): {left}"
