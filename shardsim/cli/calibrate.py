@@ -68,6 +68,24 @@ def _row_text(m) -> tuple[str, str]:
     return f"{what} ({m.label})", f"{m.measured:,.0f}" if m.measured >= 100 else f"{m.measured:.4g}"
 
 
+def _band(r, say) -> None:
+    """The model's error the fit adds to a prediction's band, and the band (one sigma) it gives its own rows."""
+    import numpy as np
+
+    model = r.model_error
+    params = np.expm1(r.fit.parameters_sigma()) * 100
+    total = r.bands()
+    miss = np.abs(np.log(r.after))
+    say(f"model error added: {model.text()}")
+    median = np.median(np.expm1(total)) * 100
+    say(
+        f"band of a prediction (one sigma): the fitted parameters ±{np.median(params):.1f} % (median of the rows, "
+        f"largest ±{params.max():.1f} %) and the model's ±{model.pct:.1f} %: total ±{median:.1f} %; "
+        f"the rows within it: {np.mean(miss <= total):.0%} at one sigma, {np.mean(miss <= 2 * total):.0%} at two "
+        "(in sample; held out: experiments/readings/band-coverage.md)"
+    )
+
+
 def _cmd_calibrate(ns: argparse.Namespace) -> int:
     from shardsim.simulator.calibration.apply import write_calibration
     from shardsim.simulator.calibration.calibrate import calibrate
@@ -126,9 +144,12 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
             name = "leave-one-out CV" if folds == len(rows) else f"{folds}-fold CV"
         print(_line(name, e))
     print()
+    _band(r, say)
+    print()
     say(
         f"fitted (default → value ± standard error, [bounds]); prior: log(value) ~ default ± {PRIOR_SIGMA:g}, "
-        f"row error {ROW_ERROR:g} in log throughput; determined: the scaled Jacobian's singular values over "
+        f"row error {ROW_ERROR:g} in log throughput in the fit's weights, {f.row_error:.3g} in its covariance (the "
+        f"larger of {ROW_ERROR:g} and the rows' residual); determined: the scaled Jacobian's singular values over "
         f"them, {', '.join(f'{v:.3g}' for v in f.singular)}, each at least {1 / PRIOR_SIGMA:g} (the prior's)"
     )
     for n in r.names:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration import prior as P
 from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
 from shardsim.simulator.calibration.measurements import read_measurements
+from shardsim.simulator.model_error import step_error
 from shardsim.simulator.predict import predict
 from shardsim.specs.hardware.topology import load_instance
 from tests.helpers import run_record
@@ -254,13 +256,22 @@ def test_a_calibrated_prediction_carries_its_band(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--calibration", str(out), "--json"]) == 0
     band = json.loads(capsys.readouterr().out)["calibration_band"]
-    assert 0 < band["band_pct"] < 25 and band["sensitivity"]["matmul_efficiency.bf16"] > 0.3
+    assert 0 < band["parameters_pct"] < 25 and band["sensitivity"]["matmul_efficiency.bf16"] > 0.3
+    # the total is the parameters' share and the model's own error for the A100, added as independent errors
+    model = band["model_error"]
+    assert model["measured"] and model["sigma_log"] >= 0.05
+    params = math.log1p(band["parameters_pct"] / 100)
+    assert band["band_pct"] == pytest.approx(100 * math.expm1(math.hypot(params, model["sigma_log"])))
+    assert band["band_pct"] > max(band["parameters_pct"], model["band_pct"])
     assert main([*argv, "--calibration", str(out)]) == 0
-    assert f"% step time (one sigma of the fitted parameters, {out})" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert f"% step time (one sigma, {out}): fitted parameters ±" in text and "the model's own error ±" in text
     old = read_calibration(out)
-    write_calibration(out, replace(old, fit={}))  # a file written before the covariance
+    write_calibration(out, replace(old, fit={}))  # a file written before the covariance and the model's error
     assert main([*argv, "--calibration", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["calibration_band"]["band_pct"] is None
+    band = json.loads(capsys.readouterr().out)["calibration_band"]
+    assert band["parameters_pct"] is None and "not determined" in band["note"]
+    assert band["band_pct"] == pytest.approx(100 * math.expm1(step_error("NVIDIA A100 SXM4 40GB").sigma))
 
 
 def test_the_help_gives_the_input_columns_and_wraps_at_whole_names():
@@ -362,7 +373,7 @@ def test_a_misspelt_column_is_refused_with_the_column_meant(tmp_path, capsys):
     path = write_csv(tmp_path / "m.csv", [row, row | {"tokens_per_s_per_gpu": 2000.0}])
     err = calibrate_refuses([str(path), "--topology", TOPOLOGY, "--folds", "0"], capsys)
     assert f"{path} line 1: field 'micrbatch': unknown column; did you mean 'microbatch'?" in err, err
-    notes = write_csv(tmp_path / "n.csv", [GOOD | {"notes": "x", "tokens_per_s": 1.0, "gpu": "A100"}])
+    notes = write_csv(tmp_path / "n.csv", [GOOD | {"notes": "x", "mfu_pct": 1.0, "gpu": "A100"}])
     assert len(read_measurements(notes, TOPOLOGY, load_instance(TOPOLOGY))) == 1  # other columns: read as notes
 
 
