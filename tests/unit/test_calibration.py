@@ -247,6 +247,19 @@ def test_the_prior_shrinks_toward_the_default_and_the_errors_are_finite(tmp_path
     assert np.isfinite(f.stderr[names[0]]) and 0 < f.stderr[names[0]] < default * P.PRIOR_SIGMA
 
 
+def test_a_fit_at_a_bound_warns_though_it_misses_the_rows_by_little(tmp_path, capsys):
+    inst = load_instance(TOPOLOGY)
+    path, rows = synthetic(tmp_path)
+    # 15 % faster than the model can be with every GEMM at the dense peak
+    fast = [p.step_time_s * 0.85 for p in F.predictions(inst, rows, {"matmul_efficiency.bf16": 1.0})]
+    cells = list(csv.DictReader(path.read_text().splitlines()))
+    bound = write_csv(tmp_path / "b.csv", [r | {"step_time_s": t} for r, t in zip(cells, fast, strict=True)])
+    argv = ["calibrate", str(bound), "--topology", TOPOLOGY, "--folds", "0", "--params", "matmul_efficiency.bf16"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "AT BOUND" in out and "WARNING: matmul_efficiency.bf16 ended at a bound" in out
+
+
 def test_a_calibrated_prediction_carries_its_band(tmp_path, capsys):
     path, _ = synthetic(tmp_path)
     three = write_csv(tmp_path / "three.csv", list(csv.DictReader(path.read_text().splitlines()))[:3])
