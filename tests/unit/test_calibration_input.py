@@ -67,7 +67,7 @@ def test_one_file_of_part_nodes_whole_nodes_topologies_and_metrics(tmp_path):
 def test_several_metrics_of_a_row_are_used_together(tmp_path):
     pred = _predicted(TOPOLOGY, 1, None)
     both = {m: _measured(m, pred, 8) for m in ("tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s", "step_time_s")}
-    path = write_csv(tmp_path / "all.csv", [BASE | {"gpus": 8} | both])
+    path = write_csv(tmp_path / "all.csv", [BASE | {"gpus": 8, "global_batch": 16} | both])
     (m,) = read_measurements(path, TOPOLOGY, load_instance(TOPOLOGY))
     assert m.metric == "step_time_s" and m.measured == pytest.approx(both["step_time_s"])
 
@@ -91,6 +91,7 @@ def _refused(tmp_path, capsys, row: dict) -> str:
         ({"gpus": 4, "topology": "g4dn.12xlarge"}, "field 'topology': measured on g4dn.12xlarge (NVIDIA T4); the"),
         ({"gpus": 8, "tokens_per_s": 9000.0}, "field 'tokens_per_s': 9000 disagrees with tokens_per_s_per_gpu 1000"),
         ({"gpus": 8, "samples_per_s": 0.0}, "field 'samples_per_s': expected a finite number from"),
+        ({"gpus": 8, "global_batch": 64}, "field 'global_batch': 64 samples; the configuration's global batch is 16"),
     ],
 )
 def test_a_row_whose_columns_cannot_all_be_used_is_refused_in_one_line(tmp_path, capsys, row, says):

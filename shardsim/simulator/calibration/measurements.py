@@ -93,10 +93,11 @@ READ_COLUMNS = (
     "sharding_strategy",
     "mp_mode",
     "num_params",
+    "global_batch",
 )
 HYBRID = "node"  # the degree of a HYBRID_SHARD row until its node's devices are known
 NEAR_COLUMN = 0.85  # difflib's ratio above which an unread column is taken as a misspelt read one
-NOTE_COLUMNS = ("model", "gpu", "global_batch", "interconnect_gbps_per_node", "mfu_pct", "hfu_pct")
+NOTE_COLUMNS = ("model", "gpu", "interconnect_gbps_per_node", "mfu_pct", "hfu_pct")
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,7 @@ def _measurement(
             f"{inst.device.model} has no {cfg.precision} peak", where=where, field=cols.get("precision", "precision")
         )
     world = cfg.nodes * row_inst.device.count
-    info = {"model": w.name, "seq_len": w.tokens_per_sample, "gpus": world}
+    info = {"model": w.name, "seq_len": w.tokens_per_sample, "gpus": world, "global_batch": res.global_batch}
     info |= {"microbatch": cfg.batch_per_device, "grad_accum": cfg.grad_accum, "checkpointing": cfg.checkpointing}
     if row_inst is not inst:
         info["topology"] = row_inst.name
@@ -432,6 +433,10 @@ def read_rows(
             if abs(m.workload.params / counted - 1) > PARAMS_TOLERANCE:
                 why = f"{counted:,} parameters; the model described has {m.workload.params:,}"
                 raise ConfigError(why, where=where, field="num_params")
+        text = "" if "world" in cells else cells.get("global_batch", "").strip()  # runs.csv: the runtime's own
+        if text and _cell(text, int, where, "global_batch") != m.info["global_batch"]:
+            why = f"{text} samples; the configuration's global batch is {m.info['global_batch']:,}"
+            raise ConfigError(why, where=where, field="global_batch")
         info = {k: cells[k] for k in ("model",) if cells.get(k)}
         out.append(replace(m, info=m.info | info))
     return out
