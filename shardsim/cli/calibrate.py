@@ -28,9 +28,12 @@ MEASURED, a CSV: one row a measured run, a header of columns. The workload: `wor
 name, a model YAML or config.json), or its shape (`family, hidden, layers, heads, kv_heads, ffn,
 vocab, seq_len, tied_embeddings, positions`), or llm-foundry's benchmark columns (`d_model,
 n_heads, n_layers, expansion_ratio, vocab_size, seq_len, microbatch, grad_accum, gpus,
-sharding_strategy, mp_mode, activation_checkpointing`). The run: `nodes` or `gpus` and any setting
-of predict (`strategy, batch_per_device, grad_accum, precision, checkpointing, reduce_dtype`, ...).
-What was measured, one of: `tokens_per_s_per_gpu`, `step_time_s`. Other columns are notes. A
+sharding_strategy, mp_mode, activation_checkpointing`). The run: `nodes` or `gpus` (fewer GPUs
+than a node holds: part of one node), `gpus_per_node`, `topology` (another topology of the same
+device) and any setting of predict (`strategy, batch_per_device, grad_accum, precision,
+checkpointing, reduce_dtype`, ...). What was measured, one or more (they must agree):
+`tokens_per_s_per_gpu`, `tokens_per_s`, `samples_per_s`, `step_time_s`. Other columns are notes.
+The band it prints adds the model's own error for the device and stack (docs/calibration.md). A
 worked example of 3 rows: docs/examples/calibration-3-rows.csv (docs/calibration.md).
 Also read: a runtime runs.csv, a run JSON file or a folder of them."""
 

@@ -5,7 +5,8 @@ Three sources, each row becoming one `Measurement`:
   or the shape itself: ``family, hidden, layers, heads, kv_heads, ffn, vocab, seq_len,
   tied_embeddings, positions``), any configuration fields (``nodes`` or ``gpus``, ``strategy``,
   ``batch_per_device``, ``grad_accum``, ``precision``, ``checkpointing``, ``reduce_dtype``, ...),
-  and the measurement: ``tokens_per_s_per_gpu`` or ``step_time_s``. The runtime's ``runs.csv``
+  and the measurement: one or more of `METRICS`, which must agree (`METRIC_AGREEMENT`; the
+  runtime's files: their step time). The runtime's ``runs.csv``
   is one (its ``strategy_<field>`` columns, ``kind`` and loose ``degree``, ... in a file written
   before the result key, are the strategy; docs/results.md); so is a pandas DataFrame of those
   columns (`read_frame`). A torn or ragged file is refused (`simulator.csvfile`). llm-foundry's
@@ -17,11 +18,11 @@ Three sources, each row becoming one `Measurement`:
 - the runtime's run JSON files (a file, or a folder of them): read by the keys `RunRecord`
   documents (``config``: `RunConfig.to_dict()`, ``world``, ``step_time_s``), without importing
   the runtime (the simulator never does).
-The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) set its nodes: that
-many over the topology's devices per node, which must divide it (a run's ``nodes`` counts the
-hosts it ran on, not the topology's). Every row is predicted on the topology given to
-`calibrate`, without a profile. A bad row is one ConfigError naming the file's line (or the
-record) and the column.
+The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) and ``gpus_per_node``
+set its nodes and its part of each (`placement`: 1, 2 or 4 GPUs of an 8-GPU node run on part of
+one; a run's ``nodes`` counts the hosts it ran on, not the topology's). Every row is predicted on
+the topology given to `calibrate`, or its own ``topology`` of the same device, without a profile.
+A bad row is one ConfigError naming the file's line (or the record) and the column.
 """
 
 from __future__ import annotations
