@@ -231,7 +231,7 @@ def run_study(name: str, workers: int | None, replot: bool = False, root: Path =
         df = pd.concat([sweep(p.base, p.space, workers=workers).table for p in parts], ignore_index=True)
         write_tables(df, out)
     seconds = time.perf_counter() - t
-    rec = recommend(df)
+    rec = recommend(df, parts[0].base.library)  # every part of a study runs one library
     atomic_write(out / "recommended.json", json.dumps(rec, indent=2) + "\n")
     atomic_write(out / "summary.md", summary_markdown(name, command, df, rec) + "\n")
     plot_all(df, out)

@@ -272,17 +272,20 @@ def _check_columns(table: pd.DataFrame) -> None:
             raise refuse(col, "text")
 
 
-def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
+def recommend(table_or_result: pd.DataFrame | SweepResult, library: str | None = None) -> Recommendation:
     """What to use, from a sweep's table (or a `SweepResult`: its table), never a configuration
     that does not fit: `sharded_data_parallel_degree`, `best`, `runner_up`, `margin`, `sdp`,
     `cheapest`, `reason` (and `clusters` over several clusters). A table filtered from a
-    sweep's works: the recommendation over the rows kept."""
+    sweep's works: the recommendation over the rows kept. `library`: the one the table's rows
+    ran (the model's error is the device's with it; default: a SweepResult's, else pytorch)."""
     import pandas as pd
 
     from shardsim.sweep.recommendation import recommend as rec
     from shardsim.sweep.search import SweepResult
 
     table = table_or_result.table if isinstance(table_or_result, SweepResult) else table_or_result
+    if library is None:
+        library = table_or_result.library if isinstance(table_or_result, SweepResult) else "pytorch"
     if not isinstance(table, pd.DataFrame):
         why = f"expected a sweep's table (a pandas DataFrame) or a SweepResult, got {type(table).__name__}"
         raise ConfigError(why, field="table")
@@ -292,7 +295,7 @@ def recommend(table_or_result: pd.DataFrame | SweepResult) -> Recommendation:
     if table.empty:
         raise ConfigError("no rows: nothing to recommend", field="table")
     _check_columns(table)
-    return rec(table)
+    return rec(table, library)
 
 
 def _paths(value: Any, field: str) -> tuple[str, ...]:

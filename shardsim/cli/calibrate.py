@@ -28,9 +28,12 @@ MEASURED, a CSV: one row a measured run, a header of columns. The workload: `wor
 name, a model YAML or config.json), or its shape (`family, hidden, layers, heads, kv_heads, ffn,
 vocab, seq_len, tied_embeddings, positions`), or llm-foundry's benchmark columns (`d_model,
 n_heads, n_layers, expansion_ratio, vocab_size, seq_len, microbatch, grad_accum, gpus,
-sharding_strategy, mp_mode, activation_checkpointing`). The run: `nodes` or `gpus` and any setting
-of predict (`strategy, batch_per_device, grad_accum, precision, checkpointing, reduce_dtype`, ...).
-What was measured, one of: `tokens_per_s_per_gpu`, `step_time_s`. Other columns are notes. A
+sharding_strategy, mp_mode, activation_checkpointing`). The run: `nodes` or `gpus` (fewer GPUs
+than a node holds: part of one node), `gpus_per_node`, `topology` (another topology of the same
+device) and any setting of predict (`strategy, batch_per_device, grad_accum, precision,
+checkpointing, reduce_dtype`, ...). What was measured, one or more (they must agree):
+`tokens_per_s_per_gpu`, `tokens_per_s`, `samples_per_s`, `step_time_s`. Other columns are notes.
+The band it prints adds the model's own error for the device and stack (docs/calibration.md). A
 worked example of 3 rows: docs/examples/calibration-3-rows.csv (docs/calibration.md).
 Also read: a runtime runs.csv, a run JSON file or a folder of them."""
 
@@ -66,6 +69,24 @@ def _row_text(m) -> tuple[str, str]:
     i = m.info
     what = f"{i['model']} seq {i['seq_len']} gpus {i['gpus']} mb {i['microbatch']} ga {i['grad_accum']}"
     return f"{what} ({m.label})", f"{m.measured:,.0f}" if m.measured >= 100 else f"{m.measured:.4g}"
+
+
+def _band(r, say) -> None:
+    """The model's error the fit adds to a prediction's band, and the band (one sigma) it gives its own rows."""
+    import numpy as np
+
+    model = r.model_error
+    params = np.expm1(r.fit.parameters_sigma()) * 100
+    total = r.bands()
+    miss = np.abs(np.log(r.after))
+    say(f"model error added: {model.text()}")
+    median = np.median(np.expm1(total)) * 100
+    say(
+        f"band of a prediction (one sigma): the fitted parameters ±{np.median(params):.1f} % (median of the rows, "
+        f"largest ±{params.max():.1f} %) and the model's ±{model.pct:.1f} %: total ±{median:.1f} %; "
+        f"the rows within it: {np.mean(miss <= total):.0%} at one sigma, {np.mean(miss <= 2 * total):.0%} at two "
+        "(in sample; held out: experiments/readings/band-coverage.md)"
+    )
 
 
 def _cmd_calibrate(ns: argparse.Namespace) -> int:
@@ -126,9 +147,12 @@ def _cmd_calibrate(ns: argparse.Namespace) -> int:
             name = "leave-one-out CV" if folds == len(rows) else f"{folds}-fold CV"
         print(_line(name, e))
     print()
+    _band(r, say)
+    print()
     say(
         f"fitted (default → value ± standard error, [bounds]); prior: log(value) ~ default ± {PRIOR_SIGMA:g}, "
-        f"row error {ROW_ERROR:g} in log throughput; determined: the scaled Jacobian's singular values over "
+        f"row error {ROW_ERROR:g} in log throughput in the fit's weights, {f.row_error:.3g} in its covariance (the "
+        f"larger of {ROW_ERROR:g} and the rows' residual); determined: the scaled Jacobian's singular values over "
         f"them, {', '.join(f'{v:.3g}' for v in f.singular)}, each at least {1 / PRIOR_SIGMA:g} (the prior's)"
     )
     for n in r.names:

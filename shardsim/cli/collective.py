@@ -39,10 +39,11 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
 
     op, size = ns.op or "all_reduce", ns.size or parse_size("1GiB")
     r = simulate_collective(cluster, op, size, ns.algo, ns.backend, ns.ranks, ns.protocol, ns.imbalance)
+    band = _band(ns, cluster)
     if ns.json:  # a bandwidth that is no number (one rank moves nothing, in no time) is null: JSON has no Infinity
         fields = ("op", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo", "protocol", "backend")
         doc = {k: _finite_or_none(getattr(r, k)) for k in fields}
-        print(json.dumps(doc, allow_nan=False))
+        print(json.dumps(doc | {"band": band.to_dict()}, allow_nan=False))
         return 0
     print(f"{r.op} of {format_bytes(r.size_bytes)} over {r.ranks} ranks on {r.cluster} ({_algo(r)}, {r.backend})")
     if ns.imbalance != 1.0:
@@ -50,7 +51,23 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     print(f"  time   {format_seconds(r.time_s)}")
     print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
     print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
+    print(f"  band   {band.text()} of the time, one sigma")
     return 0
+
+
+def _band(ns: argparse.Namespace, cluster):
+    """The model's own error for a collective on `cluster` (`model_error.collective_error`), or the
+    one a calibration file fitted to nccl-tests output states (``fit.model_error``)."""
+    from shardsim.simulator.model_error import ModelError, collective_error
+
+    if ns.calibration and ns.backend == "nccl":
+        from shardsim.simulator.calibration.apply import load_calibration
+
+        saved = load_calibration(ns.calibration).fit.get("model_error") or {}
+        if saved.get("library") == "nccl" and isinstance(saved.get("sigma_log"), int | float):
+            measured, source = bool(saved.get("measured")), f"{ns.calibration}: {saved.get('source')}"
+            return ModelError(float(saved["sigma_log"]), measured, source, str(saved.get("stack")))
+    return collective_error(cluster.instance.name, cluster.nodes, ns.backend)
 
 
 def _cluster(ns: argparse.Namespace, nodes: int | None):
@@ -105,6 +122,7 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
             "backend": ns.backend,
             "rows": [{k: _finite_or_none(v) for k, v in row.items()} for row in rows],
             "avg_busbw_GBps": avg,
+            "band": _band(ns, cluster).to_dict(),
         }
         print(json.dumps(doc, allow_nan=False))
         return 0
@@ -113,6 +131,7 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
         f" ({ns.backend}, --algo {ns.algo}, --protocol {ns.protocol})"
     )
     print(f"# calibrated: {ns.calibration}'s fitted figures over the topology's" if ns.calibration else "#")
+    print(f"# band: {_band(ns, cluster).text()} of each time, one sigma")
     if ns.imbalance != 1.0:
         print(f"# uneven: rank 0 receives {ns.imbalance:g} x the mean, the others the rest evenly")
     print(_header(_SWEEP_LINE, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo"))

@@ -173,10 +173,10 @@ def _cmd_predict(ns: argparse.Namespace) -> int:
             ),
         )
     if band is not None:
+        params = f"fitted parameters ±{band.parameters_pct:.1f} %" if band.parameters_pct is not None else band.why
         text = (
-            f"±{band.pct:.1f} % step time (one sigma of the fitted parameters, {cfg.calibration})"
-            if band.pct is not None
-            else band.why
+            f"±{band.pct:.1f} % step time (one sigma, {cfg.calibration}): {params}, the model's own error "
+            f"{band.model.text()}"
         )
         lines.insert(1, ("calibration band", text))
     if not pred.fits:

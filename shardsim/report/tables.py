@@ -137,14 +137,21 @@ def _ranked_table(out, df, title: str, top: int, with_cluster: bool, wide: bool)
 TIE = 0.001  # a margin below this (0.1 %) is a tie: it rounds to nothing at the printed precision
 
 
-def versus(margin: float, other: str) -> str:
-    """``1.2% faster than X``, below `TIE` ``tied (within 0.1%) with X``, and below the model's
-    stated error (`economics.MODEL_ERROR`) the note that it is a tie until measured: one rule
-    for every margin printed."""
+def versus(margin: float, other: str, error: dict | None = None) -> str:
+    """``1.2% faster than X``, below `TIE` ``tied (within 0.1%) with X``, and inside the model's
+    error on the device (`error`: a recommendation's ``model_error``, `model_error.ModelError.to_dict`;
+    one written before it, or none: `economics.MODEL_ERROR`) the note that it is a tie until
+    measured: one rule for every margin printed."""
     if margin < TIE:
         return f"tied (within {TIE * 100:g}%) with {other}"
     text = f"{margin * 100:.1f}% faster than {other}"
-    if margin < MODEL_ERROR:
+    if error and "band_pct" in error:
+        if margin < error["band_pct"] / 100:
+            how = "measured" if error.get("measured") else "not measured here"
+            stack = error.get("stack", "this device")
+            pct = f"±{error['band_pct']:.1f}%"
+            text += f" (inside the model's stated error of {pct} on {stack}, {how}: a tie until measured)"
+    elif margin < MODEL_ERROR:
         text += f" (inside the model's stated error of {MODEL_ERROR * 100:g}%: a tie until measured)"
     return text
 
@@ -203,7 +210,7 @@ def _recommendation_lines(rec: dict, multi: bool, batches: bool = False, swept: 
             f" = {_describe(sdp, batches)}{sdp_where}"
         )
         if rec["sdp_runner_up"] is not None:
-            line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["label"])
+            line += "; " + versus(rec["sdp_margin"], rec["sdp_runner_up"]["label"], rec.get("model_error"))
             if rec["sdp_runner_up"]["nodes"] != sdp["nodes"] and multi:
                 line += f" on {rec['sdp_runner_up']['nodes']} x {rec['sdp_runner_up']['topology']}"
         lines.append(line)
@@ -215,7 +222,7 @@ def _recommendation_lines(rec: dict, multi: bool, batches: bool = False, swept: 
     if rec["runner_up"] is not None:
         ru = rec["runner_up"]
         ru_where = f" on {ru['nodes']} x {ru['topology']}" if multi else ""
-        line += "; " + versus(rec["margin"], f"the runner-up, {ru['label']}{ru_where}")
+        line += "; " + versus(rec["margin"], f"the runner-up, {ru['label']}{ru_where}", rec.get("model_error"))
     else:
         line += "; it is the only configuration that fits"
     lines.append(line)
@@ -224,7 +231,7 @@ def _recommendation_lines(rec: dict, multi: bool, batches: bool = False, swept: 
         lines.append(_degrees_line(rec["best"]))
     if KINDS[rec["best"]["strategy"]["kind"]].is_pipeline and rec.get("margin_over_sdp") is not None:
         than = f"the best sharded data parallel configuration ({rec['sdp']['label']})"
-        lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than)}.")
+        lines.append(f"The best pipeline is {versus(rec['margin_over_sdp'], than, rec.get('model_error'))}.")
     if multi and rec.get("cheapest"):
         c = rec["cheapest"]
         per = f"{_fmt_cost(c['cost_per_million_samples_usd'])} per million samples"

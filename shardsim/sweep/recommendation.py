@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardsim.config import DATA_PARALLEL
 from shardsim.core.errors import ConfigError
-from shardsim.simulator.economics import MODEL_ERROR, MODEL_ERROR_SOURCE
+from shardsim.simulator.model_error import ModelError, step_error
 from shardsim.simulator.results import KEY_COLUMNS, nest
 from shardsim.sweep.rows import SETTING_COLUMNS, native
 
@@ -89,7 +89,7 @@ def _summary(r: pd.Series | None) -> dict[str, Any] | None:
     return out
 
 
-def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
+def _recommend_one(df: pd.DataFrame, error: ModelError) -> dict[str, Any]:
     """The recommendation over the rows of `df`, whatever clusters they come from."""
     fit = df[df["fits"]].sort_values(
         ["samples_per_s", "memory_required_gib"], ascending=[False, True], kind="mergesort"
@@ -132,30 +132,39 @@ def _recommend_one(df: pd.DataFrame) -> dict[str, Any]:
         "runner_up": _summary(runner),
         "margin": margin(best, runner),
         "margin_over_sdp": margin(best, sdp_best),  # best overall (a pipeline?) vs the best sdp row
-        # the best's lead over the runner-up is below the model's stated error: a tie until measured
-        "margin_within_error": None if runner is None else bool(margin(best, runner) < MODEL_ERROR),
+        # the best's lead over the runner-up is inside the model's error on this device: a tie until measured
+        "margin_within_error": None if runner is None else bool(margin(best, runner) < error.pct / 100),
         "reason": "",
     }
 
 
-def recommend(df: pd.DataFrame) -> Recommendation:
+def sweep_error(df: pd.DataFrame, library: str) -> ModelError:
+    """The model's error on the device of `df`'s rows (one cluster's, or the first) with `library`
+    (`model_error.step_error`: measured here, or "not measured here" and the stated default)."""
+    return step_error(str(df["device"].iloc[0]), library)
+
+
+def recommend(df: pd.DataFrame, library: str = "pytorch") -> Recommendation:
     """What to use. Never a configuration that does not fit.
 
     sharded_data_parallel_degree: the degree of the fastest fitting ddp (1) / zero (world) /
     zero2d (d) row; best: the fastest fitting row of any kind; margin: how much faster the
     best is than the runner-up (samples/s ratio - 1), and `margin_within_error` whether that is
-    below the model's stated error (`model_error`: a tie until measured). Over several clusters, the overall
+    inside the model's one-sigma error on the device with `library` (`model_error`, `sweep_error`:
+    a tie until measured). Over several clusters, the overall
     answer is by samples/s, `cheapest` by cost per million samples, and `clusters` holds the
     answer for each cluster."""
     if df.empty:
         raise ConfigError("empty sweep: nothing to recommend")
-    out = _recommend_one(df)
-    out["model_error"] = {"mean_abs": MODEL_ERROR, "source": MODEL_ERROR_SOURCE}
+    fit = df[df["fits"]]
+    out = _recommend_one(df, sweep_error(fit if len(fit) else df, library))
+    out["model_error"] = sweep_error(fit if len(fit) else df, library).to_dict()
     out["hint"] = None  # when nothing fits, what would (`sweep.hints`: the sweep sets it, knowing the configurations)
     clusters = list(df.groupby(["topology", "nodes"], sort=False))
     if len(clusters) > 1:
         out["clusters"] = [
-            {"topology": top, "nodes": int(nodes), "world": int(g["world"].iloc[0]), **_recommend_one(g)}
+            {"topology": top, "nodes": int(nodes), "world": int(g["world"].iloc[0])}
+            | _recommend_one(g, sweep_error(g, library))
             for (top, nodes), g in clusters
         ]
     priced = df[df["fits"] & df["cost_per_million_samples_usd"].notna()]

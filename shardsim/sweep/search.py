@@ -53,6 +53,7 @@ class SweepResult:
     dropped: dict[str, int] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
     dropped_kinds: dict[str, int] = field(default_factory=dict)
+    library: str = "pytorch"  # the training library the sweep predicted (the model's error is the device's with it)
 
     def dropped_line(self) -> str | None:
         """One line: how many configurations were dropped, by kind of reason (None when none was)."""
@@ -150,13 +151,13 @@ def sweep(
     df = df[list(cols)]
     if df.groupby("topology")["world"].nunique().max() > 1:
         df = scaling(df, "strong" if space.global_batch is not None else "weak")
-    rec = recommend(df)
+    rec = recommend(df, base.library)
     if rec.best is None:  # nothing fits: what would make the smallest configuration fit
         from shardsim.sweep.hints import fit_hint
 
         least = en.candidates[min(range(len(rows)), key=lambda k: rows[k]["memory_required_gib"])]
         rec["hint"] = fit_hint(least.cfg, least.cluster, w, space.global_batch)
-    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped), counts, dict(en.dropped_kinds))
+    return SweepResult(df, rec, tuple(en.skipped), dict(en.dropped), counts, dict(en.dropped_kinds), base.library)
 
 
 def _import_pandas():

@@ -41,7 +41,7 @@ def test_the_docs_example_runs_cell_by_cell_and_prints_what_it_shows(monkeypatch
     monkeypatch.chdir(ROOT)  # the example names files relative to the repository
     cfg = load_config(SEED_FILE.relative_to(ROOT), {"batch_per_device": 2})
     assert ns["cfg"] == cfg and ns["pred"].to_dict() == simulate(cfg).to_dict()
-    assert ns["rec"] == recommend(ns["table"]) and ns["rec"].sharded_data_parallel_degree is not None
+    assert ns["rec"] == recommend(ns["table"], cfg.library) and ns["rec"].sharded_data_parallel_degree is not None
     assert f"sharded_data_parallel_degree: {ns['rec']['sharded_data_parallel_degree']}" in printed[2]
     assert set(ns["cal"].values) == {"attention_efficiency"} and "ConfigError on 'nodes'" in printed[-1]
 

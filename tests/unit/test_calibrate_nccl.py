@@ -128,3 +128,32 @@ def test_the_api_takes_nccl_tests_files_alone() -> None:
     assert tuple(r.values) == ("latency_inter_us",) and r.errors["after"]["mae_pct"] < r.errors["before"]["mae_pct"]
     with pytest.raises(ConfigError, match="nothing to fit to"):
         shardsim.calibrate(None, TOPOLOGY)
+
+
+def test_a_fit_worse_than_the_defaults_on_its_own_rows_warns_and_says_its_band(capsys) -> None:
+    """The shipped default parameters on the p5 curve: 7.0 -> 8.4 % mean, 28 -> 38 % largest."""
+    assert main(["calibrate", *ARGS, "--folds", "0"]) == 0
+    out = capsys.readouterr().out
+    warning = next(line for line in out.splitlines() if line.startswith("WARNING: the fit is worse than the defaults"))
+    assert "(mean |error| 7.0 % -> 8.4 %, largest 28 % -> 38 %)" in warning
+    # the row error the covariance used (the rows' residual, not the weights' 0.05), the model's error and the band
+    assert "row error 0.05 in log throughput in the fit's weights, 0.115 in its covariance" in out
+    assert "model error added: ±11.8 % (nccl on p5.48xlarge, 2 nodes; measured: nccl-tests all_reduce" in out
+    assert "band of a prediction (one sigma): the fitted parameters ±" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "measured", "says"),
+    [
+        (["--topology", TOPOLOGY, "--nodes", "2"], True, "±9.3 % (nccl on p5.48xlarge, 2 nodes; measured: nccl-tests"),
+        (["--topology", TOPOLOGY, "--nodes", "1"], False, "±16.2 % (nccl on p5.48xlarge, 1 node; not measured here: "),
+        (["--topology", "g4dn.12xlarge", "--nodes", "2"], False, "±16.2 % (nccl on g4dn.12xlarge, 2 nodes; not"),
+    ],
+)
+def test_collective_prints_its_band(capsys, argv, measured, says) -> None:
+    assert main(["collective", *argv, "--size", "64MiB"]) == 0
+    assert f"  band   {says}" in capsys.readouterr().out
+    assert main(["collective", *argv, "--size", "64MiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["band"]["measured"] is measured
+    assert main(["collective", *argv, "--sizes", "1MiB,2MiB"]) == 0
+    assert f"# band: {says}" in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ from shardsim.simulator.calibration import fit as F
 from shardsim.simulator.calibration import prior as P
 from shardsim.simulator.calibration.apply import Calibration, Fitted, read_calibration, write_calibration
 from shardsim.simulator.calibration.measurements import read_measurements
+from shardsim.simulator.model_error import step_error
 from shardsim.simulator.predict import predict
 from shardsim.specs.hardware.topology import load_instance
 from tests.helpers import run_record
@@ -245,6 +247,19 @@ def test_the_prior_shrinks_toward_the_default_and_the_errors_are_finite(tmp_path
     assert np.isfinite(f.stderr[names[0]]) and 0 < f.stderr[names[0]] < default * P.PRIOR_SIGMA
 
 
+def test_a_fit_at_a_bound_warns_though_it_misses_the_rows_by_little(tmp_path, capsys):
+    inst = load_instance(TOPOLOGY)
+    path, rows = synthetic(tmp_path)
+    # 15 % faster than the model can be with every GEMM at the dense peak
+    fast = [p.step_time_s * 0.85 for p in F.predictions(inst, rows, {"matmul_efficiency.bf16": 1.0})]
+    cells = list(csv.DictReader(path.read_text().splitlines()))
+    bound = write_csv(tmp_path / "b.csv", [r | {"step_time_s": t} for r, t in zip(cells, fast, strict=True)])
+    argv = ["calibrate", str(bound), "--topology", TOPOLOGY, "--folds", "0", "--params", "matmul_efficiency.bf16"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "AT BOUND" in out and "WARNING: matmul_efficiency.bf16 ended at a bound" in out
+
+
 def test_a_calibrated_prediction_carries_its_band(tmp_path, capsys):
     path, _ = synthetic(tmp_path)
     three = write_csv(tmp_path / "three.csv", list(csv.DictReader(path.read_text().splitlines()))[:3])
@@ -254,13 +269,22 @@ def test_a_calibrated_prediction_carries_its_band(tmp_path, capsys):
     capsys.readouterr()
     assert main([*argv, "--calibration", str(out), "--json"]) == 0
     band = json.loads(capsys.readouterr().out)["calibration_band"]
-    assert 0 < band["band_pct"] < 25 and band["sensitivity"]["matmul_efficiency.bf16"] > 0.3
+    assert 0 < band["parameters_pct"] < 25 and band["sensitivity"]["matmul_efficiency.bf16"] > 0.3
+    # the total is the parameters' share and the model's own error for the A100, added as independent errors
+    model = band["model_error"]
+    assert model["measured"] and model["sigma_log"] >= 0.05
+    params = math.log1p(band["parameters_pct"] / 100)
+    assert band["band_pct"] == pytest.approx(100 * math.expm1(math.hypot(params, model["sigma_log"])))
+    assert band["band_pct"] > max(band["parameters_pct"], model["band_pct"])
     assert main([*argv, "--calibration", str(out)]) == 0
-    assert f"% step time (one sigma of the fitted parameters, {out})" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert f"% step time (one sigma, {out}): fitted parameters ±" in text and "the model's own error ±" in text
     old = read_calibration(out)
-    write_calibration(out, replace(old, fit={}))  # a file written before the covariance
+    write_calibration(out, replace(old, fit={}))  # a file written before the covariance and the model's error
     assert main([*argv, "--calibration", str(out), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["calibration_band"]["band_pct"] is None
+    band = json.loads(capsys.readouterr().out)["calibration_band"]
+    assert band["parameters_pct"] is None and "not determined" in band["note"]
+    assert band["band_pct"] == pytest.approx(100 * math.expm1(step_error("NVIDIA A100 SXM4 40GB").sigma))
 
 
 def test_the_help_gives_the_input_columns_and_wraps_at_whole_names():
@@ -362,7 +386,7 @@ def test_a_misspelt_column_is_refused_with_the_column_meant(tmp_path, capsys):
     path = write_csv(tmp_path / "m.csv", [row, row | {"tokens_per_s_per_gpu": 2000.0}])
     err = calibrate_refuses([str(path), "--topology", TOPOLOGY, "--folds", "0"], capsys)
     assert f"{path} line 1: field 'micrbatch': unknown column; did you mean 'microbatch'?" in err, err
-    notes = write_csv(tmp_path / "n.csv", [GOOD | {"notes": "x", "tokens_per_s": 1.0, "gpu": "A100"}])
+    notes = write_csv(tmp_path / "n.csv", [GOOD | {"notes": "x", "mfu_pct": 1.0, "gpu": "A100"}])
     assert len(read_measurements(notes, TOPOLOGY, load_instance(TOPOLOGY))) == 1  # other columns: read as notes
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from shardsim.simulator.calibration.fit import Row
     from shardsim.simulator.calibration.measurements import Measurement
     from shardsim.simulator.calibration.prior import MapFit
+    from shardsim.simulator.model_error import ModelError
     from shardsim.specs.hardware.topology import InstanceType
 
 DEFAULT_FOLDS = None  # chosen from the row count (`choose_folds`)
@@ -74,6 +75,15 @@ class CalibrationResult:
     calibration: Calibration
     warnings: list[str]  # what the user should know of a fit that is written (more parameters than rows)
     dropped: list[str] = field(default_factory=list)  # per nccl-tests file with rows left out: which and why
+    model_error: ModelError | None = None  # the model's error the fit adds to a prediction's band (`band.pooled_error`)
+
+    def bands(self) -> np.ndarray:
+        """Each row's one-sigma band in log throughput with the fitted values: the parameters'
+        share and the model's own error, added (`model_error.total_sigma`)."""
+        import numpy as np
+
+        model = self.model_error.sigma if self.model_error else 0.0
+        return np.sqrt(self.fit.parameters_sigma() ** 2 + model**2)
 
     @property
     def values(self) -> dict[str, float]:
@@ -111,21 +121,61 @@ def untrusted(f: MapFit, mae_pct: float) -> str | None:
     return None
 
 
-def fit_section(f: MapFit, warnings: list[str]) -> dict[str, Any]:
+def fit_section(f: MapFit, warnings: list[str], model: ModelError | None = None, library: str = "") -> dict[str, Any]:
     """What a calibration file says of the fit: the prior, which parameters were fitted (the scaled
-    Jacobian's singular values over them, each one's column norm) and which held (why), and the
-    posterior covariance of the fitted log-parameters (u = log(value + shift)) that a
-    prediction's band comes from."""
+    Jacobian's singular values over them, each one's column norm) and which held (why), the
+    posterior covariance of the fitted log-parameters (u = log(value + shift)) and the model's
+    own error (`model`, for runs of `library`) that a prediction's band comes from."""
     from shardsim.simulator.calibration.prior import PRIOR_SIGMA, ROW_ERROR
 
-    return {
-        "prior": {"sigma_log": PRIOR_SIGMA, "row_error_log": ROW_ERROR},
-        "singular_values": [round(v, 4) for v in f.singular],  # of the scaled Jacobian over the fitted set
-        "fitted": {n: {"column_norm": round(f.column[n], 4), "shift": f.shifts[n]} for n in f.names},
-        "held": dict(f.held),
-        "row_error_log": round(f.row_error, 6),
-        "covariance_log": [[float(x) for x in row] for row in f.covariance.tolist()],
-    } | ({"warnings": list(warnings)} if warnings else {})
+    return (
+        {
+            "prior": {"sigma_log": PRIOR_SIGMA, "row_error_log": ROW_ERROR},
+            "singular_values": [round(v, 4) for v in f.singular],  # of the scaled Jacobian over the fitted set
+            "fitted": {n: {"column_norm": round(f.column[n], 4), "shift": f.shifts[n]} for n in f.names},
+            "held": dict(f.held),
+            "row_error_log": round(f.row_error, 6),
+            "covariance_log": [[float(x) for x in row] for row in f.covariance.tolist()],
+        }
+        | ({"model_error": model.to_dict() | {"library": library}} if model else {})
+        | ({"warnings": list(warnings)} if warnings else {})
+    )
+
+
+def worse_than_defaults(errs: dict[str, dict[str, Any]]) -> str | None:
+    """A warning when the fit misses its own rows by more than the topology's figures do (mean
+    or largest |error|): the calibration file would make predictions of these rows worse."""
+    b, a = errs["before"], errs["after"]
+    if a["mae_pct"] <= b["mae_pct"] and a["max_pct"] <= b["max_pct"]:
+        return None
+    return (
+        f"the fit is worse than the defaults on its own rows (mean |error| {b['mae_pct']:.1f} % -> "
+        f"{a['mae_pct']:.1f} %, largest {b['max_pct']:.0f} % -> {a['max_pct']:.0f} %): predict without "
+        "--calibration, or fit fewer parameters (--params)"
+    )
+
+
+def at_bound(f: MapFit) -> str | None:
+    """A warning when a fitted parameter ended at a bound: the rows ask for more than the figure can give."""
+    bound = [n for n in f.names if f.at_bound(n)]
+    if not bound:
+        return None
+    return (
+        f"{', '.join(bound)} ended at a bound: the rows ask for more than the figure can give (structure the model "
+        "lacks, or rows from another device or in other units); its standard error and the band understate the doubt"
+    )
+
+
+def stated_error(inst: InstanceType, runs: list[Measurement], collectives: list[CollectiveRow]) -> ModelError:
+    """The model's stated error for what the rows measured (`model_error`): training steps on the
+    topology's device with the runs' library (several libraries: not measured here), else the
+    collectives on the topology's instance type."""
+    from shardsim.simulator.model_error import collective_error, step_error
+
+    if runs:
+        libraries = sorted({m.cfg.library for m in runs})
+        return step_error(inst.device.model, " + ".join(libraries))
+    return collective_error(inst.name, max(r.nodes for r in collectives))
 
 
 def model_shape(m: Measurement) -> object:
@@ -221,9 +271,12 @@ def calibrate(
     ranks) on `topology` (a name or YAML path), with `folds`-fold cross-validation (0: none;
     None: `choose_folds`). Refused before the fit: neither kind of measurement, folds 1, nothing
     to fit, rows that determine none of the parameters; after it: an untrusted fit (unless `force`)."""
+    import numpy as np
+
     from shardsim.simulator.calibration import fit as F
     from shardsim.simulator.calibration import prior as P
     from shardsim.simulator.calibration.apply import Calibration, Fitted
+    from shardsim.simulator.calibration.band import pooled_error
     from shardsim.simulator.calibration.measurements import read_frame, read_measurements
     from shardsim.specs.hardware.topology import load_instance
 
@@ -268,6 +321,8 @@ def calibrate(
     warning = untrusted(f, errs["after"]["mae_pct"])
     if warning and not force:
         raise ConfigError(warning + FORCE)
+    warnings += [w for w in (worse_than_defaults(errs), None if warning else at_bound(f)) if w]
+    model = pooled_error(stated_error(inst, runs, collectives), np.log(after), len(f.names))
     cv = P.cross_validated(inst, rows, names, k) if k else None
     if cv is not None:
         errs["cross_validated"] = errors(cv) | {"folds": k}
@@ -284,9 +339,9 @@ def calibrate(
         fitted_to=fitted_to,
         errors=errs,
         warning=warning or "",
-        fit=fit_section(f, warnings),
+        fit=fit_section(f, warnings, model, " + ".join(sorted({m.cfg.library for m in runs})) if runs else "nccl"),
     )
     names = f.names
     notes += [f"{n}: {why}" for n, why in f.held.items()]
     result = (inst, rows, names, notes, f, before, after, cv, errs, warning or "", cal, warnings, dropped)
-    return CalibrationResult(*result)
+    return CalibrationResult(*result, model_error=model)

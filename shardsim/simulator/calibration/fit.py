@@ -82,7 +82,7 @@ def fitted_names(
             notes.append(f"{name}: left out, {inst.name} has no kernel figures (device.kernels)")
         elif p.needs == "nodes" and all(m.nodes == 1 for m in rows):
             notes.append(f"{name}: left out, every row runs on one node")
-        elif p.needs == "ranks" and all(m.nodes * inst.device.count == 1 for m in runs):
+        elif p.needs == "ranks" and all((m.world or m.nodes * inst.device.count) == 1 for m in runs):
             notes.append(f"{name}: left out, every row runs on one rank")
         else:
             names.append(name)
@@ -90,12 +90,14 @@ def fitted_names(
 
 
 def predictions(inst: InstanceType, rows: list[Measurement], values: dict[str, float]) -> list[StepPrediction]:
-    """Each row predicted on `inst` with `values` over its figures."""
+    """Each row predicted on `inst` (or the row's own instance: another topology of the device, part
+    of a node) with `values` over its figures."""
     calibrated = applied(inst, values)
     out = []
     for m in rows:
+        own = calibrated if m.instance is None or m.instance is inst else applied(m.instance, values)
         try:
-            out.append(predict(m.cfg, workload=m.workload, cluster=Cluster(calibrated, m.nodes)))
+            out.append(predict(m.cfg, workload=m.workload, cluster=Cluster(own, m.nodes)))
         except ConfigError as err:
             raise ConfigError(err.message, where=m.label, field=err.field) from None
     return out

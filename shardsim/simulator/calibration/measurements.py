@@ -5,7 +5,8 @@ Three sources, each row becoming one `Measurement`:
   or the shape itself: ``family, hidden, layers, heads, kv_heads, ffn, vocab, seq_len,
   tied_embeddings, positions``), any configuration fields (``nodes`` or ``gpus``, ``strategy``,
   ``batch_per_device``, ``grad_accum``, ``precision``, ``checkpointing``, ``reduce_dtype``, ...),
-  and the measurement: ``tokens_per_s_per_gpu`` or ``step_time_s``. The runtime's ``runs.csv``
+  and the measurement: one or more of `METRICS`, which must agree (`METRIC_AGREEMENT`; the
+  runtime's files: their step time). The runtime's ``runs.csv``
   is one (its ``strategy_<field>`` columns, ``kind`` and loose ``degree``, ... in a file written
   before the result key, are the strategy; docs/results.md); so is a pandas DataFrame of those
   columns (`read_frame`). A torn or ragged file is refused (`simulator.csvfile`). llm-foundry's
@@ -17,11 +18,11 @@ Three sources, each row becoming one `Measurement`:
 - the runtime's run JSON files (a file, or a folder of them): read by the keys `RunRecord`
   documents (``config``: `RunConfig.to_dict()`, ``world``, ``step_time_s``), without importing
   the runtime (the simulator never does).
-The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) set its nodes: that
-many over the topology's devices per node, which must divide it (a run's ``nodes`` counts the
-hosts it ran on, not the topology's). Every row is predicted on the topology given to
-`calibrate`, without a profile. A bad row is one ConfigError naming the file's line (or the
-record) and the column.
+The devices a row ran on (``gpus``; runs.csv's and a record's ``world``) and ``gpus_per_node``
+set its nodes and its part of each (`placement`: 1, 2 or 4 GPUs of an 8-GPU node run on part of
+one; a run's ``nodes`` counts the hosts it ran on, not the topology's). Every row is predicted on
+the topology given to `calibrate`, or its own ``topology`` of the same device, without a profile.
+A bad row is one ConfigError naming the file's line (or the record) and the column.
 """
 
 from __future__ import annotations
@@ -41,16 +42,24 @@ from shardsim.core.errors import ConfigError
 from shardsim.core.yamlio import read_text
 from shardsim.simulator.predict import StepPrediction
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.specs.hardware.topology import InstanceType
+from shardsim.specs.hardware.topology import InstanceType, load_instance, part_of_node
 from shardsim.specs.model.arch import SHAPE_FIELDS
 from shardsim.specs.model.describe import ARCH_FIELDS
 from shardsim.specs.model.workload import Workload
 from shardsim.specs.strategies import FSDP_SHARDING, ZERO2D
 
-METRICS = ("tokens_per_s_per_gpu", "step_time_s")
+METRICS = ("tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s", "step_time_s")
+THROUGHPUTS = METRICS[:3]  # a row may give several: they must agree (`METRIC_AGREEMENT`)
 # what a measurement may be: a training step of a microsecond to eleven days, a thousandth of a
-# token to a billion tokens a second per device (beyond: other units, or not a measurement)
-METRIC_BOUNDS = {"tokens_per_s_per_gpu": (1e-3, 1e9), "step_time_s": (1e-6, 1e6)}
+# token to a billion tokens a second per device, a trillion over the cluster (beyond: other units,
+# or not a measurement)
+METRIC_BOUNDS = {
+    "tokens_per_s_per_gpu": (1e-3, 1e9),
+    "tokens_per_s": (1e-3, 1e12),
+    "samples_per_s": (1e-6, 1e12),
+    "step_time_s": (1e-6, 1e6),
+}
+METRIC_AGREEMENT = 0.01  # throughputs of one row (as samples/s over the cluster) may differ this much
 RUN_JSON_BYTES = 64 << 20  # a run JSON file of `shardsim run` (its record); larger is refused before it is parsed
 RANKS = ("gpus", "world")  # columns of the devices a row ran on: they set its nodes
 PARAMS_TOLERANCE = 0.01  # a num_params column may differ this much from the model's count
@@ -85,9 +94,11 @@ READ_COLUMNS = (
     "sharding_strategy",
     "mp_mode",
     "num_params",
+    "global_batch",
 )
+HYBRID = "node"  # the degree of a HYBRID_SHARD row until its node's devices are known
 NEAR_COLUMN = 0.85  # difflib's ratio above which an unread column is taken as a misspelt read one
-NOTE_COLUMNS = ("model", "gpu", "global_batch", "tokens_per_s", "interconnect_gbps_per_node", "mfu_pct", "hfu_pct")
+NOTE_COLUMNS = ("model", "gpu", "interconnect_gbps_per_node", "mfu_pct", "hfu_pct")
 
 
 @dataclass(frozen=True)
@@ -99,15 +110,29 @@ class Measurement:
     cfg: RunConfig
     workload: Workload
     nodes: int
-    metric: str  # tokens_per_s_per_gpu | step_time_s
+    metric: str  # one of METRICS
     measured: float
     info: dict[str, Any] = field(default_factory=dict)  # columns to report the row by
+    instance: InstanceType | None = None  # the row's own (its topology, its part of a node); None: the fit's
+
+    @property
+    def world(self) -> int:
+        """The devices the row ran on (`instance`'s per node × nodes; 0 where it has no instance of its own)."""
+        return self.nodes * self.instance.device.count if self.instance else 0
 
     def ratio(self, pred: StepPrediction) -> float:
         """Predicted over measured throughput (> 1: the model is too fast)."""
         if self.metric == "step_time_s":
             return self.measured / pred.step_time_s
-        return pred.samples_per_s * self.workload.tokens_per_sample / pred.world / self.measured
+        return samples_per_s(self.metric, self.measured, self.workload, pred.world) ** -1 * pred.samples_per_s
+
+
+def samples_per_s(metric: str, value: float, w: Workload, world: int) -> float:
+    """A throughput metric's value as samples a second over the cluster of `world` devices."""
+    if metric == "samples_per_s":
+        return value
+    tokens = value * world if metric == "tokens_per_s_per_gpu" else value
+    return tokens / w.tokens_per_sample
 
 
 def _cell(text: str, kind: type, where: str, column: str) -> Any:
@@ -162,12 +187,6 @@ def _llm_foundry(row: dict[str, str], where: str, inst: InstanceType) -> tuple[d
         raise ConfigError(
             "activations offloaded to the CPU are not modelled", where=where, field="activation_cpu_offload"
         )
-    per_node = inst.device.count
-    if row.get("gpus_per_node", "").strip():
-        given = _cell(row["gpus_per_node"], int, where, "gpus_per_node")
-        if given != per_node:
-            why = f"{given} GPUs per node; topology {inst.name} has {per_node}"
-            raise ConfigError(why, where=where, field="gpus_per_node")
     text = row.get("sharding_strategy", "").strip()
     if text:
         if text not in SHARDING:
@@ -177,7 +196,7 @@ def _llm_foundry(row: dict[str, str], where: str, inst: InstanceType) -> tuple[d
         kind, reshard = FSDP_SHARDING[text]
         values |= {"strategy": kind} | ({} if reshard else {"reshard_after_forward": False})
         if kind == ZERO2D.name:
-            values["degree"] = per_node
+            values["degree"] = HYBRID
         cols |= {"strategy": "sharding_strategy", "degree": "sharding_strategy"}
     precision = row.get("precision", "").strip().removeprefix("amp_")
     mode = row.get("mp_mode", "").strip()
@@ -210,19 +229,44 @@ def _values(row: dict[str, str], where: str, inst: InstanceType) -> tuple[dict[s
             if name == "checkpointing" and text.strip().lower() in ("true", "false"):
                 kind = bool
             values[name], cols[name] = _cell(text, kind, where, col), col
-    for col in RANKS:
+    for col in (*RANKS, "gpus_per_node"):
         if row.get(col, "").strip():
-            values["nodes"], cols["nodes"] = _nodes(_cell(row[col], int, where, col), inst, where, col), col
+            name = "ranks" if col in RANKS else col
+            if name in cols:
+                raise ConfigError(f"the devices are given twice: {cols[name]} and {col}", where=where, field=col)
+            values[name], cols[name] = _cell(row[col], int, where, col), col
     return values, cols
 
 
-def _nodes(ranks: int, inst: InstanceType, where: str, column: str) -> int:
-    """The nodes of `inst` that `ranks` devices fill (ConfigError naming `column` when they do not)."""
+def placement(
+    ranks: int | None, nodes: int | None, per_node: int | None, inst: InstanceType, where: str, cols: dict[str, str]
+) -> tuple[int, int]:
+    """(nodes, devices used on each) of a row that ran on `ranks` devices (`gpus`, `world`) and / or
+    `nodes` nodes, `per_node` of each node's devices (the ``gpus_per_node`` column; None: all
+    of `inst`'s). Devices at most one node holds run on one node (1, 2 or 4 GPUs of an 8-GPU
+    node: part of it); more fill whole nodes of `per_node`. Errors name the column."""
     per = inst.device.count
-    if ranks < 1 or ranks % per:
-        what = f"{ranks} devices do not fill whole nodes of {inst.name} ({per} devices each)"
-        raise ConfigError(what, where=where, field=column)
-    return ranks // per
+    col = cols.get("ranks", "gpus")
+    if per_node is not None and not 1 <= per_node <= per:
+        why = f"{per_node} GPUs per node; topology {inst.name} has {per}"
+        raise ConfigError(why, where=where, field=cols.get("gpus_per_node", "gpus_per_node"))
+    per_node = per_node or per
+    if ranks is None:
+        return nodes or 1, per_node
+    if ranks < 1:
+        raise ConfigError(f"expected a device count >= 1, got {ranks}", where=where, field=col)
+    if ranks <= per_node:
+        found = (1, ranks)
+    elif ranks % per_node:
+        each = f"{per_node} devices each" + (", gpus_per_node" if per_node < per else "")
+        what = f"{ranks} devices do not fill whole nodes of {inst.name} ({each})"
+        raise ConfigError(what, where=where, field=col)
+    else:
+        found = (ranks // per_node, per_node)
+    if nodes is not None and nodes != found[0] and col != "world":  # runs.csv: nodes are the hosts it ran on
+        why = f"{nodes} nodes, but {ranks} devices at {found[1]} a node fill {found[0]}"
+        raise ConfigError(why, where=where, field=cols.get("nodes", "nodes"))
+    return found
 
 
 def _measurement(
@@ -231,14 +275,35 @@ def _measurement(
     where: str,
     topology: str,
     inst: InstanceType,
-    metric: tuple[str, float],
+    metric: dict[str, float],
 ) -> Measurement:
     """A checked Measurement of schema values; errors name the column a value came from."""
     given = values.get("topology")
+    row_inst = inst
     if given is not None and given not in (topology, inst.name, inst.path):
-        raise ConfigError(
-            f"measured on {given}; calibrating {topology}", where=where, field=cols.get("topology", "topology")
-        )
+        column = cols.get("topology", "topology")
+        try:
+            row_inst = load_instance(given)
+        except ConfigError as err:
+            raise ConfigError(err.message, where=where, field=column) from None
+        if row_inst.device.model != inst.device.model:
+            theirs = f"{row_inst.device.model}); the fit's figures are {inst.device.model}'s ({topology})"
+            why = f"measured on {given} ({theirs}"
+            raise ConfigError(why, where=where, field=column)
+    nodes, used = placement(
+        values.pop("ranks", None), values.get("nodes"), values.pop("gpus_per_node", None), row_inst, where, cols
+    )
+    if used < row_inst.device.count:
+        try:
+            row_inst = part_of_node(row_inst, used)
+        except ConfigError as err:
+            raise ConfigError(err.message, where=where, field=cols.get("ranks", cols.get("gpus_per_node"))) from None
+        values["gpus_per_node"] = used
+    values["nodes"] = nodes
+    if "ranks" in cols:
+        cols.setdefault("nodes", cols["ranks"])
+    if values.get("degree") == HYBRID:  # HYBRID_SHARD: ZeRO-2D within the node's devices the row ran on
+        values["degree"] = row_inst.device.count
     shape = {k: values.pop(k) for k in list(values) if k in ARCH_FIELDS and k not in SHAPE_FIELDS}
     if "family" in shape:  # described by its shape: an inline model
         shape |= {k: values.pop(k) for k in SHAPE_FIELDS if k in values}
@@ -248,34 +313,61 @@ def _measurement(
         raise ConfigError(
             "applies to a model given by its family (add a family column)", where=where, field=cols.get(key, key)
         )
-    values |= {"topology": topology, "profile": None, "calibration": None}
-    values.setdefault("nodes", 1)
+    values |= {"topology": given or topology, "profile": None, "calibration": None}
     try:
         cfg = build_config(values, where)
         w = load_workload(cfg.workload, cfg.shape, where)
-        resolve(
+        _, res = resolve(
             cfg,
-            cfg.nodes * inst.device.count,
+            cfg.nodes * row_inst.device.count,
             len(w.layers) or len(w.blocks),
             tied_embeddings=w.tied_embeddings,
             arch=w.arch,
-            devices_per_node=inst.device.count,
+            devices_per_node=row_inst.device.count,
         )
     except ConfigError as err:
         name = (err.field or "").removeprefix("workload.")
         raise ConfigError(err.message, where=where, field=cols.get(name, err.field)) from None
-    if cfg.precision not in inst.device.peak_tflops:
+    if cfg.precision not in row_inst.device.peak_tflops:
         raise ConfigError(
             f"{inst.device.model} has no {cfg.precision} peak", where=where, field=cols.get("precision", "precision")
         )
-    info = {"model": w.name, "seq_len": w.tokens_per_sample, "gpus": cfg.nodes * inst.device.count}
+    world = cfg.nodes * row_inst.device.count
+    info = {"model": w.name, "seq_len": w.tokens_per_sample, "gpus": world, "global_batch": res.global_batch}
     info |= {"microbatch": cfg.batch_per_device, "grad_accum": cfg.grad_accum, "checkpointing": cfg.checkpointing}
-    return Measurement(where, cfg, w, int(cfg.nodes or 1), metric[0], metric[1], info)
+    if row_inst is not inst:
+        info["topology"] = row_inst.name
+    name, value = _agreed(metric, w, world, res.global_batch, where)
+    return Measurement(where, cfg, w, int(cfg.nodes), name, value, info, row_inst)
 
 
-def _metric(row: dict[str, Any], where: str) -> tuple[str, float]:
-    """The row's measurement, within `METRIC_BOUNDS`."""
-    for m in METRICS:
+def _agreed(metrics: dict[str, float], w: Workload, world: int, batch: int, where: str) -> tuple[str, float]:
+    """The row's measurement: its step time if it gives one (what a run measures), else the first
+    of `METRICS` it gives; every other one it gives must say the same, as samples a second over
+    the cluster (a step: its global batch `batch` over its time), within `METRIC_AGREEMENT`."""
+    first = "step_time_s" if "step_time_s" in metrics else next(iter(metrics))
+
+    def rate(m: str) -> float:
+        return batch / metrics[m] if m == "step_time_s" else samples_per_s(m, metrics[m], w, world)
+
+    base = rate(first)
+    for m in metrics:
+        if abs(rate(m) / base - 1) > METRIC_AGREEMENT:
+            why = (
+                f"{metrics[m]:g} disagrees with {first} {metrics[first]:g} by {abs(rate(m) / base - 1):.1%} "
+                f"(at {world} devices, a global batch of {batch:,} and {w.tokens_per_sample:,} tokens a sample; "
+                f"at most {METRIC_AGREEMENT:.0%})"
+            )
+            raise ConfigError(why, where=where, field=m)
+    return first, metrics[first]
+
+
+def _metric(row: dict[str, Any], where: str) -> dict[str, float]:
+    """The row's measurements (each of `METRICS` it gives, in that order), within `METRIC_BOUNDS`;
+    of the runtime's (a record, runs.csv: a ``world``), its step time, which its rates are computed from."""
+    out: dict[str, float] = {}
+    runtime = "world" in row and str(row.get("step_time_s", "")).strip() not in ("", "None")
+    for m in ("step_time_s",) if runtime else METRICS:
         text = row.get(m)
         if text is not None and str(text).strip():
             lo, hi = METRIC_BOUNDS[m]
@@ -285,8 +377,10 @@ def _metric(row: dict[str, Any], where: str) -> tuple[str, float]:
                 value = math.nan
             if not lo <= value <= hi:
                 raise ConfigError(f"expected a finite number from {lo:g} to {hi:g}, got {text!r}", where=where, field=m)
-            return m, value
-    raise ConfigError(f"no measurement; expected {' or '.join(METRICS)}", where=where, field=METRICS[0])
+            out[m] = value
+    if not out:
+        raise ConfigError(f"no measurement; expected one of {', '.join(METRICS)}", where=where, field=METRICS[0])
+    return out
 
 
 def _check_columns(columns: list[str], where: str) -> None:
@@ -340,6 +434,10 @@ def read_rows(
             if abs(m.workload.params / counted - 1) > PARAMS_TOLERANCE:
                 why = f"{counted:,} parameters; the model described has {m.workload.params:,}"
                 raise ConfigError(why, where=where, field="num_params")
+        text = "" if "world" in cells else cells.get("global_batch", "").strip()  # runs.csv: the runtime's own
+        if text and _cell(text, int, where, "global_batch") != m.info["global_batch"]:
+            why = f"{text} samples; the configuration's global batch is {m.info['global_batch']:,}"
+            raise ConfigError(why, where=where, field="global_batch")
         info = {k: cells[k] for k in ("model",) if cells.get(k)}
         out.append(replace(m, info=m.info | info))
     return out
@@ -368,8 +466,9 @@ def read_run_json(path: Path, topology: str, inst: InstanceType) -> Measurement:
     world = data.get("world")
     if not isinstance(world, int) or isinstance(world, bool):
         raise ConfigError(f"expected a whole number of ranks, got {world!r}", where=where, field="world")
-    values["nodes"] = _nodes(world, inst, where, "world")
-    return _measurement(values, {"nodes": "world"}, where, topology, inst, metric)
+    values.pop("nodes", None)  # a record's nodes are the hosts it ran on; its world sets the topology's
+    values["ranks"] = world
+    return _measurement(values, {"ranks": "world"}, where, topology, inst, metric)
 
 
 def read_measurements(source: str | Path, topology: str, inst: InstanceType) -> list[Measurement]:

@@ -84,6 +84,13 @@ class MapFit:
     row_error: float  # the s used in the covariance
     evaluations: int
     shifts: dict[str, float] = field(default_factory=dict)
+    jacobian: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # d log ratio / du at the fit, rows × names
+
+    def parameters_sigma(self) -> np.ndarray:
+        """Each row's one-sigma error in log throughput from the fitted parameters alone: sqrt(j Σ jᵀ)."""
+        if not self.names:
+            return np.zeros(len(self.jacobian))
+        return np.sqrt(np.maximum(np.einsum("ri,ij,rj->r", self.jacobian, self.covariance, self.jacobian), 0.0))
 
     def at_bound(self, name: str) -> bool:
         (lo, hi), v = self.bounds[name], self.values[name]
@@ -183,6 +190,7 @@ def map_fit(inst: InstanceType, rows: list[Row], names: tuple[str, ...], ident: 
         row_error=float(np.sqrt(s2)),
         evaluations=int(res.nfev),
         shifts=shifts,
+        jacobian=jd,
     )
 
 
