@@ -51,7 +51,8 @@ def _cmd_collective(ns: argparse.Namespace) -> int:
     print(f"  time   {format_seconds(r.time_s)}")
     print(f"  algbw  {_bandwidth(r.algbw_GBps)}")
     print(f"  busbw  {_bandwidth(r.busbw_GBps)}")
-    print(f"  band   {band.text()} of the time, one sigma")
+    print(f"  band   {band.short()} of the time, one sigma")
+    print(f"         {band.source}")
     return 0
 
 
@@ -131,7 +132,8 @@ def _sweep(ns: argparse.Namespace, cluster) -> int:
         f" ({ns.backend}, --algo {ns.algo}, --protocol {ns.protocol})"
     )
     print(f"# calibrated: {ns.calibration}'s fitted figures over the topology's" if ns.calibration else "#")
-    print(f"# band: {_band(ns, cluster).text()} of each time, one sigma")
+    band = _band(ns, cluster)
+    print(f"# band: {band.short()} of each time, one sigma; {band.source}")
     if ns.imbalance != 1.0:
         print(f"# uneven: rank 0 receives {ns.imbalance:g} x the mean, the others the rest evenly")
     print(_header(_SWEEP_LINE, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "algo"))

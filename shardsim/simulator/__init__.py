@@ -3,8 +3,9 @@
 What the sweep and the report use of it: `predict` (`predict`,
 `prepare`, `chain_bound_s`, `step_memory`, `rank_workload`, `StepPrediction`, `Prepared`),
 `bounds` (`compute_bound_s`), `results` (the result key, the schema and its upgrades),
-`economics` (`MODEL_ERROR`), `gcpause` (`paused_gc`), `calibration.apply` (`load_calibration`),
-`hardware.profile` (`load_profile`), `scale` (the plan's and the sweep's bounds) and `workload`;
+`economics` (`MODEL_ERROR`), `model_error` (`step_error`, `ModelError`), `gcpause`
+(`paused_gc`), `calibration.apply` (`load_calibration`), `hardware.profile` (`load_profile`),
+`scale` (the plan's and the sweep's bounds) and `workload`;
 the descriptions it is given come from `shardsim.specs` (hardware, strategies, bounds).
 """
 

@@ -48,6 +48,10 @@ class ModelError:
         """``±6.2 % (NVIDIA A100 SXM4 40GB, pytorch; measured: <source>)``, or ``not measured here: ...``."""
         return f"±{self.pct:.1f} % ({self.stack}; {'measured' if self.measured else NOT_MEASURED_TEXT}: {self.source})"
 
+    def short(self) -> str:
+        """``±6.2 % (NVIDIA A100 SXM4 40GB, pytorch; measured)``: `text` without its source."""
+        return f"±{self.pct:.1f} % ({self.stack}; {'measured' if self.measured else NOT_MEASURED_TEXT})"
+
     def to_dict(self) -> dict:
         return {
             "sigma_log": self.sigma, "band_pct": round(self.pct, 3), "measured": self.measured, "source": self.source,

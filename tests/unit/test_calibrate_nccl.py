@@ -145,8 +145,8 @@ def test_a_fit_worse_than_the_defaults_on_its_own_rows_warns_and_says_its_band(c
 @pytest.mark.parametrize(
     ("argv", "measured", "says"),
     [
-        (["--topology", TOPOLOGY, "--nodes", "2"], True, "±9.3 % (nccl on p5.48xlarge, 2 nodes; measured: nccl-tests"),
-        (["--topology", TOPOLOGY, "--nodes", "1"], False, "±16.2 % (nccl on p5.48xlarge, 1 node; not measured here: "),
+        (["--topology", TOPOLOGY, "--nodes", "2"], True, "±9.3 % (nccl on p5.48xlarge, 2 nodes; measured)"),
+        (["--topology", TOPOLOGY, "--nodes", "1"], False, "±16.2 % (nccl on p5.48xlarge, 1 node; not measured here)"),
         (["--topology", "g4dn.12xlarge", "--nodes", "2"], False, "±16.2 % (nccl on g4dn.12xlarge, 2 nodes; not"),
     ],
 )

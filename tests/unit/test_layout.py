@@ -208,6 +208,7 @@ SIMULATOR_FACE = {
     "shardsim.simulator.bounds",
     "shardsim.simulator.results",
     "shardsim.simulator.economics",
+    "shardsim.simulator.model_error",
     "shardsim.simulator.gcpause",
     "shardsim.simulator.calibration.apply",
     "shardsim.simulator.hardware.profile",
