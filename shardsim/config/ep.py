@@ -8,10 +8,10 @@ ones, the experts over the ranks left after EP (efsdp); a kind that does not sha
 (ddp, zero1) is refused. With tensor parallelism `etp` (torchtitan's
 ``expert_tensor_parallel_degree``, 1 or tp) says where EP's ranks come from: etp = tp, from the
 data-parallel ranks (ep divides the degree) and the experts also tensor-parallel; etp = 1, its
-default, from dp_shard x tp (ep divides degree x tp) and the experts whole. A pipeline takes its
-EP ranks from each stage's FSDP2-sharded ranks alike (pp outermost), under a schedule that runs
-whole backward passes (a zero-bubble schedule's split backward is not planned with EP). Context
-parallelism with EP is not planned.
+default and the only one its current version keeps, from dp_shard x tp (ep divides degree x tp)
+and the experts whole. A pipeline takes its EP ranks from each stage's FSDP2-sharded ranks alike
+(pp outermost), under a schedule that runs whole backward passes (a zero-bubble schedule's split
+backward is not planned with EP). Context parallelism with EP is not planned.
 """
 
 from __future__ import annotations
