@@ -6,7 +6,8 @@ dollars per million tokens.
 
 One `shardsim.sweep` (the space is `SPACE`, the command that sweeps the same is in the README this
 writes) over zero, zero2d and pipelines of 2 and 4 stages (1F1B), each with tensor-parallel degrees
-1, 2, 4, 8 and expert-parallel degrees 1, 2, 4, 8 where they compose (`config.ep`). Writes
+1, 2, 4, 8 and expert-parallel degrees 1, 2, 4, 8 where they compose (`config.ep`; with tp > 1 under
+etp 1 and etp = tp). Writes
 table.json (every row that fits) and README.md into DIR (default: this folder).
 """
 
@@ -83,10 +84,12 @@ def findings(df: pd.DataFrame) -> list[str]:
         best = here.iloc[0]
         line = f"- {nodes} x p5.48xlarge: fastest `{best['label']}` ({best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU)"
         ep = here[here["ep"] > 1]
-        if not ep.empty and best["ep"] == 1:
-            e = ep.iloc[0]
-            gap = 1 - e["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"]
-            line += f"; with expert parallelism at best `{e['label']}`, {100 * gap:.1f} % slower"
+        both = ep[ep["label"].str.contains(r"\btp=")]
+        for what, rows_ in (("with expert parallelism", ep), ("with expert and tensor parallelism", both)):
+            if not rows_.empty and rows_.index[0] != here.index[0]:
+                e = rows_.iloc[0]
+                gap = 1 - e["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"]
+                line += f"; {what} at best `{e['label']}`, {100 * gap:.1f} % slower"
         out.append(line + ".")
     return out
 
@@ -106,8 +109,10 @@ def readme(df: pd.DataFrame) -> str:
         "(`moe_imbalance` 1.0, an ideal stated, not measured), 4,096 tokens a sequence, 2 sequences per GPU and",
         "data-parallel rank (every layout of a cluster runs that global batch), activation checkpointing on.",
         "MFU counts the active parameters (12.9 B a token: 6 N_active + attention), against the BF16 dense peak.",
-        "Expert parallelism is not predicted with tensor parallelism (refused in one line: not built yet), so the",
-        "rows with ep > 1 have tp 1.",
+        "Expert parallelism with tensor parallelism is torchtitan's, under both of its experts' tensor-parallel",
+        "degrees: etp 1 (its default, unnamed in a label: EP borrows tensor-parallel ranks, each dispatching a",
+        "tp-th of the tokens to whole experts) and etp = tp (`etp=N`: EP over data-parallel ranks, every rank",
+        "dispatching all the tokens to experts split by tp).",
         "",
         "## What it shows",
         "",

@@ -73,6 +73,7 @@ def _build(ns: argparse.Namespace):
         sequence_parallel=ns.sequence_parallel,
         cp=ns.cp,
         ep=ns.ep,
+        etp=ns.etp,
         checkpointing=spanned["checkpointing"],
         selective_ac_options=spanned["selective_ac_option"],
         reduce_dtypes=spanned["reduce_dtype"],

@@ -41,7 +41,7 @@ def resolve(
     parallelism against the model's experts and the shard degree (`config.ep`). The mesh is
     `Resolved.dims`: pp × dp_replicate × dp_shard × cp × ep × tp in `mesh_order`; the
     data-parallel kinds see world / (pp × tp × cp) ranks, which split the batch (the ep ranks
-    among them: dp_shard is the degree / ep).
+    among them: dp_shard is the degree / the data-parallel ranks an EP group takes, `ParallelDims.ep_dp`).
     """
     s = cfg.strategy
     where = cfg.source
@@ -93,7 +93,7 @@ def resolve(
     shard = spec.shard(s, dp_world, where, node_ranks)
     ep = s.ep
     if ep > 1:
-        check_ep(ep=ep, shard=shard, arch=arch, where=where, pipeline=spec.is_pipeline)
+        check_ep(ep=ep, shard=shard, arch=arch, where=where, pipeline=spec.is_pipeline, tp=tp, etp=s.etp)
     if pp > 1 and tied_embeddings and cp > 1:
         why = f"{TIED_PIPELINE} is planned with cp 1 only (not its embedding gradients' sum with context parallelism)"
         raise ConfigError(why, where=where, field="cp")
@@ -124,9 +124,8 @@ def resolve(
             field="microbatches",
         )
     mbs = per_replica // m if spec.is_pipeline else cfg.batch_per_device
-    dims = ParallelDims(
-        pp=pp, dp_replicate=replicas_all // shard, dp_shard=shard // ep, cp=cp, ep=ep, tp=tp, mesh_order=s.mesh_order
-    )
+    mesh = s.mesh  # pp, cp, ep, tp, etp: the data-parallel sizes below (dp_shard: the degree / the ranks EP takes)
+    dims = mesh.replace(dp_replicate=replicas_all // shard, dp_shard=shard // mesh.ep_dp, pp=pp)
     v = strategy.stages_per_rank
     if spec.is_pipeline and pp * v > n_layers:
         why = f"pp {pp} x stages_per_rank {v} stages exceed the model's {n_layers} layers (a stage holds one at least)"

@@ -479,8 +479,8 @@ class Resolved:
     @property
     def shard(self) -> int:
         """Ranks a parameter is sharded over (1 = replicated): dp_shard × cp (torchtitan's dp_shard_cp),
-        × ep (the experts: over dp_shard × cp alone)."""
-        return self.dims.dp_shard * self.dims.cp * self.dims.ep
+        × the data-parallel ranks EP takes (the experts: over `ParallelDims.efsdp`)."""
+        return self.dims.dp_shard * self.dims.cp * self.dims.size("ep")
 
     replicas = _from_dims("dp_replicate", "Data-parallel replicas of each model piece (per stage for pipeline).")
     pp = _from_dims("pp", "Pipeline stages.")

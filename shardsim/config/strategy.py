@@ -155,6 +155,17 @@ EpDegree = Annotated[
         "rows it divides",
     ),
 ]
+EtpDegree = Annotated[
+    int,
+    bounded("etp"),
+    Setting(
+        "the routed experts' tensor-parallel degree with ep > 1 and tp > 1, torchtitan's two: 1 (its default; "
+        "EP borrows ranks from dp_shard x tp, each tensor-parallel rank dispatching a tp-th of the tokens to whole "
+        "experts) or tp (EP borrows from dp_shard only, the experts also tensor-parallel over tp)",
+        axis="etp",
+        axis_help="the experts' tensor-parallel degrees, 1 or tp (default: both, where ep > 1 and tp > 1)",
+    ),
+]
 KIND_HELP = Setting(
     "how the model is distributed",
     axis="strategies",
@@ -165,7 +176,7 @@ KIND_HELP = Setting(
 TP_FIELDS = ("tp", "sequence_parallel", "async_tp", "mesh_order", "tp_across_nodes")
 CP_FIELDS = ("cp", "cp_rotate")
 CP_DEFAULTS = {"cp": 1, "cp_rotate": "allgather"}  # PyTorch's default rotate method
-EP_FIELDS = ("ep",)
+EP_FIELDS = ("ep", "etp")
 
 
 class StrategyBase(Frozen):
@@ -182,16 +193,19 @@ class StrategyBase(Frozen):
     cp: CpDegree = 1
     cp_rotate: CpRotateField = "allgather"
     ep: EpDegree = 1
+    etp: EtpDegree = 1
 
     @model_serializer(mode="wrap")
     def _kind_first(self, handler: Any) -> dict[str, Any]:
         """The kind and its own fields first, tensor parallelism's after them, then context
-        parallelism's where cp > 1 and expert parallelism's where ep > 1 (a configuration without
-        them reads as it did before them)."""
+        parallelism's where cp > 1 and expert parallelism's where ep > 1, etp where not 1 (a
+        configuration without them reads as it did before them)."""
         d = handler(self)
         tp = {k: d.pop(k) for k in TP_FIELDS if k in d}
         cp = {k: d.pop(k) for k in CP_FIELDS if k in d}
         ep = {k: d.pop(k) for k in EP_FIELDS if k in d}
+        if ep.get("etp") == 1:  # torchtitan's default etp: left out, as before it was a field
+            del ep["etp"]
         return d | tp | (cp if cp.get("cp", 1) > 1 else {}) | (ep if ep.get("ep", 1) > 1 else {})
 
     @property
@@ -203,7 +217,8 @@ class StrategyBase(Frozen):
     def mesh(self) -> ParallelDims:
         """The mesh dimensions this strategy sets by itself (pp, tp, the order); the data-parallel
         sizes, which take the world, are `resolve`'s (`Resolved.dims`)."""
-        return ParallelDims(pp=self.pp, cp=self.cp, ep=self.ep, tp=self.tp, mesh_order=self.mesh_order)  # type: ignore[attr-defined]
+        etp = self.etp if self.ep > 1 and self.tp > 1 else None  # type: ignore[attr-defined]
+        return ParallelDims(pp=self.pp, cp=self.cp, ep=self.ep, tp=self.tp, mesh_order=self.mesh_order, etp=etp)  # type: ignore[attr-defined]
 
     def label(self) -> str:
         """The kind's label, with its tensor parallelism where tp > 1 (``zero2d d=4 tp=2 sp``)."""
@@ -340,6 +355,7 @@ class _FlatStrategy:
     cp: Any = 1
     cp_rotate: Any = "allgather"
     ep: Any = 1
+    etp: Any = 1
 
 
 def check_flat(s: _FlatStrategy, where: str | None) -> None:

@@ -191,11 +191,11 @@ class ProcessMemory:
 def communicators(res: Resolved) -> int:
     """NCCL communicators of more than one rank a rank belongs to: the data-parallel group (FSDP's
     shard and replicate groups apart), the tensor-parallel group, the pipeline's neighbours; with
-    expert parallelism the EP group and the experts' shard group (dp_shard), each taken at a
+    expert parallelism the EP group and the experts' shard group (efsdp), each taken at a
     ring's buffers (an approximation for the EP group's all-to-all: NCCL's p2p connections)."""
-    groups = [res.shard, res.replicas] if res.shard > 1 and res.replicas > 1 else [res.dp * res.ep]
+    groups = [res.shard, res.replicas] if res.shard > 1 and res.replicas > 1 else [res.dp * res.dims.size("ep")]
     if res.ep > 1:
-        groups += [res.ep, res.dims.dp_shard]
+        groups += [res.ep, res.dims.efsdp]
     return sum(g > 1 for g in [*groups, res.tp]) + (1 if res.pp > 1 else 0)
 
 

@@ -261,7 +261,7 @@ def prepare(
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:
         cluster = calibrated(cluster, cfg.calibration)  # fitted figures over the topology's
-    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp)
+    ranks_w = rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp, res.dims.expert_tp)
     cm = ComputeModel(
         cluster.instance.device,
         cfg.precision,
@@ -306,24 +306,32 @@ def auto_split(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
 
 
 def rank_workload(
-    w: Workload, tp: int, sequence_parallel: bool, mlm_fraction: float | None = None, cp: int = 1
+    w: Workload,
+    tp: int,
+    sequence_parallel: bool,
+    mlm_fraction: float | None = None,
+    cp: int = 1,
+    expert_tp: int | None = None,
 ) -> Workload:
     """The model as one rank runs it: `w` itself, or one tensor-parallel rank's shards of it
-    (with its masked-LM head where `mlm_fraction` is given), on a cp-th of each sequence with
-    context parallelism (`cp_workload`)."""
+    (with its masked-LM head where `mlm_fraction` is given; its routed experts split over
+    `expert_tp` ranks, tp unless given: `ParallelDims.expert_tp`), on a cp-th of each sequence
+    with context parallelism (`cp_workload`)."""
     if tp == 1 and cp == 1:
         return w
     assert w.arch is not None  # resolve refuses tensor and context parallelism of a model without an Arch
     if cp > 1:
         return cp_rank_workload(w.name, w.arch, tp, sequence_parallel and tp > 1, cp)
-    return _tp_rank_workload(w.name, w.arch, tp, sequence_parallel, mlm_fraction)
+    return _tp_rank_workload(w.name, w.arch, tp, sequence_parallel, mlm_fraction, expert_tp)
 
 
 @lru_cache(maxsize=64)
-def _tp_rank_workload(name: str, arch: Arch, tp: int, sp: bool, mlm_fraction: float | None) -> Workload:
+def _tp_rank_workload(
+    name: str, arch: Arch, tp: int, sp: bool, mlm_fraction: float | None, expert_tp: int | None = None
+) -> Workload:
     """`from_arch` of one tensor-parallel rank, once per process and argument values (pure, and a
     Workload is frozen: the sweep asks for the same few for many configurations)."""
-    return from_arch(name, arch, tp, sp, mlm_fraction)
+    return from_arch(name, arch, tp, sp, mlm_fraction, expert_tp)
 
 
 def _process_memory(worst: MemoryBreakdown, res: Resolved, cluster: Cluster) -> ProcessMemory:
@@ -448,7 +456,8 @@ def _moe_summary(cfg, res: Resolved, w: Workload, cm: ComputeModel, plan: Plan |
     rank's rows over the mean rank's, and the all-to-alls' seconds per microbatch on the critical
     rank class (summed over the step's MoE layers, forward, backward and recomputation) and the
     part of them no compute hides (`all_to_all_exposed_s`; NaN when not simulated)."""
-    out = moe_breakdown(cm, res, rank_workload(w, res.tp, cfg.strategy.sequence_parallel, cfg.mlm_fraction, res.cp))
+    sp = cfg.strategy.sequence_parallel
+    out = moe_breakdown(cm, res, rank_workload(w, res.tp, sp, cfg.mlm_fraction, res.cp, res.dims.expert_tp))
     if res.ep == 1:
         return out
     first = next(b.moe for b in w.blocks if b.moe is not None)

@@ -45,6 +45,7 @@ SETTING_BOUNDS = {
         Bound("tp", MAX_WORLD),
         Bound("cp", MAX_WORLD),
         Bound("ep", MAX_WORLD),
+        Bound("etp", MAX_WORLD),
         Bound("microbatches", MAX_MICROBATCHES),
         Bound("stages_per_rank", MAX_LAYERS),
         Bound("batch_per_device", MAX_BATCH),

@@ -8,6 +8,15 @@ a dimension is ``rank // stride % size``, its group in a dimension the ranks tha
 only there. A configuration's mesh order names the dimensions coarsely (``pp,dp,tp``); `ORDERS`
 spells each one out. Dimensions of size 1 take no place in the layout, so adding one changes no
 rank's group.
+
+Expert parallelism borrows its ranks as torchtitan's ``ParallelDims`` does (with its
+``expert_tensor_parallel_degree``, `etp`: 1, torchtitan's default, or tp): the experts' mesh
+unflattens each (pp, dp_replicate) block's dp_shard x cp x ep x tp ranks, tp innermost, into
+(efsdp, ep, etp). With etp = tp an EP group takes `ep` data-parallel ranks, tp apart, and the
+experts are tensor-parallel too; with etp = 1 it takes `ep` consecutive ranks, tensor-parallel
+ones among them (ep / tp data-parallel ranks, or a tp / ep-th of a tensor-parallel group), and
+the experts are whole (`etp` None: tp). The dense mesh's ``ep`` dimension is the data-parallel
+ranks an EP group takes (`ep_dp`), so ``size("ep")`` is that and the field `ep` the EP degree.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ class ParallelDims:
     ep: int = 1
     tp: int = 1
     mesh_order: str = DEFAULT_ORDER
+    etp: int | None = None  # the experts' tensor-parallel degree under EP: 1 or tp (None: tp, EP on dp ranks only)
 
     def __post_init__(self) -> None:
         bad = [f"{d}={self.size(d)!r}" for d in DIMENSIONS if not isinstance(self.size(d), int) or self.size(d) < 1]
@@ -47,14 +57,49 @@ class ParallelDims:
             raise ValueError(f"parallel dimensions must be positive integers: {', '.join(bad)}")
         if self.mesh_order not in ORDERS:
             raise ValueError(f"mesh order {self.mesh_order!r} is none of {', '.join(ORDERS)}")
+        e = self.etp
+        if e is not None and (e not in (1, self.tp) or (e == 1 and self.ep % self.tp and self.tp % self.ep)):
+            raise ValueError(f"etp {self.etp} with ep {self.ep} and tp {self.tp} is not a mesh torchtitan builds here")
 
     # sizes and order
 
     def size(self, name: str) -> int:
-        """The size of dimension `name`."""
+        """The size of dimension `name` in the dense mesh (``ep``: `ep_dp`)."""
         if name not in DIMENSIONS:
             raise KeyError(f"no parallel dimension {name!r} (known: {', '.join(DIMENSIONS)})")
-        return getattr(self, name)
+        return self.ep_dp if name == "ep" else getattr(self, name)
+
+    # the experts' mesh
+
+    @property
+    def expert_tp(self) -> int:
+        """The tensor-parallel degree of the routed experts: tp without EP or `etp`, else `etp`."""
+        return self.tp if self.ep == 1 or self.etp is None else self.etp
+
+    @property
+    def ep_dp(self) -> int:
+        """Data-parallel ranks an EP group takes: ep, or with etp = 1 ep / tp (at least 1)."""
+        return self.ep if self.expert_tp == self.tp else max(1, self.ep // self.tp)
+
+    @property
+    def efsdp(self) -> int:
+        """Ranks FSDP2 shards each expert over (torchtitan's efsdp): dp_shard x cp x tp / (ep x etp)."""
+        return self.dp_shard * self.ep_dp * self.cp * self.tp // (self.ep * self.expert_tp)
+
+    def expert_groups(self, name: str) -> list[tuple[int, ...]]:
+        """Every group of the experts' mesh dimension `name` (``ep``, ``efsdp`` or ``etp``), as
+        torchtitan unflattens it: each (pp, dp_replicate) block's ranks, consecutive in mesh order
+        pp,dp,tp, read row-major as (efsdp, ep, etp)."""
+        shape = {"efsdp": self.efsdp, "ep": self.ep, "etp": self.expert_tp}
+        if name not in shape:
+            raise KeyError(f"no dimension {name!r} of the experts' mesh (known: {', '.join(shape)})")
+        assert self.tp_inner, "the experts' mesh is torchtitan's: tp innermost"
+        n = self.world // (self.pp * self.dp_replicate)
+        axes = list(shape)
+        stride = prod(shape[a] for a in axes[axes.index(name) + 1 :])
+        firsts = [r for r in range(self.world) if r % n // stride % shape[name] == 0]
+        out = [tuple(r + k * stride for k in range(shape[name])) for r in firsts]
+        return sorted(out)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -151,17 +196,21 @@ class ParallelDims:
         """The layout as tables name it: ``tp × pp × dp(dp_shard)`` (``2 × 1 × 4(2)``: data-parallel
         ranks of a stage, the ranks a parameter is sharded over among them), then `` × cp 2`` for
         each dimension of `LABELLED` but tp above 1."""
-        extra = "".join(f" × {d} {self.size(d)}" for d in LABELLED if d != "tp" and self.size(d) > 1)
-        return f"{self.tp} × {self.pp} × {self.dp}({self.dp_shard})" + extra
+        extra = "".join(f" × {d} {getattr(self, d)}" for d in LABELLED if d != "tp" and getattr(self, d) > 1)
+        return f"{self.tp} × {self.pp} × {self.dp}({self.dp_shard})" + extra + self._etp_label(" × etp ")
 
     @property
     def spelled(self) -> str:
         """The layout in words: ``tp 2 x pp 1 x dp 4, sharded over 2`` (``sharded over 2 x cp 2``
         with context parallelism: FSDP's group is dp_shard × cp; and ``, ep 2`` above 1)."""
         shard = f"{self.dp_shard}" + (f" x cp {self.cp}" if self.cp > 1 else "")
-        extra = "".join(f", {d} {self.size(d)}" for d in LABELLED if d not in ("tp", "cp") and self.size(d) > 1)
-        return f"tp {self.tp} x pp {self.pp} x dp {self.dp}, sharded over {shard}" + extra
+        extra = "".join(f", {d} {getattr(self, d)}" for d in LABELLED if d not in ("tp", "cp") and getattr(self, d) > 1)
+        return f"tp {self.tp} x pp {self.pp} x dp {self.dp}, sharded over {shard}" + extra + self._etp_label(", etp ")
 
     def label(self) -> str:
         """The label part of the dimensions a kind does not name itself (`` tp=2``; "" when all are 1)."""
-        return "".join(f" {d}={self.size(d)}" for d in LABELLED if self.size(d) > 1)
+        return "".join(f" {d}={getattr(self, d)}" for d in LABELLED if getattr(self, d) > 1) + self._etp_label(" etp=")
+
+    def _etp_label(self, prefix: str) -> str:
+        """`prefix` and etp where the experts are tensor-parallel under EP (etp = tp > 1), else ""."""
+        return f"{prefix}{self.etp}" if self.ep > 1 and self.etp is not None and self.etp > 1 else ""

@@ -38,10 +38,12 @@ def largest_fitting(candidates: Sequence[int], fits: Callable[[int], bool]) -> i
 
 
 @lru_cache(maxsize=64)
-def _rank_workload(w: Workload, tp: int, sequence_parallel: bool, cp: int = 1) -> Workload:
+def _rank_workload(
+    w: Workload, tp: int, sequence_parallel: bool, cp: int = 1, expert_tp: int | None = None
+) -> Workload:
     from shardsim.simulator.predict import rank_workload
 
-    return rank_workload(w, tp, sequence_parallel, cp=cp)
+    return rank_workload(w, tp, sequence_parallel, cp=cp, expert_tp=expert_tp)
 
 
 def fits_at(cfg: RunConfig, cluster: Cluster, w: Workload) -> bool:
@@ -61,6 +63,6 @@ def fits_at(cfg: RunConfig, cluster: Cluster, w: Workload) -> bool:
         )
     except ConfigError:
         return False
-    ranks_w = _rank_workload(w, res.tp, cfg.strategy.sequence_parallel, res.cp)
+    ranks_w = _rank_workload(w, res.tp, cfg.strategy.sequence_parallel, res.cp, res.dims.expert_tp)
     dev = cluster.instance.device
     return step_memory(cfg, res, ranks_w, dev).required_gib <= dev.memory_gib

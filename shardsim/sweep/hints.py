@@ -50,7 +50,10 @@ def required_gib(cfg: RunConfig, cluster: Cluster, w: Workload) -> float | None:
     except ConfigError:
         return None
     return step_memory(
-        cfg, res, _rank_workload(w, res.tp, cfg.strategy.sequence_parallel, res.cp), cluster.instance.device
+        cfg,
+        res,
+        _rank_workload(w, res.tp, cfg.strategy.sequence_parallel, res.cp, res.dims.expert_tp),
+        cluster.instance.device,
     ).required_gib
 
 

@@ -86,7 +86,9 @@ class SweepSpace:
     ep: expert-parallel degrees; default the base's (1): each above 1 with the kinds expert
       parallelism composes with (`config.ep`: zero, zero2d, pipelines of sharded stages under a
       schedule without a split backward), where it divides the shard degree and the model's
-      experts (resolve drops the rest).
+      experts (resolve drops the rest); with tp > 1 where the mesh is torchtitan's (tp innermost).
+    etp: the experts' tensor-parallel degrees of the rows with ep > 1 and tp > 1, each used where
+      it is 1 or the row's tp (`config.ep.check_etp`); default both, 1 (torchtitan's) first.
 
     The batch (`batch_pairs`), None = the base configuration's:
     batch_sizes: micro-batches per device to try; grad_accums: accumulation steps to try (each
@@ -127,6 +129,7 @@ class SweepSpace:
     sequence_parallel: tuple[bool, ...] | None = None
     cp: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
     batch_sizes: tuple[int, ...] | None = None
     grad_accums: tuple[int, ...] | None = None
     max_batch: int | None = None
@@ -573,11 +576,22 @@ def _layout_strategies(
             for strat in _strategies_for(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard):
                 if lay.dims.cp > 1 and not (strat.spec.fsdp or strat.spec.is_pipeline):
                     continue  # context parallelism shards with FSDP2 (`config.cp`)
+                split_ = split if strat.spec.is_pipeline else {}
                 for ep in space.ep or (base.strategy.ep,):
-                    if ep > 1 and (not _ep_composes(strat) or lay.dims.tp * lay.dims.cp > 1):
-                        continue  # expert parallelism: FSDP2's ranks, without tp or cp (`config.ep.check_ep_kind`)
-                    split_ = split if strat.spec.is_pipeline else {}
-                    yield strat.replace(**extra, **split_, **({"ep": ep} if ep > 1 else {})), batch, ga
+                    if ep > 1 and not (
+                        _ep_composes(strat) and lay.dims.cp == 1 and (lay.dims.tp == 1 or lay.dims.tp_inner)
+                    ):
+                        continue  # expert parallelism: FSDP2's ranks, tp innermost, no cp (`config.ep.check_ep_kind`)
+                    for etp in _etps(space, ep, lay.dims.tp):
+                        expert = {"ep": ep, "etp": etp} if ep > 1 else {}
+                        yield strat.replace(**extra, **split_, **expert), batch, ga
+
+
+def _etps(space: SweepSpace, ep: int, tp: int) -> tuple[int, ...]:
+    """The experts' tensor-parallel degrees of a row of `ep` and `tp` (`SweepSpace.etp`)."""
+    if ep == 1 or tp == 1:
+        return (1,)
+    return tuple(e for e in space.etp or (1, tp) if e in (1, tp) and (e == tp or ep % tp == 0 or tp % ep == 0))
 
 
 def _ep_composes(strat: Strategy) -> bool:
@@ -647,6 +661,7 @@ def enumerate_configs(
     requested = (
         len(variants)
         * len(space.ep or (1,))
+        * (len(space.etp or (1, 2)) if max(space.ep or (1,)) > 1 else 1)
         * sum(
             strategies_count(cluster.world // lay.group, n_layers, batch or PROBE_BATCH, space, reshard)
             for _, cluster, cfg0, why, layouts in clusters

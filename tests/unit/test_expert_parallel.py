@@ -26,7 +26,6 @@ RUN = ["run", "--workload", "tiny-moe", "--topology", "emu-2x2", "--no-emulate",
         (["--nproc", "2", "--ep", "2", "--strategy", "zero1"], "zero1 does not shard with FSDP2"),
         (["--nproc", "2", "--ep", "2", "--strategy", "pipeline", "--pp", "2"], "degree 1 (DDP stages) has none"),
         (["--nproc", "4", "--ep", "2", "--strategy", "pipeline", "--pp", "2", "--degree", "2"], "not in a pipeline's"),
-        (["--nproc", "4", "--ep", "2", "--tp", "2"], "tensor parallelism is not built yet"),
         (["--nproc", "2", "--ep", "2", "--workload", "tiny-gpt"], "this gpt model has no experts"),
         (["--nproc", "2", "--ep", "2", "--workload", "tests.fixtures_models:build_tiny_gpt"], "not an import path"),
     ],
@@ -37,8 +36,10 @@ def test_refused_in_one_line(flags: list[str], says: str, capsys) -> None:
     assert err.count("\n") == 1 and "field 'ep'" in err and says in err, err
 
 
-def test_the_runtime_refuses_tensor_parallel_moe_layers(capsys) -> None:
-    assert main([*RUN, "--nproc", "2", "--tp", "2"]) == 2
+@pytest.mark.parametrize("ep", [[], ["--ep", "2"], ["--ep", "2", "--etp", "2"]])
+def test_the_runtime_refuses_tensor_parallel_moe_layers(ep, capsys) -> None:
+    """The simulator plans EP with TP (`test_ep_tp`); the runtime runs EP alone and with FSDP."""
+    assert main([*RUN, "--nproc", "4", "--tp", "2", *ep]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "field 'tp'" in err and "MoE layers are not tensor parallel" in err, err
 

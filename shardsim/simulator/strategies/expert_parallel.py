@@ -3,11 +3,15 @@ expert_parallel`, `runtime.models.moe.ExpertParallel`), composed with FSDP2 (zer
 with a pipeline of FSDP2-sharded stages (torchtitan's ParallelDims: pp outermost, EP inside each
 stage's data-parallel ranks).
 
-The mesh (`ParallelDims`, ep innermost of the data-parallel dimensions) of each stage (the world
-without pipeline): an EP group is `ep` consecutive ranks; FSDP2 shards the rest of the model over
-dp_shard x ep consecutive ranks and the experts, a unit of their own per MoE layer, over the
-dp_shard ranks `ep` apart (the data-parallel ranks left after EP: torchtitan's efsdp); the
-replicas (zero2d, or a pipeline's replicated stages) across them. The experts' unit follows its
+The mesh (`ParallelDims`: torchtitan's, the experts' (efsdp, ep, etp) over each replica's
+degree x tp ranks, tp innermost) of each stage (the world without pipeline): an EP group is `ep`
+ranks `etp` apart (consecutive without tensor parallelism, or with etp 1, its tensor-parallel
+ranks among them); FSDP2 shards the rest of the model over the degree's ranks (tp apart) and the
+experts, a unit of their own per MoE layer, over the efsdp ranks ep x etp apart (the ranks left
+after EP); the replicas (zero2d, or a pipeline's replicated stages) across them. With etp 1 each
+tensor-parallel rank dispatches a tp-th of the tokens to whole experts, with etp tp all of them
+to experts split by tp (the rank's workload: `blocks.from_arch`'s `expert_tp`); the MoE layer's
+tensor-parallel collectives are a dense layer's (`tensor_parallel`). The experts' unit follows its
 piece's `Residency` as the layer's own unit does: a pipeline's stage gathers it where it gathers
 the layer, and reduce-scatters its gradient once per schedule step (`reduce_grad`).
 
@@ -57,22 +61,24 @@ COUNT_BYTES = 8  # an int64 token count per expert (the counts exchange)
 
 @dataclass(frozen=True)
 class EpGroups:
-    """The groups of an expert-parallel FSDP2 mesh of one pipeline stage (tp and cp of 1)."""
+    """The groups of an expert-parallel FSDP2 mesh of one pipeline stage (cp of 1)."""
 
-    ep: GroupLayout  # each EP group: `ep` consecutive ranks
-    dense: GroupLayout  # FSDP2's shard groups of all but the experts: dp_shard x ep consecutive ranks
-    experts: GroupLayout  # FSDP2's shard groups of the experts: dp_shard ranks, `ep` apart
+    ep: GroupLayout  # each EP group: `ep` ranks, etp apart
+    dense: GroupLayout  # FSDP2's shard groups of all but the experts: the degree's ranks, tp apart
+    experts: GroupLayout  # FSDP2's shard groups of the experts: efsdp ranks, ep x etp apart
     replica: GroupLayout | None  # the replica groups (zero2d, replicated stages), for both
 
 
 def ep_groups(dims: ParallelDims, stage: int = 0) -> EpGroups:
     """The groups of pipeline stage `stage` of `dims` (the world without pipeline; see the module's
-    docstring; `ParallelDims.groups` lays out the same)."""
-    assert dims.tp == dims.cp == 1, "expert parallelism composes with FSDP2 and pipelines here"
-    n, ep, d, r = dims.world // dims.pp, dims.ep, dims.dp_shard, dims.dp_replicate
+    docstring; `ParallelDims.expert_groups` lays out the same)."""
+    assert dims.cp == 1 and dims.tp_inner, "expert parallelism composes with FSDP2, pipelines and tp innermost here"
+    n, r, shard = dims.world // dims.pp, dims.dp_replicate, dims.dp_shard * dims.size("ep")
     a = stage * n
     replica = GroupLayout(a, n, r, strided=True) if r > 1 else None
-    return EpGroups(GroupLayout(a, n, ep), GroupLayout(a, n, d * ep), GroupLayout(a, n, d, inner=ep, outer=r), replica)
+    ep = GroupLayout(a, n, dims.ep, inner=dims.expert_tp)
+    experts = GroupLayout(a, n, dims.efsdp, inner=dims.ep * dims.expert_tp, outer=r)
+    return EpGroups(ep, GroupLayout(a, n, shard, inner=dims.tp), experts, replica)
 
 
 def experts_unit(b: Block) -> str:

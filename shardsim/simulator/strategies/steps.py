@@ -136,7 +136,12 @@ def rank_classes(res: Resolved, w: Workload, pipeline: bool) -> list[tuple[RankC
     for label, first, count, e, ls, h in parts:
         pc = Piece(e, ls, h, None, None)
         params = sum(b.params for b in pc.blocks)
-        out.append((RankClass(label, first, count, float(params), params / res.shard, pc.units), pc.blocks))
+        local = params / res.shard
+        over = res.dims.ep * res.dims.efsdp  # the ranks each MoE layer's experts are split over (etp 1: x tp)
+        if res.ep > 1 and over != res.shard:
+            experts = sum(b.moe.experts * b.moe.expert_params for b in pc.blocks if b.moe is not None)
+            local = (params - experts) / res.shard + experts / over
+        out.append((RankClass(label, first, count, float(params), local, pc.units), pc.blocks))
     return out
 
 

@@ -143,13 +143,15 @@ def _dense_mlp(a: Arch, tp: int) -> _Part:
     return _Part(mats * h * f, params, s * (5 * f if swiglu else 2 * f), act, act_mm, tensors, h * f)
 
 
-def _moe_mlp(a: Arch, tp: int) -> tuple[_Part, MoELayer]:
-    """A mixture-of-experts MLP on one of `tp` ranks (each expert's inner size a tp-th), every
-    expert held (expert parallelism 1). The router's matmul, its softmax and top-k; the tokens
-    permuted into expert order (a gather of tokens x top_k rows); the routed experts' SwiGLU as
-    grouped GEMMs over those rows (the FLOPs are the active ones: top_k experts a token); the
-    outputs scaled by their routing weights and scattered back (un-permuted) and summed per
-    token; the shared expert a dense SwiGLU MLP beside (its output gated by a sigmoid of a
+def _moe_mlp(a: Arch, tp: int, etp: int | None = None) -> tuple[_Part, MoELayer]:
+    """A mixture-of-experts MLP on one of `tp` ranks (each expert's inner size an `etp`-th, tp
+    unless given), every expert held (expert parallelism 1); with etp < tp (expert parallelism
+    borrowing tensor-parallel ranks: torchtitan's etp 1) the router's tokens split over the tp / etp
+    ranks before dispatch, each routing its share to whole experts. The router's matmul, its
+    softmax and top-k; the tokens permuted into expert order (a gather of tokens x top_k rows);
+    the routed experts' SwiGLU as grouped GEMMs over those rows (the FLOPs are the active ones:
+    top_k experts a token); the outputs scaled by their routing weights and scattered back
+    (un-permuted) and summed per token; the shared expert a dense SwiGLU MLP beside (its output gated by a sigmoid of a
     hidden -> 1 projection with `shared_gate`). Saved, as torchtitan's MoE saves them
     (models/common/moe.py, token_dispatcher.py): the router's probabilities, the top-k indices, the
     sort order into expert order and each row's token index (integers), the sorted gate values, the
@@ -160,11 +162,12 @@ def _moe_mlp(a: Arch, tp: int) -> tuple[_Part, MoELayer]:
     output): the router's logits are not saved (its softmax saves its output) and the experts'
     output the weighting saves is a copy (torchtitan casts the grouped GEMM's output to float32)."""
     h, s, k, e = a.hidden, a.tokens, a.top_k, a.experts
-    fe, sf = a.expert_ffn_size // tp, a.shared_ffn // tp
-    moe = MoELayer(e, k, h, fe, sf, s, a.shared_gate)
+    etp = tp if etp is None else etp
+    fe, sf = a.expert_ffn_size // etp, a.shared_ffn // tp
+    moe = MoELayer(e, k, h, fe, sf, s, a.shared_gate, split=tp // etp)
     rows = moe.routed_rows
     gate = h if a.shared_gate else 0
-    weights = h * e + k * moe.expert_params + 3 * h * sf + gate
+    weights = h * e + k * moe.expert_params // moe.split + 3 * h * sf + gate
     params = h * e + e * moe.expert_params + 3 * h * sf + gate
     # router softmax (read + write) and top-k (read, write values and indices), the weights normalized
     router = 3 * s * e + 4 * s * k
@@ -178,20 +181,20 @@ def _moe_mlp(a: Arch, tp: int) -> tuple[_Part, MoELayer]:
     return part, moe
 
 
-def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False) -> Block:
+def _layer(a: Arch, index: int, tp: int = 1, sp: bool = False, etp: int | None = None) -> Block:
     """A pre-norm transformer layer of any family (see `Traits`), as one of `tp` tensor-parallel
     ranks runs it (Megatron's split: q/k/v and the MLP's first matrices by columns, attention's
     output projection and the MLP's last matrix by rows, attention by heads); with sequence
     parallelism (`sp`) the norms and residual adds on a tp-th of the tokens, the column-parallel
     matrices' inputs gathered whole (what they save for backward). Norms and the row-parallel
     matrices' biases are replicated. Its attention is grouped-query or latent (`Arch.mla`), its
-    MLP dense or a mixture of experts (`Arch.is_moe_layer`)."""
+    MLP dense or a mixture of experts (`Arch.is_moe_layer`; its experts an `etp`-th each, `_moe_mlp`)."""
     h, s = a.hidden, a.tokens
     sn = s // tp if sp else s  # tokens the norms and residuals see
     att = _latent_attention(a) if a.mla else _attention(a, tp)
     moe = None
     if a.is_moe_layer(index):
-        mlp, moe = _moe_mlp(a, tp)
+        mlp, moe = _moe_mlp(a, tp, etp)
     else:
         mlp = _dense_mlp(a, tp)
     params = att.params + mlp.params + 2 * norm_params(a)
@@ -352,11 +355,17 @@ def _head(a: Arch, tp: int = 1, sp: bool = False) -> Block:
 
 
 def from_arch(
-    name: str, a: Arch, tp: int = 1, sequence_parallel: bool = False, mlm_fraction: float | None = None
+    name: str,
+    a: Arch,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    mlm_fraction: float | None = None,
+    expert_tp: int | None = None,
 ) -> Workload:
     """The analytic workload of an architecture, as one of `tp` tensor-parallel ranks runs it
-    (the whole model with tp = 1); with `mlm_fraction` (a bidirectional text model: `check_mlm`)
-    its head a masked-LM head on that fraction of the tokens."""
+    (the whole model with tp = 1; its routed experts split over `expert_tp` ranks, tp unless
+    given: `ParallelDims.expert_tp`); with `mlm_fraction` (a bidirectional text model:
+    `check_mlm`) its head a masked-LM head on that fraction of the tokens."""
     sp = sequence_parallel and tp > 1
     blocks: list[Block] = []
     emb = _embed(a, tp, sp)
@@ -365,7 +374,7 @@ def from_arch(
     if a.spec.layer == "mlp":
         blocks.extend(_mlp_block(a, i) for i in range(a.layers))
     else:
-        blocks.extend(_layer(a, i, tp, sp) for i in range(a.layers))
+        blocks.extend(_layer(a, i, tp, sp, expert_tp) for i in range(a.layers))
     if mlm_fraction is None:
         blocks.append(_head(a, tp, sp))
     else:

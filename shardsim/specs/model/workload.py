@@ -25,11 +25,12 @@ class MoELayer:
     shared_ffn: int  # the shared expert's inner size on this rank; 0: none
     tokens: int  # tokens per sample the router sees
     shared_gate: bool = False
+    split: int = 1  # ranks the routed tokens are split over before dispatch (EP borrowing tp ranks: tp)
 
     @property
     def routed_rows(self) -> int:
-        """Token copies per sample sent to experts (tokens x top_k): the grouped GEMMs' rows."""
-        return self.tokens * self.top_k
+        """Token copies per sample this rank sends to experts (its tokens x top_k): the grouped GEMMs' rows."""
+        return self.tokens // self.split * self.top_k
 
     @property
     def mean_rows(self) -> float:
