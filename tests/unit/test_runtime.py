@@ -126,9 +126,10 @@ def test_every_setting_the_ranks_read_travels_to_them(tmp_path, monkeypatch):
               "vocab": 128, "tp": 2, "sequence_parallel": True, "async_tp": True, "mesh_order": "pp,tp,dp",
               "tp_across_nodes": True, "optimizer": "sgd", "attention": "math", "compile": True,
               "mlm_fraction": 0.25, "gpus_per_node": 1}  # fmt: skip
-    # a zero2d's have no value of their own (a pipeline's travel below, and ep, which needs experts and tp 1)
+    # a zero2d's have no value of their own (a pipeline's travel below; ep, which needs experts and
+    # tp 1 on the ranks; etp, which needs ep with tp, which the runtime refuses)
     pipeline = {"pp", "microbatches", "schedule", "stages_per_rank", "layers_per_stage"}
-    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - {"ep"} - set(values)
+    missing = {s.name for s in SETTINGS} - NOT_FOR_RANKS - pipeline - {"ep", "etp"} - set(values)
     assert not missing, f"add a non-default value for {missing}"
     cfg = load_config(None, values)
     write_config(tmp_path, cfg)
