@@ -205,7 +205,7 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     stages: list[_Stage] = []
     for st, (_, blocks) in enumerate(classes):
         pc, mesh = pieces[st], stage_mesh(res, st)
-        cost = _costs(bt, blocks, mb, tp, wire, st)
+        cost = _costs(bt, pc.blocks, mb, tp, wire, st)  # the blocks the plan runs (under EP, without their experts)
         within = {
             "F": [0.0, *accumulate(cost[id(x)][0] for x in pc.blocks)],
             "B": [0.0, *accumulate(cost[id(x)][1] for x in pc.head + pc.layers[::-1] + pc.embed)],
