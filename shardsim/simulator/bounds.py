@@ -25,6 +25,7 @@ op starts when its dependencies have ended, a compute op takes at least its `dur
   its reductions follow its last op (`_reduce_grad_s`: reduce-scatters, then the replicas'
   all-reduces), before its optimizer step and, on stage 0, the step's end.
 What it leaves out (so it stays below): the overlap of collectives other than those chains,
+an MoE layer's all-to-alls and its experts' FSDP2 collectives under expert parallelism,
 the slowdown of shared links, FSDP2's other CPU work (copy-ins), the compression hook's casts,
 the sharded optimizer's overhead, a ZeRO/ZeRO-2D step's all-gathers and reduce-scatters.
 `tests/unit/test_sweep_prune.py` checks bound ≤ simulated step over several spaces.
@@ -55,7 +56,7 @@ from shardsim.simulator.strategies.fsdp import FsdpPiece, step_gathers
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
 from shardsim.simulator.strategies.steps import BlockTimes, Piece, rank_classes
-from shardsim.simulator.strategies.tensor_parallel import TensorParallel
+from shardsim.simulator.strategies.tensor_parallel import TensorParallel, calls_key
 from shardsim.specs.model.workload import Block
 from shardsim.specs.strategies.ddp import DDP
 
@@ -92,9 +93,9 @@ class _Wire:
 
     def pass_s(self, tp: TensorParallel, b: Block, phase: str, layout: GroupLayout, mb: int) -> float:
         """Seconds of block `b`'s tensor-parallel calls of `phase` one after another, each alone;
-        once per what decides them (`TensorParallel.pass_calls`: the block's kind, whether it
-        recomputes its forward) for this `tp`, layout and micro-batch."""
-        key = (b.kind, phase, b.name in tp.recomputed, layout, mb)
+        once per what decides them (`TensorParallel.pass_calls`: the block's kind and whether it is
+        an MoE layer, `calls_key`, whether it recomputes its forward) for this `tp`, layout and micro-batch."""
+        key = (calls_key(b), phase, b.name in tp.recomputed, layout, mb)
         t = self._passes.get(key)
         if t is None:
             t = self._passes[key] = sum(self.alone_s(c.coll, layout, tp.nbytes(c, mb)) for c in tp.pass_calls(b, phase))
@@ -205,7 +206,7 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     stages: list[_Stage] = []
     for st, (_, blocks) in enumerate(classes):
         pc, mesh = pieces[st], stage_mesh(res, st)
-        cost = _costs(bt, blocks, mb, tp, wire, st)
+        cost = _costs(bt, pc.blocks, mb, tp, wire, st)  # the blocks the plan runs (under EP, without their experts)
         within = {
             "F": [0.0, *accumulate(cost[id(x)][0] for x in pc.blocks)],
             "B": [0.0, *accumulate(cost[id(x)][1] for x in pc.head + pc.layers[::-1] + pc.embed)],

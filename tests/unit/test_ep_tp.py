@@ -122,18 +122,60 @@ def test_the_all_to_all_bytes_per_rank(etp, groups, tokens) -> None:
     assert all(o.layout is not None and sorted(map(sorted, o.layout.groups().tolist())) == groups for o in a2a)
 
 
+def _moe_part(p, layer: str) -> list[tuple[str, str, float]]:
+    """(phase, collective, bytes) of the plan's tensor-parallel calls of `layer`'s MLP part and router, in order."""
+    part = [o for o in p.ops if o.name.startswith("TP ") and any(f" {layer} {w}" in o.name for w in ("mlp", "router"))]
+    return [(o.phase, o.coll, o.nbytes) for o in part]
+
+
 @pytest.mark.parametrize("etp", [1, 2])
 def test_the_tensor_parallel_collectives_around_the_moe_layer(etp) -> None:
     """torchtitan's TP plan of the MoE module under sequence parallelism: its input all-gathered and
-    its output reduce-scattered (32 tokens x 64 fp32 a sample), the converse in backward; the same
-    for both etp (etp 1's combine leaves each rank its tokens' part: the reduce-scatter sums it)."""
+    its output reduce-scattered (32 tokens x 64 fp32 a sample), the converse in backward, and between
+    those the all-reduce of the replicated router's input gradient; the same for both etp (etp 1's
+    combine leaves each rank its tokens' part: the reduce-scatter sums it). The dense layer has no router."""
     cfg = _tiny(etp=etp)
     p = prepare(cfg).plan()
-    mb = cfg.batch_per_device
+    n = cfg.batch_per_device * 32 * 64 * 4
     for layer in ("layer1", "layer2", "layer3"):  # layer0 is dense
-        tp_ops = [(o.coll, o.nbytes) for o in p.ops if o.name.startswith("TP ") and f" {layer} mlp" in o.name]
-        assert tp_ops == [("all_gather", mb * 32 * 64 * 4), ("reduce_scatter", mb * 32 * 64 * 4)] * 2
+        assert _moe_part(p, layer) == [
+            ("fwd", "all_gather", n),
+            ("fwd", "reduce_scatter", n),
+            ("bwd", "all_gather", n),
+            ("bwd", "all_reduce", n),
+            ("bwd", "reduce_scatter", n),
+        ]
         assert all(o.layout.size == 2 for o in p.ops if o.name.startswith("TP ") and layer in o.name)
+    assert [c for _, c, _ in _moe_part(p, "layer0")] == ["all_gather", "reduce_scatter"] * 2
+
+
+@pytest.mark.parametrize(
+    ("keys", "bwd"),
+    [
+        ({"sequence_parallel": False}, ["all_reduce", "all_reduce"]),  # the router's, then the MLP input's
+        ({"checkpointing": "full"}, ["all_gather", "all_gather", "all_reduce", "reduce_scatter"]),
+    ],
+)
+def test_the_routers_all_reduce_without_sequence_parallelism_and_under_recomputation(keys, bwd) -> None:
+    """Without sequence parallelism the router's input gradient is all-reduced before the MLP's; a
+    recomputed forward issues its gathers again but not the router's all-reduce, a backward call."""
+    cfg = _tiny(**keys)
+    p = prepare(cfg).plan()
+    n = cfg.batch_per_device * 32 * 64 * 4
+    assert [(c, b) for ph, c, b in _moe_part(p, "layer2") if ph == "bwd"] == [(c, n) for c in bwd]
+    assert sum(o.coll == "all_reduce" and "router" in o.name for o in p.ops) == 3  # once per MoE layer
+
+
+def test_the_routers_all_reduce_is_in_the_activations_dtype() -> None:
+    """Mixtral (hidden 4,096, 4,096 tokens a sample) in bf16, zero tp 2 sp: each MoE layer's backward
+    all-reduces its router's input gradient over the tensor-parallel pair, 2 bytes an element (an
+    activation's gradient: the reduce dtype is the parameters' gradients'), with expert parallelism or without."""
+    for ep in (1, 2):
+        cfg = _mixtral(kind="zero", tp=2, ep=ep, sequence_parallel=True).replace(precision="bf16", reduce_dtype="fp32")
+        p = prepare(cfg).plan()
+        router = [o for o in p.ops if o.name.startswith("TP ") and "router" in o.name]
+        assert [(o.phase, o.coll, o.layout.size) for o in router] == [("bwd", "all_reduce", 2)] * 2
+        assert {o.nbytes for o in router} == {cfg.batch_per_device * 4096 * 4096 * 2}
 
 
 def _mixtral(**strategy) -> RunConfig:
@@ -286,18 +328,17 @@ def _traced_moe_layer(tp: int, etp: int, tokens: int, hidden: int, experts: int,
 
 @pytest.mark.parametrize("etp", [1, 2])
 def test_the_moe_layers_tensor_parallel_collectives_are_pytorchs(etp) -> None:
-    """tiny-moe's MoE layer, zero tp 2 sp ep 2: the plan's collectives of its MLP part (forward and
-    backward) are those DTensor issues for the layer under torchtitan's TP plan, kind and size, in
-    order, but one: backward's all-reduce of the router's input gradient (NoParallel's Replicate
-    input receiving a Partial gradient), which the plan leaves out (named in docs/simulator.md)."""
+    """tiny-moe's MoE layer, zero tp 2 sp ep 2: the plan's collectives of its MLP part and router
+    (forward and backward) are those DTensor issues for the layer under torchtitan's TP plan, kind,
+    count and size, in order: backward's all-reduce of the router's input gradient (NoParallel's
+    Replicate input receiving a Partial gradient) among them."""
     cfg = _tiny(etp=etp)
     plan = prepare(cfg).plan()
     mb = cfg.batch_per_device
-    planned = [(o.coll, o.nbytes / 4) for o in plan.ops if o.name.startswith("TP ") and " layer1 mlp" in o.name]
+    planned = [(c, b / 4) for _, c, b in _moe_part(plan, "layer1")]
     a = PRESETS["tiny-moe"]
     calls = _traced_moe_layer(2, etp, mb * a.tokens, a.hidden, a.experts, a.top_k, a.expert_ffn_size)
     assert calls and all(c.group_size == 2 and c.group == "tp" for c in calls)
     traced = [(c.kind, c.numel) for c in calls]
-    router = ("all_reduce", mb * 32 * 64)
-    assert traced.count(router) == 1
-    assert [c for c in traced if c != router] == planned
+    assert traced.count(("all_reduce", mb * 32 * 64)) == 1  # the router's
+    assert traced == planned

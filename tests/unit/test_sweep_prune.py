@@ -37,6 +37,10 @@ SPACES = {
         ),
         SweepSpace(strategies=("zero", "pipeline"), tp_degrees=(2, 4), checkpointing=("full", "selective")),
     ),
+    "expert-parallel pipelines, tp 1 and 2": (
+        RunConfig(workload="tiny-moe", topology="p4d.24xlarge", nodes=1, precision="bf16"),
+        SweepSpace(strategies=("zero", "pipeline"), ep=(2, 4), tp_degrees=(1, 2), pp=(2, 4), microbatches=(2, 4, 8)),
+    ),
     "several clusters, checkpointing and accumulation listed": (
         RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", precision="bf16"),
         SweepSpace(

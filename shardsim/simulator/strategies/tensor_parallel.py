@@ -14,6 +14,12 @@ parallelism), the LM head's gradient of its input likewise, and the vocabulary-p
 cross-entropy all-reduces three numbers per token (max, sum of exponentials, the target's logit)
 in fp32.
 
+An MoE layer's are a dense layer's (torchtitan's TP plan of the MoE module: its input and output
+as the MLP's), and one more in backward: its router, replicated (torchtitan's `NoParallel` gate),
+takes a replicated input and hands back a partial gradient, which DTensor all-reduces (t x hidden,
+in the activations' dtype) before the MLP's input gradient is reduced; a recomputed forward has
+none of it.
+
 With sequence parallelism a norm's parameters see a tp-th of the tokens: backward all-reduces
 each one's gradient over the group (DTensor's Partial → Replicate). A ViT's replicated patch
 embedding hands the first layer its tp-th of the tokens (no communication) and gathers that
@@ -70,6 +76,7 @@ def block_calls(b: Block, a: Arch, sp: bool, grad_esize: int) -> tuple[tuple[TpC
         TpCall("all_reduce", a.hidden, "norm grad", grad_esize, per_sample=False) for _ in range(norm_tensors(a))
     )
     if b.kind == "layer":
+        router = (TpCall("all_reduce", full, "router in grad"),) if b.moe is not None else ()
         if sp:
             fwd = (
                 TpCall("all_gather", full, "attn in"),
@@ -79,6 +86,7 @@ def block_calls(b: Block, a: Arch, sp: bool, grad_esize: int) -> tuple[tuple[TpC
             )
             bwd = (
                 TpCall("all_gather", full, "mlp out grad"),
+                *router,
                 TpCall("reduce_scatter", full, "mlp in grad"),
                 TpCall("all_gather", full, "attn out grad"),
                 TpCall("reduce_scatter", full, "attn in grad"),
@@ -87,7 +95,7 @@ def block_calls(b: Block, a: Arch, sp: bool, grad_esize: int) -> tuple[tuple[TpC
             )
             return fwd, bwd
         fwd = (TpCall("all_reduce", full, "attn out"), TpCall("all_reduce", full, "mlp out"))
-        bwd = (TpCall("all_reduce", full, "mlp in grad"), TpCall("all_reduce", full, "attn in grad"))
+        bwd = (*router, TpCall("all_reduce", full, "mlp in grad"), TpCall("all_reduce", full, "attn in grad"))
         return fwd, bwd
     if b.kind == "embed":
         if text and sp:
@@ -176,8 +184,13 @@ def tensor_parallel(
 ) -> TensorParallel:
     """The plan's tensor parallelism for a model of `arch` whose (per-rank) `blocks` run on
     `meshes`; `recomputed`: the layers whose backward recomputes their forward."""
-    by_kind: dict[str, tuple[tuple[TpCall, ...], tuple[TpCall, ...]]] = {}  # a block's calls go by its kind
-    for b in blocks:
-        if b.kind not in by_kind:
-            by_kind[b.kind] = block_calls(b, arch, sp, grad_esize)
-    return TensorParallel(meshes, esize, {b.name: by_kind[b.kind] for b in blocks}, recomputed, overlap)
+    by_kind: dict[tuple[str, bool], tuple[tuple[TpCall, ...], tuple[TpCall, ...]]] = {}
+    for b in blocks:  # a block's calls go by its kind and whether it routes to experts
+        if calls_key(b) not in by_kind:
+            by_kind[calls_key(b)] = block_calls(b, arch, sp, grad_esize)
+    return TensorParallel(meshes, esize, {b.name: by_kind[calls_key(b)] for b in blocks}, recomputed, overlap)
+
+
+def calls_key(b: Block) -> tuple[str, bool]:
+    """What decides block `b`'s tensor-parallel collectives (`block_calls`): its kind and whether it is an MoE layer."""
+    return b.kind, b.moe is not None
