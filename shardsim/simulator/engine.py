@@ -1,4 +1,4 @@
-"""Runs a plan's ops in simpy: streams in order, dependencies, a shared network."""
+"""Runs a plan's ops on an event clock (`clock.Clock`): streams in order, dependencies, a shared network."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
+from shardsim.simulator.clock import Clock
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.network.collectives import Algo, Phase, PhaseRun, Steps, algo_for
 from shardsim.simulator.network.collectives import plan as plan_collective
@@ -140,10 +140,10 @@ def chain_bound(
 
 
 class _Run:
-    """One simulation. Ops start from the callback of their last dependency's end (no simpy
-    process per op): a compute op is one timeout, a collective its phases one after another on
-    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here
-    refers back to itself through a callback, so it is all freed when the run returns."""
+    """One simulation. Ops start from the callback of their last dependency's end (no process per
+    op): a compute op is one call on the clock at its end, a collective its phases one after
+    another on the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing
+    here refers back to itself through a callback, so it is all freed when the run returns."""
 
     def __init__(
         self,
@@ -156,7 +156,7 @@ class _Run:
         mics: bool = False,
         call_wait_s: float = 0.0,
     ) -> None:
-        self.env = simpy.Environment()
+        self.env = Clock()
         capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
         core_link = len(g.capacity)
         cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
@@ -231,7 +231,7 @@ class _Run:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
             self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration, yields=True)
         else:
-            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
+            self.env.call_in(op.duration, self._ended, (op, start))
 
     def finish(self, op: Op, start: float) -> None:
         self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env.now)
@@ -242,6 +242,10 @@ class _Run:
             waiting[c] = left
             if not left:
                 ready.append(c)
+
+    def _ended(self, op_start: tuple[Op, float]) -> None:
+        """The clock's call at a compute op's end: `end(op, start)`."""
+        self.end(*op_start)
 
     def end(self, op: Op, start: float) -> None:
         """An op with a duration ends: record it, start what waited for it."""
@@ -259,10 +263,10 @@ class _Run:
 class SmSharing:
     """Compute ops whose speed drops to 1 - `share` while their rank class has communication in
     flight: each running op keeps its work left (seconds at full speed) and is rescheduled when
-    the class's count of collectives in flight goes from 0 to 1 or back (a stale timeout is
+    the class's count of collectives in flight goes from 0 to 1 or back (a stale end is
     recognised by its generation and ignored)."""
 
-    def __init__(self, env: simpy.Environment, classes: int, share: float) -> None:
+    def __init__(self, env: Clock, classes: int, share: float) -> None:
         self.env = env
         self.share = share
         self.slow = 1.0 - share  # the rate of compute while its class communicates
@@ -298,11 +302,11 @@ class SmSharing:
             self._schedule(rc, oid, job)
 
     def _schedule(self, rc: int, oid: int, job: list) -> None:
-        gen = job[3]
+        self.env.call_in(max(job[0], 0.0) / job[2], self._fire, (rc, oid, job, job[3]))
 
-        def fire(_ev: object) -> None:
-            if job[3] == gen:  # not rescheduled since
-                del self.running[rc][oid]
-                job[4]()
-
-        self.env.timeout(max(job[0], 0.0) / job[2]).callbacks.append(fire)
+    def _fire(self, at: tuple[int, int, list, int]) -> None:
+        """A compute op's scheduled end, `at` = (class, op id, job, generation when scheduled)."""
+        rc, oid, job, gen = at
+        if job[3] == gen:  # not rescheduled since
+            del self.running[rc][oid]
+            job[4]()
