@@ -115,8 +115,8 @@ def chain_bound(
     duration (NCCL's SM share and shared cores slow it); a transfer sharing a link gets at most
     what it would alone; a link moves at most its capacity (a collective op of a rank class
     carries every group's bytes: the whole world's traffic)."""
-    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
-    cap = run.net._cap
+    caps, steps, _ = _network(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
+    cap = caps.tolist()
     busy = [0.0] * len(cap)  # seconds of each (grouped) link's capacity the step's bytes take
     alone: dict[int, float] = {}  # per route: seconds per byte alone
     finish = [0.0] * len(p.ops)
@@ -124,7 +124,7 @@ def chain_bound(
         start = max([finish[d] for d in op.deps], default=0.0)
         if op.kind == "comm":
             t = 0.0
-            for latency, route in run.steps[op.id] or ():
+            for latency, route in steps[op.id] or ():
                 per_byte = alone.get(id(route))
                 if per_byte is None:
                     per_byte = alone[id(route)] = max(
@@ -137,6 +137,67 @@ def chain_bound(
             t = op.duration
         finish[op.id] = start + t
     return max(max(finish, default=0.0), max(busy, default=0.0))
+
+
+def _network(
+    p: Plan,
+    g: LinkGraph,
+    algo: str,
+    backend: str,
+    shared_cores: float | None,
+    comm_cpu: dict[str, float] | None,
+    mics: bool,
+    call_wait_s: float,
+) -> tuple[np.ndarray, list[Steps | None], Route]:
+    """The network `p` runs on (`simulate`'s arguments): the capacities of its (grouped) links,
+    each op's phases as (latency, route) (None: not a collective) and the route of the host's
+    cores (one link; used only with `shared_cores`)."""
+    shared = shared_cores is not None
+    capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
+    core_link = len(g.capacity)
+    cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
+    # every call's phases, then the links merged where they always carry the same load
+    # per (collective, layout, algorithm, all-to-all's exchange): the same for every call
+    phases: dict[tuple, tuple[Phase, ...]] = {}
+    of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
+    algos: dict[tuple, Algo] = {}  # per (collective, layout, size, exchange): what it runs
+    # per (collective, layout object, size, exchange): its phases, found without hashing the layout's
+    # fields (the plan's ops hold their layouts, so no id is reused while this runs)
+    seen: dict[tuple, tuple[Phase, ...]] = {}
+    for op in p.ops:
+        if op.kind == "comm":
+            ex = op.exchange
+            phs = seen.get((op.coll, id(op.layout), op.nbytes, ex))
+            if phs is None:
+                call = (op.coll, op.layout, op.nbytes, ex)
+                used = algos.get(call)
+                if used is None:
+                    dpn = g.cluster.devices_per_node
+                    used = algos[call] = algo_for(
+                        op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics, exchange=ex
+                    )
+                key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0, ex)
+                phs = phases.get(key)
+                if phs is None:
+                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes, ex)
+                seen[(op.coll, id(op.layout), op.nbytes, ex)] = phs
+            of_op[op.id] = phs
+    uniq = {id(ph): ph for phs in phases.values() for ph in phs}
+    own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
+    if shared and comm_cpu:
+        for (coll, *_), phs in phases.items():
+            for ph in phs:  # the phase's bytes sent load the cores too
+                own[id(ph)] = (
+                    np.append(ph.links, core_link),
+                    np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent),
+                )
+    caps, routes = group_links(capacity, list(own.values()) + ([cpu] if shared else []))
+    route_of = dict(zip(uniq, routes, strict=False))
+    steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
+    if shared and call_wait_s > 0:  # the call waits for its ranks once, before its first phase
+        steps = {k: ((st[0][0] + call_wait_s, st[0][1]),) + st[1:] if st else st for k, st in steps.items()}
+    per_op: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]
+    return caps, per_op, routes[-1] if shared else cpu
 
 
 class _Run:
@@ -157,52 +218,8 @@ class _Run:
         call_wait_s: float = 0.0,
     ) -> None:
         self.env = Clock()
-        capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
-        core_link = len(g.capacity)
-        cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
-        # every call's phases, then the links merged where they always carry the same load
-        # per (collective, layout, algorithm, all-to-all's exchange): the same for every call
-        phases: dict[tuple, tuple[Phase, ...]] = {}
-        of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
-        algos: dict[tuple, Algo] = {}  # per (collective, layout, size, exchange): what it runs
-        # per (collective, layout object, size, exchange): its phases, found without hashing the layout's
-        # fields (the plan's ops hold their layouts, so no id is reused while this runs)
-        seen: dict[tuple, tuple[Phase, ...]] = {}
-        for op in p.ops:
-            if op.kind == "comm":
-                ex = op.exchange
-                phs = seen.get((op.coll, id(op.layout), op.nbytes, ex))
-                if phs is None:
-                    call = (op.coll, op.layout, op.nbytes, ex)
-                    used = algos.get(call)
-                    if used is None:
-                        dpn = g.cluster.devices_per_node
-                        used = algos[call] = algo_for(
-                            op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics, exchange=ex
-                        )
-                    key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0, ex)
-                    phs = phases.get(key)
-                    if phs is None:
-                        phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes, ex)
-                    seen[(op.coll, id(op.layout), op.nbytes, ex)] = phs
-                of_op[op.id] = phs
-        uniq = {id(ph): ph for phs in phases.values() for ph in phs}
         self.shared = shared_cores is not None
-        own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
-        if self.shared and comm_cpu:
-            for (coll, *_), phs in phases.items():
-                for ph in phs:  # the phase's bytes sent load the cores too
-                    own[id(ph)] = (
-                        np.append(ph.links, core_link),
-                        np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent),
-                    )
-        caps, routes = group_links(capacity, list(own.values()) + ([cpu] if self.shared else []))
-        route_of = dict(zip(uniq, routes, strict=False))
-        steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
-        if self.shared and call_wait_s > 0:  # the call waits for its ranks once, before its first phase
-            steps = {k: ((st[0][0] + call_wait_s, st[0][1]),) + st[1:] if st else st for k, st in steps.items()}
-        self.steps: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]  # per op
-        self.cpu = routes[-1] if self.shared else cpu
+        caps, self.steps, self.cpu = _network(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
         self.net = Network(self.env, caps)
         self.counts = [c.count for c in p.classes]
         self.ops = p.ops

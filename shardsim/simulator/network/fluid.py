@@ -255,8 +255,14 @@ class Network:
         if len(active) == 1:  # the usual case: nothing to compare
             nxt = next(iter(active))
             self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
-        elif active:
-            nxt = min(active, key=lambda t: (t.remaining - t.rate * (now - t.t0)) / t.rate)
+        elif active:  # the first to end (the first started of those that end together), as min() finds it
+            them = iter(active)
+            nxt = next(them)
+            soonest = (nxt.remaining - nxt.rate * (now - nxt.t0)) / nxt.rate
+            for t in them:
+                left = (t.remaining - t.rate * (now - t.t0)) / t.rate
+                if left < soonest:
+                    nxt, soonest = t, left
             self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
         else:
             self.busy_time += now - self._busy_since
