@@ -18,7 +18,7 @@ class Clock:
     __slots__ = ("now", "_queue", "_scheduled")
 
     def __init__(self) -> None:
-        self.now = 0.0
+        self.now: float = 0  # the int 0, as simpy's: an op that starts at once starts at 0, not 0.0
         self._queue: list[tuple[float, int, Callable[[Any], object], Any]] = []
         self._scheduled = 0
 

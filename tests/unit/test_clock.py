@@ -84,3 +84,8 @@ def test_calls_scheduled_for_one_time_run_in_the_order_scheduled() -> None:
     clock.call_in(0.5, seen.append, "first")
     clock.run()
     assert seen == ["first", "a", "b", "c"] and clock.now == 1.0
+
+
+def test_the_clock_starts_at_simpys_time_zero() -> None:
+    """An op that starts at once records simpy's start, 0 (an int), in its span and its trace."""
+    assert repr(Clock().now) == repr(simpy.Environment().now)
