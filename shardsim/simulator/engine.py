@@ -239,7 +239,15 @@ class _Run:
         if op.kind == "comm":
             if self.sm is not None:
                 self.sm.comm(op, +1)
-            PhaseRun(self.net, self.steps[op.id], op.nbytes, op.name, lambda: self.end(op, start)).next()
+            steps = self.steps[op.id]
+            if steps is not None and len(steps) == 1:  # one phase (the usual): PhaseRun's calls, without it
+                latency, route = steps[0]
+                if latency:
+                    self.env.call_in(latency, self._send, (op, start, route))
+                else:
+                    self._send((op, start, route))
+            else:
+                PhaseRun(self.net, steps, op.nbytes, op.name, lambda: self.end(op, start)).next()
         elif not op.duration > 0:
             self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
         elif self.sm is not None:
@@ -259,6 +267,11 @@ class _Run:
             waiting[c] = left
             if not left:
                 ready.append(c)
+
+    def _send(self, at: tuple[Op, float, Route]) -> None:
+        """A one-phase collective's bytes, once its latency is over: `at` = (op, its start, route)."""
+        op, start, route = at
+        self.net.send(route, op.nbytes, op.name, lambda: self.end(op, start))
 
     def _ended(self, op_start: tuple[Op, float]) -> None:
         """The clock's call at a compute op's end: `end(op, start)`."""
