@@ -1,4 +1,4 @@
-"""Runs a plan's ops in simpy: streams in order, dependencies, a shared network."""
+"""Runs a plan's ops on an event clock (`clock.Clock`): streams in order, dependencies, a shared network."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
+from shardsim.simulator.clock import Clock
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.network.collectives import Algo, Phase, PhaseRun, Steps, algo_for
 from shardsim.simulator.network.collectives import plan as plan_collective
@@ -115,8 +115,8 @@ def chain_bound(
     duration (NCCL's SM share and shared cores slow it); a transfer sharing a link gets at most
     what it would alone; a link moves at most its capacity (a collective op of a rank class
     carries every group's bytes: the whole world's traffic)."""
-    run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
-    cap = run.net._cap
+    caps, steps, _ = _network(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
+    cap = caps.tolist()
     busy = [0.0] * len(cap)  # seconds of each (grouped) link's capacity the step's bytes take
     alone: dict[int, float] = {}  # per route: seconds per byte alone
     finish = [0.0] * len(p.ops)
@@ -124,7 +124,7 @@ def chain_bound(
         start = max([finish[d] for d in op.deps], default=0.0)
         if op.kind == "comm":
             t = 0.0
-            for latency, route in run.steps[op.id] or ():
+            for latency, route in steps[op.id] or ():
                 per_byte = alone.get(id(route))
                 if per_byte is None:
                     per_byte = alone[id(route)] = max(
@@ -139,11 +139,72 @@ def chain_bound(
     return max(max(finish, default=0.0), max(busy, default=0.0))
 
 
+def _network(
+    p: Plan,
+    g: LinkGraph,
+    algo: str,
+    backend: str,
+    shared_cores: float | None,
+    comm_cpu: dict[str, float] | None,
+    mics: bool,
+    call_wait_s: float,
+) -> tuple[np.ndarray, list[Steps | None], Route]:
+    """The network `p` runs on (`simulate`'s arguments): the capacities of its (grouped) links,
+    each op's phases as (latency, route) (None: not a collective) and the route of the host's
+    cores (one link; used only with `shared_cores`)."""
+    shared = shared_cores is not None
+    capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
+    core_link = len(g.capacity)
+    cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
+    # every call's phases, then the links merged where they always carry the same load
+    # per (collective, layout, algorithm, all-to-all's exchange): the same for every call
+    phases: dict[tuple, tuple[Phase, ...]] = {}
+    of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
+    algos: dict[tuple, Algo] = {}  # per (collective, layout, size, exchange): what it runs
+    # per (collective, layout object, size, exchange): its phases, found without hashing the layout's
+    # fields (the plan's ops hold their layouts, so no id is reused while this runs)
+    seen: dict[tuple, tuple[Phase, ...]] = {}
+    for op in p.ops:
+        if op.kind == "comm":
+            ex = op.exchange
+            phs = seen.get((op.coll, id(op.layout), op.nbytes, ex))
+            if phs is None:
+                call = (op.coll, op.layout, op.nbytes, ex)
+                used = algos.get(call)
+                if used is None:
+                    dpn = g.cluster.devices_per_node
+                    used = algos[call] = algo_for(
+                        op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics, exchange=ex
+                    )
+                key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0, ex)
+                phs = phases.get(key)
+                if phs is None:
+                    phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes, ex)
+                seen[(op.coll, id(op.layout), op.nbytes, ex)] = phs
+            of_op[op.id] = phs
+    uniq = {id(ph): ph for phs in phases.values() for ph in phs}
+    own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
+    if shared and comm_cpu:
+        for (coll, *_), phs in phases.items():
+            for ph in phs:  # the phase's bytes sent load the cores too
+                own[id(ph)] = (
+                    np.append(ph.links, core_link),
+                    np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent),
+                )
+    caps, routes = group_links(capacity, list(own.values()) + ([cpu] if shared else []))
+    route_of = dict(zip(uniq, routes, strict=False))
+    steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
+    if shared and call_wait_s > 0:  # the call waits for its ranks once, before its first phase
+        steps = {k: ((st[0][0] + call_wait_s, st[0][1]),) + st[1:] if st else st for k, st in steps.items()}
+    per_op: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]
+    return caps, per_op, routes[-1] if shared else cpu
+
+
 class _Run:
-    """One simulation. Ops start from the callback of their last dependency's end (no simpy
-    process per op): a compute op is one timeout, a collective its phases one after another on
-    the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing here
-    refers back to itself through a callback, so it is all freed when the run returns."""
+    """One simulation. Ops start from the callback of their last dependency's end (no process per
+    op): a compute op is one call on the clock at its end, a collective its phases one after
+    another on the shared network (collectives.PhaseRun), a zero-length op ends at once. Nothing
+    here refers back to itself through a callback, so it is all freed when the run returns."""
 
     def __init__(
         self,
@@ -156,53 +217,9 @@ class _Run:
         mics: bool = False,
         call_wait_s: float = 0.0,
     ) -> None:
-        self.env = simpy.Environment()
-        capacity = g.capacity if shared_cores is None else np.append(g.capacity, float(shared_cores))
-        core_link = len(g.capacity)
-        cpu = Route.of(np.array([core_link]), np.ones(1))  # the host's cores, one link
-        # every call's phases, then the links merged where they always carry the same load
-        # per (collective, layout, algorithm, all-to-all's exchange): the same for every call
-        phases: dict[tuple, tuple[Phase, ...]] = {}
-        of_op: list[tuple[Phase, ...] | None] = [None] * len(p.ops)
-        algos: dict[tuple, Algo] = {}  # per (collective, layout, size, exchange): what it runs
-        # per (collective, layout object, size, exchange): its phases, found without hashing the layout's
-        # fields (the plan's ops hold their layouts, so no id is reused while this runs)
-        seen: dict[tuple, tuple[Phase, ...]] = {}
-        for op in p.ops:
-            if op.kind == "comm":
-                ex = op.exchange
-                phs = seen.get((op.coll, id(op.layout), op.nbytes, ex))
-                if phs is None:
-                    call = (op.coll, op.layout, op.nbytes, ex)
-                    used = algos.get(call)
-                    if used is None:
-                        dpn = g.cluster.devices_per_node
-                        used = algos[call] = algo_for(
-                            op.coll, algo, op.layout, dpn, backend, g, op.nbytes, mics=mics, exchange=ex
-                        )
-                    key = (op.coll, op.layout, used, op.nbytes if used.proto else 0.0, ex)
-                    phs = phases.get(key)
-                    if phs is None:
-                        phs = phases[key] = plan_collective(g, op.coll, op.layout, used, backend, op.nbytes, ex)
-                    seen[(op.coll, id(op.layout), op.nbytes, ex)] = phs
-                of_op[op.id] = phs
-        uniq = {id(ph): ph for phs in phases.values() for ph in phs}
+        self.env = Clock()
         self.shared = shared_cores is not None
-        own = {id(ph): (ph.links, ph.load) for ph in uniq.values()}  # arrays: group_links takes them whole
-        if self.shared and comm_cpu:
-            for (coll, *_), phs in phases.items():
-                for ph in phs:  # the phase's bytes sent load the cores too
-                    own[id(ph)] = (
-                        np.append(ph.links, core_link),
-                        np.append(ph.load, comm_cpu.get(coll, 0.0) * ph.sent),
-                    )
-        caps, routes = group_links(capacity, list(own.values()) + ([cpu] if self.shared else []))
-        route_of = dict(zip(uniq, routes, strict=False))
-        steps = {id(phs): tuple((ph.latency_s, route_of[id(ph)]) for ph in phs) for phs in phases.values()}
-        if self.shared and call_wait_s > 0:  # the call waits for its ranks once, before its first phase
-            steps = {k: ((st[0][0] + call_wait_s, st[0][1]),) + st[1:] if st else st for k, st in steps.items()}
-        self.steps: list[Steps | None] = [None if phs is None else steps[id(phs)] for phs in of_op]  # per op
-        self.cpu = routes[-1] if self.shared else cpu
+        caps, self.steps, self.cpu = _network(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
         self.net = Network(self.env, caps)
         self.counts = [c.count for c in p.classes]
         self.ops = p.ops
@@ -222,7 +239,15 @@ class _Run:
         if op.kind == "comm":
             if self.sm is not None:
                 self.sm.comm(op, +1)
-            PhaseRun(self.net, self.steps[op.id], op.nbytes, op.name, lambda: self.end(op, start)).next()
+            steps = self.steps[op.id]
+            if steps is not None and len(steps) == 1:  # one phase (the usual): PhaseRun's calls, without it
+                latency, route = steps[0]
+                if latency:
+                    self.env.call_in(latency, self._send, (op, start, route))
+                else:
+                    self._send((op, start, route))
+            else:
+                PhaseRun(self.net, steps, op.nbytes, op.name, lambda: self.end(op, start)).next()
         elif not op.duration > 0:
             self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
         elif self.sm is not None:
@@ -231,7 +256,7 @@ class _Run:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
             self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration, yields=True)
         else:
-            self.env.timeout(op.duration).callbacks.append(lambda _e: self.end(op, start))
+            self.env.call_in(op.duration, self._ended, (op, start))
 
     def finish(self, op: Op, start: float) -> None:
         self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env.now)
@@ -242,6 +267,15 @@ class _Run:
             waiting[c] = left
             if not left:
                 ready.append(c)
+
+    def _send(self, at: tuple[Op, float, Route]) -> None:
+        """A one-phase collective's bytes, once its latency is over: `at` = (op, its start, route)."""
+        op, start, route = at
+        self.net.send(route, op.nbytes, op.name, lambda: self.end(op, start))
+
+    def _ended(self, op_start: tuple[Op, float]) -> None:
+        """The clock's call at a compute op's end: `end(op, start)`."""
+        self.end(*op_start)
 
     def end(self, op: Op, start: float) -> None:
         """An op with a duration ends: record it, start what waited for it."""
@@ -259,10 +293,10 @@ class _Run:
 class SmSharing:
     """Compute ops whose speed drops to 1 - `share` while their rank class has communication in
     flight: each running op keeps its work left (seconds at full speed) and is rescheduled when
-    the class's count of collectives in flight goes from 0 to 1 or back (a stale timeout is
+    the class's count of collectives in flight goes from 0 to 1 or back (a stale end is
     recognised by its generation and ignored)."""
 
-    def __init__(self, env: simpy.Environment, classes: int, share: float) -> None:
+    def __init__(self, env: Clock, classes: int, share: float) -> None:
         self.env = env
         self.share = share
         self.slow = 1.0 - share  # the rate of compute while its class communicates
@@ -298,11 +332,11 @@ class SmSharing:
             self._schedule(rc, oid, job)
 
     def _schedule(self, rc: int, oid: int, job: list) -> None:
-        gen = job[3]
+        self.env.call_in(max(job[0], 0.0) / job[2], self._fire, (rc, oid, job, job[3]))
 
-        def fire(_ev: object) -> None:
-            if job[3] == gen:  # not rescheduled since
-                del self.running[rc][oid]
-                job[4]()
-
-        self.env.timeout(max(job[0], 0.0) / job[2]).callbacks.append(fire)
+    def _fire(self, at: tuple[int, int, list, int]) -> None:
+        """A compute op's scheduled end, `at` = (class, op id, job, generation when scheduled)."""
+        rc, oid, job, gen = at
+        if job[3] == gen:  # not rescheduled since
+            del self.running[rc][oid]
+            job[4]()

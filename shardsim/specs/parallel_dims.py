@@ -22,6 +22,7 @@ ranks an EP group takes (`ep_dp`), so ``size("ep")`` is that and the field `ep` 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 from math import prod
 
 # every dimension, in the default order (outermost first); the data-parallel ones adjacent
@@ -111,7 +112,7 @@ class ParallelDims:
         """{name: size} of every dimension, outermost first."""
         return {d: self.size(d) for d in self.order}
 
-    @property
+    @cached_property  # asked for by every collective a plan adds
     def world(self) -> int:
         """Ranks in all: the product of the sizes."""
         return prod(self.sizes.values())

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -79,6 +79,7 @@ class Exchange:
         return cls(tuple(tuple(1.0 / n for _ in range(n)) for _ in range(n)))
 
     @classmethod
+    @lru_cache(maxsize=256)  # one object per (n, factor, rank): a plan asks for it every MoE layer and microbatch
     def busiest(cls, n: int, factor: float, rank: int = 0) -> Exchange:
         """Every rank sends `rank` factor × S/n and the others the rest evenly: `rank` receives
         `factor` times the mean (an MoE dispatch whose busiest expert rank takes `factor` × the mean
@@ -107,6 +108,10 @@ class Exchange:
 
     def transposed(self) -> Exchange:
         """The reverse exchange (an MoE combine returns what its dispatch sent)."""
+        return self._transposed
+
+    @cached_property
+    def _transposed(self) -> Exchange:  # one object: the engine hashes each exchange once
         return Exchange(tuple(zip(*self.shares, strict=True)))
 
     def matrix(self) -> np.ndarray:

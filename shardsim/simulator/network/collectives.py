@@ -551,7 +551,7 @@ def run_phases(net: Network, g: LinkGraph, phases: tuple[Phase, ...], nbytes: fl
 @dataclass(eq=False, slots=True)
 class PhaseRun:
     """The phases of one call one after another on a shared Network, without a simpy process:
-    each phase waits its latency (a timeout), then moves its bytes; `on_done()` runs when the
+    each phase waits its latency (`Network.call_in`), then moves its bytes; `on_done()` runs when the
     last one ends (at once when there are none). Call `next()` to start."""
 
     net: Network
@@ -562,9 +562,9 @@ class PhaseRun:
     i: int = 0  # the phase to start next
     waited: bool = False  # its latency is over
 
-    def next(self, _ev: object = None) -> None:
+    def next(self, _arg: object = None) -> None:
         """Start the next phase (or its latency), or end the call: `on_done` of the phase before and
-        the callback of its latency's timeout (`_ev`, unused)."""
+        what its latency's end calls (`_arg`, unused)."""
         i = self.i
         if i == len(self.steps):
             self.on_done()
@@ -572,7 +572,7 @@ class PhaseRun:
         latency, route = self.steps[i]
         if latency and not self.waited:
             self.waited = True
-            self.net.env.timeout(latency).callbacks.append(self.next)
+            self.net.call_in(latency, self.next)
             return
         self.i, self.waited = i + 1, False
         self.net.send(route, self.nbytes, self.tag, self.next)

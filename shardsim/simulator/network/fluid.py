@@ -1,4 +1,5 @@
-"""A fluid network in simpy: transfers share links max-min fairly.
+"""A fluid network on an event clock (simpy's, or the engine's `clock.Clock`): transfers share
+links max-min fairly.
 
 A transfer is a set of bytes on a set of links (a whole collective phase, all its ring
 edges at once): it progresses from 0 to 1 at a rate limited by its most loaded link.
@@ -16,7 +17,7 @@ found on a smaller problem):
 - transfers interact only through the oversubscribed links they share: the allocation
   splits into independent components, and a start or an end can only change the rates in
   its own component (before and after): only those are refilled.
-One simpy timer is armed at the next completion; a start re-arms it only when something
+One timer is armed at the next completion; a start re-arms it only when something
 now ends sooner. Progress is kept as (remaining at t0, rate since t0) and brought up to
 date only when a rate changes.
 """
@@ -30,6 +31,7 @@ from functools import cached_property
 import numpy as np
 import simpy
 
+from shardsim.simulator.clock import Clock, call_in
 from shardsim.simulator.network.fairshare import fill
 
 _EPS = 1e-9  # a transfer this close to done is done (float drift)
@@ -70,7 +72,7 @@ class Transfer:
 
 @dataclass
 class Network:
-    env: simpy.Environment
+    env: simpy.Environment | Clock
     capacity: np.ndarray
     busy_time: float = 0.0  # time with at least one transfer in flight
     active: dict[Transfer, None] = field(default_factory=dict)  # in start order
@@ -79,7 +81,7 @@ class Network:
     _shapes: dict[Route, tuple[float, list[float]]] = field(default_factory=dict)  # route -> alone rate
     # of one byte, demand on each link at the alone rate (the same whatever the bytes)
     _users: dict[int, dict[Transfer, None]] = field(default_factory=dict)  # oversubscribed link -> transfers
-    _timer: simpy.Event | None = None
+    _timer: int = 0  # the armed timer's number (a timer armed before it is stale when it fires)
     _timer_at: float = float("inf")
     _target: tuple[Transfer, float, float] | None = None  # the timer's transfer, its (t0, rate) then
     _yielding: bool = False  # some transfer yields: allocations pass who does (none: no list built)
@@ -88,6 +90,7 @@ class Network:
         self._cap: list[float] = self.capacity.tolist()
         self._usage = [0.0] * len(self._cap)  # demand at alone rates per link (bytes/s)
         self._count = [0] * len(self._cap)  # transfers per link
+        self.call_in = call_in(self.env)  # call_in(delay, fn, arg): fn(arg) that many seconds from now
 
     def transfer(
         self, links: np.ndarray, load: np.ndarray, tag: str = "", max_rate: float | None = None
@@ -221,16 +224,17 @@ class Network:
     # -- time ------------------------------------------------------------------------
     def _arm(self, t: Transfer, left: float) -> None:
         delay = max(left / t.rate, 0.0)
-        timer = self._timer = self.env.timeout(delay)
-        timer.callbacks.append(self._on_timer)
+        self._timer += 1
+        self.call_in(delay, self._on_timer, self._timer)
         self._timer_at = self.env.now + delay
         self._target = (t, t.t0, t.rate)
 
-    def _on_timer(self, ev: simpy.Event) -> None:
-        if ev is not self._timer:
+    def _on_timer(self, timer: int) -> None:
+        if timer != self._timer:
             return  # superseded by a transfer that ends sooner
         target, t0, rate = self._target  # type: ignore[misc]
-        self._timer, self._timer_at, self._target = None, float("inf"), None
+        self._timer += 1  # none armed
+        self._timer_at, self._target = float("inf"), None
         now = self.env.now
         if target.t0 == t0 and target.rate == rate:
             # its rate has not changed since the timer was set for it: it is done by definition,
@@ -251,8 +255,14 @@ class Network:
         if len(active) == 1:  # the usual case: nothing to compare
             nxt = next(iter(active))
             self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
-        elif active:
-            nxt = min(active, key=lambda t: (t.remaining - t.rate * (now - t.t0)) / t.rate)
+        elif active:  # the first to end (the first started of those that end together), as min() finds it
+            them = iter(active)
+            nxt = next(them)
+            soonest = (nxt.remaining - nxt.rate * (now - nxt.t0)) / nxt.rate
+            for t in them:
+                left = (t.remaining - t.rate * (now - t.t0)) / t.rate
+                if left < soonest:
+                    nxt, soonest = t, left
             self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
         else:
             self.busy_time += now - self._busy_since

@@ -18,7 +18,9 @@ in `specs.schedules.rank_order`, as `_PipelineScheduleRuntime` does:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from shardsim.config import Resolved, RunConfig
@@ -119,12 +121,14 @@ class VirtualPipeline:
     tokens: int
     prev: list[Dep]  # what each rank's next op on its compute stream waits for
     syncs: list[list[int | None]]  # each rank's gradient collectives (the optimizer waits for them)
+    # (sending stage, its stream) -> the peer, the pairs' layout and the bytes: the same every microbatch
+    _sends: dict[tuple[int, str], tuple[int, GroupLayout, float]] = field(default_factory=dict)
 
     def step(self, k: int) -> None:
         """Schedule step `k` of the gradient accumulation (one schedule.step call)."""
         res = self.res
         P, M, V, S = res.pp, res.microbatches, res.stages_per_rank, res.stages
-        orders = [rank_order(res.schedule, P, M, V, r) for r in range(P)]
+        orders = [rank_actions(res.schedule, P, M, V, r) for r in range(P)]
         at, sends = [0] * P, [[] for _ in range(P)]
         counted: dict[int, int] = {}  # B or W passes so far, per stage
         sent: dict[tuple[str, int, int], Isend] = {}  # ("F" | "G", stage, microbatch) -> its output's isend
@@ -189,11 +193,16 @@ class VirtualPipeline:
     def _send(self, r: int, to_stage: int, stream: str, what: Any, pc: Piece, name: str, after: Dep) -> Isend:
         """The output of a pass on rank `r` to stage `to_stage`: a local hand-off where that
         stage is on `r` too, else an isend to its rank."""
-        peer = stage_rank(self.res.schedule, self.res.pp, to_stage)
-        if peer == r:
+        known = self._sends.get((to_stage, stream))
+        if known is None:
+            peer = stage_rank(self.res.schedule, self.res.pp, to_stage)
+            mb, esize = self.res.microbatch_size, DTYPE_BYTES[self.cfg.precision]
+            lay = p2p_layout(self.res, r, peer) if peer != r else None
+            nbytes = what(stage_mesh(self.res, r), pc.blocks, mb, esize)[1] if lay is not None else 0.0
+            known = self._sends[(to_stage, stream)] = (peer, lay, nbytes)
+        peer, lay, nbytes = known
+        if lay is None:
             return Isend(None, None, after)  # type: ignore[arg-type]
-        lay = p2p_layout(self.res, r, peer)
-        _, nbytes = what(stage_mesh(self.res, r), pc.blocks, self.res.microbatch_size, DTYPE_BYTES[self.cfg.precision])
         return isend_op(self.p, self.cfg.backend in RENDEZVOUS_BACKENDS, r, stream, lay, nbytes, name, after, peer)
 
     def _reduce_grad(self, r: int, stage: int, after: Dep, k: int) -> list[int | None]:
@@ -207,7 +216,14 @@ class VirtualPipeline:
         return rg
 
 
-def held_activations(order: list[Action], saved: dict[int, float]) -> float:
+@lru_cache(maxsize=4096)  # a sweep asks for each many times: every (schedule, pp, microbatches, V, rank) of
+# the 405B space is 2,100 orders, 205,740 actions (about 15 MiB)
+def rank_actions(schedule: str, pp: int, microbatches: int, v: int, rank: int) -> tuple[Action, ...]:
+    """`specs.schedules.rank_order`, kept: what depends only on these."""
+    return tuple(rank_order(schedule, pp, microbatches, v, rank))
+
+
+def held_activations(order: Sequence[Action], saved: dict[int, float]) -> float:
     """The most activation elements (per sample) a rank holds at once in schedule order `order`,
     stage s's forward holding `saved[s]` until its backward (B) is done; a zero-bubble stage's
     until its W, as though I freed none of them (W needs the layers' inputs; what only I needs,
@@ -224,8 +240,7 @@ def held_activations(order: list[Action], saved: dict[int, float]) -> float:
 
 def rank_held_activations(res: Resolved, rank: int, saved: dict[int, float]) -> float:
     """`held_activations` of pipeline rank `rank` under the resolved schedule."""
-    order = rank_order(res.schedule, res.pp, res.microbatches, res.stages_per_rank, rank)
-    return held_activations(order, saved)
+    return held_activations(rank_actions(res.schedule, res.pp, res.microbatches, res.stages_per_rank, rank), saved)
 
 
 def _input(a: Action, stages: int) -> tuple[str, int, int] | None:

@@ -9,6 +9,7 @@ that the analytic numbers equal what torch measures on the runtime's own modules
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from shardsim.specs.model.arch import Arch
 
@@ -106,7 +107,7 @@ class Workload:
         """The LM head reuses the token embedding (a pipeline of it is refused: `resolve`)."""
         return bool(self.arch and self.arch.tied_embeddings)
 
-    @property
+    @cached_property  # the blocks are fixed; a sweep asks for these of one workload for every configuration
     def params(self) -> int:
         return sum(b.params for b in self.blocks)
 
@@ -120,7 +121,7 @@ class Workload:
         """Whether any block holds a mixture of experts."""
         return any(b.moe is not None for b in self.blocks)
 
-    @property
+    @cached_property
     def layers(self) -> tuple[Block, ...]:
         return tuple(b for b in self.blocks if b.kind == "layer")
 
