@@ -1,42 +1,47 @@
-"""The engine's event clock: calls at times to come, in the order simpy.Environment fires
-timeouts, for less per event (no event objects, no processes)."""
+"""The engine's event clock: a simpy.Environment that also takes bare calls (`call_in`). A call is
+a slotted record on simpy's own event queue (what simpy's loop reads of an event: its callbacks,
+and that it succeeded), fired by simpy's loop in simpy's order (time, then priority, then
+scheduling) among the simulation's other events, without a Timeout object, a value or a
+callback list of its own per call."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappop, heappush
 from typing import Any
 
 import simpy
+from simpy.events import NORMAL
 
 
-class Clock:
-    """Calls `fn(arg)` `delay` seconds from now (`call_in`), in order of time, then of scheduling:
-    the order in which simpy.Environment fires timeouts of one priority, so a simulation is the
-    same to the bit on either. `now` is the time of the call being made."""
+class _Call:
+    """One call on simpy's queue: `fn(arg)`, made by simpy's loop through `callbacks`."""
 
-    __slots__ = ("now", "_queue", "_scheduled")
+    __slots__ = ("callbacks", "_ok", "fn", "arg")
 
-    def __init__(self) -> None:
-        self.now: float = 0  # the int 0, as simpy's: an op that starts at once starts at 0, not 0.0
-        self._queue: list[tuple[float, int, Callable[[Any], object], Any]] = []
-        self._scheduled = 0
+    def __init__(self, fn: Callable[[Any], object], arg: Any) -> None:
+        self.callbacks = _MAKE  # simpy's loop takes it and sets None, as an event's
+        self._ok = True  # a call never fails: simpy's loop checks this after the callbacks
+        self.fn, self.arg = fn, arg
+
+
+def _make(call: _Call) -> None:
+    call.fn(call.arg)
+
+
+_MAKE = (_make,)
+
+
+class Clock(simpy.Environment):
+    """A simpy.Environment (time from the int 0, `run`, `timeout`, processes) that also calls
+    `fn(arg)` `delay` seconds from now (`call_in`), at NORMAL priority as a timeout made now."""
 
     def call_in(self, delay: float, fn: Callable[[Any], object], arg: Any = None) -> None:
         """Call `fn(arg)` `delay` (>= 0) seconds from now."""
-        self._scheduled += 1
-        heappush(self._queue, (self.now + delay, self._scheduled, fn, arg))
-
-    def run(self) -> None:
-        """Make the calls until none is left (those they schedule included)."""
-        queue = self._queue
-        while queue:
-            self.now, _, fn, arg = heappop(queue)
-            fn(arg)
+        self.schedule(_Call(fn, arg), NORMAL, delay)  # type: ignore[arg-type]
 
 
-def call_in(env: Clock | simpy.Environment) -> Callable[[float, Callable[[Any], object], Any], None]:
-    """`env`'s `call_in`: a Clock's own, or on a simpy.Environment a timeout whose callback calls it."""
+def call_in(env: simpy.Environment) -> Callable[[float, Callable[[Any], object], Any], None]:
+    """`env`'s `call_in`: a Clock's own, or on another simpy.Environment a timeout whose callback calls it."""
     if isinstance(env, Clock):
         return env.call_in
 

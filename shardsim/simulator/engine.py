@@ -1,4 +1,4 @@
-"""Runs a plan's ops on an event clock (`clock.Clock`): streams in order, dependencies, a shared network."""
+"""Runs a plan's ops in simpy (`clock.Clock`): streams in order, dependencies, a shared network."""
 
 from __future__ import annotations
 

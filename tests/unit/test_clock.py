@@ -1,4 +1,5 @@
-"""The engine's clock fires as simpy.Environment does, so simulations on it are the same to the bit."""
+"""The engine's clock (bare calls on simpy's queue) fires as simpy's timeouts do, so simulations
+on it are the same to the bit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A fluid network on an event clock (simpy's, or the engine's `clock.Clock`): transfers share
+"""A fluid network on a simpy.Environment (the engine's is a `clock.Clock`): transfers share
 links max-min fairly.
 
 A transfer is a set of bytes on a set of links (a whole collective phase, all its ring
