@@ -111,9 +111,10 @@ def test_json_and_python_read_the_same(tmp_path):
 def test_the_documented_ds_config_predicts_as_documented(tmp_path):
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-    section = doc.split("## DeepSpeed's config", 1)[1]
-    (tmp_path / "ds_config.json").write_text(section.split("```json\n", 1)[1].split("```", 1)[0])
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "docs" / "configuration.md").read_text().split("## DeepSpeed's config", 1)[1]
     command = section.split("```bash\n", 1)[1].split("```", 1)[0].split()
-    assert command[:3] == ["shardsim", "predict", "ds_config.json"]
-    assert cli(["predict", str(tmp_path / "ds_config.json"), *command[3:]]) == 0
+    assert command[:3] == ["shardsim", "predict", "docs/examples/ds_config.json"]
+    shipped = root / command[2]
+    assert section.split("```json\n", 1)[1].split("```", 1)[0] == shipped.read_text()
+    assert cli(["predict", str(shipped), *command[3:]]) == 0
