@@ -3,10 +3,13 @@ Face Trainer's), translated into shardsim's fields where SageMaker's `distributi
 read (`load`): the keys DeepSpeed's `DeepSpeedZeroConfig` defines, each modelled, accepted with
 a stated note (logged once, one line a key), or refused; any other key is refused.
 
-Modelled: ``stage`` (0 → ddp, 1 → zero1, 2 → zero with reshard_after_forward false, this
-project's ZeRO-2, 3 → zero), ``mics_shard_size`` (> 0, stage 3: zero2d with that degree),
-``mics_hierarchical_params_gather`` (true: MiCS's two-hop all-gather across nodes, which library
-smp models). `DEEPSPEED_NOTES` are accepted and not modelled, each with why; `REFUSED` are
+Modelled: the block sets ``library: deepspeed`` (DeepSpeed's own ZeRO:
+`simulator.strategies.deepspeed_zero`); ``stage`` (0 → ddp, 1 → zero1, 2 → zero with
+reshard_after_forward false, 3 → zero: the kinds DeepSpeed's stages are planned under);
+``mics_shard_size`` (> 0, stage 3: zero2d with that degree); ``mics_hierarchical_params_gather``
+(true: MiCS's two-hop all-gather across nodes, which library smp models, so library smp); the
+bucket sizes, switches and stage-3 limits of `COUNTS` and `SWITCHES` (the ``deepspeed`` key,
+`DeepSpeedSettings`). `DEEPSPEED_NOTES` are accepted and not modelled, each with why; `REFUSED` are
 refused unless off (their off value, as DeepSpeed's default, is what the simulator models).
 """
 
@@ -24,19 +27,26 @@ ZERO_OPTIMIZATION = "zero_optimization"
 DEEPSPEED_KEYS = (ZERO_OPTIMIZATION,)  # a configuration file's keys this module reads
 # stage → (kind, reshard_after_forward)
 STAGES = {0: (DDP.name, True), 1: (ZERO1.name, True), 2: (ZERO.name, False), 3: (ZERO.name, True)}
-MODELLED = ("stage", "mics_shard_size", "mics_hierarchical_params_gather")
+# DeepSpeed's knobs that library deepspeed plans with (`DeepSpeedSettings`), each a count or a switch
+COUNTS = (
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+)
+SWITCHES = ("overlap_comm", "contiguous_gradients", "reduce_scatter", "use_multi_rank_bucket_allreduce")
+MODELLED = ("stage", "mics_shard_size", "mics_hierarchical_params_gather", *COUNTS, *SWITCHES)
+AUTO = "auto"  # the Hugging Face Trainer's placeholder in a ds_config
+_AUTO = "auto: DeepSpeed's default is predicted (the Trainer fills it from the model)"
+_SMP_PLANS = "library smp (MiCS's hierarchical all-gather) plans its own collectives"
+_STAGE0 = "stage 0 is planned as PyTorch's DDP (its buckets, fp32 gradients)"
 
-_BUCKETS = "bucket sizes not modelled: the plan uses PyTorch's buckets (DDP's 25 MiB, FSDP2's one unit a layer)"
-_STAGE3 = "ZeRO-3 fetch and persistence tuning not modelled: FSDP2's units (one a layer, the root) are"
+_STAGE3 = "not modelled: the plan's units are the layers (one fetch a layer, the root whole)"
 _SAVE = "checkpoint saving and loading are not part of a training step"
 DEEPSPEED_NOTES = {
-    "contiguous_gradients": "gradient buffer layout (fragmentation) not modelled",
-    "reduce_scatter": "stages 1 and 2 are modelled as PyTorch runs them (zero1: all-reduce; zero2: reduce-scatter)",
-    "reduce_bucket_size": _BUCKETS,
-    "allgather_bucket_size": _BUCKETS,
-    "use_multi_rank_bucket_allreduce": _BUCKETS,
-    "allgather_partitions": "zero1's updated partitions are broadcast, as ZeroRedundancyOptimizer does",
-    "overlap_comm": "communication always overlaps compute on NCCL's streams in the simulator",
+    "allgather_partitions": "updated partitions are all-gathered (DeepSpeed's default)",
     "round_robin_gradients": "a CPU-offload optimization; offload is refused",
     "sub_group_size": "the optimizer step is modelled over the rank's whole partition",
     "load_from_fp32_weights": _SAVE,
@@ -44,18 +54,14 @@ DEEPSPEED_NOTES = {
     "stage3_gather_16bit_weights_on_model_save": _SAVE,
     "stage3_gather_fp16_weights_on_model_save": _SAVE,
     "pipeline_loading_checkpoint": _SAVE,
-    "stage3_prefetch_bucket_size": _STAGE3,
-    "stage3_param_persistence_threshold": _STAGE3,
     "stage3_model_persistence_threshold": _STAGE3,
-    "stage3_max_live_parameters": _STAGE3,
-    "stage3_max_reuse_distance": _STAGE3,
     "stage3_module_granularity_threshold": _STAGE3,
     "stage3_use_all_reduce_for_fetch_params": _STAGE3,
     "stage3_allgather_sequential": _STAGE3,
     "leaf_module": _STAGE3,
     "memory_efficient_linear": "activation memory of Linear layers is modelled as PyTorch's",
     "ignore_unused_parameters": "every parameter of a shardsim model is used",
-    "legacy_stage1": "stage 1 is modelled as PyTorch's ZeroRedundancyOptimizer",
+    "legacy_stage1": "stage 1 is modelled as DeepSpeed's current one (stage_1_and_2.py)",
     "cpu_offload_use_pin_memory": "applies to offload, which is refused",
     "log_trace_cache_warnings": "logging only",
     "enable_sanity_checks": "debugging only",
@@ -102,6 +108,38 @@ def _bool(value: Any, where: str, name: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"expected true or false, got {value!r}", where=where, field=name)
     return value
+
+
+def _count(value: Any, where: str, name: str) -> int:
+    """A size as DeepSpeed reads it: an integer >= 0, also written as a whole float (``5e8``)."""
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"expected an integer >= 0, got {value!r}", where=where, field=name)
+    return value
+
+
+def zero_settings(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """The `DeepSpeedSettings` fields `block` gives (its `COUNTS` and `SWITCHES`), checked; a
+    value ``auto`` (a Hugging Face Trainer fills it) is noted and left at DeepSpeed's default."""
+    out: dict[str, Any] = {}
+    for key in (*COUNTS, *SWITCHES):
+        name = f"{ZERO_OPTIMIZATION}.{key}"
+        if key not in block:
+            continue
+        if block[key] == AUTO:
+            not_modelled(where, name, _AUTO)
+        else:
+            out[key] = _count(block[key], where, name) if key in COUNTS else _bool(block[key], where, name)
+    return out
+
+
+def merge_settings(values: dict[str, Any], settings: dict[str, Any], where: str) -> None:
+    """Add `settings` to the ``deepspeed`` mapping of `values` (the file's own, where it gave one)."""
+    given = values.get("deepspeed", {})
+    if not isinstance(given, dict):
+        raise ConfigError(f"expected a mapping, got {given!r}", where=where, field="deepspeed")
+    values["deepspeed"] = {**given, **settings}
 
 
 def _offload_device(block: dict[str, Any], key: str, where: str) -> Any:
@@ -162,11 +200,18 @@ def apply_deepspeed(values: dict[str, Any], data: dict[str, Any], where: str) ->
         _put(values, "degree", mics, mics_name, where)
     elif hierarchical:
         raise ConfigError("applies to MiCS: set mics_shard_size > 0", where=where, field=hier_name)
-    if hierarchical:
-        _put(values, "library", "smp", hier_name, where)  # MiCS's hierarchical all-gather (library smp's)
+    settings = zero_settings(block, where)
+    _put(values, "library", "smp" if hierarchical else "deepspeed", name, where)  # smp: MiCS's hierarchical gather
     _put(values, "strategy", kind, name, where)
     if not reshard:
         _put(values, "reshard_after_forward", False, name, where)
+    if hierarchical:
+        for key in settings:
+            not_modelled(where, f"{ZERO_OPTIMIZATION}.{key}", _SMP_PLANS)
+    elif settings:
+        merge_settings(values, settings, where)
+    if stage == 0:
+        not_modelled(where, name, _STAGE0)
     for key in block:
         if key in DEEPSPEED_NOTES:
             not_modelled(where, f"{ZERO_OPTIMIZATION}.{key}", DEEPSPEED_NOTES[key])

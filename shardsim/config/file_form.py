@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardsim.config.deepspeed import DEEPSPEED_KEYS, apply_deepspeed
+from shardsim.config.ds_config import DS_CONFIG_KEYS, apply_ds_config, precision_blocks
 from shardsim.config.smp import FSDP_KEYS, SAGEMAKER_CLUSTER_KEYS, SMP_KEYS, apply_fsdp_keys, apply_smp, smp_parameters
 from shardsim.config.strategy import STRATEGY_FIELDS, strategy_fields
 from shardsim.core.errors import ConfigError
@@ -19,7 +20,9 @@ from shardsim.specs.strategies import DEFAULT_KIND, STRATEGIES, kind_name
 # SageMaker's, FSDP's and DeepSpeed's keys that are no setting's name (`smp`), and beside them the keys of a
 # file's flat form: what `RunConfig` takes besides its fields and puts in its tree (`tree_of`)
 FOREIGN_ONLY = tuple(
-    k for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS, *DEEPSPEED_KEYS) if k not in STRATEGY_FIELDS
+    k
+    for k in (*SMP_KEYS, *FSDP_KEYS, *SAGEMAKER_CLUSTER_KEYS, *DEEPSPEED_KEYS, *DS_CONFIG_KEYS)
+    if k not in STRATEGY_FIELDS
 )
 FILE_FORM_KEYS = (*FOREIGN_ONLY, *STRATEGY_FIELDS, *SHAPE_FIELDS)
 
@@ -46,9 +49,11 @@ def tree_of(data: dict[str, Any], where: str | None) -> dict[str, Any]:
     (`smp`, contradictions refused), the strategy's fields (flat) into its kind's model
     (`strategy.strategy_fields`), the shape fields into `shape`. `RunConfig` applies it to what
     it is given, so that Python takes what a file takes."""
+    data = precision_blocks(data, where or "")
     values = {k: v for k, v in data.items() if k not in FOREIGN_ONLY}
     smp, extra = smp_parameters(data, where or "")
     apply_smp(values, smp, extra, where or "")
+    apply_ds_config(values, data, where or "")
     apply_deepspeed(values, data, where or "")
     apply_fsdp_keys(values, data, where or "")
     values.pop("_processes_per_host", None)

@@ -1,4 +1,4 @@
-"""Reading a configuration: a YAML file (SageMaker keys and DeepSpeed's zero_optimization block accepted), then
+"""Reading a configuration: a YAML file (SageMaker keys and a DeepSpeed config accepted), then
 flag overrides, checked."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsim.config.deepspeed import DEEPSPEED_KEYS, apply_deepspeed
+from shardsim.config.ds_config import DS_CONFIG_KEYS, apply_ds_config, precision_blocks
 from shardsim.config.model_defaults import with_model_defaults
 from shardsim.config.schema import FIELDS, RunConfig
 from shardsim.config.smp import (
@@ -25,13 +26,14 @@ from shardsim.specs.strategies import ALIASES, DEFAULT_KIND, STRATEGIES
 # Keys a configuration file may hold besides the schema's, SageMaker's, FSDP's and DeepSpeed's (name and
 # description: ignored)
 OTHER_KEYS = (*SAGEMAKER_CLUSTER_KEYS, "name", "description")
-FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *DEEPSPEED_KEYS, *OTHER_KEYS)
+FILE_KEYS = (*FIELDS, *SMP_KEYS, *FSDP_KEYS, *DEEPSPEED_KEYS, *DS_CONFIG_KEYS, *OTHER_KEYS)
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], str]:
     where = str(path)
     data = load_yaml(path)
     check_keys(data, FILE_KEYS, where=where, expected=f"expected one of {', '.join(FIELDS)} or SageMaker keys")
+    data = precision_blocks(data, where)
     smp, extra = smp_parameters(data, where)
     values: dict[str, Any] = {}
     strat = data.get("strategy")
@@ -45,6 +47,7 @@ def _read_file(path: Path) -> tuple[dict[str, Any], str]:
         if k != "strategy" and k in data and data[k] is not None:
             values[k] = data[k]
     apply_smp(values, smp, extra, where)
+    apply_ds_config(values, data, where)
     apply_deepspeed(values, data, where)
     apply_fsdp_keys(values, data, where)
     return values, where

@@ -73,7 +73,11 @@ def with_model_defaults(cfg: RunConfig, given: Mapping[str, Any]) -> RunConfig:
     return cfg.replace(**changes) if changes else cfg
 
 
-LIBRARY_TEXT = {"pytorch": "PyTorch FSDP2/DDP", "smp": "SageMaker's library (smp)"}
+LIBRARY_TEXT = {
+    "pytorch": "PyTorch FSDP2/DDP",
+    "smp": "SageMaker's library (smp)",
+    "deepspeed": "DeepSpeed's ZeRO (deepspeed)",
+}
 
 
 def library_text(library: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shardsim.config.cp import check_cp
+from shardsim.config.ds_config import check_deepspeed
 from shardsim.config.ep import check_ep
 from shardsim.config.moe import check_moe
 from shardsim.config.schema import Resolved, RunConfig
@@ -89,6 +90,8 @@ def resolve(
     dp_world = world // (tp * cp)
     replicas_all = dp_world // pp
     # the data-parallel ranks of one node (zero2d's default degree: HYBRID_SHARD shards within a node)
+    if cfg.library == "deepspeed":
+        check_deepspeed(cfg, dp_world // pp, tp, cp, pp, s.ep)
     node_ranks = devices_per_node // (tp * cp) if devices_per_node and devices_per_node % (tp * cp) == 0 else None
     shard = spec.shard(s, dp_world, where, node_ranks)
     ep = s.ep

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic import ValidationError as _ValidationError
 
+from shardsim.config.deepspeed_settings import DeepSpeedSettings
 from shardsim.config.errors import config_error
 from shardsim.config.file_form import FILE_FORM_KEYS, tree_of, workload_value
 from shardsim.config.frozen import Frozen
@@ -53,7 +54,8 @@ from shardsim.specs.strategies import STRATEGIES as KINDS
 Precision = Literal["fp32", "fp16", "bf16", "tf32"]
 ReduceDtype = Literal["fp32", "fp16", "bf16"]  # the dtypes gradients are reduced in (no tf32 storage type)
 Backend = Literal["nccl", "gloo"]
-Library = Literal["pytorch", "smp"]  # whose collectives: PyTorch's flat NCCL ones, or SageMaker's (MiCS)
+# whose collectives: PyTorch's flat NCCL ones, SageMaker's (MiCS), or DeepSpeed's ZeRO (its partitioning and buckets)
+Library = Literal["pytorch", "smp", "deepspeed"]
 # torch.optim.Adam, AdamW, SGD(momentum=0.9), Adafactor; LAMB (NVIDIA apex / DeepSpeed) simulated only
 Optimizer = Literal["adam", "adamw", "sgd", "lamb", "adafactor"]
 # the scaled-dot-product-attention backend (torch.nn.attention.SDPBackend FLASH_ATTENTION,
@@ -209,11 +211,21 @@ class RunConfig(Frozen):
     library: Annotated[
         Library,
         Setting(
-            "training library whose collectives are predicted: pytorch (FSDP2 / DDP: flat NCCL collectives) or smp "
-            "(SageMaker model parallel: MiCS's hierarchical all-gather across nodes; set by a distribution block)",
+            "training library whose collectives are predicted: pytorch (FSDP2 / DDP: flat NCCL collectives), smp "
+            "(SageMaker model parallel: MiCS's hierarchical all-gather across nodes; set by a distribution block) or "
+            "deepspeed (DeepSpeed's ZeRO stages: its partitioning and buckets; set by a zero_optimization block)",
             default_text="pytorch; smp for the seed scenario (no workload and no topology named)",
         ),
     ] = "pytorch"
+    deepspeed: Annotated[
+        DeepSpeedSettings | None,
+        Setting(
+            "library deepspeed's ZeRO settings (bucket sizes, overlap_comm, stage 3's limits, train_batch_size), "
+            "from a zero_optimization block and a ds_config's batch keys",
+            flag=False,
+            default_text="DeepSpeed's defaults",
+        ),
+    ] = None
     optimizer: Annotated[
         Optimizer,
         Setting(
@@ -358,6 +370,13 @@ class RunConfig(Frozen):
         return _shape(value)
 
     @model_validator(mode="after")
+    def _deepspeed_library(self) -> RunConfig:
+        """DeepSpeed's settings are library deepspeed's: refused beside another library."""
+        if self.deepspeed is not None and self.library != "deepspeed":
+            raise ConfigError(f"applies to library deepspeed, got library {self.library}", field="deepspeed")
+        return self
+
+    @model_validator(mode="after")
     def _float8_all_gather(self) -> RunConfig:
         """torchao's Float8LinearConfig: enable_fsdp_float8_all_gather only with tensorwise scaling."""
         if self.float8_all_gather and self.float8 != "tensorwise":
@@ -376,6 +395,8 @@ class RunConfig(Frozen):
         d = handler(self)
         if d.get("gpus_per_node", 0) is None:
             del d["gpus_per_node"]
+        if d.get("deepspeed", 0) is None:
+            del d["deepspeed"]
         if d.get("float8") == "none":
             del d["float8"]
         if d.get("float8_all_gather") is False:

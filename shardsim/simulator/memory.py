@@ -17,6 +17,7 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.float8 import FP8_BYTES
 from shardsim.simulator.plan import RankClass
+from shardsim.simulator.strategies.deepspeed_zero import DEEPSPEED_STAGES, rank_states, stage_of
 from shardsim.simulator.strategies.held import FSDP_GATHERED_LAYERS
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import ROOT
@@ -139,6 +140,10 @@ def rank_memory(
         acts = ckpt.saved_elems(blocks) * res.microbatch_size * pb * kind.activations_in_flight(cfg, res, stage)
     else:
         acts = held * res.microbatch_size * pb
+    if cfg.library == "deepspeed" and stage_of(cfg) in DEEPSPEED_STAGES:  # DeepSpeed's partitioning
+        ds = rank_states(cfg, res, blocks, rc.params, words)
+        params, grads, optim, gathered = ds.params, ds.grads, ds.optimizer, ds.gathered
+        temporaries += ds.step
     gpu = device.kind == "gpu"
     overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB

@@ -171,4 +171,4 @@ def test_a_distribution_block_means_sagemakers_collectives(tmp_path) -> None:
     inside = load_config(write(tmp_path, block.format(d=4)))
     assert predict(inside).step_time_s == predict(inside.replace(library="pytorch")).step_time_s
     with pytest.raises(ConfigError, match="library"):
-        load_config(None, {"library": "deepspeed"})
+        load_config(None, {"library": "nemo"})

@@ -24,6 +24,7 @@ from shardsim.config import (
     config_from_args,
     load_config,
 )
+from shardsim.config.deepspeed_settings import DeepSpeedSettings
 from shardsim.config.flags import AXES
 from shardsim.config.load import load_config_json
 from shardsim.config.strategy import CP_FIELDS, EP_FIELDS, MODELS, STRATEGY_FIELDS, TP_FIELDS
@@ -146,7 +147,7 @@ def test_every_setting_has_a_flag_or_is_a_file_key_and_the_sweep_lists_come_from
     add_config_arguments(p)
     options = {a.dest for a in p._actions}
     file_only = {s.name for s in SETTINGS if not s.flag}
-    assert file_only == set()  # the optimizer has its flag since the stack settings
+    assert file_only == {"deepspeed"}  # a mapping: a file's key (a DeepSpeed block fills it)
     assert {s.name for s in SETTINGS} - file_only <= options
     fields = set(RunConfig.model_fields) - {"strategy", "shape", "source"}
     flat = {s.name for s in SETTINGS}
@@ -197,8 +198,9 @@ def test_every_setting_has_a_flag_or_is_a_file_key_and_the_sweep_lists_come_from
         ),  # fmt: skip
         RunConfig(workload=Arch("gpt", hidden=64, layers=2, heads=2, seq_len=32, vocab=128), strategy=Strategy("ddp")),
         RunConfig(workload="mixtral-8x7b", moe_imbalance=1.5, moe_capacity=1.25),
+        RunConfig(library="deepspeed", deepspeed=DeepSpeedSettings(reduce_bucket_size=10**8, overlap_comm=True)),
     ],
-    ids=["defaults", "pipeline", "zero2d", "inline-model", "moe"],
+    ids=["defaults", "pipeline", "zero2d", "inline-model", "moe", "deepspeed"],
 )
 def test_json_round_trip(tmp_path, cfg):
     d = cfg.to_dict()
@@ -209,7 +211,7 @@ def test_json_round_trip(tmp_path, cfg):
     assert again.to_dict() == d and again.strategy == cfg.strategy
     assert d["checkpointing"] in ("none", "full", "selective")
     # given only where set (a whole node's configuration, a run without Float8 or experts, reads as before them)
-    unset = {"gpus_per_node", "float8", "float8_all_gather", "moe_imbalance", "moe_capacity"}
+    unset = {"gpus_per_node", "float8", "float8_all_gather", "moe_imbalance", "moe_capacity", "deepspeed"}
     assert {s.name for s in SETTINGS} - set(STRATEGY_FIELDS) - {"strategy", *Shape.__dataclass_fields__} - unset <= set(
         d
     )

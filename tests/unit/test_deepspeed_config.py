@@ -11,6 +11,7 @@ import yaml
 
 from shardsim.config import RunConfig, load_config
 from shardsim.config.deepspeed import DEEPSPEED_NOTES, REFUSED, ZERO_KEYS
+from shardsim.config.deepspeed_settings import DeepSpeedSettings
 from shardsim.core.errors import ConfigError
 
 BASE = {"workload": "gpt-10b", "topology": "p4d.24xlarge", "nodes": 4}
@@ -31,9 +32,13 @@ def test_no_stage_is_deepspeeds_default_stage_0(tmp_path):
     assert load(tmp_path, {}).strategy.kind == "ddp"
 
 
+def test_the_block_is_library_deepspeed(tmp_path):
+    assert {load(tmp_path, {"stage": s}).library for s in (0, 1, 2, 3)} == {"deepspeed"}
+
+
 def test_mics_is_zero2d_with_its_shard_size_and_the_hierarchical_gather_library_smp(tmp_path):
     cfg = load(tmp_path, {"stage": 3, "mics_shard_size": 8})
-    assert (cfg.strategy.kind, cfg.strategy.degree, cfg.library) == ("zero2d", 8, "pytorch")
+    assert (cfg.strategy.kind, cfg.strategy.degree, cfg.library) == ("zero2d", 8, "deepspeed")
     cfg = load(tmp_path, {"stage": 3, "mics_shard_size": 8, "mics_hierarchical_params_gather": True})
     assert (cfg.strategy.kind, cfg.strategy.degree, cfg.library) == ("zero2d", 8, "smp")
     assert load(tmp_path, {"stage": 3, "mics_shard_size": -1}).strategy.kind == "zero"  # DeepSpeed's "off"
@@ -69,14 +74,32 @@ def test_off_values_of_the_refused_keys_are_accepted(tmp_path):
     assert load(tmp_path, block).strategy.label() == "zero (ZeRO-2)"
 
 
-def test_accepted_keys_that_are_not_modelled_are_each_reported(tmp_path, caplog):
-    block = {"stage": 2, "overlap_comm": True, "reduce_bucket_size": "auto", "contiguous_gradients": True}
+def test_bucket_sizes_and_switches_are_library_deepspeeds_settings(tmp_path, caplog):
+    block = {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8, "contiguous_gradients": False}
     with caplog.at_level(logging.WARNING, logger="shardsim"):
-        load(tmp_path, block)
+        cfg = load(tmp_path, block)
+    assert not caplog.records
+    expected = DeepSpeedSettings(overlap_comm=True, reduce_bucket_size=500_000_000, contiguous_gradients=False)
+    assert cfg.deepspeed == expected
+
+
+def test_accepted_keys_that_are_not_modelled_are_each_reported(tmp_path, caplog):
+    block = {"stage": 2, "sub_group_size": 1e9, "reduce_bucket_size": "auto", "elastic_checkpoint": False}
+    with caplog.at_level(logging.WARNING, logger="shardsim"):
+        cfg = load(tmp_path, block)
     notes = [r.getMessage() for r in caplog.records]
     assert len(notes) == 3
-    for key in ("overlap_comm", "reduce_bucket_size", "contiguous_gradients"):
+    for key in ("sub_group_size", "elastic_checkpoint"):
         assert any(f"zero_optimization.{key} accepted, not modelled: {DEEPSPEED_NOTES[key]}" in n for n in notes)
+    assert any("zero_optimization.reduce_bucket_size accepted, not modelled: auto" in n for n in notes)
+    assert cfg.deepspeed is None  # auto: DeepSpeed's defaults
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "big"])
+def test_a_bucket_size_that_is_no_count_is_refused(tmp_path, value):
+    with pytest.raises(ConfigError, match="expected an integer >= 0") as err:
+        load(tmp_path, {"stage": 2, "reduce_bucket_size": value})
+    assert err.value.field == "zero_optimization.reduce_bucket_size"
 
 
 def test_every_key_has_one_class():

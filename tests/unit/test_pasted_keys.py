@@ -91,9 +91,12 @@ def test_one_half_precision_is_the_precision(tmp_path, keys, precision):
     assert load_config(config(tmp_path, {**SMP, **keys})).precision == precision
 
 
-def test_a_deepspeed_style_precision_block_is_refused_not_read_as_true(tmp_path, capsys):
-    err = refused(["predict", str(config(tmp_path, {**SMP, "fp16": {"enabled": False}}))], capsys)
-    assert "field 'fp16': expected true or false, got {'enabled': False}" in err, err
+def test_a_deepspeed_precision_block_is_read_by_its_enabled_not_as_true(tmp_path, capsys):
+    assert load_config(config(tmp_path, {**SMP, "fp16": {"enabled": True}})).precision == "fp16"
+    off = load_config(config(tmp_path, {**SMP, "fp16": {"enabled": False}, "bf16": {"enabled": True}}))
+    assert off.precision == "bf16"
+    err = refused(["predict", str(config(tmp_path, {**SMP, "fp16": {"enabled": "yes"}}))], capsys)
+    assert "field 'fp16.enabled': expected true, false or auto, got 'yes'" in err, err
 
 
 def test_every_accepted_sagemaker_key_not_modelled_is_noted_once(tmp_path, capsys):
