@@ -110,9 +110,9 @@ def test_config_travels_to_the_workers_unchanged(tmp_path, monkeypatch):
 
 # Settings the ranks do not read: the simulator's inputs (a profile, a calibration). Every other
 # setting must reach the workers, or they run its default.
-# library: the prediction's, not the run's; context parallelism, Float8 and the MoE what-ifs: the
-# runtime refuses them (`runtime.stack`)
-NOT_FOR_RANKS = {"profile", "calibration", "library", "cp", "cp_rotate", "float8", "float8_all_gather",
+# library and its DeepSpeed settings: the prediction's, not the run's; context parallelism, Float8
+# and the MoE what-ifs: the runtime refuses them (`runtime.stack`)
+NOT_FOR_RANKS = {"profile", "calibration", "library", "deepspeed", "cp", "cp_rotate", "float8", "float8_all_gather",
                  "moe_imbalance", "moe_capacity"}  # fmt: skip
 
 
