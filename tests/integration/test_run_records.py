@@ -40,6 +40,7 @@ def test_a_gpu_topology_run_on_cpu_records_gloo_its_std_and_the_common_mode(tmp_
         "float8_all_gather",
         "moe_imbalance",
         "moe_capacity",
+        "deepspeed",
     }  # as to_dict
     assert ran == asked.replace(source="defaults") and set(rec["config"]) == every
     _, rows = read_runs_csv(out / CSV_NAME)
