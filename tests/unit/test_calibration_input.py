@@ -97,3 +97,16 @@ def _refused(tmp_path, capsys, row: dict) -> str:
 def test_a_row_whose_columns_cannot_all_be_used_is_refused_in_one_line(tmp_path, capsys, row, says):
     err = _refused(tmp_path, capsys, row)
     assert "bad.csv line 2: " + says in err, err
+
+
+def test_a_row_on_the_fits_own_topology_is_predicted_on_the_instance_given(tmp_path):
+    """A row on the fit's topology is predicted on the instance the caller passes: the roofline's
+    copy without kernel figures predicts differently from the kernels' (compare.py's columns)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    inst = load_instance("a100-40gb-roce")
+    csv = Path(__file__).resolve().parents[2] / "experiments/calibration/data/mpt-a100-40gb.csv"
+    rows = read_measurements(csv, "a100-40gb-roce", inst)[:2]
+    roofline = replace(inst, device=replace(inst.device, kernels=None))
+    assert list(F.ratios(roofline, rows, {})) != list(F.ratios(inst, rows, {}))

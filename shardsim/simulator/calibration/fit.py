@@ -95,7 +95,11 @@ def predictions(inst: InstanceType, rows: list[Measurement], values: dict[str, f
     calibrated = applied(inst, values)
     out = []
     for m in rows:
-        own = calibrated if m.instance is None or m.instance is inst else applied(m.instance, values)
+        # a row on `inst`'s own nodes (its topology, every device) is predicted on `inst` as given
+        # (compare.py's roofline passes a copy without kernel figures); another topology or part of
+        # a node on the row's own instance
+        whole = m.instance is None or (m.instance.name == inst.name and m.instance.device.count == inst.device.count)
+        own = calibrated if whole else applied(m.instance, values)
         try:
             out.append(predict(m.cfg, workload=m.workload, cluster=Cluster(own, m.nodes)))
         except ConfigError as err:
