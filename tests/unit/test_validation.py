@@ -336,6 +336,32 @@ def test_predictions_use_the_host_speed_pooled_over_the_runs(tmp_path, fake_clus
         assert r.predicted_s > predict(cfg, profile=profile).step_time_s
 
 
+def test_with_a_probe_in_profile_and_run_no_yardstick_is_timed(tmp_path, fake_cluster, monkeypatch):
+    """A run whose ranks timed the probe is predicted at its probe's speed: validate times the
+    yardstick (seconds of every core) only after a run that brought no probe reading."""
+    import shardsim.runtime.profile as profiling
+
+    doc = json.loads(_profile(tmp_path).read_text())
+    doc["host"]["yardstick_all_cores_s"], doc["probe_s"] = 0.5, 0.01
+    prof = write(tmp_path, "p.json", json.dumps(doc))
+    timed: list[int] = []
+    monkeypatch.setattr(profiling, "yardstick", lambda workload, batch: timed.append(batch) or 1.0)
+
+    def probed(cfg, matrix, cluster, runs, threads):
+        label = cfg.strategy.label()
+        probe = {"host_probe_s": 0.02} if label == "ddp" else {}
+        return run_record(run_id=label, step_time_s=1.0, step_times_s=[1.0, 1.0, 1.0], **probe), ""
+
+    monkeypatch.setattr(measure, "run_config", probed)
+    m = write(tmp_path, "m.yaml", "workload: small-gpt\ncheckpointing: false\ntopologies: {emu-2x2: [ddp, zero]}\n")
+    rows, _ = validation.validate(validation.load_matrix(m), tmp_path / "o", profile=str(prof))
+    assert len(timed) == 1  # after zero's run, which has no probe; none around ddp's
+    ddp, zero = rows
+    assert (ddp.host_speed_from, ddp.host_slowdown) == ("probe", pytest.approx(2.0))
+    assert math.isnan(ddp.host_slowdown_before) and math.isnan(ddp.host_slowdown_after)
+    assert (zero.host_speed_from, zero.host_slowdown, zero.host_slowdown_after) == ("yardstick", 2.0, 2.0)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -62,6 +62,10 @@ def run_config(cfg: RunConfig, matrix: Matrix, cluster, runs: Path, threads: int
         return None, f"the run finished but its result is unreadable: {exc}"
 
 
+def _after_note(slowdown: float) -> str:
+    return f", x{1 / slowdown:.2f} after" if math.isfinite(slowdown) else ""
+
+
 def _steal_note(share: float) -> str:
     return f"; the hypervisor took {100 * share:.0f} % of the cores' time" if math.isfinite(share) else ""
 
@@ -116,10 +120,14 @@ class _Validation:
     def attempt(self, i: int, cfg: RunConfig, cluster, tag: str) -> None:
         """Run row `i` once more, add what it measured, re-predict it and write the files."""
         r = self.rows[i]
-        r.host_slowdown_before = before = self.host_slowdown_now()
-        self.log(f"{tag} {cfg.topology} {r.label}: running (host speed x{1 / before:.2f}) ...")
+        speed = ""
+        if self.profile.probe_s is None:  # no probe to compare a run's with: the yardsticks are its speed
+            r.host_slowdown_before = self.host_slowdown_now()
+            speed = f" (host speed x{1 / r.host_slowdown_before:.2f})"
+        self.log(f"{tag} {cfg.topology} {r.label}: running{speed} ...")
         record, err = run_config(cfg, self.matrix, cluster, self.runs, self.threads)
-        r.host_slowdown_after = self.host_slowdown_now(fresh=True)
+        if self.profile.probe_s is None or (record is not None and not (record.lab and record.lab.host_probe_s)):
+            r.host_slowdown_after = self.host_slowdown_now(fresh=True)  # only a yardstick can say this run's speed
         if record is None:
             if r.attempts == 0:
                 r.status = f"failed: {err}"
@@ -132,7 +140,7 @@ class _Validation:
             self.log(
                 f"{tag} {cfg.topology} {r.label}: measured {format_seconds(r.measured_s)} ({quiet}), "
                 f"predicted {format_seconds(r.predicted_s)} ({r.error_pct:+.1f} %; host speed x"
-                f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}, x{1 / r.host_slowdown_after:.2f} after"
+                f"{1 / r.host_slowdown:.2f} by its {r.host_speed_from}{_after_note(r.host_slowdown_after)}"
                 f"{_steal_note(r.host_steal_share)})"
             )
         save(self.out, self.matrix, self.rows, summarize(self.rows))

@@ -46,7 +46,7 @@ class Row:
     run_id: str = ""
     host_slowdown: float = 1.0  # the host's speed the prediction assumes, over its speed when profiled
     host_slowdown_before: float = math.nan  # the yardstick just before the run / when profiled
-    host_slowdown_after: float = math.nan  # ... and just after it (NaN: not timed)
+    host_slowdown_after: float = math.nan  # ... and just after it (NaN: not timed, the run's probe said its speed)
     host_probe_s: float = math.nan  # runtime.emulation.hostspeed's probe on every rank before every measured step
     host_speed_from: str = ""  # probe: the run's own probe | yardstick: the validation's pooled yardsticks
     host_steal_share: float = math.nan  # the part of the host's cores' time the hypervisor took (hostspeed.Steal)
