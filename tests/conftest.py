@@ -3,12 +3,13 @@ namespaces) and are marked `integration`; tests/unit/ runs in-process.
 
     python -m pytest -q -m "not integration"     # the fast subset, for development
 
-CI (the README's test command) runs the tests not marked `serial` on every core (pytest-xdist,
-``-n auto``), then the `serial` ones one at a time: every integration test (their ranks take the
-cores), those in `SERIAL` (they hold the machine to a wall-clock promise or tear down emulated
-clusters) and those marked in place. Under xdist each worker takes the emulated topologies'
-locks in a runtime folder of its own (the tests that run beside each other only take them:
-none brings a cluster up).
+CI (the README's test command, `tests.ci`) runs the `serial` tests one at a time: every
+integration test (their ranks take the cores), those in `SERIAL` (they hold the machine to a
+wall-clock promise or tear down emulated clusters) and those marked in place; beside them, at
+the idle scheduling class (only on a core they leave idle), the others on every core
+(pytest-xdist, ``-n auto``). A test that asserts a wall-clock time is therefore `serial`. Under
+xdist each worker takes the emulated topologies' locks in a runtime folder of its own (the
+tests that run beside each other only take them: none brings a cluster up).
 """
 
 import hashlib
@@ -18,12 +19,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.root_only import emulation_host  # noqa: F401  (the fixture behind `needs_root`)
 from tests.runtime_batch import SessionBatches
 
 INTEGRATION = Path(__file__).parent / "integration"
 RUNTIME_DIR = pytest.StashKey[str]()  # an xdist worker's own runtime folder
+
+# No wall-clock limit on a hypothesis example: CI runs the tests not marked `serial` at the idle
+# scheduling class beside the serial ones (`tests.ci`), where an example can wait seconds for a core.
+settings.register_profile("shardsim", deadline=None)
+settings.load_profile("shardsim")
 
 
 # unit modules that must have the machine to themselves (marker `serial`)
@@ -32,6 +39,7 @@ SERIAL = {
     "test_sweep_interrupt.py",  # a sweep and its workers gone within 2 s of Ctrl-C
     "test_interrupt_anytime.py",  # a signal at any moment: the command and its tree gone within 2 s
     "test_sweep_ray.py",  # starts Ray instances; Ctrl-C ends one within 2 s
+    "test_ownership.py",  # holders in processes of their own, each awaited within a minute
 }
 
 

@@ -117,6 +117,7 @@ def test_calibrate_refuses_a_runs_csv_torn_inside_a_cell(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith(f"shardsim: error: {path} line 2: "), err
 
 
+@pytest.mark.serial  # a wall-clock promise
 def test_a_csv_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path):
     path = tmp_path / "big.csv"
     with open(path, "wb") as f:
@@ -127,6 +128,7 @@ def test_a_csv_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path):
     assert err.value.where == str(path) and time.monotonic() - t < 1.0
 
 
+@pytest.mark.serial  # a wall-clock promise
 def test_a_run_record_or_measurements_that_are_a_device_are_refused_at_once(tmp_path, capsys):
     """calibrate reads what it is given: a device (endless) is refused, never read to its end. (A
     runs.csv that is a device is written through by `run`, never read: test_state.py.)"""

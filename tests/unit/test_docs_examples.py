@@ -144,16 +144,21 @@ def test_the_readme_installs_torch_one_way():
     # the bytecode of what they import: where PYTHONDONTWRITEBYTECODE is set (CI's runner sets
     # it) a process that finds no .pyc compiles torch again, about 2 CPU-s each of the suite's
     # hundreds of processes
-    tests = test_command.split(".venv/bin/python -m pytest", 1)[0]
+    tests = test_command.split(".venv/bin/python -m tests.ci", 1)[0]
     assert "--no-compile" not in installs[0] or tests.endswith("(unset PYTHONDONTWRITEBYTECODE && ")
 
 
-def test_ci_checks_the_committed_results_by_regenerating_them():
-    """The README's test command (what CI runs) ends with the one check of the committed results
-    under experiments/: regenerated, compared, a difference fails."""
+def test_ci_runs_every_test_and_checks_the_committed_results_by_regenerating_them():
+    """The README's test command (what CI runs) ends with `tests.ci`: the serial tests, the
+    in-process ones beside them, and the one check of the committed results under experiments/
+    (regenerated, compared, a difference fails)."""
+    from tests import ci
+
     text = (ROOT / "README.md").read_text()
     test_command = text.split("<!-- test-command -->")[1].split("```")[1]
-    assert test_command.rstrip().endswith("&& .venv/bin/python experiments/check_regenerated.py)")
+    assert test_command.rstrip().endswith("&& .venv/bin/python -m tests.ci)")
+    assert ci.SERIAL[-2:] == ["-m", "serial"] and ci.BESIDE["in-process tests"][-4:-2] == ["-m", "not serial"]
+    assert ci.BESIDE["regeneration check"] == ["experiments/check_regenerated.py"]
 
 
 def test_the_readme_states_its_limitations():

@@ -384,6 +384,7 @@ def test_a_key_given_twice_in_a_json_file_is_refused(tmp_path, capsys):
     assert f"{twice}: duplicate key 'n_embd'" in err, err
 
 
+@pytest.mark.serial  # a wall-clock promise
 def test_a_file_over_the_bound_is_refused_at_once(tmp_path, capsys):
     big = write(tmp_path, "c.yaml", "seed: 1\n" + "#" * FILE_BYTES + "\n")
     for path in (big, Path("/dev/zero")):
