@@ -11,6 +11,7 @@ from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.attention_impl import check_attention
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
@@ -257,6 +258,7 @@ def prepare(
         # a profile names the workload as given (a config.json by its path), shaped only by its file
         profile = load_profile(cfg.profile, w.name if cfg.shape.given() else spec_name(cfg.workload))
     check_float8(cfg, cluster.instance.device, w.arch, profile is not None)
+    check_attention(cfg, cluster.instance.device.model, w.arch)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:
