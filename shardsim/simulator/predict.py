@@ -362,7 +362,7 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     if res.ep > 1:  # the experts' units and activations of the busiest EP rank, its dispatch buffers
         classes, buffers = ep_classes(classes, res.ep, cfg.moe_imbalance, cfg.moe_capacity)
     mems = [
-        rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s])
+        rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s], ranks_w.arch)
         for s, (rc, blocks) in enumerate(classes)
     ]
     if buffers:
