@@ -43,7 +43,10 @@ _AUTO = "auto: DeepSpeed's default is predicted (the Trainer fills it from the m
 _SMP_PLANS = "library smp (MiCS's hierarchical all-gather) plans its own collectives"
 _STAGE0 = "stage 0 is planned as PyTorch's DDP (its buckets, fp32 gradients)"
 
-_STAGE3 = "not modelled: the plan's units are the layers (one fetch a layer, the root whole)"
+_STAGE3 = (
+    "not modelled: the plan fetches each parameter tensor as a module of its own, in one all_gather_coalesced "
+    "(DeepSpeed's defaults)"
+)
 _SAVE = "checkpoint saving and loading are not part of a training step"
 DEEPSPEED_NOTES = {
     "allgather_partitions": "updated partitions are all-gathered (DeepSpeed's default)",

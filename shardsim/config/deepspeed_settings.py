@@ -19,7 +19,7 @@ class DeepSpeedSettings(Frozen):
     elements, as DeepSpeed counts them."""
 
     reduce_bucket_size: Count = 500_000_000  # gradient elements a reduction bucket holds
-    allgather_bucket_size: Count = 500_000_000  # read only without all_gather_into_tensor (not on NCCL)
+    allgather_bucket_size: Count = 500_000_000  # stages 1, 2 without all_gather_into_tensor (not NCCL); not stage 3
     overlap_comm: bool | None = None  # reductions on a side stream; None: DeepSpeed's default, true at stage 3
     contiguous_gradients: bool = True  # a rank's gradient partition copied into one buffer as it is reduced
     reduce_scatter: bool = True  # stages 1 and 2: bucket slices reduced to their owners (else all-reduced)

@@ -59,9 +59,10 @@ Library = Literal["pytorch", "smp", "deepspeed"]
 # torch.optim.Adam, AdamW, SGD(momentum=0.9), Adafactor; LAMB (NVIDIA apex / DeepSpeed) simulated only
 Optimizer = Literal["adam", "adamw", "sgd", "lamb", "adafactor"]
 # the scaled-dot-product-attention backend (torch.nn.attention.SDPBackend FLASH_ATTENTION,
-# EFFICIENT_ATTENTION, MATH): fused flash, fused memory-efficient (xformers' kernel), or unfused;
-# or eager: no SDPA, the matmuls and softmax as Hugging Face's eager attention writes them
-AttentionImpl = Literal["flash", "efficient", "math", "eager"]
+# EFFICIENT_ATTENTION, CUDNN_ATTENTION, MATH): fused flash, fused memory-efficient (xformers'
+# kernel), fused cuDNN, or unfused; or eager: no SDPA, the matmuls and softmax as Hugging Face's
+# eager attention writes them
+AttentionImpl = Literal["flash", "efficient", "cudnn", "math", "eager"]
 # torch.optim.Adam(foreach=True) | Adam(fused=True) | Adam(foreach=False)
 OptimizerImpl = Literal["foreach", "fused", "per-parameter"]
 # of the layers; selective as torchtitan: every k-th layer, or op-level
@@ -246,9 +247,9 @@ class RunConfig(Frozen):
     attention: Annotated[
         AttentionImpl,
         Setting(
-            "attention kernel (SDPA backend): flash, efficient (memory-efficient) or math (unfused: the S x S "
-            "scores in memory, in fp32); or eager (no SDPA: Hugging Face's eager attention, unfused in the training "
-            "precision)",
+            "attention kernel (SDPA backend): flash, efficient (memory-efficient), cudnn (cuDNN's fused kernel: "
+            "sm80+ GPUs, fp16 / bf16) or math (unfused: the S x S scores in memory, in fp32); or eager (no SDPA: "
+            "Hugging Face's eager attention, unfused in the training precision)",
             axis="attentions",
             axis_help=f"attention kernels, some of {','.join(ATTENTIONS)} (default: the file's, else flash)",
         ),

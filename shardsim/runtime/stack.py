@@ -4,7 +4,8 @@ matmuls, torch.compile of the blocks and the masked-LM head (the optimizer: `run
 What runs where:
 - attention: flash is PyTorch's own choice, unrestricted (today's behaviour: on CUDA the flash
   kernel for fp16 / bf16, the memory-efficient one for fp32; on CPU its flash-for-CPU kernel);
-  efficient is ``sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)`` (CUDA only: refused on CPU); math
+  efficient is ``sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)`` and cudnn
+  ``sdpa_kernel(SDPBackend.CUDNN_ATTENTION)`` (CUDA only: refused on CPU); math
   is ``sdpa_kernel(SDPBackend.MATH)`` (CUDA and CPU); eager is no SDPA call: the layers'
   `eager_attention`, Hugging Face's eager attention (CUDA and CPU).
 - tf32: on CUDA ``torch.backends.cuda.matmul.allow_tf32`` and cuDNN's (as
@@ -32,6 +33,8 @@ from typing import Any
 from shardsim.config import SAC_OP, RunConfig
 from shardsim.core.errors import ConfigError
 
+CUDA_ONLY = {"efficient": "memory-efficient", "cudnn": "cuDNN"}  # SDPA backends with no CPU kernel
+
 
 def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
     """What the runtime refuses of the stack's settings (ConfigError, one line naming the field);
@@ -49,9 +52,9 @@ def check_runtime_stack(cfg: RunConfig, on_gpu: bool, sharded: bool) -> None:
             "statistics' in-place ops, torch 2.13); run it with ddp or unsharded pipeline stages"
         )
         raise ConfigError(why, field="optimizer")
-    if cfg.attention == "efficient" and not on_gpu:
-        why = "the memory-efficient SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel), math or "
-        why += "eager"
+    if cfg.attention in CUDA_ONLY and not on_gpu:
+        why = f"the {CUDA_ONLY[cfg.attention]} SDPA kernel runs on CUDA only; on CPU use flash (PyTorch's CPU kernel), "
+        why += "math or eager"
         raise ConfigError(why, field="attention")
     if cfg.float8 != "none":
         why = "the runtime trains without Float8 linears (torchao is not applied); the simulator predicts float8"
@@ -107,7 +110,8 @@ def sdpa_backends(attention: str) -> list | None:
         return None
     from torch.nn.attention import SDPBackend
 
-    return [SDPBackend.EFFICIENT_ATTENTION if attention == "efficient" else SDPBackend.MATH]
+    chosen = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    return [chosen.get(attention, SDPBackend.MATH)]
 
 
 def apply_device_settings(cfg: RunConfig, device: Any) -> dict[str, str]:

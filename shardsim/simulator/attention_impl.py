@@ -9,6 +9,22 @@ default, unchanged); and the warning where a choice runs slower than its precisi
   (Figure 4) show xformers' kernel near FlashAttention's; midpoints 32.5 / 61.5 = 0.53. The
   same share assumed in forward and backward and on every GPU (named). It saves what flash
   saves (the output and its log-sum-exp).
+- cudnn (SDPBackend.CUDNN_ATTENTION: cuDNN's fused flash-attention graph, what PyTorch prefers
+  on sm90 / sm100 with cuDNN > 9.15, `check_prefer_cudnn_attention` in sdp_utils.cpp): the fused
+  kernel's work at `CUDNN_RATES` of FlashAttention-2's rates, by the GPU's compute capability
+  (forward, backward). Sources (kernel level): H100 / H200 (sm90) the FlashAttention-3 paper
+  (Shah et al. 2024, arXiv 2407.08608), Figures 5 and 6, BF16 on H100 SXM5, head dim 128,
+  sequences 2k-8k: forward causal 484 / 298, 518 / 319, 529 / 333 TFLOP/s (cuDNN / FA2; 1.62,
+  1.62, 1.59), non-causal 617 / 362, 609 / 368, 600 / 370 (1.70, 1.65, 1.62), backward 465 /
+  291, 499 / 310, 518 / 318 (1.60, 1.61, 1.63): 1.61 each way (H200 taken as H100's die);
+  A100 (sm80) 0.82, A10G (sm86) 0.93, L40S (sm89) 1.00: Hugging Face Transformers PR 48163's
+  training-shape benchmark of the two SDPA backends (the same share forward and backward,
+  named). It saves what flash saves (the output and its softmax statistics). Refused where
+  PyTorch's `can_use_cudnn_attention` refuses it for every call (`cudnn_refusal`): a GPU outside
+  [sm80, sm121] (`check_cudnn_hardware_support`), inputs other than fp16 / bf16
+  (`check_dtypes_low_precision` on sm80+), a head dim above 128 (256 on sm90 / sm100,
+  `check_cudnn_tensor_shapes` with cuDNN > 9.22; backward there takes <= 128 or 256,
+  `check_cudnn_d256_bprop_head_dim`) or not a multiple of 8.
 - math (SDPBackend.MATH, unfused, as `aten::_scaled_dot_product_attention_math` runs, its ops
   listed by torch.profiler on torch 2.13): in fp32 whatever the training precision (PyTorch
   upcasts fp16 / bf16 inputs of the math backend unless
@@ -53,10 +69,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from shardsim.config import RunConfig
+from shardsim.core.errors import ConfigError
 from shardsim.core.notes import warn
 from shardsim.simulator.gpu_kernels import Attention, Gemm
+from shardsim.simulator.network.nccl_runs import compute_capability
+from shardsim.specs.model.arch import Arch
 
 EFFICIENT_RATE = 0.53  # memory-efficient SDPA's throughput over flash's (see above)
+# cuDNN SDPA's throughput over FlashAttention-2's (forward, backward) by compute capability x10 (see above)
+CUDNN_RATES: dict[int, tuple[float, float]] = {
+    90: (1.61, 1.61),  # H100, H200: FlashAttention-3 paper, Figures 5 and 6 (head dim 128, 2k-8k tokens)
+    89: (1.00, 1.00),  # L40S: Transformers PR 48163 (a wash)
+    86: (0.93, 0.93),  # A10G: Transformers PR 48163
+    80: (0.82, 0.82),  # A100: Transformers PR 48163
+}
+CUDNN_SM = (80, 121)  # check_cudnn_hardware_support: [sm80, sm121]
+CUDNN_PRECISIONS = ("fp16", "bf16")  # check_dtypes_low_precision on sm80+
+CUDNN_HEAD_DIMS = {90: (128, 256), 100: (128, 256)}  # head dims backward takes, sm90 / sm100 (else <= 128)
 SCORE_FWD_PASSES = 2  # softmax: read + write of each score element
 CAUSAL_MASK_PASSES = 2  # the causal mask's add: read + write (the S x S mask itself, shared, not counted)
 SCORE_BWD_PASSES = 3  # softmax backward: read dP and P, write dS
@@ -130,6 +160,36 @@ def saved_extra_bytes(heads: int, seq: int, qkv_width: int, esize: int) -> float
     q, k, v (`qkv_width` per token) in place of theirs."""
     p = SCORE_BYTES * float(heads) * seq * (seq - 1)
     return p + max(0, SCORE_BYTES - esize) * seq * qkv_width
+
+
+def cudnn_rates(model: str) -> tuple[float, float]:
+    """cuDNN SDPA's (forward, backward) rates over flash's on GPU `model` (`cudnn_refusal` has
+    refused a GPU without them)."""
+    return CUDNN_RATES[compute_capability(model)]
+
+
+def cudnn_refusal(model: str, precision: str, head_dim: int | None) -> ConfigError | None:
+    """Why PyTorch's cuDNN SDPA cannot run a training step's attention of `head_dim` (None: not
+    known) in `precision` on GPU `model` (see above), naming the field to change; else None."""
+    cc = compute_capability(model)
+    if not CUDNN_SM[0] <= cc <= CUDNN_SM[1] or cc not in CUDNN_RATES:
+        why = f"cuDNN attention needs a GPU of sm80 to sm121 (A100, H100, H200), not {model}"
+        return ConfigError(why, field="attention")
+    if precision not in CUDNN_PRECISIONS:
+        why = f"cuDNN attention takes fp16 or bf16 inputs, not {precision} (flash and efficient take fp32)"
+        return ConfigError(why, field="precision")
+    limit = CUDNN_HEAD_DIMS.get(cc, (128,))
+    if head_dim is not None and (head_dim % 8 or not (head_dim <= limit[0] or head_dim in limit)):
+        allowed = " or ".join(["a multiple of 8 up to 128", *map(str, limit[1:])])
+        return ConfigError(f"cuDNN attention on {model} takes a head dim {allowed}, not {head_dim}", field="attention")
+    return None
+
+
+def check_attention(cfg: RunConfig, model: str, arch: Arch | None) -> None:
+    """Refuse, in one line, cudnn where PyTorch cannot run it (`cudnn_refusal`) on GPU `model`
+    for a model of `arch` (None: its head dim unknown)."""
+    if cfg.attention == "cudnn" and (err := cudnn_refusal(model, cfg.precision, arch and arch.head_dim)):
+        raise err
 
 
 def slower_rate_warning(attention: str, precision: str) -> str | None:

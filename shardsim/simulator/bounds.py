@@ -52,6 +52,7 @@ from shardsim.simulator.strategies.ddp import (
     grad_ready_groups,
     wire_bytes_per_grad,
 )
+from shardsim.simulator.strategies.deepspeed_zero import DEEPSPEED_STAGES, stage_of
 from shardsim.simulator.strategies.fsdp import FsdpPiece, step_gathers
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.pipeline import activation_send, gradient_send, schedule_order, stage_pieces
@@ -187,7 +188,10 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     pipeline = cfg.strategy.spec.is_pipeline
     classes = rank_classes(res, w, pipeline=pipeline)
     rc0, blocks0 = classes[0]
-    optimizer = s.compute.optimizer(rc0.local_params, sum(b.param_tensors for b in blocks0))
+    tensors = sum(b.param_tensors for b in blocks0)
+    if cfg.library == "deepspeed" and stage_of(cfg) in DEEPSPEED_STAGES:
+        tensors = 1  # DeepSpeed steps one flat partition (`deepspeed_zero`)
+    optimizer = s.compute.optimizer(rc0.local_params, tensors)
     per_grad = wire_bytes_per_grad(cfg)
     if not pipeline:
         cost = _costs(bt, blocks0, mb, tp, wire, 0)

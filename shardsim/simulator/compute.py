@@ -78,7 +78,7 @@ class ComputeModel:
     tp: int = 1  # tensor-parallel degree: the blocks' kernels are one rank's shards of them
     sequence_parallel: bool = False
     optimizer_kind: str = "adam"  # `simulator.optimizers` (the `optimizer` setting)
-    attention: str = "flash"  # flash | efficient | math | eager (`simulator.attention_impl`)
+    attention: str = "flash"  # flash | efficient | cudnn | math | eager (`simulator.attention_impl`)
     compile: bool = False  # torch.compile of the layers (`simulator.fusion`)
     float8: str = "none"  # Float8 training of the layers' linears: none | tensorwise | rowwise (`simulator.float8`)
     float8_all_gather: bool = False  # FSDP2's float8 all-gather: the weights arrive cast (`simulator.float8`)
@@ -228,9 +228,9 @@ class ComputeModel:
             fwd_k += [b * per_byte for b in ai.eager_fwd_kernels(k.attention.causal, self.precision)]
             bwd_k += [b * per_byte for b in ai.eager_bwd_kernels(self.precision)]
         elif k.attention is not None:
-            scale = self._attention_scale(spec)
-            fwd_k.append(self._ring_attention_time(spec, k.attention, bwd=False, scale=scale))
-            bwd_k.append(self._ring_attention_time(spec, k.attention, bwd=True, scale=scale))
+            fwd_scale, bwd_scale = self._attention_scale(spec)
+            fwd_k.append(self._ring_attention_time(spec, k.attention, bwd=False, scale=fwd_scale))
+            bwd_k.append(self._ring_attention_time(spec, k.attention, bwd=True, scale=bwd_scale))
         mem_bytes = mem * bw
         ef, eb = self.extra_kernels
         if layer and self.compile:
@@ -289,13 +289,19 @@ class ComputeModel:
         """Bytes FSDP2 all-gathers of block `b` (its converted weights in float8 with float8 all-gather)."""
         return f8.gathered_bytes(self.arch, b, self.tp, param_bytes, self.float8_all_gather)
 
-    def _attention_scale(self, spec: KernelSpec) -> float:
-        """The fused attention kernels' rate against the kernel figures': those are the
-        half-precision tensor path's; fp32 runs at its own peak's share, and so does tf32 (the
-        fused kernels take fp32 inputs in fp32 whatever allow_tf32 says)."""
+    def _attention_scale(self, spec: KernelSpec) -> tuple[float, float]:
+        """The fused attention kernels' (forward, backward) rate against the kernel figures' (which
+        are FlashAttention-2's): those are the half-precision tensor path's; fp32 runs at its own
+        peak's share, and so does tf32 (the fused kernels take fp32 inputs in fp32 whatever
+        allow_tf32 says); efficient and cudnn at their share of flash's (`attention_impl`)."""
         attn_peak = self.device.peak_tflops["fp32" if self.precision == "tf32" else self.precision]
         scale = attn_peak / max(self.device.peak_tflops.values()) * spec.attn_training_fraction
-        return scale * ai.EFFICIENT_RATE if self.attention == "efficient" else scale
+        if self.attention == "efficient":
+            return scale * ai.EFFICIENT_RATE, scale * ai.EFFICIENT_RATE
+        if self.attention == "cudnn":
+            fwd, bwd = ai.cudnn_rates(self.device.model)
+            return scale * fwd, scale * bwd
+        return scale, scale
 
     def _ring_attention_time(self, spec: KernelSpec, a: gk.Attention, bwd: bool, scale: float) -> float:
         """A pass of attention `a` (one rank's, its local tokens): one call, or with context
@@ -316,11 +322,11 @@ class ComputeModel:
         kernels = self._kernels(b, batch)
         if kernels is not None and kernels.attention is not None and self.device.kernels is not None:
             spec = self.device.kernels
-            scale = self._attention_scale(spec)
+            fwd_scale, bwd_scale = self._attention_scale(spec)
             a = kernels.attention
             return (
-                self._ring_attention_time(spec, a, bwd=False, scale=scale),
-                self._ring_attention_time(spec, a, bwd=True, scale=scale),
+                self._ring_attention_time(spec, a, bwd=False, scale=fwd_scale),
+                self._ring_attention_time(spec, a, bwd=True, scale=bwd_scale),
             )
         assert self.arch is not None
         fwd = attention_flops(self.arch) / self.tp * self.cp * batch / self.flops_per_s

@@ -22,6 +22,7 @@ from shardsim.simulator.strategies.held import FSDP_GATHERED_LAYERS
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import ROOT
 from shardsim.specs.hardware.topology import DeviceSpec
+from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.blocks import kv_heads_per_rank
 from shardsim.specs.model.workload import Block, Workload
 
@@ -114,12 +115,14 @@ def rank_memory(
     words: float = 2.0,
     float8_layer_elems: int = 0,
     held: float | None = None,
+    arch: Arch | None = None,
 ) -> MemoryBreakdown:
     """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
     optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2);
     `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather); `held`:
     the activation elements per sample it holds at most, where its schedule says (a multi-stage
-    pipeline's, `virtual_pipeline.held_activations`)."""
+    pipeline's, `virtual_pipeline.held_activations`); `arch`: the model's (DeepSpeed stage 3's
+    fetch units)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -141,7 +144,7 @@ def rank_memory(
     else:
         acts = held * res.microbatch_size * pb
     if cfg.library == "deepspeed" and stage_of(cfg) in DEEPSPEED_STAGES:  # DeepSpeed's partitioning
-        ds = rank_states(cfg, res, blocks, rc.params, words)
+        ds = rank_states(cfg, res, blocks, rc.params, words, arch)
         params, grads, optim, gathered = ds.params, ds.grads, ds.optimizer, ds.gathered
         temporaries += ds.step
     gpu = device.kind == "gpu"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from shardsim.config import Resolved, RunConfig, resolve
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.attention_impl import check_attention
 from shardsim.simulator.calibration.apply import calibrated
 from shardsim.simulator.checkpointing import checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
@@ -257,6 +258,7 @@ def prepare(
         # a profile names the workload as given (a config.json by its path), shaped only by its file
         profile = load_profile(cfg.profile, w.name if cfg.shape.given() else spec_name(cfg.workload))
     check_float8(cfg, cluster.instance.device, w.arch, profile is not None)
+    check_attention(cfg, cluster.instance.device.model, w.arch)
     if profile:
         cluster = profile.apply(cluster)  # the measured links of this topology, if profiled
     if cfg.calibration:
@@ -360,7 +362,7 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     if res.ep > 1:  # the experts' units and activations of the busiest EP rank, its dispatch buffers
         classes, buffers = ep_classes(classes, res.ep, cfg.moe_imbalance, cfg.moe_capacity)
     mems = [
-        rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s])
+        rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s], ranks_w.arch)
         for s, (rc, blocks) in enumerate(classes)
     ]
     if buffers:

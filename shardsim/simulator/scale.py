@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.strategies.deepspeed_stage3 import stage3_ops_estimate
+from shardsim.simulator.strategies.deepspeed_zero import stage_of
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.specs.bounds import world_refusal
 
@@ -33,9 +35,12 @@ SWEEP_CONFIRM_ABOVE = 1_000  # valid configurations a sweep predicts without ask
 
 def plan_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """About how many ops the plan of one step of `cfg` (normalized by resolve) holds: between
-    one and four times as many as it does (tests/unit/test_scale.py), without building it."""
+    one and four times as many as it does (tests/unit/test_scale.py; library deepspeed's stage 3
+    an upper bound, `stage3_ops_estimate`), without building it."""
     s = cfg.strategy
     planned = PLANNERS[s.kind].ops_estimate(s, cfg.grad_accum, n_layers)
+    if cfg.library == "deepspeed" and stage_of(cfg) == 3:
+        planned = stage3_ops_estimate(cfg.grad_accum, n_layers)
     return planned + tp_ops_estimate(cfg, n_layers) + cp_ops_estimate(cfg, n_layers)
 
 

@@ -25,6 +25,7 @@ from shardsim.config import (
 from shardsim.config.schema import AXES, RUN_SETTING_AXES, axis_values
 from shardsim.config.strategy import CP_DEFAULTS
 from shardsim.core.errors import ConfigError
+from shardsim.simulator.attention_impl import cudnn_refusal
 from shardsim.simulator.scale import MAX_SWEEP_SPACE, plan_ops_estimate, plan_refusal
 from shardsim.simulator.workload.resolve import load_workload
 from shardsim.specs.bounds import MAX_BATCH, MAX_GRAD_ACCUM, world_refusal
@@ -202,7 +203,7 @@ class Candidate:
 # what kind of reason drops a configuration of a kept cluster (`Enumeration.dropped_kinds`)
 OVER_OP_BOUND = "over the simulator's op bound"
 INVALID_LAYOUT = "invalid layout"
-NO_PRECISION = "precision the device lacks"
+NO_PRECISION = "precision the device lacks"  # or a kernel it cannot run in it (float8, cudnn)
 
 
 @dataclass
@@ -690,6 +691,11 @@ def enumerate_configs(
                     continue
                 if settings.get("float8", "none") != "none" and cluster.instance.device.float8 is None:
                     here[NO_PRECISION, f"{cluster.instance.device.model} has no FP8 tensor cores"] += 1
+                    continue
+                if settings.get("attention", cfg0.attention) == "cudnn" and (
+                    no_cudnn := cudnn_refusal(cluster.instance.device.model, prec, w.arch and w.arch.head_dim)
+                ):
+                    here[NO_PRECISION, no_cudnn.message] += 1
                     continue
                 try:
                     cfg = cfg0.replace(strategy=strat, grad_accum=ga, **settings)

@@ -35,14 +35,14 @@ def test_stage_1_keeps_the_half_gradients_whole():
     assert z.model_states == 4 * GPT2_XL + 18 * GPT2_XL / 8
 
 
-def test_stage_3_model_states_and_the_largest_layer():
-    largest = 80_411_200  # gpt2-xl's embedding (50,257 x 1,600)
-    z = zero_states(3, GPT2_XL, 8, 2, 2.0, DEFAULTS, largest_layer=largest)
+def test_stage_3_model_states_and_what_is_gathered():
+    live = 80_411_200 + 50_000_000  # e.g. gpt2-xl's embedding (50,257 x 1,600) and a prefetch bucket
+    z = zero_states(3, GPT2_XL, 8, 2, 2.0, DEFAULTS, live=live)
     # estimate_zero3_model_states_mem_needs: 4 x largest + 18 P / 8; shardsim holds the bf16 gradient
     # partition besides (grad_partitions_flat_buffer): 20 P / 8
     assert z.model_states == 20 * GPT2_XL / 8
-    # the fetched parameters: the layer and stage3_prefetch_bucket_size ahead, and the one reduce bucket
-    assert z.gathered == 2 * (largest + 50_000_000) + 2 * 500_000_000
+    # the fetched parameters alive at most (`deepspeed_stage3.fetch_schedule`) and the one reduce bucket
+    assert z.gathered == 2 * live + 2 * 500_000_000
 
 
 def test_small_parameters_are_kept_whole_at_stage_3():

@@ -289,3 +289,70 @@ def test_sweep_drops_a_listed_precision_the_device_lacks():
     out = enumerate_configs(base, SweepSpace(strategies=("ddp",), tp_degrees=(1,), precisions=("fp32", "tf32")))
     assert [c.cfg.precision for c in out.candidates] == ["fp32"]
     assert any("no tf32 support" in why for why in out.dropped)
+
+
+# -- cuDNN attention -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("topology", "rate"), [("p5.48xlarge", 1.61), ("p4d.24xlarge", 0.82)])
+def test_cudnn_attention_runs_at_its_cited_share_of_flash(topology, rate):
+    """Forward and backward of a layer's attention kernels at cuDNN's cited share of flash's rate
+    on the GPU (faster on H100, slower on A100); the rest of the layer as flash's."""
+    dev = make_cluster(topology, 1).instance.device
+    a = library_arch("llama-2-7b")
+    layer = from_arch("llama-2-7b", a).layers[0]
+    flash, cudnn = (ComputeModel(dev, "bf16", arch=a, attention=x) for x in ("flash", "cudnn"))
+    (ff, fb), (cf, cb) = flash.attention_s(layer, 1), cudnn.attention_s(layer, 1)
+    assert (cf, cb) == (pytest.approx(ff / rate), pytest.approx(fb / rate))
+    gap = flash.block(layer, 1).fwd_s - cudnn.block(layer, 1).fwd_s
+    assert gap == pytest.approx(ff - cf)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "says"),
+    [
+        ({"topology": "g4dn.12xlarge"}, "attention", "sm80 to sm121"),  # T4: sm75
+        ({"topology": "p3dn.24xlarge"}, "attention", "sm80 to sm121"),  # V100: sm70
+        ({"topology": "emu-2x2", "backend": "gloo"}, "attention", "sm80 to sm121"),  # CPUs
+        ({"precision": "fp32"}, "precision", "fp16 or bf16"),
+        ({"precision": "tf32"}, "precision", "fp16 or bf16"),
+        (
+            {"workload": {"family": "gpt", "hidden": 160, "layers": 2, "heads": 1, "seq_len": 64, "vocab": 64}},
+            "attention",
+            "160",
+        ),
+    ],
+)
+def test_cudnn_attention_is_refused_where_pytorch_cannot_run_it(changes, field, says):
+    cfg = RunConfig(**{**A100, "workload": "tiny-gpt", "precision": "bf16", "attention": "cudnn", **changes})
+    with pytest.raises(ConfigError) as exc:
+        predict(cfg)
+    assert exc.value.field == field and says in exc.value.message and "\n" not in exc.value.message
+
+
+def test_cudnn_head_dims_follow_sdp_utils():
+    """head dims cuDNN's SDPA trains with: multiples of 8 up to 128, and 256 on sm90."""
+    assert ai.cudnn_refusal("NVIDIA A100 SXM4 40GB", "bf16", 128) is None
+    assert ai.cudnn_refusal("NVIDIA H100 SXM 80GB", "fp16", 256) is None
+    assert ai.cudnn_refusal("NVIDIA A100 SXM4 40GB", "bf16", 256) is not None
+    assert ai.cudnn_refusal("NVIDIA H100 SXM 80GB", "bf16", 192) is not None  # backward: <= 128 or 256
+    assert ai.cudnn_refusal("NVIDIA H100 SXM 80GB", "bf16", 100) is not None  # not a multiple of 8
+
+
+def test_sweep_drops_cudnn_rows_a_device_cannot_run():
+    base = RunConfig(workload="tiny-gpt", nodes=1)  # T4, fp32
+    out = enumerate_configs(base, SweepSpace(strategies=("ddp",), tp_degrees=(1,), attentions=("flash", "cudnn")))
+    assert [c.cfg.attention for c in out.candidates] == ["flash"]
+    assert any("sm80 to sm121" in why for why in out.dropped)
+
+
+def test_runtime_maps_cudnn_to_its_sdpa_backend():
+    from torch.nn.attention import SDPBackend
+
+    from shardsim.runtime.stack import check_runtime_stack, sdpa_backends
+
+    assert sdpa_backends("cudnn") == [SDPBackend.CUDNN_ATTENTION]
+    check_runtime_stack(RunConfig(attention="cudnn"), True, False)
+    with pytest.raises(ConfigError, match="cuDNN SDPA kernel runs on CUDA only") as exc:
+        check_runtime_stack(RunConfig(attention="cudnn"), False, False)
+    assert exc.value.field == "attention"

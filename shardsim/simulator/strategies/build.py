@@ -8,7 +8,7 @@ from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.context_parallel import ContextParallel, context_parallel
-from shardsim.simulator.strategies.deepspeed_zero import deepspeed_plan, stage_of
+from shardsim.simulator.strategies.deepspeed_zero import DEEPSPEED_STAGES, plan_deepspeed, stage_of
 from shardsim.simulator.strategies.expert_parallel import ExpertParallel, ep_groups
 from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.planners import PLANNERS
@@ -64,8 +64,8 @@ def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> 
         groups = [ep_groups(res.dims, r) for r in range(res.pp)]  # a rank class per pipeline rank
         p.ep = ExpertParallel(groups, cm, cfg, res.ep)  # type: ignore[arg-type]
     with paused_gc():
-        if cfg.library == "deepspeed" and stage_of(cfg) in (1, 2):  # DeepSpeed's own stages 1 and 2
-            deepspeed_plan(p, cm, cfg, res, w)
+        if cfg.library == "deepspeed" and stage_of(cfg) in DEEPSPEED_STAGES:  # DeepSpeed's own stages
+            plan_deepspeed(p, cm, cfg, res, w)
         else:
             PLANNERS[cfg.strategy.kind].plan(p, cm, cfg, res, w)
     return p

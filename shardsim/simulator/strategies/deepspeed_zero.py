@@ -1,6 +1,6 @@
 """DeepSpeed's ZeRO (library deepspeed) as deepspeed/runtime/zero/stage_1_and_2.py and stage3.py
 run it: the memory of its partitioning (`zero_states`) and the step of stages 1 and 2
-(`deepspeed_plan`); stage 3's step is planned as FSDP2's (named below).
+(`deepspeed_plan`); stage 3's step and fetches are `deepspeed_stage3`'s.
 
 Each choice, where DeepSpeed makes it:
 - Partitioning (`DeepSpeedZeroOptimizer.__init__`): the half-precision parameters are flattened
@@ -35,11 +35,15 @@ Each choice, where DeepSpeed makes it:
 - Communication dtype: the parameters' (``communication_data_type``, shardsim's `reduce_dtype`,
   where given).
 
+- Stage 3's gathered parameters: the most its coordinator holds alive at once over a step
+  (`deepspeed_stage3.fetch_schedule`: the modules in use, those prefetched and those kept for
+  reuse within ``stage3_max_reuse_distance``), the gradient of the largest tensor before it is
+  copied into the bucket, and the bucket.
+
 Approximations (named): a block's gradients are ready together when its backward ends (as
 `ddp`); the overflow check and gradient norm (two scalar all-reduces) are left out; a parameter
 larger than the bucket is reduced in its own bucket by DeepSpeed (`extra_large_param_to_reduce`),
-here the bucket stream splits it. Stage 3's step is FSDP2's plan (a fetch a layer with one layer
-prefetched, a reduce-scatter a layer); its memory is DeepSpeed's (below).
+here the bucket stream splits it.
 """
 
 from __future__ import annotations
@@ -51,7 +55,15 @@ from shardsim.config.deepspeed_settings import DeepSpeedSettings
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.plan import Dep, Plan
 from shardsim.simulator.strategies.ddp import GRAD_BYTES, BucketFill, GradBuckets, ddp_backward, ddp_forward, ddp_piece
+from shardsim.simulator.strategies.deepspeed_stage3 import (
+    block_tensors,
+    fetch_schedule,
+    stage3_plan,
+    trace_of,
+    wire_bytes,
+)
 from shardsim.simulator.strategies.steps import Piece, block_op, data_parallel_plan
+from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.workload import Block, Workload
 from shardsim.specs.strategies import ZERO1
 
@@ -82,7 +94,7 @@ class ZeroStates:
     params: float  # half-precision parameters (whole, or a partition) + the fp32 master partition
     grads: float  # half-precision gradients (whole, or the partition's buffer)
     optimizer: float  # the optimizer's fp32 state of the partition
-    gathered: float  # stage 3: fetched parameters alive at once, and the gradient bucket(s)
+    gathered: float  # the gradient bucket(s); stage 3: and the fetched parameters alive at once
     step: float  # the fp32 gradient partition, alive during the optimizer step
 
     @property
@@ -99,13 +111,13 @@ def zero_states(
     half: int,
     words: float,
     ds: DeepSpeedSettings,
-    largest_layer: float = 0.0,
+    live: float = 0.0,
     persistent: float = 0.0,
 ) -> ZeroStates:
     """A rank's bytes under DeepSpeed's `stage` (1, 2, 3) for `params` parameters partitioned over
     `dp` ranks, `half` bytes a half-precision element (4 in fp32 training), the optimizer keeping
-    `words` fp32 words a parameter (Adam's 2); stage 3: the largest layer's parameters (fetched
-    while it runs, and its gradients before their bucket) and the parameters kept whole
+    `words` fp32 words a parameter (Adam's 2); stage 3: the gathered elements alive at most
+    (`live`: fetched parameters, and a gradient before its bucket) and the parameters kept whole
     (`persistent`, under ``stage3_param_persistence_threshold``)."""
     part = params / dp
     master = FP32 * part
@@ -114,18 +126,10 @@ def zero_states(
     buffers = 2 if stage < 3 and ds.overlaps(stage) and ds.contiguous_gradients else 1
     bucket = buffers * half * min(float(ds.reduce_bucket_size), params)
     if stage == 3:
-        sharded = params - persistent
-        held = half * (sharded / dp + persistent)
-        live = min(largest_layer + ds.stage3_prefetch_bucket_size, ds.stage3_max_live_parameters, sharded)
-        gathered = half * max(live, largest_layer) + bucket
-        return ZeroStates(held + master, half * part, FP32 * words * part, gathered, FP32 * part)
+        held = half * ((params - persistent) / dp + persistent)
+        return ZeroStates(held + master, half * part, FP32 * words * part, half * live + bucket, FP32 * part)
     grads = half * params + (half * part if ds.contiguous_gradients else 0.0) if stage == 1 else half * part
     return ZeroStates(half * params + master, grads, FP32 * words * part, bucket, FP32 * part)
-
-
-def wire_bytes(cfg: RunConfig) -> int:
-    """Bytes a gradient moves: ``communication_data_type`` (reduce_dtype) or the parameters' dtype."""
-    return DTYPE_BYTES[cfg.reduce_dtype or cfg.storage_precision]
 
 
 def bucket_collective(ds: DeepSpeedSettings) -> str:
@@ -216,16 +220,26 @@ def deepspeed_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: 
     data_parallel_plan(p, cm, cfg, res, w, piece, ddp_forward, backward, step=step)
 
 
-def rank_states(cfg: RunConfig, res: Resolved, blocks: list[Block], params: float, words: float) -> ZeroStates:
-    """`zero_states` of a rank of `cfg` running `params` parameters (`blocks`'): partitioned over
-    the data-parallel ranks (stage 3: over the shard group, MiCS's where it is smaller); the
-    persistent parameters are the tensors under the threshold (`Block.param_tensors` of a
-    block's mean size: an approximation where a block's tensors differ in size)."""
+def rank_states(
+    cfg: RunConfig, res: Resolved, blocks: list[Block], params: float, words: float, arch: Arch | None = None
+) -> ZeroStates:
+    """`zero_states` of a rank of `cfg` running `params` parameters (`blocks`' of `arch`): partitioned over
+    the data-parallel ranks (stage 3: over the shard group, MiCS's where it is smaller; the
+    gathered and persistent elements of its fetch schedule, `deepspeed_stage3.fetch_schedule`)."""
     stage = stage_of(cfg)
     ds = settings(cfg)
     half = DTYPE_BYTES[cfg.storage_precision]
-    dp = res.shard if stage == 3 else res.dp
-    largest = max((b.params for b in blocks), default=0)
-    threshold = ds.stage3_param_persistence_threshold
-    persistent = sum(b.params for b in blocks if b.param_tensors and b.params / b.param_tensors < threshold)
-    return zero_states(stage, params, dp, half, words, ds, float(largest), float(persistent))
+    if stage != 3:
+        return zero_states(stage, params, res.dp, half, words, ds)
+    sched = fetch_schedule(trace_of(blocks, arch)[0], ds)
+    largest = max((t for b in blocks for t in block_tensors(b, arch)), default=0)  # its gradient before the bucket
+    live = float(sched.peak_live + largest)
+    return zero_states(stage, params, res.shard, half, words, ds, live, float(sched.persistent))
+
+
+def plan_deepspeed(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Workload) -> None:
+    """Library deepspeed's step at its stage: 1 and 2 `deepspeed_plan`, 3 `deepspeed_stage3`'s."""
+    if stage_of(cfg) == 3:
+        stage3_plan(p, cm, cfg, res, w, settings(cfg))
+    else:
+        deepspeed_plan(p, cm, cfg, res, w)
