@@ -5,7 +5,8 @@ What the sweep and the report use of it: `predict` (`predict`,
 `bounds` (`compute_bound_s`), `results` (the result key, the schema and its upgrades),
 `economics` (`MODEL_ERROR`), `model_error` (`step_error`, `ModelError`), `gcpause`
 (`paused_gc`), `calibration.apply` (`load_calibration`), `hardware.profile` (`load_profile`),
-`scale` (the plan's and the sweep's bounds) and `workload`;
+`scale` (the plan's and the sweep's bounds), `attention_impl` (`cudnn_refusal`: where cuDNN's
+attention cannot run) and `workload`;
 the descriptions it is given come from `shardsim.specs` (hardware, strategies, bounds).
 """
 

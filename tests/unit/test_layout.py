@@ -213,6 +213,7 @@ SIMULATOR_FACE = {
     "shardsim.simulator.calibration.apply",
     "shardsim.simulator.hardware.profile",
     "shardsim.simulator.scale",
+    "shardsim.simulator.attention_impl",
     "shardsim.simulator.workload.resolve",
 }
 
