@@ -91,6 +91,9 @@ class FabricSpec:
     shared_GBps: float | None = None  # a node-wide shared resource (PCIe host bridge)
     generation: str = ""  # e.g. "NVLink 4 / NVSwitch 3" (what the figures describe)
     nvls: bool = False  # NVLink SHARP: the switch reduces (NCCL's NVLS / NVLS-tree algorithms)
+    # kind nvlink without a switch: the linked GPU pairs as (GPU a, GPU b, NVLinks) by local index,
+    # every GPU's links summing to its port; None: every GPU reaches every other at its port's rate
+    nvlink_mesh: tuple[tuple[int, int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,38 @@ def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
     return spec
 
 
+def _nvlink_mesh(fab: Fields, gpus: int) -> tuple[tuple[int, int, int], ...] | None:
+    """`fabric.nvlink_mesh`: [GPU a, GPU b, NVLinks] triples, each pair once, GPUs below `gpus`,
+    on an `nvlink` fabric only, every GPU with the same number of links."""
+    value = fab.raw("nvlink_mesh")
+    if value is None:
+        return None
+    name = f"{fab.prefix}nvlink_mesh"
+    if fab.raw("kind") != "nvlink":
+        raise ConfigError("a mesh of NVLinks is an nvlink fabric's (kind: nvlink)", where=fab.where, field=name)
+    shape = "expected a list of [GPU a, GPU b, NVLinks] triples"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{shape}, got {value!r}", where=fab.where, field=name)
+    mesh: dict[tuple[int, int], int] = {}
+    for item in value:
+        ok = isinstance(item, list) and len(item) == 3 and all(type(x) is int for x in item)
+        if not ok or not (0 <= item[0] < gpus and 0 <= item[1] < gpus and item[0] != item[1] and item[2] >= 1):
+            why = f"GPUs are 0 to {gpus - 1}, two different ones, and NVLinks at least 1"
+            raise ConfigError(f"{shape} ({why}), got {item!r}", where=fab.where, field=name)
+        pair = (min(item[:2]), max(item[:2]))
+        if pair in mesh:
+            raise ConfigError(f"GPUs {pair[0]} and {pair[1]} are listed twice", where=fab.where, field=name)
+        mesh[pair] = item[2]
+    links = [sum(n for pair, n in mesh.items() if g in pair) for g in range(gpus)]
+    if len(set(links)) > 1:
+        raise ConfigError(
+            f"every GPU needs the same number of NVLinks (its port), got {links} for GPUs 0 to {gpus - 1}",
+            where=fab.where,
+            field=name,
+        )
+    return tuple((a, b, n) for (a, b), n in sorted(mesh.items()))
+
+
 def parse_instance(data: dict, where: str) -> InstanceType:
     """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
     top = Fields(data, where).closed(INSTANCE_KEYS)
@@ -285,8 +320,9 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         shared_GBps=fab.number("shared_GBps", required=False),
         generation=fab.text("generation", default=""),
         nvls=fab.boolean("nvls", default=False),
+        nvlink_mesh=_nvlink_mesh(fab, device.count),
     )
-    _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps", "generation", "nvls"], sources)
+    _figures(fab, [*FABRIC_KEYS[1:]], sources)
 
     nic_f = top.sub("nic").closed(NIC_KEYS)
     nic = NicSpec(
