@@ -126,7 +126,8 @@ def _ring_phase(
         return Phase(np.zeros(0, np.int64), np.zeros(0), 0.0)
     src, dst = _ring_edges(rings, wrap)
     comms = np.stack([src, dst], axis=1) if pairs else rings
-    links, load = g.edge_loads(src, dst, per_edge / _mesh_shares(g, comms, src, dst))
+    rows = np.repeat(np.arange(comms.shape[0]), src.size // comms.shape[0])
+    links, load = g.edge_loads(src, dst, per_edge / _mesh_shares(g, comms, src, dst), (comms, rows))
     return Phase(links, load, steps_per_rank * g.edge_latency(src, dst), float(src.size * per_edge))
 
 
@@ -157,13 +158,15 @@ def _by_node(g: LinkGraph, groups: np.ndarray) -> np.ndarray | None:
     return arr
 
 
-def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
-    """NCCL-style tree all-reduce: intra-node chains + double binary tree over node heads."""
+def _tree_phases(g: LinkGraph, groups: np.ndarray, comms: np.ndarray | None = None) -> list[Phase]:
+    """NCCL-style tree all-reduce: intra-node chains + double binary tree over node heads, its bytes
+    across nodes on the NICs of the GPUs each row of `comms` (the communicators; `groups` when None)
+    holds on a node: NCCL's tree channels leave a node through every NIC its GPUs reach."""
     arr = _by_node(g, groups)
     if arr is None:
         raise ConfigError("tree all-reduce needs the same number of group ranks on every node", field="algo")
     G, m, k = arr.shape
-    src_parts, dst_parts, bytes_parts = [], [], []
+    src_parts, dst_parts, bytes_parts, row_parts = [], [], [], []
     # chain inside each node: local i <-> i+1 carries S up (reduce) and S down (broadcast)
     if k > 1:  # on an NVLink mesh at the share of the rings over the node's group GPUs (as a ring's)
         a, b = arr[:, :, :-1].ravel(), arr[:, :, 1:].ravel()
@@ -171,6 +174,7 @@ def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
         src_parts += [b, a]
         dst_parts += [a, b]
         bytes_parts += [1 / share, 1 / share]
+        row_parts += [np.repeat(np.arange(G), m * (k - 1))] * 2
     depth = 0
     if m > 1:
         heads = arr[:, :, 0]  # (G, m)
@@ -184,11 +188,13 @@ def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
             src_parts += [c, p]
             dst_parts += [p, c]
             bytes_parts += [np.full(c.size, 0.5), np.full(c.size, 0.5)]
+            row_parts += [np.repeat(np.arange(G), m - 1)] * 2
         depth = int(math.floor(math.log2(m)))
     src = np.concatenate(src_parts)
     dst = np.concatenate(dst_parts)
     sent = np.concatenate(bytes_parts)
-    links, load = g.edge_loads(src, dst, sent)
+    rows = np.concatenate(row_parts)
+    links, load = g.edge_loads(src, dst, sent, (groups if comms is None else comms, rows))
     latency = 2 * (depth * g.inter_latency_s + (k - 1) * g.intra_latency_s)
     moved = 2 * (k - 1) * G * m + (2 * G * (m - 1) if m > 1 else 0)  # S up and down each chain edge, S/2 each tree edge
     return [Phase(links, load, latency, float(moved))]
@@ -363,7 +369,8 @@ def _nvls_tree_phase(g: LinkGraph, groups: np.ndarray) -> Phase:
         raise ConfigError("NVLS-tree needs the same number of group ranks on every node", field="algo")
     G, m, k = arr.shape
     nvls = _nvls_phase(g, "all_reduce", arr.reshape(G * m, k))  # inside each node
-    (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m))  # the node-level trees, over one rank per node
+    # the node-level trees, over one rank per node, through the NICs of every GPU of the group
+    (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m), arr.reshape(G, m * k))
     links = np.concatenate([nvls.links, tree.links])
     load = np.concatenate([nvls.load, tree.load])
     uniq, inv = np.unique(links, return_inverse=True)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardsim.simulator.network.members import local_sets, node_masks
+
 # topo.h SMxx_NVLINK_BW: NCCL's GB/s of one NVLink, by compute capability (×10)
 NVLINK_GBPS = ((90, 20.6), (86, 12.0), (80, 20.0), (70, 20.0), (60, 18.0))
 PCI_GBPS = 12.0  # topo.h PCI_BW, "PCI Gen3 x16": what NCCL counts for a GPU's PCIe path
@@ -223,6 +225,11 @@ def edge_shares(
     intra = node == dst // node_gpus
     if not rows or not intra.any():
         return shares
+    masks, nodes = node_masks(groups, node_gpus)
+    row = np.repeat(np.arange(rows), src.size // rows)
+    local, inverse = local_sets(masks[row[intra] * nodes + node[intra]], node_gpus)
+    shares[intra] = np.array([ring_share(mesh, gpus, link_GBps) for gpus in local])[inverse]
+    return shares
     nodes = int(groups.max()) // node_gpus + 1
     masks = np.zeros(rows * nodes, dtype=np.int64)  # the local GPUs of each (row, node), as bits
     key = np.arange(rows)[:, None] * nodes + groups // node_gpus

@@ -111,6 +111,9 @@ class NicSpec:
     # gloo's all-gather over 2-rank groups across the NICs: its achieved share of the ring's rate
     # (measured by a profile of an emulated topology; 1.0, no penalty, otherwise)
     pair_gather_efficiency: float = 1.0
+    # the NICs next to each GPU (behind its PCIe switch), by local index: GPU l sends and receives
+    # through gpu_nics[l]; None: GPU l of k takes NICs from l·count // k, count / k of them (at least 1)
+    gpu_nics: tuple[tuple[int, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,22 @@ def _nvlink_mesh(fab: Fields, gpus: int) -> tuple[tuple[int, int, int], ...] | N
     return tuple((a, b, n) for (a, b), n in sorted(mesh.items()))
 
 
+def _gpu_nics(nic: Fields, gpus: int) -> tuple[tuple[int, ...], ...] | None:
+    """`nic.gpu_nics`: for each of the node's GPUs the NICs next to it, consecutive NICs, as many
+    for every GPU (the rails the network model spreads a GPU's bytes over), every NIC listed."""
+    value = nic.raw("gpu_nics")
+    if value is None:
+        return None
+    name, count = f"{nic.prefix}gpu_nics", nic.raw("count")
+    shape = f"expected one list of NIC indices per GPU ({gpus}), consecutive, as many for each GPU"
+    ok = isinstance(value, list) and len(value) == gpus and isinstance(count, int)
+    ok = ok and all(isinstance(r, list) and r and all(type(x) is int and 0 <= x < count for x in r) for r in value)
+    ok = ok and len({len(r) for r in value}) == 1 and all(r == list(range(r[0], r[0] + len(r))) for r in value)
+    if not ok or {x for r in value for x in r} != set(range(count)):
+        raise ConfigError(f"{shape}, covering NICs 0 to {count - 1}; got {value!r}", where=nic.where, field=name)
+    return tuple(tuple(r) for r in value)
+
+
 def parse_instance(data: dict, where: str) -> InstanceType:
     """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
     top = Fields(data, where).closed(INSTANCE_KEYS)
@@ -333,12 +352,15 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         fabric=nic_f.text("fabric", default="ethernet", choices=NETWORK_FABRICS),
         generation=nic_f.text("generation", default=""),
         gpudirect_rdma=nic_f.boolean("gpudirect_rdma", default=False),
+        gpu_nics=_gpu_nics(nic_f, device.count),
     )
     figures, figure_sources = fitted_network_figures(nic.fabric)
     nic = replace(nic, figures=figures)
     sources |= {f"network.{nic.fabric}.{n}": src for n, src in figure_sources.items()}
     _figures(
-        nic_f, ["count", "rate_gbps", "efficiency", "latency_us", "fabric", "generation", "gpudirect_rdma"], sources
+        nic_f,
+        ["count", "rate_gbps", "efficiency", "latency_us", "fabric", "generation", "gpudirect_rdma", "gpu_nics"],
+        sources,
     )
 
     host_f = top.sub("host").closed(HOST_KEYS)
@@ -463,6 +485,16 @@ def part_of_node(inst: InstanceType, gpus: int) -> InstanceType:
         inst,
         description=f"{inst.description} ({gpus} of its {dev.count} GPUs)",
         device=replace(dev, count=gpus),
-        nic=replace(inst.nic, count=nics),
+        nic=replace(inst.nic, count=nics, gpu_nics=_first_gpus_nics(inst.nic.gpu_nics, gpus, nics)),
         sources=sources,
     )
+
+
+def _first_gpus_nics(
+    table: tuple[tuple[int, ...], ...] | None, gpus: int, nics: int
+) -> tuple[tuple[int, ...], ...] | None:
+    """The NICs of the first `gpus` GPUs, which a part of a node keeps, where they are the first `nics`
+    (None otherwise: the even rails of `nics` NICs)."""
+    if table is None or any(x >= nics for row in table[:gpus] for x in row):
+        return None
+    return table[:gpus]
