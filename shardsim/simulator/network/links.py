@@ -88,17 +88,23 @@ class LinkGraph:
             byte_parts += [b[use_port], b[use_port & ~intra]]
         inter = ~intra
         if inter.any():
-            bi = b[inter]
-            if comms is None or k > MAX_MASK_GPUS:
-                tx = rx = np.full((bi.size, nics), 1.0 / nics)
-            else:
+            bi, si, di = b[inter], sn[inter], dn[inter]
+            weights = None
+            if comms is not None and k <= MAX_MASK_GPUS:
                 groups, rows = comms
                 row = np.asarray(rows, dtype=np.int64).ravel()[keep][inter]
-                tx = self.nic_weights(groups, row, sn[inter])
-                rx = self.nic_weights(groups, row, dn[inter])
-            for j in range(nics):
-                idx_parts += [self._nic_tx + sn[inter] * nics + j, self._nic_rx + dn[inter] * nics + j]
-                byte_parts += [bi * tx[:, j], bi * rx[:, j]]
+                weights = (self.nic_weights(groups, row, si), self.nic_weights(groups, row, di))
+            if weights is None or all(w is None for w in weights):  # every edge on every NIC
+                share = bi / nics
+                for j in range(nics):
+                    idx_parts += [self._nic_tx + si * nics + j, self._nic_rx + di * nics + j]
+                    byte_parts += [share, share]
+            else:
+                for base, node, w in ((self._nic_tx, si, weights[0]), (self._nic_rx, di, weights[1])):
+                    w = np.full((bi.size, nics), 1.0 / nics) if w is None else w
+                    edge, nic = np.nonzero(w)  # only the NICs each edge crosses
+                    idx_parts.append(base + node[edge] * nics + nic)
+                    byte_parts.append(bi[edge] * w[edge, nic])
         idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
         byt = np.concatenate(byte_parts) if byte_parts else np.zeros(0)
         loads = np.bincount(idx, weights=byt, minlength=self.n_links)
@@ -151,9 +157,10 @@ class LinkGraph:
         nz = np.flatnonzero(loads)
         return nz, loads[nz]
 
-    def nic_weights(self, groups: np.ndarray, rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def nic_weights(self, groups: np.ndarray, rows: np.ndarray, nodes: np.ndarray) -> np.ndarray | None:
         """(edges, NICs): the share of each edge's bytes on each NIC of its node, evenly over the NICs
-        of the rails of the local GPUs that row rows[i] of `groups` holds on node nodes[i]."""
+        of the rails of the local GPUs that row rows[i] of `groups` holds on node nodes[i]; None
+        when every edge's GPUs reach every NIC (an even spread)."""
         k, m = self.cluster.devices_per_node, self.cluster.instance.nic.count
         first, per = self.rails()
         masks, n = node_masks(groups, k)
@@ -162,8 +169,9 @@ class LinkGraph:
         for i, gpus in enumerate(local):
             for gpu in gpus:
                 weights[i, first[gpu] : first[gpu] + per] = 1.0
-            weights[i] /= weights[i].sum()
-        return weights[inverse]
+        if weights.all():
+            return None
+        return (weights / weights.sum(axis=1, keepdims=True))[inverse]
 
     def rails(self) -> tuple[np.ndarray, int]:
         """The first NIC of each local GPU's rail and the NICs a rail has: the NICs behind the GPU's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MAX_MASK_GPUS = 62  # GPUs of a node that fit in a mask (an int64's bits)
+MAX_MASK_GPUS = 52  # GPUs of a node whose mask a float64 sum holds exactly (its 53-bit mantissa)
 
 
 def node_masks(groups: np.ndarray, node_gpus: int) -> tuple[np.ndarray, int]:
@@ -13,10 +13,9 @@ def node_masks(groups: np.ndarray, node_gpus: int) -> tuple[np.ndarray, int]:
     groups = np.asarray(groups, dtype=np.int64)
     rows = groups.shape[0]
     nodes = int(groups.max()) // node_gpus + 1 if groups.size else 1
-    masks = np.zeros(rows * nodes, dtype=np.int64)
     key = np.arange(rows)[:, None] * nodes + groups // node_gpus
-    np.bitwise_or.at(masks, key.ravel(), np.left_shift(1, groups % node_gpus).ravel())
-    return masks, nodes
+    bits = np.left_shift(1, groups % node_gpus).astype(np.float64)  # a group holds a rank once: sum = or
+    return np.bincount(key.ravel(), weights=bits.ravel(), minlength=rows * nodes).astype(np.int64), nodes
 
 
 def local_sets(masks: np.ndarray, node_gpus: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
