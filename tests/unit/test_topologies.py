@@ -46,8 +46,10 @@ def _is_number(x: object) -> bool:
 
 
 def _is_figure_value(x: object) -> bool:
-    """A figure's value: a number, or a sourced fact (true/false, a non-empty name) such as fabric.nvls."""
-    return _is_number(x) or isinstance(x, bool) or (isinstance(x, str) and bool(x.strip()))
+    """A figure's value: a number, a sourced fact (true/false, a non-empty name) such as fabric.nvls,
+    or a sourced table of numbers such as fabric.nvlink_mesh."""
+    table = isinstance(x, list) and bool(x) and all(isinstance(r, list) and all(map(_is_number, r)) for r in x)
+    return _is_number(x) or isinstance(x, bool) or (isinstance(x, str) and bool(x.strip())) or table
 
 
 def unsourced_figures(node: object, path: str = "") -> list[str]:

@@ -39,7 +39,8 @@ from shardsim.simulator.network import alltoall
 from shardsim.simulator.network.alltoall import Exchange
 from shardsim.simulator.network.fluid import Network, Route
 from shardsim.simulator.network.links import LinkGraph
-from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, nccl_call
+from shardsim.simulator.network.nccl_runs import NCCL_ALGOS, WIRE_BYTES, Shape, compute_capability, nccl_call
+from shardsim.simulator.network.nvlink_mesh import edge_shares, nvlink_GBps
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
 A2A_ALGOS = {"nccl": "p2p", "gloo": "pairwise"}  # what all-to-all runs on each backend (module alltoall)
@@ -115,14 +116,31 @@ def _ring_edges(rings: np.ndarray, wrap: bool = True) -> tuple[np.ndarray, np.nd
     return src.ravel(), dst.ravel()
 
 
-def _ring_phase(g: LinkGraph, rings: np.ndarray, per_edge: float, steps_per_rank: int, wrap: bool = True) -> Phase:
-    """All rings at once; every edge carries `per_edge` bytes (per byte of S)."""
+def _ring_phase(
+    g: LinkGraph, rings: np.ndarray, per_edge: float, steps_per_rank: int, wrap: bool = True, pairs: bool = False
+) -> Phase:
+    """All rings at once; every edge carries `per_edge` bytes (per byte of S). `pairs`: each edge is
+    a communicator of its own two ranks (PyTorch's send / recv), not one of the ring's."""
     n = rings.shape[1]
     if n < 2 or per_edge <= 0:
         return Phase(np.zeros(0, np.int64), np.zeros(0), 0.0)
     src, dst = _ring_edges(rings, wrap)
-    links, load = g.edge_loads(src, dst, per_edge)
+    comms = np.stack([src, dst], axis=1) if pairs else rings
+    rows = np.repeat(np.arange(comms.shape[0]), src.size // comms.shape[0])
+    links, load = g.edge_loads(src, dst, per_edge / _mesh_shares(g, comms, src, dst), (comms, rows))
     return Phase(links, load, steps_per_rank * g.edge_latency(src, dst), float(src.size * per_edge))
+
+
+def _mesh_shares(g: LinkGraph, groups: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray | float:
+    """The share of its ports each edge (of the rows of `groups`, in order) runs at: on a node whose
+    NVLinks form a mesh (`fabric.nvlink_mesh`), the rings NCCL finds over the group's GPUs there
+    (module `nvlink_mesh`); 1 elsewhere."""
+    inst = g.cluster.instance
+    mesh = inst.fabric.nvlink_mesh
+    if mesh is None:
+        return 1.0
+    link = nvlink_GBps(compute_capability(inst.device.model))
+    return edge_shares(mesh, g.cluster.devices_per_node, link, groups, src, dst)
 
 
 def _by_node(g: LinkGraph, groups: np.ndarray) -> np.ndarray | None:
@@ -140,19 +158,23 @@ def _by_node(g: LinkGraph, groups: np.ndarray) -> np.ndarray | None:
     return arr
 
 
-def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
-    """NCCL-style tree all-reduce: intra-node chains + double binary tree over node heads."""
+def _tree_phases(g: LinkGraph, groups: np.ndarray, comms: np.ndarray | None = None) -> list[Phase]:
+    """NCCL-style tree all-reduce: intra-node chains + double binary tree over node heads, its bytes
+    across nodes on the NICs of the GPUs each row of `comms` (the communicators; `groups` when None)
+    holds on a node: NCCL's tree channels leave a node through every NIC its GPUs reach."""
     arr = _by_node(g, groups)
     if arr is None:
         raise ConfigError("tree all-reduce needs the same number of group ranks on every node", field="algo")
     G, m, k = arr.shape
-    src_parts, dst_parts, bytes_parts = [], [], []
+    src_parts, dst_parts, bytes_parts, row_parts = [], [], [], []
     # chain inside each node: local i <-> i+1 carries S up (reduce) and S down (broadcast)
-    if k > 1:
+    if k > 1:  # on an NVLink mesh at the share of the rings over the node's group GPUs (as a ring's)
         a, b = arr[:, :, :-1].ravel(), arr[:, :, 1:].ravel()
+        share = np.broadcast_to(_mesh_shares(g, arr.reshape(G * m, k), a, b), a.shape)
         src_parts += [b, a]
         dst_parts += [a, b]
-        bytes_parts += [np.ones(a.size), np.ones(a.size)]
+        bytes_parts += [1 / share, 1 / share]
+        row_parts += [np.repeat(np.arange(G), m * (k - 1))] * 2
     depth = 0
     if m > 1:
         heads = arr[:, :, 0]  # (G, m)
@@ -166,13 +188,16 @@ def _tree_phases(g: LinkGraph, groups: np.ndarray) -> list[Phase]:
             src_parts += [c, p]
             dst_parts += [p, c]
             bytes_parts += [np.full(c.size, 0.5), np.full(c.size, 0.5)]
+            row_parts += [np.repeat(np.arange(G), m - 1)] * 2
         depth = int(math.floor(math.log2(m)))
     src = np.concatenate(src_parts)
     dst = np.concatenate(dst_parts)
     sent = np.concatenate(bytes_parts)
-    links, load = g.edge_loads(src, dst, sent)
+    rows = np.concatenate(row_parts)
+    links, load = g.edge_loads(src, dst, sent, (groups if comms is None else comms, rows))
     latency = 2 * (depth * g.inter_latency_s + (k - 1) * g.intra_latency_s)
-    return [Phase(links, load, latency, float(sent.sum()))]
+    moved = 2 * (k - 1) * G * m + (2 * G * (m - 1) if m > 1 else 0)  # S up and down each chain edge, S/2 each tree edge
+    return [Phase(links, load, latency, float(moved))]
 
 
 def _ring_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:
@@ -184,8 +209,8 @@ def _ring_plan(g: LinkGraph, op: str, groups: np.ndarray) -> list[Phase]:
         return [_ring_phase(g, groups, f, n - 1)]
     if op == "broadcast":
         return [_ring_phase(g, groups, 1.0, n - 1, wrap=False)]
-    if op == "send_recv":
-        return [_ring_phase(g, groups, 1.0, 1, wrap=False)]
+    if op == "send_recv":  # PyTorch's ProcessGroupNCCL sends over a communicator of the two peers
+        return [_ring_phase(g, groups, 1.0, 1, wrap=False, pairs=True)]
     raise ConfigError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}", field="op")
 
 
@@ -344,7 +369,8 @@ def _nvls_tree_phase(g: LinkGraph, groups: np.ndarray) -> Phase:
         raise ConfigError("NVLS-tree needs the same number of group ranks on every node", field="algo")
     G, m, k = arr.shape
     nvls = _nvls_phase(g, "all_reduce", arr.reshape(G * m, k))  # inside each node
-    (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m))  # the node-level trees, over one rank per node
+    # the node-level trees, over one rank per node, through the NICs of every GPU of the group
+    (tree,) = _tree_phases(g, arr[:, :, :1].reshape(G, m), arr.reshape(G, m * k))
     links = np.concatenate([nvls.links, tree.links])
     load = np.concatenate([nvls.load, tree.load])
     uniq, inv = np.unique(links, return_inverse=True)

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from shardsim.simulator.network.members import MAX_MASK_GPUS, local_sets, node_masks
 from shardsim.specs.hardware.topology import Cluster
 
 GRAPHS_KEPT = 8  # clusters whose link graphs `links_for` keeps (a sweep visits a few)
@@ -40,12 +41,26 @@ class LinkGraph:
         """Every link's name, e.g. ``nic_tx[3]`` (made when asked: a big cluster has 10^5 links)."""
         return tuple(f"{label}[{i}]" for label, count in self.segments for i in range(count))
 
-    def edge_loads(self, src: np.ndarray, dst: np.ndarray, nbytes: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def edge_loads(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        nbytes: float | np.ndarray,
+        comms: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Bytes each link carries when every src[i] sends nbytes to dst[i] (vectorized).
 
-        Returns (link indices, bytes) with indices unique. Inter-node bytes are spread evenly
-        over the node's NICs: NCCL opens several channels (rings) whose node crossings use
-        different NICs (assumption named NCCL_CHANNEL_SPREAD). On PCIe and loopback fabrics
+        Returns (link indices, bytes) with indices unique. Inter-node bytes leave and enter a node
+        spread evenly over the NICs of the rails (`rails`) of the GPUs the edge's communicator holds
+        on that node (`nic_weights`; `comms`: the communicators as rows of ranks and the row of each
+        edge; None: every NIC of the node). NCCL opens several channels (rings) whose node crossings
+        use different NICs (assumption named NCCL_CHANNEL_SPREAD), each the NIC next to a GPU of the
+        communicator: the search takes a NIC on the GPU's PCIe switch (path PIX) or, with PXN (NCCL
+        2.12 and later unless NCCL_PXN_DISABLE=1), one next to another of the communicator's GPUs
+        reached over NVLink (NCCL v2.20.3-1 paths.cc "Update paths for NICs": the relay is the GPU
+        local to the NIC, on its PCIe switch and NVLink-connected, sending only, receiving locally;
+        search.cc `ncclTopoCompute` raises typeInter up to PATH_PXN; a GPU outside the communicator
+        is not in its system, so its NIC is not reached that way). On PCIe and loopback fabrics
         inter-node bytes also cross the device port and the host bridge (no GPUDirect RDMA
         on these instances); on NVLink/NVSwitch nodes they go GPU → PCIe switch → NIC,
         which is not modelled as a bottleneck.
@@ -73,10 +88,23 @@ class LinkGraph:
             byte_parts += [b[use_port], b[use_port & ~intra]]
         inter = ~intra
         if inter.any():
-            share = b[inter] / nics
-            for j in range(nics):
-                idx_parts += [self._nic_tx + sn[inter] * nics + j, self._nic_rx + dn[inter] * nics + j]
-                byte_parts += [share, share]
+            bi, si, di = b[inter], sn[inter], dn[inter]
+            weights = None
+            if comms is not None and k <= MAX_MASK_GPUS:
+                groups, rows = comms
+                row = np.asarray(rows, dtype=np.int64).ravel()[keep][inter]
+                weights = (self.nic_weights(groups, row, si), self.nic_weights(groups, row, di))
+            if weights is None or all(w is None for w in weights):  # every edge on every NIC
+                share = bi / nics
+                for j in range(nics):
+                    idx_parts += [self._nic_tx + si * nics + j, self._nic_rx + di * nics + j]
+                    byte_parts += [share, share]
+            else:
+                for base, node, w in ((self._nic_tx, si, weights[0]), (self._nic_rx, di, weights[1])):
+                    w = np.full((bi.size, nics), 1.0 / nics) if w is None else w
+                    edge, nic = np.nonzero(w)  # only the NICs each edge crosses
+                    idx_parts.append(base + node[edge] * nics + nic)
+                    byte_parts.append(bi[edge] * w[edge, nic])
         idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
         byt = np.concatenate(byte_parts) if byte_parts else np.zeros(0)
         loads = np.bincount(idx, weights=byt, minlength=self.n_links)
@@ -129,18 +157,39 @@ class LinkGraph:
         nz = np.flatnonzero(loads)
         return nz, loads[nz]
 
-    def rails(self) -> tuple[np.ndarray, int]:
-        """The first NIC of each local GPU's rail and the NICs a rail has: GPU l of k takes NICs from
-        l·m // k, m / k of them (p5: 4 of 32), or one shared by k / m GPUs where a node has fewer NICs
-        than GPUs (p4d: one of 4 a pair), as the instance's PCIe switches pair them."""
+    def nic_weights(self, groups: np.ndarray, rows: np.ndarray, nodes: np.ndarray) -> np.ndarray | None:
+        """(edges, NICs): the share of each edge's bytes on each NIC of its node, evenly over the NICs
+        of the rails of the local GPUs that row rows[i] of `groups` holds on node nodes[i]; None
+        when every edge's GPUs reach every NIC (an even spread)."""
         k, m = self.cluster.devices_per_node, self.cluster.instance.nic.count
+        first, per = self.rails()
+        masks, n = node_masks(groups, k)
+        local, inverse = local_sets(masks[np.asarray(rows) * n + np.asarray(nodes)], k)
+        weights = np.zeros((len(local), m))
+        for i, gpus in enumerate(local):
+            for gpu in gpus:
+                weights[i, first[gpu] : first[gpu] + per] = 1.0
+        if weights.all():
+            return None
+        return (weights / weights.sum(axis=1, keepdims=True))[inverse]
+
+    def rails(self) -> tuple[np.ndarray, int]:
+        """The first NIC of each local GPU's rail and the NICs a rail has: the NICs behind the GPU's
+        PCIe switch (`nic.gpu_nics`), or where a topology does not list them, GPU l of k takes NICs
+        from l·m // k, m / k of them (p5: 4 of 32), or one shared by k / m GPUs where a node has
+        fewer NICs than GPUs (p4d: one of 4 a pair)."""
+        nic = self.cluster.instance.nic
+        k, m = self.cluster.devices_per_node, nic.count
+        if nic.gpu_nics is not None:
+            return np.array([row[0] for row in nic.gpu_nics[:k]]), len(nic.gpu_nics[0])
         return np.arange(k) * m // k, max(m // k, 1)
 
     def rail_gpu(self, local: np.ndarray) -> np.ndarray:
-        """The local GPU next to the first NIC of each local GPU's rail (itself where it has its own)."""
-        k, m = self.cluster.devices_per_node, self.cluster.instance.nic.count
-        first = np.asarray(local) * m // k
-        return -(-first * k // m)
+        """The local GPU next to the first NIC of each local GPU's rail (the first of those sharing
+        it; itself where it has its own)."""
+        first, _ = self.rails()
+        owner = {int(f): i for i, f in reversed(list(enumerate(first)))}
+        return np.array([owner[int(f)] for f in first])[np.asarray(local)]
 
     def port_loads(self, ranks: np.ndarray, tx: float, rx: float) -> tuple[np.ndarray, np.ndarray]:
         """Every rank's fabric port carrying `tx` bytes out and `rx` in (per byte of S): traffic

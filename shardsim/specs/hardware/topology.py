@@ -91,6 +91,9 @@ class FabricSpec:
     shared_GBps: float | None = None  # a node-wide shared resource (PCIe host bridge)
     generation: str = ""  # e.g. "NVLink 4 / NVSwitch 3" (what the figures describe)
     nvls: bool = False  # NVLink SHARP: the switch reduces (NCCL's NVLS / NVLS-tree algorithms)
+    # kind nvlink without a switch: the linked GPU pairs as (GPU a, GPU b, NVLinks) by local index,
+    # every GPU's links summing to its port; None: every GPU reaches every other at its port's rate
+    nvlink_mesh: tuple[tuple[int, int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class NicSpec:
     # gloo's all-gather over 2-rank groups across the NICs: its achieved share of the ring's rate
     # (measured by a profile of an emulated topology; 1.0, no penalty, otherwise)
     pair_gather_efficiency: float = 1.0
+    # the NICs next to each GPU (behind its PCIe switch), by local index: GPU l sends and receives
+    # through gpu_nics[l]; None: GPU l of k takes NICs from l·count // k, count / k of them (at least 1)
+    gpu_nics: tuple[tuple[int, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +250,54 @@ def _kernels(k: Fields | None, sources: dict[str, str]) -> KernelSpec | None:
     return spec
 
 
+def _nvlink_mesh(fab: Fields, gpus: int) -> tuple[tuple[int, int, int], ...] | None:
+    """`fabric.nvlink_mesh`: [GPU a, GPU b, NVLinks] triples, each pair once, GPUs below `gpus`,
+    on an `nvlink` fabric only, every GPU with the same number of links."""
+    value = fab.raw("nvlink_mesh")
+    if value is None:
+        return None
+    name = f"{fab.prefix}nvlink_mesh"
+    if fab.raw("kind") != "nvlink":
+        raise ConfigError("a mesh of NVLinks is an nvlink fabric's (kind: nvlink)", where=fab.where, field=name)
+    shape = "expected a list of [GPU a, GPU b, NVLinks] triples"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{shape}, got {value!r}", where=fab.where, field=name)
+    mesh: dict[tuple[int, int], int] = {}
+    for item in value:
+        ok = isinstance(item, list) and len(item) == 3 and all(type(x) is int for x in item)
+        if not ok or not (0 <= item[0] < gpus and 0 <= item[1] < gpus and item[0] != item[1] and item[2] >= 1):
+            why = f"GPUs are 0 to {gpus - 1}, two different ones, and NVLinks at least 1"
+            raise ConfigError(f"{shape} ({why}), got {item!r}", where=fab.where, field=name)
+        pair = (min(item[:2]), max(item[:2]))
+        if pair in mesh:
+            raise ConfigError(f"GPUs {pair[0]} and {pair[1]} are listed twice", where=fab.where, field=name)
+        mesh[pair] = item[2]
+    links = [sum(n for pair, n in mesh.items() if g in pair) for g in range(gpus)]
+    if len(set(links)) > 1:
+        raise ConfigError(
+            f"every GPU needs the same number of NVLinks (its port), got {links} for GPUs 0 to {gpus - 1}",
+            where=fab.where,
+            field=name,
+        )
+    return tuple((a, b, n) for (a, b), n in sorted(mesh.items()))
+
+
+def _gpu_nics(nic: Fields, gpus: int) -> tuple[tuple[int, ...], ...] | None:
+    """`nic.gpu_nics`: for each of the node's GPUs the NICs next to it, consecutive NICs, as many
+    for every GPU (the rails the network model spreads a GPU's bytes over), every NIC listed."""
+    value = nic.raw("gpu_nics")
+    if value is None:
+        return None
+    name, count = f"{nic.prefix}gpu_nics", nic.raw("count")
+    shape = f"expected one list of NIC indices per GPU ({gpus}), consecutive, as many for each GPU"
+    ok = isinstance(value, list) and len(value) == gpus and isinstance(count, int)
+    ok = ok and all(isinstance(r, list) and r and all(type(x) is int and 0 <= x < count for x in r) for r in value)
+    ok = ok and len({len(r) for r in value}) == 1 and all(r == list(range(r[0], r[0] + len(r))) for r in value)
+    if not ok or {x for r in value for x in r} != set(range(count)):
+        raise ConfigError(f"{shape}, covering NICs 0 to {count - 1}; got {value!r}", where=nic.where, field=name)
+    return tuple(tuple(r) for r in value)
+
+
 def parse_instance(data: dict, where: str) -> InstanceType:
     """Build an InstanceType from a parsed YAML mapping; errors name `where` and the field."""
     top = Fields(data, where).closed(INSTANCE_KEYS)
@@ -285,8 +339,9 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         shared_GBps=fab.number("shared_GBps", required=False),
         generation=fab.text("generation", default=""),
         nvls=fab.boolean("nvls", default=False),
+        nvlink_mesh=_nvlink_mesh(fab, device.count),
     )
-    _figures(fab, ["port_GBps", "efficiency", "latency_us", "shared_GBps", "generation", "nvls"], sources)
+    _figures(fab, [*FABRIC_KEYS[1:]], sources)
 
     nic_f = top.sub("nic").closed(NIC_KEYS)
     nic = NicSpec(
@@ -297,12 +352,15 @@ def parse_instance(data: dict, where: str) -> InstanceType:
         fabric=nic_f.text("fabric", default="ethernet", choices=NETWORK_FABRICS),
         generation=nic_f.text("generation", default=""),
         gpudirect_rdma=nic_f.boolean("gpudirect_rdma", default=False),
+        gpu_nics=_gpu_nics(nic_f, device.count),
     )
     figures, figure_sources = fitted_network_figures(nic.fabric)
     nic = replace(nic, figures=figures)
     sources |= {f"network.{nic.fabric}.{n}": src for n, src in figure_sources.items()}
     _figures(
-        nic_f, ["count", "rate_gbps", "efficiency", "latency_us", "fabric", "generation", "gpudirect_rdma"], sources
+        nic_f,
+        ["count", "rate_gbps", "efficiency", "latency_us", "fabric", "generation", "gpudirect_rdma", "gpu_nics"],
+        sources,
     )
 
     host_f = top.sub("host").closed(HOST_KEYS)
@@ -427,6 +485,16 @@ def part_of_node(inst: InstanceType, gpus: int) -> InstanceType:
         inst,
         description=f"{inst.description} ({gpus} of its {dev.count} GPUs)",
         device=replace(dev, count=gpus),
-        nic=replace(inst.nic, count=nics),
+        nic=replace(inst.nic, count=nics, gpu_nics=_first_gpus_nics(inst.nic.gpu_nics, gpus, nics)),
         sources=sources,
     )
+
+
+def _first_gpus_nics(
+    table: tuple[tuple[int, ...], ...] | None, gpus: int, nics: int
+) -> tuple[tuple[int, ...], ...] | None:
+    """The NICs of the first `gpus` GPUs, which a part of a node keeps, where they are the first `nics`
+    (None otherwise: the even rails of `nics` NICs)."""
+    if table is None or any(x >= nics for row in table[:gpus] for x in row):
+        return None
+    return table[:gpus]

@@ -1,0 +1,26 @@
+"""InfiniBand NICs: their own figures, not EFA's (the DGX A100 node with 8 HDR HCAs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardsim.simulator.network.collectives import GroupLayout, call_alone_s
+from shardsim.simulator.network.links import links_for
+from shardsim.specs.hardware.topology import load_instance, make_cluster
+
+
+def test_dgx_a100_has_eight_hdr_hcas_without_efas_size_factor():
+    nic = load_instance("dgx-a100").nic
+    assert (nic.fabric, nic.count, nic.rate_gbps, nic.gpudirect_rdma) == ("infiniband", 8, 200.0, True)
+    efa = load_instance("p4de.24xlarge").nic.figures
+    assert nic.figures.factor(64 * 2**10) == 1.0 and efa.factor(64 * 2**10) < 0.5
+
+
+@pytest.mark.parametrize("nbytes", [2**20, 2**30])
+def test_an_all_reduce_across_dgx_a100_nodes_moves_at_the_hcas_rate(nbytes):
+    times = {}
+    for name in ("dgx-a100", "p4de.24xlarge"):  # the same HGX A100 80 GB board, IB HDR against EFA
+        g = links_for(make_cluster(name, 2))
+        times[name] = call_alone_s(g, "all_reduce", GroupLayout(0, 16, 16), nbytes, "ring", "nccl")
+    # 8 x 200 Gb/s against 4 x 100 Gb/s (4 x the rate; at 1 MiB NCCL's latency is a share of both)
+    assert times["p4de.24xlarge"] / times["dgx-a100"] > 3.0
