@@ -132,11 +132,17 @@ class AsyncTp:
     tp: int
     alone_s: Callable[[str, GroupLayout, float], float]
     _memo: dict[tuple, float] = field(default_factory=dict)
+    _pairs: dict[tuple, dict[str, FusedPair]] = field(default_factory=dict)
 
     def pairs(self, b: Block, mb: int) -> dict[str, FusedPair]:
-        a = self.cm.arch
-        assert a is not None, "asyncTP plans the per-rank workload of an Arch"
-        return fused_pairs(a, b, self.tp, mb * a.tokens)
+        """Block `b`'s fused pairs at micro-batch `mb` (`fused_pairs`), once per what decides them."""
+        key = (b.kind, b.moe is not None, b.tokens, mb)
+        out = self._pairs.get(key)
+        if out is None:
+            a = self.cm.arch
+            assert a is not None, "asyncTP plans the per-rank workload of an Arch"
+            out = self._pairs[key] = fused_pairs(a, b, self.tp, mb * a.tokens)
+        return out
 
     def gemm_s(self, g: gk.Gemm) -> float:
         """Seconds of one GEMM in a training step: the kernel model's where the device has its

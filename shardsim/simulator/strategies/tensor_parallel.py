@@ -128,6 +128,7 @@ class TensorParallel:
     fused: AsyncTp | None = None
     _layouts: dict[int, GroupLayout] = field(default_factory=dict)
     _memo: dict[tuple[str, str, int], tuple[tuple[str, float, str], ...]] = field(default_factory=dict)
+    _extra: dict[tuple, float] = field(default_factory=dict)
 
     def layout(self, rc: int) -> GroupLayout:
         if rc not in self._layouts:
@@ -159,13 +160,17 @@ class TensorParallel:
         """Seconds asyncTP's fused pairs of block `b`'s `phase` add to its compute op (0 without)."""
         if self.fused is None:
             return 0.0
-        pairs = self.fused.pairs(b, mb)
-        lay = self.layout(rc)
-        return sum(
-            self.fused.extra_s(c.what, pairs[c.what], lay, self.nbytes(c, mb))
-            for c in self.pass_calls(b, phase)
-            if c.what in pairs
-        )
+        key = (calls_key(b), b.tokens, b.name in self.recomputed, phase, mb, rc)
+        out = self._extra.get(key)
+        if out is None:
+            pairs = self.fused.pairs(b, mb)
+            lay = self.layout(rc)
+            out = self._extra[key] = sum(
+                self.fused.extra_s(c.what, pairs[c.what], lay, self.nbytes(c, mb))
+                for c in self.pass_calls(b, phase)
+                if c.what in pairs
+            )
+        return out
 
     def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, tag: str) -> Dep:
         """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first; not
