@@ -76,6 +76,7 @@ def resolve(
             devices_per_node=devices_per_node,
             backend=cfg.backend,
             where=where,
+            compiled=cfg.compile,
         )
     cp = s.cp
     if cp > 1:

@@ -114,7 +114,10 @@ SequenceParallel = Annotated[
 ]
 AsyncTp = Annotated[
     bool,
-    Setting("tensor parallelism's collectives overlapped with its GEMMs (asyncTP; needs sequence parallelism)"),
+    Setting(
+        "asyncTP: the all-gather -> matmul and matmul -> reduce-scatter pairs fused, each matmul in chunks beside the "
+        "next chunk's transfer (inductor's micro-pipeline pass; needs sequence parallelism and compile)"
+    ),
 ]
 # the device mesh's dimensions, outermost first: tensor parallelism innermost (consecutive ranks, on
 # one node's NVLink) by default; "pp,tp,dp" puts data parallelism innermost

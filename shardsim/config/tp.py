@@ -31,6 +31,7 @@ def check_tp(
     devices_per_node: int | None,
     backend: str,
     where: str | None,
+    compiled: bool = True,
 ) -> None:
     """Refuse (ConfigError naming the field) a tensor-parallel degree that cannot work here."""
     if world % (pp * tp):
@@ -74,6 +75,9 @@ def check_tp(
         )
     if async_tp and backend != "nccl":
         raise ConfigError("asyncTP needs NCCL (CUDA symmetric memory)", where=where, field="async_tp")
+    if async_tp and not compiled:
+        why = "asyncTP is inductor's micro-pipeline pass: it needs compile (torch.compile; torchtitan refuses it too)"
+        raise ConfigError(why, where=where, field="async_tp")
     span = tp_group_span(tp, world // (pp * tp), tp_inner)
     if devices_per_node and not across_nodes and devices_per_node % span:
         raise ConfigError(

@@ -10,7 +10,8 @@ op starts when its dependencies have ended, a compute op takes at least its `dur
 (`engine`: NCCL's SM share and shared cores only slow it), a call takes at least its time alone
 (shared links only slow it), and the step ends with the latest rank class. What it counts:
 - every block: its compute op, then its tensor-parallel collectives (the next op waits for
-  them, `tensor_parallel.TensorParallel.after`; beside it with asyncTP: the longer of the two);
+  them, `tensor_parallel.TensorParallel.after`; with asyncTP its fused pairs in the op's time
+  instead, `TensorParallel.extra_s`);
 - a data-parallel class: grad_accum × (forward + backward), then the optimizer step
   (`steps.data_parallel_plan`); with DDP the last backward to the end of its last bucket's
   all-reduce (`_synced_backward_s`: the buckets all-reduced one after another on their stream,
@@ -99,19 +100,22 @@ class _Wire:
         key = (calls_key(b), phase, b.name in tp.recomputed, layout, mb)
         t = self._passes.get(key)
         if t is None:
-            t = self._passes[key] = sum(self.alone_s(c.coll, layout, tp.nbytes(c, mb)) for c in tp.pass_calls(b, phase))
+            calls = tp.plain_calls(b, phase, mb)
+            t = self._passes[key] = sum(self.alone_s(c.coll, layout, tp.nbytes(c, mb)) for c in calls)
         return t
 
 
 def _block_s(bt: BlockTimes, b: Block, mb: int, tp: TensorParallel | None, wire: _Wire, rc: int) -> tuple[float, float]:
     """(forward, backward with recomputation) seconds of block `b` of rank class `rc` for one
-    micro-batch of `mb`, its tensor-parallel collectives after it (beside it with asyncTP)."""
+    micro-batch of `mb`, its tensor-parallel collectives after it (with asyncTP its fused pairs
+    in place of their GEMMs, `TensorParallel.extra_s`, and only the others after it)."""
     c = bt.block(b, mb)
     f, bw = c.fwd_s, c.bwd_s + (bt.recompute_s(b, mb) if b.kind == "layer" else 0.0)
     if tp is not None:
         lay = tp.layout(rc)
         cf, cb = (wire.pass_s(tp, b, ph, lay, mb) for ph in PASSES)
-        f, bw = (max(f, cf), max(bw, cb)) if tp.overlap else (f + cf, bw + cb)
+        ef, eb = (tp.extra_s(rc, b, mb, ph) for ph in PASSES)
+        f, bw = max(0.0, f + ef) + cf, max(0.0, bw + eb) + cb
     return f, bw
 
 
@@ -182,8 +186,8 @@ def compute_bound_s(s: Prepared, algo: str = "auto") -> float:
     cfg, res, w = s.cfg, s.res, s.ranks_workload
     ckpt = checkpointing_of(cfg, w.layers)
     bt = BlockTimes(s.compute, ckpt)
-    tp = plan_tensor_parallel(cfg, res, w, ckpt)
     wire = _Wire(links_for(s.cluster), algo, cfg.backend, _engine_options(s)["mics"])
+    tp = plan_tensor_parallel(cfg, res, w, ckpt, s.compute, wire.g)
     mb, K = res.microbatch_size, cfg.grad_accum
     pipeline = cfg.strategy.spec.is_pipeline
     classes = rank_classes(res, w, pipeline=pipeline)

@@ -62,10 +62,12 @@ class RankClass:
 
 
 class BlockCollectives(Protocol):
-    """The collectives a plan adds beside a block's compute op (tensor parallelism's:
-    `strategies.tensor_parallel.TensorParallel`)."""
+    """The collectives a plan adds after a block's compute op, and what they add to its time
+    (tensor parallelism's: `strategies.tensor_parallel.TensorParallel`)."""
 
-    def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, start: list[Dep], tag: str) -> Dep: ...
+    def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, tag: str) -> Dep: ...
+
+    def extra_s(self, rc: int, b: Block, mb: int, phase: str) -> float: ...
 
 
 class LayerAttention(Protocol):

@@ -25,6 +25,7 @@ from shardsim.simulator.economics import (
 )
 from shardsim.simulator.engine import Span, chain_bound, simulate
 from shardsim.simulator.float8 import check_float8, float8_layer_elems
+from shardsim.simulator.fusion import compiled_saves
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.memory import (
     MemoryBreakdown,
@@ -219,7 +220,7 @@ class Prepared:
         """The step's plan (`build_plan`); ConfigError in one line, before any of it is built, when
         it is beyond the simulator's op bound (`scale.check_plan`)."""
         check_plan(self.cfg, len(self.workload.layers) or len(self.workload.blocks))
-        return build_plan(self.cfg, self.res, self.ranks_workload, self.compute)
+        return build_plan(self.cfg, self.res, self.ranks_workload, self.compute, links_for(self.cluster))
 
     def simulated(self, plan: Plan, algo: str = "auto") -> StepPrediction:
         """The prediction: `plan` (this step's, from `plan()`) simulated on the cluster's network."""
@@ -348,6 +349,7 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     """Memory of the worst rank class of `cfg`'s step, each rank running `ranks_w`: estimated
     before (and without) planning or simulating the step."""
     ranks_w = attention_saves(ranks_w, cfg.attention, DTYPE_BYTES[cfg.precision])
+    ranks_w = compiled_saves(ranks_w, cfg.compile)
     ckpt = checkpointing_of(cfg, ranks_w.layers)
     classes = rank_classes(res, ranks_w, cfg.strategy.spec.is_pipeline)
     words = state_words(cfg.optimizer, ranks_w)

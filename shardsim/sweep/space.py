@@ -698,7 +698,9 @@ def enumerate_configs(
                     here[NO_PRECISION, no_cudnn.message] += 1
                     continue
                 try:
-                    cfg = cfg0.replace(strategy=strat, grad_accum=ga, **settings)
+                    compiled = settings.get("compile", cfg0.compile)  # asyncTP needs it (`config.tp`)
+                    row = strat if compiled or not strat.async_tp else strat.replace(async_tp=False)
+                    cfg = cfg0.replace(strategy=row, grad_accum=ga, **settings)
                     if batch is None:  # searched: the largest that fits (or the smallest tried)
                         cfg = with_batch(cfg, search_batch(cfg, space, cluster, w), space, cluster.world)
                     else:

@@ -7,8 +7,9 @@ replicated (DDP), sharded over all (ZeRO-3) or over groups (ZeRO-2D / HSDP), and
 the 256 sequences into micro-batches and gradient accumulation steps (grad_accum 1 ... 64: the
 micro-batch per data-parallel rank follows). bf16, full activation checkpointing, fused Adam.
 Configurations that do not fit in memory are pruned before simulation. The tensor-parallel
-layouts once more with asyncTP (their collectives beside the GEMMs: the simulator's optimistic
-bound of that overlap).
+layouts once more with asyncTP, under torch.compile as it needs (inductor's micro-pipeline pass:
+each fused matmul in chunks beside the next chunk's transfer; compile also fuses the layers'
+memory-bound kernels and saves fewer activations).
 
     python experiments/sweeps/llama70b-layouts/study.py [--nodes 4,8,16] [--topologies p5.48xlarge]
 
@@ -47,7 +48,7 @@ def cluster_rows(topology: str, nodes: int, workers: int):
     variants = (
         (base, [1, 2, 4, 8], False),
         (
-            base.replace(strategy={"kind": "zero", "tp": 2, "sequence_parallel": True, "async_tp": True}),
+            base.replace(compile=True, strategy={"kind": "zero", "tp": 2, "sequence_parallel": True, "async_tp": True}),
             [2, 4, 8],
             True,
         ),
@@ -84,7 +85,7 @@ def plot(best_tp, path: Path) -> None:
             style = (
                 dict(linestyle="--", marker="x", color=colors[tp]) if overlap else dict(marker="o", color=colors[tp])
             )
-            name = f"tp {tp}" + (" asyncTP (bound)" if overlap else "")
+            name = f"tp {tp}" + (" asyncTP (compiled)" if overlap else "")
             ax.plot(h["nodes"], h["tokens_per_s_per_gpu"], label=name, **style)
         ax.set_xscale("log", base=2)
         nodes = sorted(set(g["nodes"]))

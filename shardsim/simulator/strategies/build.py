@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from shardsim.config import Resolved, RunConfig
+from shardsim.simulator.async_tp import AsyncTp
 from shardsim.simulator.checkpointing import Checkpointing, checkpointing_of
 from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
 from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.network.collectives import call_alone_s
+from shardsim.simulator.network.links import LinkGraph, links_for
 from shardsim.simulator.plan import Plan
 from shardsim.simulator.strategies.context_parallel import ContextParallel, context_parallel
 from shardsim.simulator.strategies.deepspeed_zero import DEEPSPEED_STAGES, plan_deepspeed, stage_of
@@ -14,6 +17,7 @@ from shardsim.simulator.strategies.mesh import stage_mesh
 from shardsim.simulator.strategies.planners import PLANNERS
 from shardsim.simulator.strategies.steps import BlockTimes
 from shardsim.simulator.strategies.tensor_parallel import TensorParallel, tensor_parallel
+from shardsim.specs.hardware.topology import make_cluster
 from shardsim.specs.model.workload import Workload
 
 
@@ -23,16 +27,24 @@ def overlaps(cfg: RunConfig, res: Resolved) -> bool:
     return cfg.backend == "nccl" or PLANNERS[cfg.strategy.kind].overlaps(res)
 
 
-def plan_tensor_parallel(cfg: RunConfig, res: Resolved, w: Workload, ckpt: Checkpointing) -> TensorParallel | None:
+def plan_tensor_parallel(
+    cfg: RunConfig, res: Resolved, w: Workload, ckpt: Checkpointing, cm: ComputeModel, links: LinkGraph | None = None
+) -> TensorParallel | None:
     """The tensor parallelism of `cfg`'s plan (None without): each block's collectives on each
-    stage's tensor-parallel groups; `w` is one rank's model, `ckpt` its checkpointing."""
+    stage's tensor-parallel groups; `w` is one rank's model, `ckpt` its checkpointing; with asyncTP
+    its fused pairs costed on `cm` and `links` (the cluster's, `links_for`: built from `cfg` when
+    not given)."""
     if res.tp == 1:
         return None
     assert w.arch is not None and w.tp == res.tp, "tensor parallelism plans the per-rank workload of an Arch"
     meshes = [stage_mesh(res, s) for s in range(res.pp)]
     s, esize, gsize = cfg.strategy, DTYPE_BYTES[cfg.precision], DTYPE_BYTES[cfg.grad_dtype]
     recomputed = frozenset(b.name for b in w.layers) if ckpt.op_level else ckpt.full
-    return tensor_parallel(w.arch, w.blocks, meshes, s.sequence_parallel, esize, gsize, recomputed, s.async_tp)
+    fused = None
+    if s.async_tp:
+        g = links or links_for(make_cluster(cfg.topology, cfg.nodes, cfg.gpus_per_node))
+        fused = AsyncTp(cm, res.tp, lambda coll, lay, nbytes: call_alone_s(g, coll, lay, nbytes, "auto", cfg.backend))
+    return tensor_parallel(w.arch, w.blocks, meshes, s.sequence_parallel, esize, gsize, recomputed, fused)
 
 
 def plan_context_parallel(
@@ -51,13 +63,14 @@ def plan_context_parallel(
     )
 
 
-def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel) -> Plan:
+def build_plan(cfg: RunConfig, res: Resolved, w: Workload, cm: ComputeModel, links: LinkGraph | None = None) -> Plan:
     """The plan of one training step of `cfg`'s strategy; `w` is the model as one rank runs it
-    (with tensor parallelism, one tensor-parallel rank's shards: `blocks.from_arch`)."""
+    (with tensor parallelism, one tensor-parallel rank's shards: `blocks.from_arch`); `links` the
+    cluster's (`plan_tensor_parallel`)."""
     layer_params = sum(b.params for b in w.layers)
     p = Plan(overlap=overlaps(cfg, res), fsdp=cm.fsdp_cpu(w.params, layer_params))
     ckpt = checkpointing_of(cfg, w.layers)
-    p.tp = plan_tensor_parallel(cfg, res, w, ckpt)
+    p.tp = plan_tensor_parallel(cfg, res, w, ckpt, cm, links)
     p.cp = plan_context_parallel(cfg, res, w, cm, ckpt)
     cm = BlockTimes(cm, ckpt)  # type: ignore[assignment]
     if res.ep > 1:

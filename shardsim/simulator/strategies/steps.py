@@ -154,13 +154,15 @@ def block_op(p: Plan, rc: int, name: str, deps: list[Dep], dur: float, phase: st
     """The compute op of block `b`'s pass `phase` (a layer's ops with context parallelism,
     `Plan.cp`; an MoE layer's with expert parallelism, `Plan.ep`), and its tensor-parallel
     collectives where the plan has them (`Plan.tp`): what the next op waits for."""
+    if p.tp is not None:  # asyncTP's fused pairs in place of their GEMMs (`TensorParallel.extra_s`)
+        dur = max(0.0, dur + p.tp.extra_s(rc, b, mb, phase))
     if p.cp is not None and b.kind == "layer":
         op = p.cp.run(p, rc, name, deps, dur, phase, b, mb)
     elif p.ep is not None and b.moe is not None:
         op = p.ep.run(p, rc, name, deps, dur, phase, b, mb)
     else:
         op = compute_op(p, rc, name, deps, dur, phase)
-    return op if p.tp is None else p.tp.after(p, rc, b, mb, phase, op, deps, tag)
+    return op if p.tp is None else p.tp.after(p, rc, b, mb, phase, op, tag)
 
 
 def blocks_through(

@@ -31,16 +31,17 @@ attention and MLP halves: the same critical path, since nothing runs beside them
 backward recomputes its forward (full checkpointing, selective of every k-th layer, and op-level
 selective: the runtime keeps no collective's output) issues its forward's collectives again but
 the last: the recomputation stops once backward has what it needs (torch.utils.checkpoint's
-early stop), before the reduction of the layer's output. With asyncTP (`async_tp`) the
-collectives run beside the block's compute (a collective-matmul decomposition) and the next op
-waits for the later of the two: the decomposed GEMMs' loss of efficiency is not modelled (an
-optimistic bound, named).
+early stop), before the reduction of the layer's output. With asyncTP (`async_tp`, under
+torch.compile) inductor's micro-pipeline pass fuses the all-gather -> matmul and matmul ->
+reduce-scatter pairs (`simulator.async_tp`): a fused pair's time takes the place of its GEMMs'
+in the block's op and it issues no collective of its own; the others are issued as without it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shardsim.simulator.async_tp import AsyncTp
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.simulator.plan import Dep, Plan, _join
 from shardsim.simulator.strategies.mesh import StageMesh
@@ -118,15 +119,16 @@ def block_calls(b: Block, a: Arch, sp: bool, grad_esize: int) -> tuple[tuple[TpC
 @dataclass
 class TensorParallel:
     """A plan's tensor parallelism: each block's collectives, the blocks whose backward recomputes
-    its forward (and its collectives), and whether they overlap compute (asyncTP)."""
+    its forward (and its collectives), and asyncTP's fused pairs (`fused`; None without)."""
 
     meshes: list[StageMesh]  # of each rank class (pipeline stage)
     esize: int  # bytes per activation element (the compute dtype)
     calls: dict[str, tuple[tuple[TpCall, ...], tuple[TpCall, ...]]]
     recomputed: frozenset[str] = frozenset()
-    overlap: bool = False
+    fused: AsyncTp | None = None
     _layouts: dict[int, GroupLayout] = field(default_factory=dict)
     _memo: dict[tuple[str, str, int], tuple[tuple[str, float, str], ...]] = field(default_factory=dict)
+    _extra: dict[tuple, float] = field(default_factory=dict)
 
     def layout(self, rc: int) -> GroupLayout:
         if rc not in self._layouts:
@@ -145,15 +147,39 @@ class TensorParallel:
         """Bytes of call `c` at micro-batch `mb`."""
         return c.elems * (mb if c.per_sample else 1) * (c.esize or self.esize)
 
-    def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, start: list[Dep], tag: str) -> Dep:
-        """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first)
-        after its compute op `op` (beside it, from what it waited for, `start`, with asyncTP);
-        what the next op waits for."""
+    def plain_calls(self, b: Block, phase: str, mb: int) -> tuple[TpCall, ...]:
+        """Block `b`'s collectives of `phase` (`pass_calls`) issued as collectives: all but
+        those asyncTP fuses with their matmuls."""
+        calls = self.pass_calls(b, phase)
+        if self.fused is None:
+            return calls
+        pairs = self.fused.pairs(b, mb)
+        return tuple(c for c in calls if c.what not in pairs)
+
+    def extra_s(self, rc: int, b: Block, mb: int, phase: str) -> float:
+        """Seconds asyncTP's fused pairs of block `b`'s `phase` add to its compute op (0 without)."""
+        if self.fused is None:
+            return 0.0
+        key = (calls_key(b), b.tokens, b.name in self.recomputed, phase, mb, rc)
+        out = self._extra.get(key)
+        if out is None:
+            pairs = self.fused.pairs(b, mb)
+            lay = self.layout(rc)
+            out = self._extra[key] = sum(
+                self.fused.extra_s(c.what, pairs[c.what], lay, self.nbytes(c, mb))
+                for c in self.pass_calls(b, phase)
+                if c.what in pairs
+            )
+        return out
+
+    def after(self, p: Plan, rc: int, b: Block, mb: int, phase: str, op: int, tag: str) -> Dep:
+        """Block `b`'s collectives of `phase` (fwd | bwd: with a recomputed forward's first; not
+        those asyncTP fuses) after its compute op `op`; what the next op waits for."""
         calls = self._issued(b, phase, mb)
         if not calls:
             return op
         lay = self.layout(rc)
-        deps: list[Dep] = list(start) if self.overlap else [op]
+        deps: list[Dep] = [op]
         last = None
         for coll, nbytes, name in calls:
             last = p.comm(rc, "tp", coll, lay, nbytes, name + tag, deps, phase) or last
@@ -167,7 +193,7 @@ class TensorParallel:
         key = (b.name, phase, mb)
         out = self._memo.get(key)
         if out is None:
-            calls = self.pass_calls(b, phase)
+            calls = self.plain_calls(b, phase, mb)
             out = self._memo[key] = tuple((c.coll, self.nbytes(c, mb), f"TP {c.coll} {b.name} {c.what}") for c in calls)
         return out
 
@@ -180,15 +206,16 @@ def tensor_parallel(
     esize: int,
     grad_esize: int,
     recomputed: frozenset[str],
-    overlap: bool,
+    fused: AsyncTp | None = None,
 ) -> TensorParallel:
     """The plan's tensor parallelism for a model of `arch` whose (per-rank) `blocks` run on
-    `meshes`; `recomputed`: the layers whose backward recomputes their forward."""
+    `meshes`; `recomputed`: the layers whose backward recomputes their forward; `fused`: asyncTP's
+    fused pairs (None without)."""
     by_kind: dict[tuple[str, bool], tuple[tuple[TpCall, ...], tuple[TpCall, ...]]] = {}
     for b in blocks:  # a block's calls go by its kind and whether it routes to experts
         if calls_key(b) not in by_kind:
             by_kind[calls_key(b)] = block_calls(b, arch, sp, grad_esize)
-    return TensorParallel(meshes, esize, {b.name: by_kind[calls_key(b)] for b in blocks}, recomputed, overlap)
+    return TensorParallel(meshes, esize, {b.name: by_kind[calls_key(b)] for b in blocks}, recomputed, fused)
 
 
 def calls_key(b: Block) -> tuple[str, bool]:
