@@ -63,84 +63,91 @@ def replay(
 ) -> Replay:
     """Replay `events` (see the module's docstring) through the caching allocator."""
     # blocks, by id, in parallel lists (no object per block); a block belongs to one segment of one
-    # pool (small or large) and stream; `prev` / `nxt` link the blocks split from one segment (-1: none)
+    # pool and stream (`pool_of`: 2 x stream, + 1 for the small pool); `prev` / `nxt` link the blocks
+    # split from one segment (-1: none). A pool's free blocks are a sorted list of size << 64 | address
+    # (BlockComparatorSize's order: best fit first), `at` their ids by that key.
     size: list[int] = []
     ptr: list[int] = []
     prev: list[int] = []
     nxt: list[int] = []
     used: list[bool] = []
-    pool_of: list[tuple[bool, int]] = []
-    free: dict[tuple[bool, int], list[tuple[int, int, int]]] = {}  # (size, ptr, id), sorted: best fit
-    tail: dict[tuple[bool, int], int] = {}  # expandable: the block at the mapped end of each segment
-    segment_of: dict[tuple[bool, int], int] = {}  # expandable: each pool and stream's index in `segments`
+    pool_of: list[int] = []
+    free: dict[int, list[int]] = {}
+    at: dict[int, int] = {}
+    tail: dict[int, int] = {}  # expandable: the block at the mapped end of each pool's segment
+    segment_of: dict[int, int] = {}  # expandable: each pool's index in `segments`
     block_of: list[int] = []  # allocation id -> block id (-1: a zero-size allocation)
     asked: list[int] = []
     segments: list[int] = []
     next_ptr = 0
     allocated = reserved = requested = 0
     allocated_peak = requested_peak = 0
+    shift = 64
+    stream_of = streams if streams is not None else [0] * len(events)
 
-    def new_block(n: int, p: int, key: tuple[bool, int], before: int, after: int) -> int:
-        size.append(n)
-        ptr.append(p)
-        prev.append(before)
-        nxt.append(after)
-        used.append(False)
-        pool_of.append(key)
-        return len(size) - 1
-
-    def unlist(b: int) -> None:
-        lst = free[pool_of[b]]
-        del lst[bisect_left(lst, (size[b], ptr[b], b))]
-
-    for i, ev in enumerate(events):
+    for ev, stream in zip(events, stream_of, strict=True):
         if ev >= 0:
             asked.append(ev)
             if ev == 0:  # NativeCachingAllocator::allocate hands out no memory for zero bytes
                 block_of.append(-1)
                 continue
-            n = round_size(ev)
+            n = K_MIN_BLOCK_SIZE if ev < K_MIN_BLOCK_SIZE else -(-ev // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
             small = n <= K_SMALL_SIZE  # get_pool: kSmallSize and under go to the small pool
-            key = (small, streams[i] if streams is not None else 0)
-            lst = free.setdefault(key, [])
+            key = 2 * stream + small
+            lst = free.get(key)
+            if lst is None:
+                lst = free[key] = []
             # get_free_block: the smallest cached block of this pool and stream that holds the
             # request (BlockComparatorSize orders by size, then address)
-            j = bisect_left(lst, (n,))
-            if expandable_segments and j + 1 < len(lst) and lst[j][2] == tail.get(key):
+            j = bisect_left(lst, n << shift)
+            if expandable_segments and j + 1 < len(lst) and at[lst[j]] == tail.get(key):
                 # the end block counts as the size it can grow to (its size and the unmapped address
                 # space after it): any other block that holds the request fits better
                 j += 1
             b = -1
             if j < len(lst):
-                found = lst[j][0]
+                found = lst[j] >> shift
                 # max_split_size: an oversize block serves no smaller request, nor a request it
                 # exceeds by kLargeBuffer or more
                 if not (n < max_split_size <= found) and not (n >= max_split_size and found >= n + K_LARGE_BUFFER):
-                    b = lst.pop(j)[2]
+                    b = at.pop(lst.pop(j))
             if b < 0 and expandable_segments:
                 # try_allocate_expandable_block: map pages at the segment's end, joining a free end block
                 page = K_SMALL_BUFFER if small else K_LARGE_BUFFER
                 t = tail.get(key, -1)
                 if t >= 0 and not used[t]:
-                    unlist(t)
+                    k = size[t] << shift | ptr[t]
+                    del lst[bisect_left(lst, k)]
+                    del at[k]
                     grow = -(-(n - size[t]) // page) * page
                     size[t] += grow
                     b = t
                 else:
                     grow = -(-n // page) * page
-                    base = (len(segment_of) + 1) << 48 if t < 0 else ptr[t] + size[t]
-                    b = new_block(grow, base, key, t, -1)
-                    if t >= 0:
-                        nxt[t] = b
-                    tail[key] = b
                     if t < 0:
                         segment_of[key] = len(segments)
                         segments.append(0)
+                    b = len(size)
+                    size.append(grow)
+                    ptr.append(len(segment_of) << 48 if t < 0 else ptr[t] + size[t])
+                    prev.append(t)
+                    nxt.append(-1)
+                    used.append(False)
+                    pool_of.append(key)
+                    if t >= 0:
+                        nxt[t] = b
+                    tail[key] = b
                 reserved += grow
                 segments[segment_of[key]] += grow
             elif b < 0:  # alloc_block: cudaMalloc a new segment of get_allocation_size
                 seg = allocation_size(n)
-                b = new_block(seg, next_ptr, key, -1, -1)
+                b = len(size)
+                size.append(seg)
+                ptr.append(next_ptr)
+                prev.append(-1)
+                nxt.append(-1)
+                used.append(False)
+                pool_of.append(key)
                 next_ptr += seg
                 reserved += seg
                 segments.append(seg)
@@ -152,20 +159,30 @@ def replay(
             else:
                 split = n < max_split_size and rest > K_SMALL_SIZE
             if split:  # alloc_found_block: the request takes the front, the rest stays cached
-                front = new_block(n, ptr[b], key, prev[b], b)
+                front = len(size)
+                size.append(n)
+                ptr.append(ptr[b])
+                prev.append(prev[b])
+                nxt.append(b)
+                used.append(False)
+                pool_of.append(key)
                 if prev[b] >= 0:
                     nxt[prev[b]] = front
                 prev[b] = front
                 ptr[b] += n
                 size[b] = rest
-                insort(lst, (rest, ptr[b], b))
+                k = rest << shift | ptr[b]
+                insort(lst, k)
+                at[k] = b
                 b = front
             used[b] = True
             block_of.append(b)
             allocated += size[b]
             requested += ev
-            allocated_peak = max(allocated_peak, allocated)
-            requested_peak = max(requested_peak, requested)
+            if allocated > allocated_peak:
+                allocated_peak = allocated
+            if requested > requested_peak:
+                requested_peak = requested
         else:
             a = ~ev
             b = block_of[a]
@@ -175,10 +192,13 @@ def replay(
             allocated -= size[b]
             requested -= asked[a]
             key = pool_of[b]
+            lst = free[key]
             # free_block: merge with free neighbours split from the same segment (try_merge_blocks)
             p = prev[b]
             if p >= 0 and not used[p]:
-                unlist(p)
+                k = size[p] << shift | ptr[p]
+                del lst[bisect_left(lst, k)]
+                del at[k]
                 ptr[b] = ptr[p]
                 size[b] += size[p]
                 prev[b] = prev[p]
@@ -186,12 +206,16 @@ def replay(
                     nxt[prev[b]] = b
             q = nxt[b]
             if q >= 0 and not used[q]:
-                unlist(q)
+                k = size[q] << shift | ptr[q]
+                del lst[bisect_left(lst, k)]
+                del at[k]
                 size[b] += size[q]
                 nxt[b] = nxt[q]
                 if nxt[b] >= 0:
                     prev[nxt[b]] = b
                 if tail.get(key) == q:
                     tail[key] = b
-            insort(free[key], (size[b], ptr[b], b))
+            k = size[b] << shift | ptr[b]
+            insort(lst, k)
+            at[k] = b
     return Replay(allocated_peak, reserved, requested_peak, tuple(segments))
