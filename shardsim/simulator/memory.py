@@ -27,7 +27,22 @@ from shardsim.specs.hardware.topology import DeviceSpec
 from shardsim.specs.model.blocks import kv_heads_per_rank
 from shardsim.specs.model.workload import Block, Workload
 
-GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
+# cuBLAS's workspace (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize): one per
+# device and stream that runs GEMMs, allocated from the caching allocator (getNewWorkspace) and kept
+# for the process's life; cuBLASLt shares it (unified_cublas_and_lt_workspaces: the default). By
+# default ":4096:2:16:8", 4096 KiB x 2 + 16 KiB x 8; 4096 KiB x 8 (32 MiB) on compute capability 9.x,
+# 10.x and 12.x (Hopper, Blackwell). A step's GEMMs run on one stream (GEMM_STREAMS): the forward,
+# the backward (autograd runs each backward op on its forward's stream) and the optimizer;
+# FSDP's and DDP's communication streams run none.
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+CUBLAS_WORKSPACE_BYTES_LARGE = 4096 * 1024 * 8
+CUBLAS_LARGE_MAJORS = (9, 10, 12)
+GEMM_STREAMS = 1
+
+
+def cublas_workspace_bytes(cc: int) -> int:
+    """cuBLAS's workspace per stream on a GPU of compute capability x10 `cc` (0: not known, the default)."""
+    return CUBLAS_WORKSPACE_BYTES_LARGE if cc // 10 in CUBLAS_LARGE_MAJORS else CUBLAS_WORKSPACE_BYTES
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,7 @@ class MemoryBreakdown:
     activations_gib: float
     overhead_gib: float
     step_temporaries_gib: float = 0.0  # alive only during the optimizer step
+    workspaces_gib: float = 0.0  # cuBLAS's workspaces, from the caching allocator and kept (GPUs)
     # the caching allocator's replay of the step (`step_trace`; GPUs only): what it hands out beyond
     # the tensors' bytes at the peak (512 B rounding, unsplit rests of blocks), and what its
     # segments hold beyond that (cached free blocks)
@@ -53,8 +69,9 @@ class MemoryBreakdown:
 
     @property
     def allocated_gib(self) -> float:
-        """The allocator's allocated peak (PyTorch's max_memory_allocated): the tensors' with its rounding."""
-        return self.tensors_gib + self.rounding_gib
+        """The allocator's allocated peak (PyTorch's max_memory_allocated): the tensors and cuBLAS's
+        workspaces, with the allocator's rounding."""
+        return self.tensors_gib + self.workspaces_gib + self.rounding_gib
 
     @property
     def reserved_gib(self) -> float:
@@ -63,13 +80,15 @@ class MemoryBreakdown:
 
     @property
     def required_gib(self) -> float:
-        """What the device must hold: the allocator's reserved peak plus the runtime overhead."""
+        """What the device must hold, the process as nvidia-smi shows it: the allocator's reserved
+        peak and the overhead, the CUDA context and NCCL's buffers (`memory_process_gib`)."""
         return self.reserved_gib + self.overhead_gib
 
     def to_dict(self) -> dict[str, float]:
         """The parts, each in GiB (the totals are the prediction's `memory_*_gib`)."""
         d = asdict(self)
-        del d["rounding_gib"], d["cached_gib"]  # in the totals (`memory_allocated_gib`, `memory_reserved_gib`)
+        for k in ("workspaces_gib", "rounding_gib", "cached_gib"):  # in `memory_allocated_gib`, `memory_reserved_gib`
+            del d[k]
         return d
 
 
@@ -119,12 +138,15 @@ def rank_memory(
     words: float = 2.0,
     float8_layer_elems: int = 0,
     held: float | None = None,
+    overhead_gib: float = 0.0,
+    workspace: int = 0,
 ) -> MemoryBreakdown:
     """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
     optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2);
     `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather); `held`:
     the activation elements per sample it holds at most, where its schedule says (a multi-stage
-    pipeline's, `virtual_pipeline.held_activations`)."""
+    pipeline's, `virtual_pipeline.held_activations`); on a GPU `overhead_gib`, the process's memory
+    beyond the allocator (`runtime_gib`), and `workspace`, cuBLAS's bytes per GEMM stream."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -150,9 +172,9 @@ def rank_memory(
         params, grads, optim, gathered = ds.params, ds.grads, ds.optimizer, ds.gathered
         temporaries += ds.step
     gpu = device.kind == "gpu"
-    overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB
-    m = MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g)
+    parts = (params * g, grads * g, optim * g, gathered * g, acts * g)
+    m = MemoryBreakdown(*parts, overhead_gib if gpu else 0.0, temporaries * g, workspace * GEMM_STREAMS * g)
     if not gpu:  # no caching allocator: the tensors are the process's
         return m
     window = (
@@ -167,6 +189,7 @@ def rank_memory(
         words=max(1, round(words)),
         window=window,
         gather_stream=fsdp,
+        workspace=workspace * GEMM_STREAMS,
     )
     r = replay_step(b)
     return replace(
@@ -175,10 +198,9 @@ def rank_memory(
 
 
 # -- the process as nvidia-smi shows it ---------------------------------------------------------
-# `memory_process_gib` = the allocator's reserved peak + the CUDA context + NCCL's buffers. It is
-# reported beside `memory_required_gib` (what `fits` compares, unchanged: the reserved peak plus
-# GPU_RUNTIME_OVERHEAD_GIB); whether `fits` should compare the process total instead is left
-# until the runtime's records (memory_process_gib) have measured it on a GPU.
+# `memory_process_gib` = the allocator's reserved peak + the CUDA context + NCCL's buffers, and
+# `memory_required_gib` (what `fits` compares) is the same total: a rank's overhead beyond the
+# allocator is its context and buffers (`runtime_gib`).
 #
 # The reserved peak is the caching allocator's (`allocator`, c10/cuda/CUDACachingAllocator.cpp)
 # replaying the rank's step (`step_trace`): requests rounded to 512 B, pooled in segments of 2 MiB,
@@ -221,6 +243,12 @@ def communicators(res: Resolved) -> int:
     if res.ep > 1:
         groups += [res.ep, res.dims.efsdp]
     return sum(g > 1 for g in [*groups, res.tp]) + (1 if res.pp > 1 else 0)
+
+
+def runtime_gib(res: Resolved, device: DeviceSpec, channels: int, cc: int) -> float:
+    """A rank's memory beyond the caching allocator: its CUDA context and NCCL's buffers (0 on a CPU)."""
+    p = process_memory(0.0, res, device, channels, cc)
+    return p.cuda_context_gib + p.nccl_buffers_gib
 
 
 def process_memory(reserved_gib: float, res: Resolved, device: DeviceSpec, channels: int, cc: int) -> ProcessMemory:

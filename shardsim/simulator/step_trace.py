@@ -2,6 +2,7 @@
 (`allocator.replay`), built from the memory model's parts and the rank's blocks.
 
 The trace, in the allocator's event form (a size allocates, `~i` frees allocation `i`):
+- cuBLAS's workspace, allocated at the first GEMM and kept;
 - model states, allocated once and kept: per parameter tensor its (sharded) parameter, its
   gradient and its optimizer state (one tensor per whole fp32 word of state, Adam's two);
 - then the step, twice (the steady state: the second step runs in the pool the first left):
@@ -41,6 +42,7 @@ class StepBytes:
     words: int = 2  # optimizer state tensors per parameter tensor
     window: int = 0  # gathered units held at once (0: every unit, from its forward to the step's end)
     gather_stream: bool = False  # gathered on FSDP's all-gather stream
+    workspace: int = 0  # cuBLAS's workspace on the compute stream, allocated first and kept
 
 
 def spread(total: int, weights: Sequence[float]) -> list[int]:
@@ -109,9 +111,11 @@ def units_of(b: StepBytes) -> list[Unit]:
     return [Unit(p, g, o, t, gathered[u], saved[u]) for u, (p, g, o, t) in enumerate(parts)]
 
 
-def step_events(units: Sequence[Unit], window: int, gather_stream: bool) -> tuple[list[int], list[int]]:
+def step_events(
+    units: Sequence[Unit], window: int, gather_stream: bool, workspace: int = 0
+) -> tuple[list[int], list[int]]:
     """The trace of `units` (events and, parallel, each allocation's stream), `window` units
-    gathered at once (0: every one)."""
+    gathered at once (0: every one), after `workspace` bytes kept on the compute stream."""
     events: list[int] = []
     streams: list[int] = []
     count = 0
@@ -127,6 +131,8 @@ def step_events(units: Sequence[Unit], window: int, gather_stream: bool) -> tupl
         events.append(~i)
         streams.append(COMPUTE_STREAM)
 
+    if workspace:
+        alloc(workspace)
     for u in units:
         for size in (*u.params, *u.grads, *u.optimizer):
             alloc(size)
@@ -158,5 +164,5 @@ def replay_step(b: StepBytes, expandable_segments: bool = False) -> Replay:
     """The caching allocator's replay of `b`'s steady-state step (every unit: a model's identical
     layers are not cut short, since which moment is the peak, the forward's or the optimizer
     step's, can change with their number)."""
-    events, streams = step_events(units_of(b), b.window, b.gather_stream)
+    events, streams = step_events(units_of(b), b.window, b.gather_stream, b.workspace)
     return replay(events, streams, expandable_segments=expandable_segments)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from shardsim.config import build_config
 from shardsim.core.units import GIB
+from shardsim.simulator import memory as M
 from shardsim.simulator.allocator import K_SMALL_BUFFER, replay
 from shardsim.simulator.predict import predict
 from shardsim.simulator.step_trace import GATHER_STREAM, StepBytes, replay_step, spread, step_events, units_of
@@ -46,6 +47,14 @@ def test_spread_keeps_the_total_and_the_proportions():
     assert sum(spread(2**40 + 3, [1, 2, 3])) == 2**40 + 3 and spread(5, [0, 0]) == [0, 0]
 
 
+def test_cublas_workspace_is_allocated_first_and_kept():
+    b = StepBytes(0, 0, 0, 0, 12 * MIB, 0, tensors=((1.0,),), saved=(1.0,), workspace=M.CUBLAS_WORKSPACE_BYTES)
+    events, _ = step_events(units_of(b), b.window, b.gather_stream, b.workspace)
+    assert events[0] == M.CUBLAS_WORKSPACE_BYTES and ~0 not in events
+    r = replay_step(b)  # 8.125 MiB (a 20 MiB segment, split), then 12 MiB beside it in its own segment
+    assert r.requested_peak == M.CUBLAS_WORKSPACE_BYTES + 12 * MIB and r.reserved_peak == 20 * MIB + 12 * MIB
+
+
 def test_fsdp_gathers_on_its_own_stream_and_holds_its_window():
     b = StepBytes(0, 0, 0, 40 * MIB, 0, 0, tensors=((1.0,),) * 4, saved=(1.0,) * 4, window=2, gather_stream=True)
     events, streams = step_events(units_of(b), b.window, b.gather_stream)
@@ -63,8 +72,10 @@ def test_a_gpu_prediction_reserves_whole_segments_above_its_allocated_peak():
     m = p.memory
     tensors = m["params_gib"] + m["grads_gib"] + m["optimizer_gib"]
     tensors += max(m["gathered_gib"] + m["activations_gib"], m["step_temporaries_gib"])
-    assert tensors < p.memory_allocated_gib < p.memory_reserved_gib
+    workspace = M.cublas_workspace_bytes(80) / GIB  # A100: cuBLAS's default workspace, in the allocator
+    assert tensors + workspace < p.memory_allocated_gib < p.memory_reserved_gib
     assert round(p.memory_reserved_gib * GIB) % K_SMALL_BUFFER == 0  # segments: multiples of 2 MiB
+    assert p.memory_required_gib == p.memory_process_gib  # what `fits` compares: the process
     cpu = predict(
         build_config({"workload": "tiny-gpt", "topology": "emu-2x2", "precision": "fp32", "backend": "gloo"}, "t")
     )
