@@ -4,7 +4,8 @@ activations, pipeline in-flight microbatches, and the optimizer step's temporari
 The peak is the larger of two moments (a named choice): the end of the forward / the
 backward, where gathered units and saved activations are alive, and the optimizer step, where
 they are freed and the step's own temporaries are alive. Model states (parameters, gradients,
-Adam's moments) and the runtime overhead are alive at both."""
+Adam's moments) and the runtime overhead are alive at both. On a GPU the allocated and reserved
+peaks are the caching allocator's replay of the step those parts make (`step_trace`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from shardsim.simulator.checkpointing import Checkpointing
 from shardsim.simulator.compute import DTYPE_BYTES
 from shardsim.simulator.float8 import FP8_BYTES
 from shardsim.simulator.plan import RankClass
+from shardsim.simulator.step_trace import StepBytes, replay_step, tensor_shares
 from shardsim.simulator.strategies.deepspeed_zero import DEEPSPEED_STAGES, rank_states, stage_of
 from shardsim.simulator.strategies.held import FSDP_GATHERED_LAYERS
 from shardsim.simulator.strategies.planners import PLANNERS
@@ -26,13 +28,22 @@ from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.blocks import kv_heads_per_rank
 from shardsim.specs.model.workload import Block, Workload
 
-GPU_RUNTIME_OVERHEAD_GIB = 0.5  # CUDA context + NCCL buffers + allocator slack (assumption)
-# the optimizer step's full-size temporaries, by implementation (`optimizers.OPTIMIZERS`): Adam's
-# foreach path materializes sqrt(exp_avg_sq) for all of a rank's parameters at once
-# PyTorch's caching allocator reserves more than it hands out (large blocks rounded up to 2 MiB,
-# cached segments split and kept): a GPU needs the peak of allocated memory plus this share of it
-# (assumption, named; not measured here: the committed runs record the allocated peak only).
-ALLOCATOR_RESERVE = 0.05
+# cuBLAS's workspace (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize): one per
+# device and stream that runs GEMMs, allocated from the caching allocator (getNewWorkspace) and kept
+# for the process's life; cuBLASLt shares it (unified_cublas_and_lt_workspaces: the default). By
+# default ":4096:2:16:8", 4096 KiB x 2 + 16 KiB x 8; 4096 KiB x 8 (32 MiB) on compute capability 9.x,
+# 10.x and 12.x (Hopper, Blackwell). A step's GEMMs run on one stream (GEMM_STREAMS): the forward,
+# the backward (autograd runs each backward op on its forward's stream) and the optimizer;
+# FSDP's and DDP's communication streams run none.
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+CUBLAS_WORKSPACE_BYTES_LARGE = 4096 * 1024 * 8
+CUBLAS_LARGE_MAJORS = (9, 10, 12)
+GEMM_STREAMS = 1
+
+
+def cublas_workspace_bytes(cc: int) -> int:
+    """cuBLAS's workspace per stream on a GPU of compute capability x10 `cc` (0: not known, the default)."""
+    return CUBLAS_WORKSPACE_BYTES_LARGE if cc // 10 in CUBLAS_LARGE_MAJORS else CUBLAS_WORKSPACE_BYTES
 
 
 @dataclass(frozen=True)
@@ -44,28 +55,41 @@ class MemoryBreakdown:
     activations_gib: float
     overhead_gib: float
     step_temporaries_gib: float = 0.0  # alive only during the optimizer step
-    reserve: float = 0.0  # the allocator's reserve over the peak (ALLOCATOR_RESERVE on GPUs)
+    workspaces_gib: float = 0.0  # cuBLAS's workspaces, from the caching allocator and kept (GPUs)
+    # the caching allocator's replay of the step (`step_trace`; GPUs only): what it hands out beyond
+    # the tensors' bytes at the peak (512 B rounding, unsplit rests of blocks), and what its
+    # segments hold beyond that (cached free blocks)
+    rounding_gib: float = 0.0
+    cached_gib: float = 0.0
+
+    @property
+    def tensors_gib(self) -> float:
+        """The peak of the tensors' own bytes: every part but the runtime overhead."""
+        states = self.params_gib + self.grads_gib + self.optimizer_gib
+        return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib)
 
     @property
     def allocated_gib(self) -> float:
-        """The peak of memory in tensors (PyTorch's max_memory_allocated): every part but the runtime overhead."""
-        states = self.params_gib + self.grads_gib + self.optimizer_gib + self.overhead_gib
-        return states + max(self.gathered_gib + self.activations_gib, self.step_temporaries_gib) - self.overhead_gib
+        """The allocator's allocated peak (PyTorch's max_memory_allocated): the tensors and cuBLAS's
+        workspaces, with the allocator's rounding."""
+        return self.tensors_gib + self.workspaces_gib + self.rounding_gib
 
     @property
     def reserved_gib(self) -> float:
-        """The caching allocator's peak (PyTorch's max_memory_reserved): the allocated peak with its reserve."""
-        return self.allocated_gib * (1 + self.reserve)
+        """The caching allocator's reserved peak (PyTorch's max_memory_reserved): its segments."""
+        return self.allocated_gib + self.cached_gib
 
     @property
     def required_gib(self) -> float:
-        """What the device must hold: the allocator's reserved peak plus the runtime overhead."""
+        """What the device must hold, the process as nvidia-smi shows it: the allocator's reserved
+        peak and the overhead, the CUDA context and NCCL's buffers (`memory_process_gib`)."""
         return self.reserved_gib + self.overhead_gib
 
     def to_dict(self) -> dict[str, float]:
         """The parts, each in GiB (the totals are the prediction's `memory_*_gib`)."""
         d = asdict(self)
-        del d["reserve"]
+        for k in ("workspaces_gib", "rounding_gib", "cached_gib"):  # in `memory_allocated_gib`, `memory_reserved_gib`
+            del d[k]
         return d
 
 
@@ -115,14 +139,17 @@ def rank_memory(
     words: float = 2.0,
     float8_layer_elems: int = 0,
     held: float | None = None,
+    overhead_gib: float = 0.0,
+    workspace: int = 0,
     arch: Arch | None = None,
 ) -> MemoryBreakdown:
     """Memory of one rank of class `rc`, which runs `blocks` (of pipeline stage `stage`), its
     optimizer keeping `words` fp32 words of state per parameter (`state_words`; Adam's 2);
     `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather); `held`:
     the activation elements per sample it holds at most, where its schedule says (a multi-stage
-    pipeline's, `virtual_pipeline.held_activations`); `arch`: the model's (DeepSpeed stage 3's
-    fetch units)."""
+    pipeline's, `virtual_pipeline.held_activations`); on a GPU `overhead_gib`, the process's memory
+    beyond the allocator (`runtime_gib`), and `workspace`, cuBLAS's bytes per GEMM stream; `arch`: the
+    model's (DeepSpeed stage 3's fetch units)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
     local = rc.local_params
@@ -148,25 +175,39 @@ def rank_memory(
         params, grads, optim, gathered = ds.params, ds.grads, ds.optimizer, ds.gathered
         temporaries += ds.step
     gpu = device.kind == "gpu"
-    overhead = GPU_RUNTIME_OVERHEAD_GIB if gpu else 0.0
     g = 1 / GIB
-    reserve = ALLOCATOR_RESERVE if gpu else 0.0
-    return MemoryBreakdown(params * g, grads * g, optim * g, gathered * g, acts * g, overhead, temporaries * g, reserve)
+    parts = (params * g, grads * g, optim * g, gathered * g, acts * g)
+    m = MemoryBreakdown(*parts, overhead_gib if gpu else 0.0, temporaries * g, workspace * GEMM_STREAMS * g)
+    if not gpu:  # no caching allocator: the tensors are the process's
+        return m
+    window = (
+        FSDP_GATHERED_LAYERS if fsdp and cfg.strategy.reshard_after_forward and not cfg.strategy.spec.is_pipeline else 0
+    )
+    b = StepBytes(
+        *(round(x) for x in (params, grads, optim, gathered, acts, temporaries)),
+        tensors=tensor_shares(
+            [x.params for x in blocks], [x.param_tensors for x in blocks], [x.largest_tensor for x in blocks]
+        ),
+        saved=tuple(x.act_elems for x in blocks),
+        words=max(1, round(words)),
+        window=window,
+        gather_stream=fsdp,
+        workspace=workspace * GEMM_STREAMS,
+    )
+    r = replay_step(b)
+    return replace(
+        m, rounding_gib=(r.allocated_peak - r.requested_peak) * g, cached_gib=(r.reserved_peak - r.allocated_peak) * g
+    )
 
 
 # -- the process as nvidia-smi shows it ---------------------------------------------------------
-# `memory_process_gib` = the allocator's reserved peak + the CUDA context + NCCL's buffers. It is
-# reported beside `memory_required_gib` (what `fits` compares, unchanged: the reserved peak plus
-# GPU_RUNTIME_OVERHEAD_GIB); whether `fits` should compare the process total instead is left
-# until the runtime's records (memory_process_gib) have measured it on a GPU.
+# `memory_process_gib` = the allocator's reserved peak + the CUDA context + NCCL's buffers, and
+# `memory_required_gib` (what `fits` compares) is the same total: a rank's overhead beyond the
+# allocator is its context and buffers (`runtime_gib`).
 #
-# The reserved peak's share (ALLOCATOR_RESERVE) stands for what PyTorch's caching allocator adds to
-# the tensors (c10/cuda/CUDACachingAllocator.cpp): requests rounded up to 512 B (kMinBlockSize);
-# requests up to 1 MiB (kSmallSize) packed in 2 MiB segments (kSmallBuffer); 1–10 MiB
-# (kMinLargeAlloc) in 20 MiB segments (kLargeBuffer); larger ones in segments rounded up to 2 MiB
-# (kRoundLarge); freed blocks are cached, split and kept (fragmentation). With the tensor sizes
-# of a training step (most above 10 MiB) the rounding is under 1 MiB a tensor; the share is an
-# assumption to be measured (max_memory_reserved / max_memory_allocated of a GPU run).
+# The reserved peak is the caching allocator's (`allocator`, c10/cuda/CUDACachingAllocator.cpp)
+# replaying the rank's step (`step_trace`): requests rounded to 512 B, pooled in segments of 2 MiB,
+# 20 MiB or their own size rounded to 2 MiB, freed blocks cached, split and kept.
 #
 # CUDA context per process (driver state, runtime, the kernels of the modules loaded): with lazy
 # module loading, 287,047,680 B on the GPU of pytorch/pytorch#86509 (PyTorch >= 1.13 sets
@@ -205,6 +246,12 @@ def communicators(res: Resolved) -> int:
     if res.ep > 1:
         groups += [res.ep, res.dims.efsdp]
     return sum(g > 1 for g in [*groups, res.tp]) + (1 if res.pp > 1 else 0)
+
+
+def runtime_gib(res: Resolved, device: DeviceSpec, channels: int, cc: int) -> float:
+    """A rank's memory beyond the caching allocator: its CUDA context and NCCL's buffers (0 on a CPU)."""
+    p = process_memory(0.0, res, device, channels, cc)
+    return p.cuda_context_gib + p.nccl_buffers_gib
 
 
 def process_memory(reserved_gib: float, res: Resolved, device: DeviceSpec, channels: int, cc: int) -> ProcessMemory:

@@ -31,8 +31,10 @@ from shardsim.simulator.memory import (
     MemoryBreakdown,
     ProcessMemory,
     attention_saves,
+    cublas_workspace_bytes,
     process_memory,
     rank_memory,
+    runtime_gib,
     state_words,
 )
 from shardsim.simulator.network.links import links_for
@@ -45,7 +47,7 @@ from shardsim.simulator.strategies.steps import BlockTimes, ends_apart, pipeline
 from shardsim.simulator.strategies.virtual_pipeline import rank_held_activations
 from shardsim.simulator.timeline import length, subtract, union, write_chrome_trace
 from shardsim.simulator.workload.resolve import load_workload
-from shardsim.specs.hardware.topology import Cluster, DeviceSpec, make_cluster
+from shardsim.specs.hardware.topology import Cluster, make_cluster
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.blocks import check_mlm, from_arch
 from shardsim.specs.model.load import spec_name
@@ -67,8 +69,8 @@ class StepPrediction:
     price, or for tokens without a sequence). It starts
     with the key every result carries (`simulator.results.ResultKey`, docs/results.md); its memory is
     the worst rank's: `memory_allocated_gib` (tensors' peak), `memory_reserved_gib` (the caching
-    allocator's peak) and `memory_required_gib` (that and the runtime overhead: what `fits`
-    compares with `device_memory_gib`)."""
+    allocator's peak) and `memory_required_gib` (that, the CUDA context and NCCL's buffers: the
+    process total, `memory_process_gib`, what `fits` compares with `device_memory_gib`)."""
 
     topology: str
     nodes: int
@@ -287,7 +289,7 @@ def prepare(
     )
     if cfg.strategy.spec.is_pipeline and cfg.strategy.layers_per_stage == AUTO:
         cfg, res = auto_split(cfg, res, ranks_w, cm)
-    memory = step_memory(cfg, res, ranks_w, cluster.instance.device)
+    memory = step_memory(cfg, res, ranks_w, cluster)
     return Prepared(cfg, res, w, ranks_w, cluster, cm, memory, profile)
 
 
@@ -345,9 +347,16 @@ def _process_memory(worst: MemoryBreakdown, res: Resolved, cluster: Cluster) -> 
     return process_memory(worst.reserved_gib, res, dev, channels(cluster), compute_capability(dev.model))
 
 
-def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpec) -> MemoryBreakdown:
-    """Memory of the worst rank class of `cfg`'s step, each rank running `ranks_w`: estimated
-    before (and without) planning or simulating the step."""
+def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, cluster: Cluster) -> MemoryBreakdown:
+    """Memory of the worst rank class of `cfg`'s step on `cluster`, each rank running `ranks_w`:
+    estimated before (and without) planning or simulating the step."""
+    from shardsim.simulator.network.nccl_runs import channels, compute_capability
+
+    dev = cluster.instance.device
+    cc = compute_capability(dev.model)
+    gpu = dev.kind == "gpu"
+    overhead = runtime_gib(res, dev, channels(cluster), cc)
+    workspace = cublas_workspace_bytes(cc) if gpu else 0
     ranks_w = attention_saves(ranks_w, cfg.attention, DTYPE_BYTES[cfg.precision])
     ranks_w = compiled_saves(ranks_w, cfg.compile)
     ckpt = checkpointing_of(cfg, ranks_w.layers)
@@ -364,7 +373,9 @@ def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, dev: DeviceSpe
     if res.ep > 1:  # the experts' units and activations of the busiest EP rank, its dispatch buffers
         classes, buffers = ep_classes(classes, res.ep, cfg.moe_imbalance, cfg.moe_capacity)
     mems = [
-        rank_memory(cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s], ranks_w.arch)
+        rank_memory(
+            cfg, res, rc, blocks, s, dev, ckpt, words, f8_elems, held[s], overhead, workspace, arch=ranks_w.arch
+        )
         for s, (rc, blocks) in enumerate(classes)
     ]
     if buffers:

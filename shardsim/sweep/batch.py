@@ -65,4 +65,4 @@ def fits_at(cfg: RunConfig, cluster: Cluster, w: Workload) -> bool:
         return False
     ranks_w = _rank_workload(w, res.tp, cfg.strategy.sequence_parallel, res.cp, res.dims.expert_tp)
     dev = cluster.instance.device
-    return step_memory(cfg, res, ranks_w, dev).required_gib <= dev.memory_gib
+    return step_memory(cfg, res, ranks_w, cluster).required_gib <= dev.memory_gib

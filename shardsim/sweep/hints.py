@@ -53,7 +53,7 @@ def required_gib(cfg: RunConfig, cluster: Cluster, w: Workload) -> float | None:
         cfg,
         res,
         _rank_workload(w, res.tp, cfg.strategy.sequence_parallel, res.cp, res.dims.expert_tp),
-        cluster.instance.device,
+        cluster,
     ).required_gib
 
 

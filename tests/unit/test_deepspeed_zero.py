@@ -100,7 +100,8 @@ def test_buckets_of_reduce_bucket_size(bucket):
 def test_library_deepspeed_predicts_other_memory_than_pytorchs_zero():
     cfg, pred = run(2)
     pytorch = predict(cfg.replace(library="pytorch", deepspeed=None))
-    assert pred.memory_required_gib != pytorch.memory_required_gib
+    # the tensors differ (a model this small fits the same allocator segments either way)
+    assert pred.memory_allocated_gib != pytorch.memory_allocated_gib
 
 
 @pytest.mark.parametrize("stage", [1, 2])

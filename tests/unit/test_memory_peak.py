@@ -36,10 +36,10 @@ def test_the_committed_h100_runs_memory_is_predicted_within_ten_percent(name):
     measured = load_run(path).memory_allocated_gib  # torch.cuda.max_memory_allocated
     allocated = p.memory_allocated_gib  # the CUDA context is not the allocator's
     assert abs(allocated / measured - 1) < 0.10, (allocated, measured)
-    assert allocated == pytest.approx(
-        sum(p.memory[k] for k in ("params_gib", "grads_gib", "optimizer_gib"))
-        + max(p.memory["gathered_gib"] + p.memory["activations_gib"], p.memory["step_temporaries_gib"])
+    tensors = sum(p.memory[k] for k in ("params_gib", "grads_gib", "optimizer_gib")) + max(
+        p.memory["gathered_gib"] + p.memory["activations_gib"], p.memory["step_temporaries_gib"]
     )
-    # the allocator's peak: the allocated one with its reserve; what the device must hold: that and the overhead
-    assert p.memory_reserved_gib == pytest.approx(allocated * 1.05)
-    assert p.memory_required_gib == pytest.approx(allocated * 1.05 + p.memory["overhead_gib"])
+    # the allocator's peaks: its replay of the step (512 B rounding and unsplit rests, then cached
+    # blocks); what the device must hold: the reserved peak and the overhead
+    assert tensors < allocated < tensors * 1.01 and allocated < p.memory_reserved_gib
+    assert p.memory_required_gib == pytest.approx(p.memory_reserved_gib + p.memory["overhead_gib"])
