@@ -8,7 +8,7 @@ Adam's moments) and the runtime overhead are alive at both."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.core.units import GIB
@@ -63,9 +63,10 @@ class MemoryBreakdown:
 
     def to_dict(self) -> dict[str, float]:
         """The parts, each in GiB (the totals are the prediction's `memory_*_gib`)."""
-        d = asdict(self)
-        del d["reserve"]
-        return d
+        return {name: getattr(self, name) for name in _PART_FIELDS}
+
+
+_PART_FIELDS = tuple(f.name for f in fields(MemoryBreakdown) if f.name != "reserve")  # `to_dict`'s keys
 
 
 def state_words(optimizer: str, w: Workload) -> float:
