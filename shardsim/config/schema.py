@@ -323,7 +323,7 @@ class RunConfig(Frozen):
         emulated cluster has its own count, an instance type gives 1), as for a file or flags."""
         if isinstance(data, dict) and "topology" in data and "nodes" not in data:
             data = {**data, "nodes": None}
-        if isinstance(data, dict) and any(k in data for k in FILE_FORM_KEYS):
+        if isinstance(data, dict) and not data.keys().isdisjoint(FILE_FORM_KEYS):
             return tree_of(data, data.get("source") if isinstance(data.get("source"), str) else None)
         return data
 

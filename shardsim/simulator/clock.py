@@ -7,6 +7,7 @@ callback list of its own per call."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 import simpy
@@ -36,8 +37,8 @@ class Clock(simpy.Environment):
     `fn(arg)` `delay` seconds from now (`call_in`), at NORMAL priority as a timeout made now."""
 
     def call_in(self, delay: float, fn: Callable[[Any], object], arg: Any = None) -> None:
-        """Call `fn(arg)` `delay` (>= 0) seconds from now."""
-        self.schedule(_Call(fn, arg), NORMAL, delay)  # type: ignore[arg-type]
+        """Call `fn(arg)` `delay` (>= 0) seconds from now: simpy's `schedule`, its entry pushed here."""
+        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), _Call(fn, arg)))  # type: ignore[arg-type]
 
 
 def call_in(env: simpy.Environment) -> Callable[[float, Callable[[Any], object], Any], None]:

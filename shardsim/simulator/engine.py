@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -235,7 +236,7 @@ class _Run:
         self.ended = 0
 
     def begin(self, op: Op) -> None:
-        start = self.env.now
+        start = self.env._now
         if op.kind == "comm":
             if self.sm is not None:
                 self.sm.comm(op, +1)
@@ -247,19 +248,19 @@ class _Run:
                 else:
                     self._send((op, start, route))
             else:
-                PhaseRun(self.net, steps, op.nbytes, op.name, lambda: self.end(op, start)).next()
+                PhaseRun(self.net, steps, op.nbytes, op.name, partial(self.end, op, start)).next()
         elif not op.duration > 0:
             self.finish(op, start)  # zero length: ends now, its dependents start in the same drain
         elif self.sm is not None:
-            self.sm.compute(op, lambda: self.end(op, start))
+            self.sm.compute(op, partial(self.end, op, start))
         elif self.shared:
             work = self.counts[op.rank_class] * op.duration  # core-seconds of the whole class
-            self.net.send(self.cpu, work, op.name, lambda: self.end(op, start), max_rate=1 / op.duration, yields=True)
+            self.net.send(self.cpu, work, op.name, partial(self.end, op, start), max_rate=1 / op.duration, yields=True)
         else:
             self.env.call_in(op.duration, self._ended, (op, start))
 
     def finish(self, op: Op, start: float) -> None:
-        self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env.now)
+        self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env._now)
         self.ended += 1
         waiting, ready = self.waiting, self.ready
         for c in self.children[op.id]:
@@ -271,7 +272,7 @@ class _Run:
     def _send(self, at: tuple[Op, float, Route]) -> None:
         """A one-phase collective's bytes, once its latency is over: `at` = (op, its start, route)."""
         op, start, route = at
-        self.net.send(route, op.nbytes, op.name, lambda: self.end(op, start))
+        self.net.send(route, op.nbytes, op.name, partial(self.end, op, start))
 
     def _ended(self, op_start: tuple[Op, float]) -> None:
         """The clock's call at a compute op's end: `end(op, start)`."""
@@ -305,7 +306,7 @@ class SmSharing:
 
     def compute(self, op: Op, done: Callable[[], None]) -> None:
         """Start compute op `op`; `done()` when its work is done."""
-        job = [op.duration, self.env.now, self.slow if self.in_flight[op.rank_class] else 1.0, 0, done]
+        job = [op.duration, self.env._now, self.slow if self.in_flight[op.rank_class] else 1.0, 0, done]
         self.running[op.rank_class][op.id] = job
         self._schedule(op.rank_class, op.id, job)
 
@@ -325,7 +326,7 @@ class SmSharing:
         if (n == 0) == (m == 0) or self.slow == 1.0:
             return
         rate = self.slow if m else 1.0
-        now = self.env.now
+        now = self.env._now
         for oid, job in self.running[rc].items():
             job[0] -= (now - job[1]) * job[2]
             job[1], job[2], job[3] = now, rate, job[3] + 1

@@ -9,7 +9,7 @@ peaks are the caching allocator's replay of the step those parts make (`step_tra
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from shardsim.config import Resolved, RunConfig
 from shardsim.core.units import GIB
@@ -87,10 +87,14 @@ class MemoryBreakdown:
 
     def to_dict(self) -> dict[str, float]:
         """The parts, each in GiB (the totals are the prediction's `memory_*_gib`)."""
-        d = asdict(self)
-        for k in ("workspaces_gib", "rounding_gib", "cached_gib"):  # in `memory_allocated_gib`, `memory_reserved_gib`
-            del d[k]
-        return d
+        return {name: getattr(self, name) for name in _PART_FIELDS}
+
+
+# `to_dict`'s keys: the parts; the allocator's (workspaces, rounding, cached) are in `memory_allocated_gib`
+# and `memory_reserved_gib`
+_PART_FIELDS = tuple(
+    f.name for f in fields(MemoryBreakdown) if f.name not in ("workspaces_gib", "rounding_gib", "cached_gib")
+)
 
 
 def state_words(optimizer: str, w: Workload) -> float:

@@ -26,6 +26,7 @@ from shardsim.simulator.economics import (
 from shardsim.simulator.engine import Span, chain_bound, simulate
 from shardsim.simulator.float8 import check_float8, float8_layer_elems
 from shardsim.simulator.fusion import compiled_saves
+from shardsim.simulator.gcpause import paused_gc
 from shardsim.simulator.hardware.profile import Profile, load_profile
 from shardsim.simulator.memory import (
     MemoryBreakdown,
@@ -168,10 +169,11 @@ def predict(
     `shardsim.predict` (`shardsim.api`) takes none of them: there the configuration says it all.
     `prune_unfit` (the sweep's): a step that does not fit in memory, which memory says before
     anything is planned, is not simulated; its times are NaN."""
-    s = prepare(cfg, workload=workload, cluster=cluster, profile=profile)
-    if prune_unfit and not s.fits:
-        return s.unsimulated()
-    return s.simulated(s.plan(), algo)
+    with paused_gc():  # it makes no cycles; the collector would rescan the plan and its spans for nothing
+        s = prepare(cfg, workload=workload, cluster=cluster, profile=profile)
+        if prune_unfit and not s.fits:
+            return s.unsimulated()
+        return s.simulated(s.plan(), algo)
 
 
 def _engine_options(s: Prepared) -> dict:
@@ -214,9 +216,10 @@ class Prepared:
     def fits(self) -> bool:
         return self.memory.required_gib <= self.cluster.instance.device.memory_gib
 
-    def unsimulated(self) -> StepPrediction:
-        """The prediction without a simulation: memory and fit, NaN times and rates."""
-        return _summarize(self.cfg, self.res, self.workload, self.cluster, self.compute, self.memory, None, [])
+    def unsimulated(self, config: bool = True) -> StepPrediction:
+        """The prediction without a simulation: memory and fit, NaN times and rates; `config` False:
+        its `config` left empty (a sweep's row, which does not hold it, of each configuration)."""
+        return _summarize(self.cfg, self.res, self.workload, self.cluster, self.compute, self.memory, None, [], config)
 
     def plan(self) -> Plan:
         """The step's plan (`build_plan`); ConfigError in one line, before any of it is built, when
@@ -393,9 +396,10 @@ def _summarize(
     worst: MemoryBreakdown,
     plan: Plan | None,
     spans,
+    config: bool = True,
 ) -> StepPrediction:
     """The prediction of `w` (whose FLOPs the MFU counts); without a plan (not simulated: it does
-    not fit in memory) its times are NaN."""
+    not fit in memory) its times are NaN; `config` False: its `config` empty."""
     dev = cluster.instance.device
     samples = res.global_batch
     if plan is not None:
@@ -426,7 +430,7 @@ def _summarize(
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
         **{name: getattr(key, name) for name in KEY_FIELDS},
-        config=cfg.to_dict(),
+        config=cfg.to_dict() if config else {},
         cluster=cluster.describe(),
         global_batch=samples,
         step_time_s=step,

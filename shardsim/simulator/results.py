@@ -79,8 +79,11 @@ class ResultKey:
     label: str  # the configuration's label, as tables name it: its strategy's ("zero2d d=4"; see below)
 
     def to_dict(self) -> dict[str, Any]:
-        """The key as JSON gives it: `strategy` one object."""
-        return asdict(self)
+        """The key as JSON gives it: `strategy` one object (`asdict`'s, without its deep copies: every
+        field is a plain value)."""
+        d = {name: getattr(self, name) for name in KEY_FIELDS}
+        d["strategy"] = {name: getattr(self.strategy, name) for name in STRATEGY_FIELDS}
+        return d
 
     def columns(self) -> dict[str, Any]:
         """The key as CSV gives it: `strategy_<field>` columns in place of the object."""

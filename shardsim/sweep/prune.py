@@ -71,7 +71,7 @@ def assess(c: Candidate, w: Workload, algo: str = "auto") -> Assessed:
     from shardsim.sweep.rows import row_of
 
     s = prepare(c.cfg, workload=w, cluster=c.cluster)
-    row = row_of(c, s.unsimulated())
+    row = row_of(c, s.unsimulated(config=False))  # a row holds no configuration dict
     if not s.fits:
         return Assessed(row | {"pruned": PRUNED_MEMORY, "bound_step_s": float("nan"), "pruned_by": ""}, None)
     bound = compute_bound_s(s, algo)

@@ -167,3 +167,30 @@ def test_the_compute_bound_counts_tensor_parallel_collectives() -> None:
     step, fused_step = (predict(x.cfg, workload=w).step_time_s for x in (s, fused))
     assert compute_bound_s(s) <= step
     assert compute_bound_s(s) < compute_bound_s(fused) <= fused_step
+
+
+def test_an_assessed_row_is_the_row_of_its_prediction_without_simulation() -> None:
+    """`assess` builds each row without the configuration's dict: the same row as from the whole
+    unsimulated prediction, whose key and memory dicts are `asdict`'s."""
+    import json
+    from dataclasses import asdict
+
+    from shardsim.simulator.results import result_key
+    from shardsim.sweep.prune import assess
+    from shardsim.sweep.rows import row_of
+
+    base = RunConfig(workload="tiny-gpt", topology="p4d.24xlarge", nodes=2, precision="bf16")
+    w = load_workload(base.workload, base.shape, base.source)
+    cands = enumerate_configs(base, SweepSpace(strategies=("zero2d", "pipeline"), pp=(2,)), w).candidates
+    assert len(cands) >= 4
+    for c in cands:
+        s = prepare(c.cfg, workload=w, cluster=c.cluster)
+        whole = s.unsimulated()
+        assert whole.config == s.cfg.to_dict()
+        want = row_of(c, whole)
+        got = assess(c, w).row
+        assert json.dumps({k: got[k] for k in want}) == json.dumps(want)
+        allocator = ("workspaces_gib", "rounding_gib", "cached_gib")  # in the allocated and reserved totals
+        assert whole.memory == {k: v for k, v in asdict(s.memory).items() if k not in allocator}
+        key = result_key(c.cfg, topology="t", nodes=1, world=c.cluster.world, device="d")
+        assert key.to_dict() == asdict(key)

@@ -128,7 +128,7 @@ class Network:
         alone, demand = shape[0] / nbytes, shape[1]
         if max_rate is not None and max_rate < alone:
             alone, demand = max_rate, [u * nbytes * max_rate for u in route.unit]
-        now = self.env.now
+        now = self.env._now
         t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag, yields=yields)
         if yields:
             self._yielding = True
@@ -201,7 +201,7 @@ class Network:
     def _refill(self, seeds) -> list[Transfer]:
         """New rates for the components of `seeds` (progressive filling on each); returns
         the transfers whose rate was set."""
-        now = self.env.now
+        now = self.env._now
         seen: set[Transfer] = set()
         out: list[Transfer] = []
         for seed in seeds:
@@ -226,7 +226,7 @@ class Network:
         delay = max(left / t.rate, 0.0)
         self._timer += 1
         self.call_in(delay, self._on_timer, self._timer)
-        self._timer_at = self.env.now + delay
+        self._timer_at = self.env._now + delay
         self._target = (t, t.t0, t.rate)
 
     def _on_timer(self, timer: int) -> None:
@@ -235,7 +235,7 @@ class Network:
         target, t0, rate = self._target  # type: ignore[misc]
         self._timer += 1  # none armed
         self._timer_at, self._target = float("inf"), None
-        now = self.env.now
+        now = self.env._now
         if target.t0 == t0 and target.rate == rate:
             # its rate has not changed since the timer was set for it: it is done by definition,
             # even when its last sliver of time is below float resolution at this clock value
