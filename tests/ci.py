@@ -1,10 +1,10 @@
 """The README's test command: the tests marked `serial` (they start ranks and clusters, or hold
 the machine to a wall-clock promise) at the normal scheduling class, and beside them, at the
 idle class (SCHED_IDLE: a task of it runs only on a core no other task wants, and gives the
-core up as soon as one does), the in-process tests on every core (pytest-xdist) and then the
-regeneration check (`experiments/check_regenerated.py`). The serial tests keep the cores they
-use; the others fill the time those tests wait (ranks blocked on a shaped link, timeouts,
-sleeps, processes starting one at a time).
+core up as soon as one does; their session's autogroup at nice 19), the in-process tests on
+every core (pytest-xdist) and then the regeneration check (`experiments/check_regenerated.py`).
+The serial tests keep the cores they use; the others fill the time those tests wait (ranks
+blocked on a shaped link, timeouts, sleeps, processes starting one at a time).
 
     python -m tests.ci         # from the repository's root; exit 0 when all three pass
 
@@ -40,7 +40,15 @@ class Phase:
 
 
 def _idle_class() -> None:
+    """In the child, its session made: the idle class, and where the kernel groups each session's
+    tasks (autogroup: `kernel.sched_autogroup_enabled`, which shares the cores between sessions
+    whatever their tasks' classes) the session's group at nice 19 too."""
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("19")
+    except OSError:  # a kernel without autogroup: the class alone decides
+        pass
 
 
 def _beside(phases: list[Phase], folder: Path, procs: list[subprocess.Popen]) -> None:
