@@ -64,17 +64,26 @@ def cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "shardsim"
 
 
+PACKAGE = Path(__file__).resolve().parents[1]  # the shardsim package, wherever it is installed
+
+
+def code_files() -> list[Path]:
+    """The package's code and data files (`CODE_SUFFIXES`), sorted: nothing outside it (a
+    checkout's tests and experiments, or the site-packages it is installed in)."""
+    return sorted(
+        p for p in PACKAGE.rglob("*") if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts and p.is_file()
+    )
+
+
 @cache
 def code_fingerprint() -> str:
     """SHA-256 of shardsim's own code and data files (paths and bytes): rows predicted by other
     code are never served (a development checkout changes without a version bump)."""
-    root = Path(__file__).resolve().parents[2]  # the shardsim package
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts and p.is_file():
-            h.update(p.relative_to(root).as_posix().encode())
-            h.update(b"\0")
-            h.update(p.read_bytes())
+    for p in code_files():
+        h.update(p.relative_to(PACKAGE).as_posix().encode())
+        h.update(b"\0")
+        h.update(p.read_bytes())
     return h.hexdigest()
 
 

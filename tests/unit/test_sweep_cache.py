@@ -255,3 +255,15 @@ def test_concurrent_writers_share_one_cache(tmp_path) -> None:
     with ResultCache(tmp_path) as cache:
         assert cache.count() == 600
         assert cache.lookup(["key-450"]) == {"key-450": {"i": 450, "x": 450 / 7}}
+
+
+def test_the_code_fingerprint_reads_the_package_and_nothing_beside_it():
+    """The rows' key holds the package's own files: a checkout's tests, experiments and build
+    folders (which tests write to while a sweep runs) or an install's site-packages change nothing."""
+    from shardsim.sweep.cache import PACKAGE, code_files
+
+    files = code_files()
+    assert PACKAGE.name == "shardsim" and all(PACKAGE in p.parents for p in files)
+    names = {p.relative_to(PACKAGE).as_posix() for p in files}
+    assert {"sweep/cache.py", "data/topologies/p4d.24xlarge.yaml", "simulator/engine.py"} <= names
+    assert not any("__pycache__" in n for n in names)
