@@ -34,11 +34,16 @@ _MAKE = (_make,)
 
 class Clock(simpy.Environment):
     """A simpy.Environment (time from the int 0, `run`, `timeout`, processes) that also calls
-    `fn(arg)` `delay` seconds from now (`call_in`), at NORMAL priority as a timeout made now."""
+    `fn(arg)` `delay` seconds from now (`call_in`) or at a time (`call_at`), at NORMAL priority as a
+    timeout made now."""
 
     def call_in(self, delay: float, fn: Callable[[Any], object], arg: Any = None) -> None:
         """Call `fn(arg)` `delay` (>= 0) seconds from now: simpy's `schedule`, its entry pushed here."""
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), _Call(fn, arg)))  # type: ignore[arg-type]
+
+    def call_at(self, when: float, fn: Callable[[Any], object], arg: Any = None) -> None:
+        """Call `fn(arg)` at time `when` (>= now), as `call_in` would at that time."""
+        heappush(self._queue, (when, NORMAL, next(self._eid), _Call(fn, arg)))  # type: ignore[arg-type]
 
 
 def call_in(env: simpy.Environment) -> Callable[[float, Callable[[Any], object], Any], None]:

@@ -11,6 +11,7 @@ import numpy as np
 
 from shardsim.simulator.clock import Clock
 from shardsim.simulator.gcpause import paused_gc
+from shardsim.simulator.idle_chain import IdleChain
 from shardsim.simulator.network.collectives import Algo, Phase, PhaseRun, Steps, algo_for
 from shardsim.simulator.network.collectives import plan as plan_collective
 from shardsim.simulator.network.fluid import Network, Route
@@ -65,6 +66,7 @@ def simulate(
     comm_cpu: dict[str, float] | None = None,
     mics: bool = False,
     call_wait_s: float = 0.0,
+    idle_chains: bool = True,
 ) -> list[Span]:
     """Execute the plan; every op starts when its dependencies (including the previous op on
     its stream, recorded by the plan) are done. Returns one span per op.
@@ -85,9 +87,13 @@ def simulate(
     PyTorch's flat NCCL ones.
 
     With nccl, a compute op of a rank class runs at 1 - `sm_share` of its speed while a
-    collective or send of that class (or to it) is in flight (`SmSharing`)."""
+    collective or send of that class (or to it) is in flight (`SmSharing`).
+
+    `idle_chains` (without `shared_cores`): a chain of one-phase collectives that starts on idle
+    links is timed as one event (`idle_chain.IdleChain`: the same spans up to float rounding);
+    False runs every op on the network (what the tests compare it with)."""
     with paused_gc():  # setting up allocates an object or more per op too
-        run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
+        run = _Run(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s, idle_chains)
         run.ready.extend(op.id for op in p.ops if not op.deps)
         run.drain()
         run.env.run()
@@ -217,9 +223,11 @@ class _Run:
         comm_cpu: dict[str, float] | None = None,
         mics: bool = False,
         call_wait_s: float = 0.0,
+        idle_chains: bool = True,
     ) -> None:
         self.env = Clock()
         self.shared = shared_cores is not None
+        self.chains = idle_chains and not self.shared  # (on a shared host the cores are a link too)
         caps, self.steps, self.cpu = _network(p, g, algo, backend, shared_cores, comm_cpu, mics, call_wait_s)
         self.net = Network(self.env, caps)
         self.counts = [c.count for c in p.classes]
@@ -242,6 +250,8 @@ class _Run:
                 self.sm.comm(op, +1)
             steps = self.steps[op.id]
             if steps is not None and len(steps) == 1:  # one phase (the usual): PhaseRun's calls, without it
+                if self.chains and self._held(op, start):
+                    return
                 latency, route = steps[0]
                 if latency:
                     self.env.call_in(latency, self._send, (op, start, route))
@@ -258,6 +268,38 @@ class _Run:
             self.net.send(self.cpu, work, op.name, partial(self.end, op, start), max_rate=1 / op.duration, yields=True)
         else:
             self.env.call_in(op.duration, self._ended, (op, start))
+
+    def _held(self, op: Op, start: float) -> bool:
+        """Start one-phase collective `op` and the chain after it (each the only child of the one
+        before and waiting for nothing else, one phase, the same rank class, no peer) as an
+        `IdleChain` when all their links are idle; False (nothing started) when not."""
+        latency, route = self.steps[op.id][0]  # type: ignore[index]
+        ops, routes, latencies = [op], [route], [latency]
+        if op.peer is None:
+            children, all_ops, steps = self.children, self.ops, self.steps
+            cur = op
+            while len(children[cur.id]) == 1:
+                b = all_ops[children[cur.id][0]]
+                st = steps[b.id]
+                if b.kind != "comm" or b.peer is not None or b.rank_class != op.rank_class or len(b.deps) != 1:
+                    break
+                if st is None or len(st) != 1:
+                    break
+                ops.append(b)
+                latencies.append(st[0][0])
+                routes.append(st[0][1])
+                cur = b
+        if len(routes) == 1:
+            links = route.links
+        else:
+            links = tuple(dict.fromkeys(link for r in dict.fromkeys(routes) for link in r.links))
+        if not self.net.idle(links):
+            return False
+        IdleChain(self, ops, routes, latencies, links, start)
+        return True
+
+    def span(self, op: Op, start: float, end: float) -> Span:
+        return Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, end)
 
     def finish(self, op: Op, start: float) -> None:
         self.spans[op.id] = Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, self.env._now)

@@ -20,6 +20,12 @@ found on a smaller problem):
 One timer is armed at the next completion; a start re-arms it only when something
 now ends sooner. Progress is kept as (remaining at t0, rate since t0) and brought up to
 date only when a rate changes.
+
+Held links: a holder (the engine's `idle_chain.IdleChain`) may take links that carry nothing
+(`idle`, `hold`) and time its own transfers on them at their alone rates, off the network. The
+first transfer sent over a held link has the holder `interrupt()`ed first: it releases its links
+and hands its transfer in flight back (`send(..., since=)`, as if sent then), so the network is
+as if the holder's transfers had been sent to it all along.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -55,6 +62,13 @@ class Route:
         return {link: i for i, link in enumerate(self.links)}
 
 
+class Holder(Protocol):
+    """What holds idle links (`Network.hold`): told when a transfer is sent over one of them."""
+
+    def interrupt(self) -> None:
+        """Release the links held and hand any transfer in flight on them back (`send(since=)`)."""
+
+
 @dataclass(eq=False, slots=True)
 class Transfer:
     route: Route
@@ -74,9 +88,7 @@ class Transfer:
 class Network:
     env: simpy.Environment | Clock
     capacity: np.ndarray
-    busy_time: float = 0.0  # time with at least one transfer in flight
     active: dict[Transfer, None] = field(default_factory=dict)  # in start order
-    _busy_since: float = 0.0
     _started: int = 0
     _shapes: dict[Route, tuple[float, list[float]]] = field(default_factory=dict)  # route -> alone rate
     # of one byte, demand on each link at the alone rate (the same whatever the bytes)
@@ -90,6 +102,8 @@ class Network:
         self._cap: list[float] = self.capacity.tolist()
         self._usage = [0.0] * len(self._cap)  # demand at alone rates per link (bytes/s)
         self._count = [0] * len(self._cap)  # transfers per link
+        self._held: list[Holder | None] = [None] * len(self._cap)  # link -> its holder (`hold`)
+        self._holders = 0  # links held
         self.call_in = call_in(self.env)  # call_in(delay, fn, arg): fn(arg) that many seconds from now
 
     def transfer(
@@ -111,34 +125,41 @@ class Network:
         on_done: Callable[[], object],
         max_rate: float | None = None,
         yields: bool = False,
+        since: float | None = None,
     ) -> None:
         """Move `nbytes` × route.unit over route.links from now; `on_done()` runs when done
         (at once when there is nothing to move). `yields`: it gets what the transfers that do
-        not yield leave on its links (compute on a host's cores, see fairshare.fill)."""
+        not yield leave on its links (compute on a host's cores, see fairshare.fill). `since`: it
+        has moved at its alone rate since then (a holder's transfer handed back; its links idle)."""
         if nbytes <= 0 or not route.links:  # (route units are > 0)
             on_done()
             return
-        shape = self._shapes.get(route)
-        if shape is None:
-            cap = self._cap
-            per_byte = min([cap[link] / u for link, u in zip(route.links, route.unit, strict=True)])
-            shape = self._shapes[route] = (per_byte, [u * per_byte for u in route.unit])
+        if self._holders:
+            held = self._held
+            for link in route.links:
+                h = held[link]
+                if h is not None:
+                    h.interrupt()
+        shape = self._shapes.get(route) or self._shape(route)
         # alone rate and demand at it, from the route's (rounded once: may differ from
         # computing them for these bytes in the last bit)
         alone, demand = shape[0] / nbytes, shape[1]
         if max_rate is not None and max_rate < alone:
             alone, demand = max_rate, [u * nbytes * max_rate for u in route.unit]
         now = self.env._now
-        t = Transfer(route, demand, alone, self._started, on_done, now, tag=tag, yields=yields)
+        t = Transfer(
+            route, demand, alone, self._started, on_done, now if since is None else since, tag=tag, yields=yields
+        )
         if yields:
             self._yielding = True
         self._started += 1
-        active = self.active
-        if not active:
-            self._busy_since = now
-        active[t] = None
+        self.active[t] = None
+        if since is not None:
+            t.rate = alone  # its progress since then: brought up to date by a refill, or when armed
         if self._add_load(t):
             changed = self._refill([t])
+            if since is not None and t not in changed:
+                changed.append(t)
         else:
             t.rate = alone
             changed = (t,)
@@ -146,6 +167,39 @@ class Network:
             left = c.remaining - c.rate * (now - c.t0)
             if now + left / c.rate < self._timer_at:
                 self._arm(c, left)
+
+    def _shape(self, route: Route) -> tuple[float, list[float]]:
+        """`route`'s alone rate of one byte and its demand on each link at that rate (cached)."""
+        cap = self._cap
+        per_byte = min([cap[link] / u for link, u in zip(route.links, route.unit, strict=True)])
+        shape = self._shapes[route] = (per_byte, [u * per_byte for u in route.unit])
+        return shape
+
+    def alone_s(self, route: Route, nbytes: float) -> float:
+        """Seconds `nbytes` over `route` take alone on its links: the delay of the timer `send` arms
+        for them (0 when nothing moves)."""
+        if nbytes <= 0 or not route.links:
+            return 0.0
+        shape = self._shapes.get(route) or self._shape(route)
+        return max(1.0 / (shape[0] / nbytes), 0.0)
+
+    # -- held links (a holder times its transfers itself while nothing else uses them) -----------
+    def idle(self, links: tuple[int, ...]) -> bool:
+        """No transfer is on `links` and no holder holds any of them."""
+        count, held = self._count, self._held
+        return not any(count[link] or held[link] is not None for link in links)
+
+    def hold(self, links: tuple[int, ...], holder: Holder) -> None:
+        """`holder` takes `links` (idle): the first transfer sent over one interrupts it."""
+        for link in links:
+            self._held[link] = holder
+        self._holders += len(links)
+
+    def release(self, links: tuple[int, ...]) -> None:
+        """Give `links` back (held by one holder)."""
+        for link in links:
+            self._held[link] = None
+        self._holders -= len(links)
 
     # -- link bookkeeping ------------------------------------------------------------
     def _add_load(self, t: Transfer) -> bool:
@@ -264,7 +318,5 @@ class Network:
                 if left < soonest:
                     nxt, soonest = t, left
             self._arm(nxt, nxt.remaining - nxt.rate * (now - nxt.t0))
-        else:
-            self.busy_time += now - self._busy_since
         for t in finished:
             t.on_done()
