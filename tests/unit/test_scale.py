@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from shardsim.cli import main
-from shardsim.config import RunConfig, Strategy, resolve
+from shardsim.config import RunConfig, Strategy, load_config, resolve
 from shardsim.simulator.network import collectives
 from shardsim.simulator.network.collectives import Algo, GroupLayout, _PlanCache
 from shardsim.simulator.network.fluid import Route
 from shardsim.simulator.network.linkgroups import group_links
 from shardsim.simulator.network.links import build_links
+from shardsim.simulator.predict import prepare
 from shardsim.simulator.scale import MAX_PLAN_OPS, plan_ops_estimate
 from shardsim.simulator.workload.resolve import load_workload
 from shardsim.specs.bounds import MAX_WORLD
@@ -134,6 +135,18 @@ def test_the_plan_size_estimate_is_within_four_times_the_plan(workload) -> None:
         ops = len(build_plan(cfg, res, ranks_w, cm).ops)
         est = plan_ops_estimate(cfg, n_layers)
         assert ops <= est <= 4 * ops, (cfg.strategy.label(), ops, est)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved-zb", "zbv"])
+def test_the_estimate_bounds_a_context_parallel_pipeline(schedule) -> None:
+    """Ring attention's ops in every pass of a pipeline, zero-bubble ones split in I and W."""
+    opts = {"workload": "llama-3.1-8b", "layers": 8, "topology": "p5.48xlarge", "nodes": 2, "precision": "bf16",
+            "strategy": "pipeline", "pp": 2, "microbatches": 4, "batch_per_device": 2, "schedule": schedule,
+            "stages_per_rank": 1 if schedule == "1f1b" else 2, "cp": 8, "tp": 1, "seq_len": 65536}  # fmt: skip
+    pre = prepare(load_config(None, opts))
+    ops = len(pre.plan().ops)
+    est = plan_ops_estimate(pre.cfg, 8)
+    assert ops <= est <= 4 * ops, (ops, est)
 
 
 def test_the_plan_cache_keeps_its_arrays_within_its_budget() -> None:

@@ -101,6 +101,31 @@ def test_zero_bubble_passes_split_the_backward() -> None:
     assert weight_grad_share(embed, tokens) == 1.0 and 0 < weight_grad_share(layer, tokens) <= 0.5
 
 
+def test_an_moe_layers_weight_share_counts_the_experts_a_token_uses() -> None:
+    """tiny-moe (4 experts, top-2): W holds the weight GEMMs of the experts a token is routed to,
+    not of all four (which would make a layer's backward all W)."""
+    w = load_workload("tiny-moe")
+    layer = next(b for b in w.blocks if b.moe is not None)
+    share = weight_grad_share(layer, w.tokens_per_sample)
+    assert layer.inactive_params > 0 and 0 < share <= 0.5
+    assert share == pytest.approx(2 * layer.active_params * w.tokens_per_sample / layer.bwd_flops, rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv"])
+def test_context_parallel_rings_run_in_the_input_gradient_pass(schedule) -> None:
+    """With context parallelism a zero-bubble backward's I runs attention's backward with its ring
+    collectives and W none: a step issues the ring collectives a whole-backward schedule does."""
+    opts = {"workload": "llama-3.1-8b", "layers": 4, "topology": "p5.48xlarge", "nodes": 1, "precision": "bf16",
+            "strategy": "pipeline", "pp": 2, "microbatches": 2, "stages_per_rank": 2, "cp": 4,
+            "seq_len": 16384}  # fmt: skip
+    ring = {}
+    for name in (schedule, "interleaved-1f1b"):
+        plan = prepare(load_config(None, {**opts, "schedule": name})).plan()
+        ring[name] = [op for op in plan.ops if op.stream == "cp"]
+        assert not [op.name for op in ring[name] if op.name.endswith(" W")]
+    assert len(ring[schedule]) == len(ring["interleaved-1f1b"]) > 0
+
+
 @given(st.integers(1, 8), st.integers(1, 16))
 @settings(derandomize=True, max_examples=40, deadline=None)
 def test_held_activations_agree_with_the_single_stage_model(pp: int, m: int) -> None:

@@ -67,12 +67,13 @@ def weight_grad_share(b: Block, tokens: int) -> float:
     Parallelism", arXiv 2401.10241, section 2: W holds the weight GEMMs; B the input-gradient
     GEMMs, attention's core and the element-wise work). The embedding's backward is all W (its
     input, token ids or pixels, takes no gradient). A modelling choice: memory-bound work goes
-    to I whole, and W's GEMMs run at the rate of the block's backward."""
+    to I whole, and W's GEMMs run at the rate of the block's backward. An MoE layer's weights are
+    those a token uses (`Block.active_params`: its top-k routed experts, not all of them)."""
     if b.kind == "embed":
         return 1.0
     if b.bwd_flops <= 0:
         return 0.5
-    return min(1.0, 2.0 * b.params * (b.tokens or tokens) / b.bwd_flops)
+    return min(1.0, 2.0 * b.active_params * (b.tokens or tokens) / b.bwd_flops)
 
 
 @dataclass(frozen=True)
@@ -176,14 +177,18 @@ class VirtualPipeline:
             counted[a.stage] = counted.get(a.stage, 0) + 1
         last = a.kind in ("B", "W") and counted[a.stage] == res.microbatches and k == K - 1
         cm = self.cm if a.kind == "B" else BackwardPart(self.cm, a.kind, self.tokens)
-        tp, p.tp = p.tp, (None if a.kind == "W" else p.tp)  # W: no input gradient to reduce across tp
+        # W holds the weight GEMMs only: no input gradient to reduce across tp, and no attention (its
+        # backward, with context parallelism's ring rounds and their collectives, is I's)
+        tp, cp = p.tp, p.cp
+        if a.kind == "W":
+            p.tp = p.cp = None
         try:
             if fsdp:
                 op, syncs = fsdp_backward(p, r, cm, cfg, mb, pc, start, sync=last, tag=f"{tag} {a.kind}", reduce=False)
             else:
                 op, syncs = ddp_backward(p, r, cm, cfg, mb, pc, start, sync=last, tag=f"{tag} {a.kind}")
         finally:
-            p.tp = tp
+            p.tp, p.cp = tp, cp
         self.syncs[r] += syncs
         out = _join(op, *syncs)  # DDP's backward returns once its buckets are all-reduced (see pipeline._op)
         if a.kind == "W" or a.stage == 0:
