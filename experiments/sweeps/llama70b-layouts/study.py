@@ -95,7 +95,9 @@ def plot(best_tp, path: Path) -> None:
         ax.set_title(f"Llama 3.1 70B, seq 8192, 2M-token batch: {top}\n(each line: the best pp × dp for that tp)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.text(0.01, 0.01, "Source: shardsim's predictions (experiments/sweeps/llama70b-layouts/study.py, rows.csv)",
+             fontsize=7, color="#555555")  # fmt: skip
     fig.savefig(path, dpi=120)
 
 
