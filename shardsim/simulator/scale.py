@@ -36,7 +36,11 @@ SWEEP_CONFIRM_ABOVE = 1_000  # valid configurations a sweep predicts without ask
 def plan_ops_estimate(cfg: RunConfig, n_layers: int) -> int:
     """About how many ops the plan of one step of `cfg` (normalized by resolve) holds: between
     one and four times as many as it does (tests/unit/test_scale.py; library deepspeed's stage 3
-    an upper bound, `stage3_ops_estimate`), without building it."""
+    an upper bound, `stage3_ops_estimate`), without building it. Not counted, so under the plan
+    there: DDP's gradient buckets beyond one a block (unsharded gradients, ddp, zero1 and a
+    pipeline's unsharded stages, of blocks over 25 MiB of gradients each: a large vocabulary's
+    embedding and head). Such a step holds at most its gradients over 25 MiB buckets more, a
+    few thousand on an 80 GiB device."""
     s = cfg.strategy
     planned = PLANNERS[s.kind].ops_estimate(s, cfg.grad_accum, n_layers)
     if cfg.library == "deepspeed" and stage_of(cfg) == 3:
