@@ -11,13 +11,16 @@ to increase with each new segment.
 
 A trace is a sequence of ints: a size >= 0 allocates that many bytes (the allocation's id is the
 count of allocations before it), `~i` (that is, -1 - i) frees allocation `i`. `streams`, parallel
-to the events, says on which stream each allocation is made (default: all on one)."""
+to the events, says on which stream each allocation is made (default: all on one). A replay
+can resume from the pools an earlier part of a trace left (`Pools`, `advance`): the same result
+as replaying the whole trace."""
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Sequence
-from dataclasses import dataclass
+from copy import copy
+from dataclasses import dataclass, field
 
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: every size is rounded up to a multiple of 512 B
 K_SMALL_SIZE = 1 << 20  # kSmallSize: the largest request of the small pool (1 MiB)
@@ -54,34 +57,77 @@ class Replay:
     segments: tuple[int, ...]  # each segment's size, in the order they were reserved
 
 
+@dataclass
+class Pools:
+    """The allocator's state between two events (what `replay` resumes from, `Pools.copy`). Blocks,
+    by id, are parallel lists (no object per block); a block belongs to one segment of one pool and
+    stream (`pool_of`: 2 x stream, + 1 for the small pool); `prev` / `nxt` link the blocks split
+    from one segment (-1: none). A pool's free blocks are a sorted list of size << 64 | address
+    (BlockComparatorSize's order: best fit first), `at` their ids by that key."""
+
+    size: list[int] = field(default_factory=list)
+    ptr: list[int] = field(default_factory=list)
+    prev: list[int] = field(default_factory=list)
+    nxt: list[int] = field(default_factory=list)
+    used: list[bool] = field(default_factory=list)
+    pool_of: list[int] = field(default_factory=list)
+    free: dict[int, list[int]] = field(default_factory=dict)
+    at: dict[int, int] = field(default_factory=dict)
+    tail: dict[int, int] = field(default_factory=dict)  # expandable: the block at the mapped end of each pool's segment
+    segment_of: dict[int, int] = field(default_factory=dict)  # expandable: each pool's index in `segments`
+    block_of: list[int] = field(default_factory=list)  # allocation id -> block id (-1: a zero-size allocation)
+    asked: list[int] = field(default_factory=list)
+    segments: list[int] = field(default_factory=list)
+    next_ptr: int = 0
+    allocated: int = 0
+    reserved: int = 0
+    requested: int = 0
+    allocated_peak: int = 0
+    requested_peak: int = 0
+
+    def copy(self) -> Pools:
+        """An independent copy (its lists and the free lists in `free` copied)."""
+        c = copy(self)
+        for name in ("size", "ptr", "prev", "nxt", "used", "pool_of", "block_of", "asked", "segments"):
+            setattr(c, name, getattr(self, name).copy())
+        c.free = {k: v.copy() for k, v in self.free.items()}
+        c.at, c.tail, c.segment_of = self.at.copy(), self.tail.copy(), self.segment_of.copy()
+        return c
+
+    def result(self) -> Replay:
+        return Replay(self.allocated_peak, self.reserved, self.requested_peak, tuple(self.segments))
+
+
 def replay(
     events: Sequence[int],
     streams: Sequence[int] | None = None,
     *,
     expandable_segments: bool = False,
     max_split_size: int = NO_SPLIT_LIMIT,
+    start: Pools | None = None,
 ) -> Replay:
-    """Replay `events` (see the module's docstring) through the caching allocator."""
-    # blocks, by id, in parallel lists (no object per block); a block belongs to one segment of one
-    # pool and stream (`pool_of`: 2 x stream, + 1 for the small pool); `prev` / `nxt` link the blocks
-    # split from one segment (-1: none). A pool's free blocks are a sorted list of size << 64 | address
-    # (BlockComparatorSize's order: best fit first), `at` their ids by that key.
-    size: list[int] = []
-    ptr: list[int] = []
-    prev: list[int] = []
-    nxt: list[int] = []
-    used: list[bool] = []
-    pool_of: list[int] = []
-    free: dict[int, list[int]] = {}
-    at: dict[int, int] = {}
-    tail: dict[int, int] = {}  # expandable: the block at the mapped end of each pool's segment
-    segment_of: dict[int, int] = {}  # expandable: each pool's index in `segments`
-    block_of: list[int] = []  # allocation id -> block id (-1: a zero-size allocation)
-    asked: list[int] = []
-    segments: list[int] = []
-    next_ptr = 0
-    allocated = reserved = requested = 0
-    allocated_peak = requested_peak = 0
+    """Replay `events` (see the module's docstring) through the caching allocator, from empty pools
+    or from `start` (left as it is: a state `advance` reached on the events before these)."""
+    pools = Pools() if start is None else start.copy()
+    advance(pools, events, streams, expandable_segments=expandable_segments, max_split_size=max_split_size)
+    return pools.result()
+
+
+def advance(
+    pools: Pools,
+    events: Sequence[int],
+    streams: Sequence[int] | None = None,
+    *,
+    expandable_segments: bool = False,
+    max_split_size: int = NO_SPLIT_LIMIT,
+) -> Pools:
+    """Run `events` through the allocator in state `pools` (changed in place; returned)."""
+    size, ptr, prev, nxt, used, pool_of = pools.size, pools.ptr, pools.prev, pools.nxt, pools.used, pools.pool_of
+    free, at, tail, segment_of = pools.free, pools.at, pools.tail, pools.segment_of
+    block_of, asked, segments = pools.block_of, pools.asked, pools.segments
+    next_ptr = pools.next_ptr
+    allocated, reserved, requested = pools.allocated, pools.reserved, pools.requested
+    allocated_peak, requested_peak = pools.allocated_peak, pools.requested_peak
     shift = 64
     stream_of = streams if streams is not None else [0] * len(events)
 
@@ -218,4 +264,7 @@ def replay(
             k = size[b] << shift | ptr[b]
             insort(lst, k)
             at[k] = b
-    return Replay(allocated_peak, reserved, requested_peak, tuple(segments))
+    pools.next_ptr = next_ptr
+    pools.allocated, pools.reserved, pools.requested = allocated, reserved, requested
+    pools.allocated_peak, pools.requested_peak = allocated_peak, requested_peak
+    return pools

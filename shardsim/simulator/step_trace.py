@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shardsim.simulator.allocator import Replay, replay
+from shardsim.simulator.allocator import Pools, Replay, advance, replay
 
 COMPUTE_STREAM, GATHER_STREAM = 0, 1  # FSDP2 all-gathers into buffers of its own stream
 
@@ -111,14 +111,21 @@ def units_of(b: StepBytes) -> list[Unit]:
     return [Unit(p, g, o, t, gathered[u], saved[u]) for u, (p, g, o, t) in enumerate(parts)]
 
 
-def step_events(
-    units: Sequence[Unit], window: int, gather_stream: bool, workspace: int = 0
-) -> tuple[list[int], list[int]]:
-    """The trace of `units` (events and, parallel, each allocation's stream), `window` units
-    gathered at once (0: every one), after `workspace` bytes kept on the compute stream."""
+def state_events(units: Sequence[Unit], workspace: int = 0) -> list[int]:
+    """The trace's first part, all on the compute stream: cuBLAS's `workspace` bytes (when any),
+    then every unit's model states (allocations 0, 1, ...; nothing freed)."""
+    events = [workspace] if workspace else []
+    for u in units:
+        events += (*u.params, *u.grads, *u.optimizer)
+    return events
+
+
+def step_part(units: Sequence[Unit], window: int, gather_stream: bool, first: int) -> tuple[list[int], list[int]]:
+    """The trace's second part (events and, parallel, each allocation's stream): the step twice,
+    `window` units gathered at once (0: every one); its allocations numbered from `first`."""
     events: list[int] = []
     streams: list[int] = []
-    count = 0
+    count = first
 
     def alloc(n: int, stream: int = COMPUTE_STREAM) -> int:
         nonlocal count
@@ -131,11 +138,6 @@ def step_events(
         events.append(~i)
         streams.append(COMPUTE_STREAM)
 
-    if workspace:
-        alloc(workspace)
-    for u in units:
-        for size in (*u.params, *u.grads, *u.optimizer):
-            alloc(size)
     n = len(units)
     window = n if window <= 0 else min(window, n)
     stream = GATHER_STREAM if gather_stream else COMPUTE_STREAM
@@ -159,10 +161,34 @@ def step_events(
     return events, streams
 
 
+def step_events(
+    units: Sequence[Unit], window: int, gather_stream: bool, workspace: int = 0
+) -> tuple[list[int], list[int]]:
+    """The trace of `units` (events and, parallel, each allocation's stream), `window` units
+    gathered at once (0: every one), after `workspace` bytes kept on the compute stream:
+    `state_events`, then `step_part`."""
+    head = state_events(units, workspace)
+    events, streams = step_part(units, window, gather_stream, len(head))
+    return head + events, [COMPUTE_STREAM] * len(head) + streams
+
+
 @lru_cache(maxsize=512)
 def replay_step(b: StepBytes, expandable_segments: bool = False) -> Replay:
     """The caching allocator's replay of `b`'s steady-state step (every unit: a model's identical
     layers are not cut short, since which moment is the peak, the forward's or the optimizer
-    step's, can change with their number)."""
-    events, streams = step_events(units_of(b), b.window, b.gather_stream, b.workspace)
-    return replay(events, streams, expandable_segments=expandable_segments)
+    step's, can change with their number): the pools after its model states (`_after_states`,
+    shared by the steps of every rank with the same states), then the step."""
+    units = units_of(b)
+    head = _after_states(b.params, b.grads, b.optimizer, b.tensors, b.words, b.workspace, expandable_segments)
+    events, streams = step_part(units, b.window, b.gather_stream, len(head.asked))
+    return replay(events, streams, expandable_segments=expandable_segments, start=head)
+
+
+@lru_cache(maxsize=64)
+def _after_states(
+    params: int, grads: int, optimizer: int, tensors: tuple, words: int, workspace: int, expandable_segments: bool
+) -> Pools:
+    """The allocator's pools after `state_events` of a rank's states (the StepBytes fields they
+    depend on); kept, never changed (`replay` resumes from a copy)."""
+    b = StepBytes(params, grads, optimizer, 0, 0, 0, tensors, (), words, 0, False, workspace)
+    return advance(Pools(), state_events(units_of(b), workspace), expandable_segments=expandable_segments)

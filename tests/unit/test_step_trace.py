@@ -80,3 +80,30 @@ def test_a_gpu_prediction_reserves_whole_segments_above_its_allocated_peak():
         build_config({"workload": "tiny-gpt", "topology": "emu-2x2", "precision": "fp32", "backend": "gloo"}, "t")
     )
     assert cpu.memory_allocated_gib == cpu.memory_reserved_gib  # no caching allocator on a CPU
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    st.lists(st.integers(0, 256 * MIB), min_size=6, max_size=6),
+    st.lists(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4), min_size=1, max_size=5),
+    st.integers(0, 3),
+    st.booleans(),
+    st.sampled_from([0, 8 * MIB + MIB // 8]),
+    st.integers(1, 3),
+    st.booleans(),
+)
+def test_a_replay_resumed_after_the_states_is_the_whole_traces(parts, tensors, window, gather, workspace, words, exp):
+    """`replay_step` resumes from the pools its model states leave (cached, shared by every step of
+    those states): the same peaks and segments as the whole trace replayed from empty pools, and the
+    cached pools are not changed by a replay resumed from them."""
+    params, grads, optim, gathered, acts, temps = parts
+    saved = tuple(float(i + 1) for i in range(len(tensors)))
+    b = StepBytes(params, grads, optim, gathered, acts, temps, tuple(map(tuple, tensors)), saved, words, window, gather,
+                  workspace)  # fmt: skip
+    whole = replay(*step_events(units_of(b), window, gather, workspace), expandable_segments=exp)
+    assert replay_step(b, exp) == whole
+    other = StepBytes(params, grads, optim, gathered + 3 * MIB, acts * 2 + 1, temps, b.tensors, saved, words, window,
+                      gather, workspace)  # fmt: skip
+    assert replay_step(other, exp) == replay(*step_events(units_of(other), window, gather, workspace),
+                                             expandable_segments=exp)  # fmt: skip
+    assert replay_step.__wrapped__(b, exp) == whole  # the cached pools after `other` resumed from them
