@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # ops of one step's plan, as `plan_ops_estimate` counts them: every layout of llama-3.1-70b on
 # 16 x p5.48xlarge and of llama-3.1-405b on 64 x p5.48xlarge at 8,192 tokens (pp up to 16, 64
-# microbatches, 4 stages per rank; at most 191,376) is within it; the largest predict in 1.2-1.4 s
+# microbatches, 4 stages per rank; at most 191,376) is within it; the largest predict in 1.2-1.6 s
 # of CPU and 186 MiB on a 2-core machine. Those beyond it at 131,072 tokens with cp up to 16 do
 # not fit in memory, so a sweep keeps them as rows of their memory (experiments/readings/op-bound.md)
 MAX_PLAN_OPS = 200_000
