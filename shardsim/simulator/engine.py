@@ -299,6 +299,7 @@ class _Run:
         return True
 
     def span(self, op: Op, start: float, end: float) -> Span:
+        """`op`'s span from `start` to `end`."""
         return Span(op.id, op.rank_class, op.stream, op.kind, op.name, op.phase, start, end)
 
     def finish(self, op: Op, start: float) -> None:
