@@ -152,7 +152,7 @@ def rank_memory(
     `float8_layer_elems`: a layer's weights FSDP2 gathers in float8 (float8 all-gather); `held`:
     the activation elements per sample it holds at most, where its schedule says (a multi-stage
     pipeline's, `virtual_pipeline.held_activations`); on a GPU `overhead_gib`, the process's memory
-    beyond the allocator (`runtime_gib`), and `workspace`, cuBLAS's bytes per GEMM stream; `arch`: the
+    beyond the allocator (`ProcessMemory.runtime_gib`), and `workspace`, cuBLAS's bytes per GEMM stream; `arch`: the
     model's (DeepSpeed stage 3's fetch units)."""
     pb = DTYPE_BYTES[cfg.precision]
     rb = DTYPE_BYTES[cfg.grad_dtype]
@@ -207,7 +207,7 @@ def rank_memory(
 # -- the process as nvidia-smi shows it ---------------------------------------------------------
 # `memory_process_gib` = the allocator's reserved peak + the CUDA context + NCCL's buffers, and
 # `memory_required_gib` (what `fits` compares) is the same total: a rank's overhead beyond the
-# allocator is its context and buffers (`runtime_gib`).
+# allocator is its context and buffers (`ProcessMemory.runtime_gib`).
 #
 # The reserved peak is the caching allocator's (`allocator`, c10/cuda/CUDACachingAllocator.cpp)
 # replaying the rank's step (`step_trace`): requests rounded to 512 B, pooled in segments of 2 MiB,
@@ -237,8 +237,13 @@ class ProcessMemory:
     nccl_buffers_gib: float
 
     @property
+    def runtime_gib(self) -> float:
+        """The rank's memory beyond the caching allocator: its CUDA context and NCCL's buffers."""
+        return self.cuda_context_gib + self.nccl_buffers_gib
+
+    @property
     def process_gib(self) -> float:
-        return self.reserved_gib + self.cuda_context_gib + self.nccl_buffers_gib
+        return self.reserved_gib + self.runtime_gib
 
 
 def communicators(res: Resolved) -> int:
@@ -250,12 +255,6 @@ def communicators(res: Resolved) -> int:
     if res.ep > 1:
         groups += [res.ep, res.dims.efsdp]
     return sum(g > 1 for g in [*groups, res.tp]) + (1 if res.pp > 1 else 0)
-
-
-def runtime_gib(res: Resolved, device: DeviceSpec, channels: int, cc: int) -> float:
-    """A rank's memory beyond the caching allocator: its CUDA context and NCCL's buffers (0 on a CPU)."""
-    p = process_memory(0.0, res, device, channels, cc)
-    return p.cuda_context_gib + p.nccl_buffers_gib
 
 
 def process_memory(reserved_gib: float, res: Resolved, device: DeviceSpec, channels: int, cc: int) -> ProcessMemory:

@@ -35,7 +35,6 @@ from shardsim.simulator.memory import (
     cublas_workspace_bytes,
     process_memory,
     rank_memory,
-    runtime_gib,
     state_words,
 )
 from shardsim.simulator.network.links import links_for
@@ -342,24 +341,23 @@ def _tp_rank_workload(
     return from_arch(name, arch, tp, sp, mlm_fraction, expert_tp)
 
 
-def _process_memory(worst: MemoryBreakdown, res: Resolved, cluster: Cluster) -> ProcessMemory:
-    """The worst rank's process total as nvidia-smi shows it (`memory.process_memory`)."""
+def _process_memory(reserved_gib: float, res: Resolved, cluster: Cluster) -> ProcessMemory:
+    """A rank's process total as nvidia-smi shows it with the allocator's `reserved_gib`
+    (`memory.process_memory`: with its CUDA context and NCCL's buffers on `cluster`)."""
     from shardsim.simulator.network.nccl_runs import channels, compute_capability
 
     dev = cluster.instance.device
-    return process_memory(worst.reserved_gib, res, dev, channels(cluster), compute_capability(dev.model))
+    return process_memory(reserved_gib, res, dev, channels(cluster), compute_capability(dev.model))
 
 
 def step_memory(cfg: RunConfig, res: Resolved, ranks_w: Workload, cluster: Cluster) -> MemoryBreakdown:
     """Memory of the worst rank class of `cfg`'s step on `cluster`, each rank running `ranks_w`:
     estimated before (and without) planning or simulating the step."""
-    from shardsim.simulator.network.nccl_runs import channels, compute_capability
+    from shardsim.simulator.network.nccl_runs import compute_capability
 
     dev = cluster.instance.device
-    cc = compute_capability(dev.model)
-    gpu = dev.kind == "gpu"
-    overhead = runtime_gib(res, dev, channels(cluster), cc)
-    workspace = cublas_workspace_bytes(cc) if gpu else 0
+    overhead = _process_memory(0.0, res, cluster).runtime_gib
+    workspace = cublas_workspace_bytes(compute_capability(dev.model)) if dev.kind == "gpu" else 0
     ranks_w = attention_saves(ranks_w, cfg.attention, DTYPE_BYTES[cfg.precision])
     ranks_w = compiled_saves(ranks_w, cfg.compile)
     ckpt = checkpointing_of(cfg, ranks_w.layers)
@@ -425,7 +423,7 @@ def _summarize(
     price = cluster.price_per_hour_usd
     money = economics(step, samples, res.world, sequence_length(w), price)
     peak_precision, peak_tflops = mfu_peak(dev.peak_tflops, cfg.precision)
-    proc = _process_memory(worst, res, cluster)
+    proc = _process_memory(worst.reserved_gib, res, cluster)
     fp8_peak = dev.float8.peak_tflops if cfg.float8 != "none" and dev.float8 is not None else None
     key = result_key(cfg, topology=cluster.instance.name, nodes=cluster.nodes, world=res.world, device=dev.model)
     return StepPrediction(
