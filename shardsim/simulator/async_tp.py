@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardsim.simulator import gpu_kernels as gk
-from shardsim.simulator.compute import DTYPE_BYTES, ComputeModel
+from shardsim.simulator.compute import ComputeModel
 from shardsim.simulator.network.collectives import GroupLayout
 from shardsim.specs.model.arch import Arch
 from shardsim.specs.model.blocks import kv_heads_per_rank
@@ -144,15 +144,6 @@ class AsyncTp:
             out = self._pairs[key] = fused_pairs(a, b, self.tp, mb * a.tokens)
         return out
 
-    def gemm_s(self, g: gk.Gemm) -> float:
-        """Seconds of one GEMM in a training step: the kernel model's where the device has its
-        figures, else the roofline's (FLOPs at the matmul rate, or its operands' bytes)."""
-        cm, esize = self.cm, DTYPE_BYTES[self.cm.precision]
-        spec = cm.device.kernels
-        if spec is None:
-            return max(g.flops / cm.flops_per_s, (g.m * g.k + g.k * g.n + g.m * g.n) * esize / cm.mem_bytes_per_s)
-        return gk.gemm_time(g, spec, cm.flops_per_s * spec.gemm_training_fraction, cm.mem_bytes_per_s, esize)
-
     def extra_s(self, what: str, pair: FusedPair, layout: GroupLayout, nbytes: float) -> float:
         """What the fused pair of call `what` (`nbytes`, the whole gathered or scattered tensor)
         adds to its block's pass over the GEMMs the pass counts for it (can be negative)."""
@@ -160,11 +151,11 @@ class AsyncTp:
         out = self._memo.get(key)
         if out is None:
             tp = self.tp
-            chunk = sum(self.gemm_s(g) for g in pair.chunk(tp))
+            chunk = sum(self.cm.gemm_s(g) for g in pair.chunk(tp))
             transfer = self.alone_s(AG, layout, nbytes) / (tp - 1)
             shard = nbytes / tp
             hbm = self.cm.mem_bytes_per_s
             edge = 2 * shard / hbm if pair.coll == AG else (tp + 1) * shard / hbm
-            whole = sum(self.gemm_s(g) for g in pair.whole)
+            whole = sum(self.cm.gemm_s(g) for g in pair.whole)
             out = self._memo[key] = pair_s(chunk, transfer, tp, edge) - whole
         return out

@@ -198,8 +198,8 @@ class ComputeModel:
         if self.float8 != "none" and kind == "layer":
             fwd_k, bwd_k = self.float8_kernels(k, rate)
         else:
-            fwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.fwd_gemms]
-            bwd_k = [gk.gemm_time(g, spec, rate, bw, esize) for g in k.bwd_gemms]
+            fwd_k = [self.gemm_s(g) for g in k.fwd_gemms]
+            bwd_k = [self.gemm_s(g) for g in k.bwd_gemms]
         fwd_k += [gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.grouped]
         bwd_k += [gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in k.bwd_grouped]
         if k.attention is not None and self.attention == "math":
@@ -255,7 +255,7 @@ class ComputeModel:
 
         def gemms(gs: tuple[gk.Gemm, ...]) -> float:
             with_bwd = gk.BlockKernels(gs, None, 0, 0).bwd_gemms
-            return sum(gk.gemm_time(g, spec, rate, bw, esize) for g in (*gs, *with_bwd))
+            return sum(self.gemm_s(g) for g in (*gs, *with_bwd))
 
         mem = 1 + BWD_MEM_FACTOR  # the memory-bound kernels' backward touches their tensors again
         grouped = (*k.grouped, *k.bwd_grouped)
@@ -265,6 +265,15 @@ class ComputeModel:
             "grouped_gemm_s": sum(gk.grouped_gemm_time(g, spec, rate, bw, esize) for g in grouped),
             "shared_expert_s": gemms(k.moe.shared),
         }
+
+    def gemm_s(self, g: gk.Gemm) -> float:
+        """Seconds of one GEMM of a training step in the compute precision: the kernel model's at the
+        device's training fraction of its GEMM rate where the device has kernel figures, else the
+        roofline's (its FLOPs at the matmul rate, or its operands' and result's bytes at HBM's)."""
+        spec, esize, bw = self.device.kernels, DTYPE_BYTES[self.precision], self.mem_bytes_per_s
+        if spec is None:
+            return max(g.flops / self.flops_per_s, (g.m * g.k + g.k * g.n + g.m * g.n) * esize / bw)
+        return gk.gemm_time(g, spec, self.flops_per_s * spec.gemm_training_fraction, bw, esize)
 
     def float8_kernels(self, k: gk.BlockKernels, rate: float) -> tuple[list[float], list[float]]:
         """A layer's GEMMs and Float8 scaling kernels in seconds (forward, backward), its converted
