@@ -263,6 +263,10 @@ def stage3_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Wor
     half, grad = DTYPE_BYTES[cfg.storage_precision], wire_bytes(cfg)
     overlap = ds.overlaps(3)
     recomputed = {b.name for b in layers}
+    # backward's gradients in the order they are ready, and its ipg buckets: the same every micro-step
+    buckets = ipg_buckets([trace.elems[pid] for tensors in ids[::-1] for pid in tensors[::-1]], ds.reduce_bucket_size)
+    sends = {i: n for i, n in buckets if i is not None}
+    rest = [n for i, n in buckets if i is None]
 
     def run(pass_: Stage3Pass, s: int, dur: float, phase: str) -> None:
         """Use `s` of the trace: its fetch, the wait, its prefetch, its compute (`dur` seconds)."""
@@ -291,8 +295,6 @@ def stage3_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Wor
         p: Plan, rc: int, cm: ComputeModel, cfg: RunConfig, mb: int, pc: Piece, after: Dep, sync: bool, tag: str
     ) -> tuple[Dep, list[int | None]]:
         ps = Stage3Pass(p, rc, piece.shard, half, tag, after, prev=after)  # type: ignore[arg-type]
-        grads = [trace.elems[pid] for tensors in ids[::-1] for pid in tensors[::-1]]
-        sends = {i: n for i, n in ipg_buckets(grads, ds.reduce_bucket_size) if i is not None}
         syncs: list[int | None] = []
 
         def send(n: int, ready: Dep) -> None:
@@ -313,7 +315,6 @@ def stage3_plan(p: Plan, cm: ComputeModel, cfg: RunConfig, res: Resolved, w: Wor
                     send(sends[g], ps.flush("bwd"))
                 s, g = s + 1, g + 1
         last = ps.flush("bwd")
-        rest = [n for i, n in ipg_buckets(grads, ds.reduce_bucket_size) if i is None]
         if rest:
             send(rest[0], last)
         if sync and piece.replica is not None:  # MiCS: the partition across the replica groups
